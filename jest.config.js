@@ -1,0 +1,17 @@
+/** Jest in native ESM mode (Nest 12 packages are ESM only); ts-jest transpiles each file on its own. */
+export default {
+  testEnvironment: 'node',
+  extensionsToTreatAsEsm: ['.ts'],
+  moduleNameMapper: { '^(\\.{1,2}/.*)\\.js$': '$1' },
+  transform: {
+    // @fastify/static (CommonJS) requires content-disposition, which is ESM only; Node 20's jest
+    // cannot require() ESM, so that one package is compiled to CommonJS for the tests.
+    '/node_modules/content-disposition/.+\\.js$': ['ts-jest', { useESM: false, tsconfig: { allowJs: true, module: 'commonjs', esModuleInterop: true } }],
+    '^.+\\.ts$': ['ts-jest', { useESM: true, tsconfig: 'tsconfig.json' }],
+  },
+  transformIgnorePatterns: ['/node_modules/(?!content-disposition/)'],
+  testMatch: ['<rootDir>/test/**/*.spec.ts', '<rootDir>/src/**/*.spec.ts'],
+  testPathIgnorePatterns: ['/node_modules/', '/test/faults/'],
+  testTimeout: 60000,
+  maxWorkers: 2,
+};

@@ -1,0 +1,49 @@
+import 'reflect-metadata';
+import { randomUUID } from 'node:crypto';
+import { NestFactory } from '@nestjs/core';
+import { FastifyAdapter, NestFastifyApplication } from '@nestjs/platform-fastify';
+import { DocumentBuilder, SwaggerModule } from '@nestjs/swagger';
+import { AppModule } from './app.module.js';
+import { AppConfig } from './config/app-config.js';
+import { HttpExceptionFilter } from './common/http-exception.filter.js';
+import { createPino, PinoNestLogger } from './common/logger.js';
+import { httpDuration } from './common/metrics.js';
+import { StrictValidationPipe } from './common/validation.js';
+
+export const BODY_LIMIT_BYTES = 64 * 1024;
+
+/** Builds the whole app (not listening yet). main.ts, the tests and the benchmarks all start it this way. */
+export async function createApp(config: AppConfig): Promise<NestFastifyApplication> {
+  const pino = createPino(config.LOG_LEVEL);
+  const adapter = new FastifyAdapter({
+    bodyLimit: BODY_LIMIT_BYTES,
+    loggerInstance: pino,
+    requestIdHeader: 'x-request-id',
+    genReqId: () => randomUUID(),
+    routerOptions: { maxParamLength: 512 },
+  });
+  const app = await NestFactory.create<NestFastifyApplication>(AppModule.forRoot(config), adapter, {
+    logger: new PinoNestLogger(pino),
+    bufferLogs: false,
+  });
+  app.useGlobalPipes(new StrictValidationPipe());
+  app.useGlobalFilters(new HttpExceptionFilter());
+  app.enableShutdownHooks();
+
+  const fastify = app.getHttpAdapter().getInstance();
+  fastify.addHook('onSend', async (req, reply) => {
+    void reply.header('x-request-id', req.id);
+  });
+  fastify.addHook('onResponse', async (req, reply) => {
+    httpDuration.observe({ method: req.method, route: req.routeOptions.url ?? 'unmatched', status: String(reply.statusCode) }, reply.elapsedTime / 1000);
+  });
+
+  const doc = new DocumentBuilder()
+    .setTitle('coupon-engine')
+    .setDescription('Flash-sale coupons: grab, redeem, reconcile. Error body: {code, message, details?}.')
+    .setVersion('0.1.0')
+    .addBearerAuth()
+    .build();
+  SwaggerModule.setup('docs', app, SwaggerModule.createDocument(app, doc), { jsonDocumentUrl: 'docs-json' });
+  return app;
+}

@@ -1,0 +1,35 @@
+import { DynamicModule, Module } from '@nestjs/common';
+import { ScheduleModule } from '@nestjs/schedule';
+import { AuthModule } from './auth/auth.module.js';
+import { AppConfig } from './config/app-config.js';
+import { ConfigModule } from './config/config.module.js';
+import { CouponModule } from './coupon/coupon.module.js';
+import { DatabaseModule } from './database/database.module.js';
+import { HealthModule } from './health/health.module.js';
+import { RateLimitModule } from './rate-limit/rate-limit.module.js';
+import { ReconciliationModule } from './reconciliation/reconciliation.module.js';
+import { RedemptionModule } from './redemption/redemption.module.js';
+import { StateMachineModule } from './state-machine/state-machine.module.js';
+import { StockModule } from './stock/stock.module.js';
+
+@Module({})
+export class AppModule {
+  static forRoot(config: AppConfig): DynamicModule {
+    return {
+      module: AppModule,
+      imports: [
+        ConfigModule.forRoot(config),
+        DatabaseModule,
+        ScheduleModule.forRoot({ cronJobs: config.SCHEDULER_ENABLED, intervals: false, timeouts: false }),
+        AuthModule,
+        HealthModule,
+        RateLimitModule,
+        StockModule,
+        StateMachineModule,
+        CouponModule,
+        RedemptionModule,
+        ReconciliationModule,
+      ],
+    };
+  }
+}

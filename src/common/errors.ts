@@ -1,0 +1,58 @@
+/** Every error code the API can answer with, and the HTTP status it maps to. */
+export const ERROR_STATUS = {
+  VALIDATION_FAILED: 400,
+  UNAUTHENTICATED: 401,
+  FORBIDDEN: 403,
+  NOT_FOUND: 404,
+  COUPON_NOT_FOUND: 404,
+  USER_COUPON_NOT_FOUND: 404,
+  GRAB_NOT_FOUND: 404,
+  REDEMPTION_NOT_FOUND: 404,
+  RUN_NOT_FOUND: 404,
+  COMPENSATION_NOT_FOUND: 404,
+  METHOD_NOT_ALLOWED: 405,
+  GRAB_NOT_STARTED: 409,
+  GRAB_ENDED: 409,
+  COUPON_PAUSED: 409,
+  SOLD_OUT: 409,
+  USER_LIMIT_REACHED: 409,
+  IDEMPOTENCY_IN_PROGRESS: 409,
+  INSUFFICIENT_STOCK: 409,
+  ILLEGAL_TRANSITION: 409,
+  STATUS_CONFLICT: 409,
+  COUPON_ALREADY_USED: 409,
+  COUPON_EXPIRED: 409,
+  COUPON_VOID: 409,
+  COUPON_NOT_YET_VALID: 409,
+  REFUND_RETURN_DISABLED: 409,
+  NOT_REDEEMED: 409,
+  RECONCILIATION_RUNNING: 409,
+  COMPENSATION_ALREADY_DECIDED: 409,
+  PAYLOAD_TOO_LARGE: 413,
+  UNSUPPORTED_MEDIA_TYPE: 415,
+  IDEMPOTENCY_KEY_REUSED: 422,
+  THRESHOLD_NOT_MET: 422,
+  RATE_LIMITED: 429,
+  INTERNAL: 500,
+  NOT_IMPLEMENTED: 501,
+  SERVICE_UNAVAILABLE: 503,
+} as const;
+
+export type ErrorCode = keyof typeof ERROR_STATUS;
+
+export class AppError extends Error {
+  constructor(
+    readonly code: ErrorCode,
+    message: string,
+    readonly details?: Record<string, unknown>,
+    /** Extra response headers, e.g. Retry-After on 429 and 503. */
+    readonly headers?: Record<string, string>,
+  ) {
+    super(message);
+    this.name = 'AppError';
+  }
+
+  get status(): number {
+    return ERROR_STATUS[this.code];
+  }
+}

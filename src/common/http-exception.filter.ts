@@ -1,0 +1,54 @@
+import { ArgumentsHost, Catch, ExceptionFilter, HttpException, Logger } from '@nestjs/common';
+import type { FastifyReply } from 'fastify';
+import { isDatabaseOutage } from './db-errors.js';
+import { AppError, ErrorCode } from './errors.js';
+
+const BY_STATUS: Record<number, ErrorCode> = {
+  400: 'VALIDATION_FAILED',
+  401: 'UNAUTHENTICATED',
+  403: 'FORBIDDEN',
+  404: 'NOT_FOUND',
+  405: 'METHOD_NOT_ALLOWED',
+  413: 'PAYLOAD_TOO_LARGE',
+  415: 'UNSUPPORTED_MEDIA_TYPE',
+  429: 'RATE_LIMITED',
+  501: 'NOT_IMPLEMENTED',
+  503: 'SERVICE_UNAVAILABLE',
+};
+
+const logger = new Logger('ExceptionFilter');
+
+/**
+ * Turns anything thrown into the one error body of API.md. Client mistakes caught by Fastify or Nest
+ * (bad JSON, body too large, unknown route) keep their 4xx; database outages become 503; anything
+ * else is a bug, logged and answered 500.
+ */
+export function toAppError(err: unknown): AppError {
+  if (err instanceof AppError) return err;
+  if (err instanceof HttpException) {
+    const status = err.getStatus();
+    const code = BY_STATUS[status] ?? (status < 500 ? 'VALIDATION_FAILED' : 'INTERNAL');
+    return new AppError(code, status === 404 ? 'Route not found' : err.message);
+  }
+  const fst = err as { statusCode?: number; code?: string; message?: string };
+  if (typeof fst?.statusCode === 'number' && fst.statusCode >= 400 && fst.statusCode < 500) {
+    const code = BY_STATUS[fst.statusCode] ?? 'VALIDATION_FAILED';
+    const message = code === 'VALIDATION_FAILED' ? `Malformed request: ${fst.message ?? 'bad input'}` : (fst.message ?? code);
+    return new AppError(code, message, fst.code ? { reason: fst.code } : undefined);
+  }
+  if (isDatabaseOutage(err)) {
+    return new AppError('SERVICE_UNAVAILABLE', 'The database is not available right now; retry shortly', undefined, { 'Retry-After': '1' });
+  }
+  logger.error(err instanceof Error ? (err.stack ?? err.message) : String(err));
+  return new AppError('INTERNAL', 'Internal error');
+}
+
+@Catch()
+export class HttpExceptionFilter implements ExceptionFilter {
+  catch(exception: unknown, host: ArgumentsHost): void {
+    const e = toAppError(exception);
+    const reply = host.switchToHttp().getResponse<FastifyReply>();
+    if (e.headers) void reply.headers(e.headers);
+    void reply.status(e.status).send({ code: e.code, message: e.message, ...(e.details ? { details: e.details } : {}) });
+  }
+}

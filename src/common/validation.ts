@@ -1,0 +1,61 @@
+import { ArgumentMetadata, Injectable, PipeTransform, ValidationError, ValidationPipe } from '@nestjs/common';
+import { AppError } from './errors.js';
+
+function flatten(errors: ValidationError[], prefix = ''): Record<string, string[]> {
+  const out: Record<string, string[]> = {};
+  for (const e of errors) {
+    const path = prefix ? `${prefix}.${e.property}` : e.property;
+    if (e.constraints) out[path] = Object.values(e.constraints);
+    Object.assign(out, flatten(e.children ?? [], path));
+  }
+  return out;
+}
+
+export function validationFailed(fields: Record<string, unknown>, message = 'Request validation failed'): AppError {
+  return new AppError('VALIDATION_FAILED', message, { fields });
+}
+
+/**
+ * The global pipe: DTO classes validate bodies and queries, unknown fields are refused, and a body
+ * that is not a JSON object (array, string, missing) is refused before class-transformer sees it.
+ */
+@Injectable()
+export class StrictValidationPipe extends ValidationPipe {
+  constructor() {
+    super({
+      whitelist: true,
+      forbidNonWhitelisted: true,
+      transform: true,
+      forbidUnknownValues: true,
+      stopAtFirstError: false,
+      exceptionFactory: (errors) => validationFailed(flatten(errors)),
+    });
+  }
+
+  override async transform(value: unknown, metadata: ArgumentMetadata): Promise<unknown> {
+    const isDto = typeof metadata.metatype === 'function' && ![String, Number, Boolean, Object, Array].includes(metadata.metatype as never);
+    if (isDto && (metadata.type === 'body' || metadata.type === 'query')) {
+      if (value === undefined && metadata.type === 'body') throw validationFailed({ body: ['a JSON object body is required'] });
+      if (typeof value !== 'object' || value === null || Array.isArray(value)) {
+        throw validationFailed({ [metadata.type]: ['must be a JSON object'] });
+      }
+    }
+    return super.transform(value, metadata);
+  }
+}
+
+const MAX_BIGINT = 9223372036854775807n;
+
+/** Path ids are positive 64-bit integers, kept as strings end to end. */
+@Injectable()
+export class IdPipe implements PipeTransform<string, string> {
+  transform(value: string, metadata: ArgumentMetadata): string {
+    if (typeof value !== 'string' || !/^[1-9][0-9]{0,18}$/.test(value) || BigInt(value) > MAX_BIGINT) {
+      throw validationFailed({ [metadata.data ?? 'id']: ['must be a positive integer id'] });
+    }
+    return value;
+  }
+}
+
+export const USER_ID_PATTERN = /^[A-Za-z0-9_.:-]{1,64}$/;
+export const IDEMPOTENCY_KEY_PATTERN = /^[A-Za-z0-9_-]{1,128}$/;

@@ -1,0 +1,97 @@
+import { plainToInstance, Transform } from 'class-transformer';
+import { IsBoolean, IsIn, IsInt, IsOptional, IsString, Matches, Max, Min, MinLength, validateSync } from 'class-validator';
+
+export const DEFAULT_JWT_SECRET = 'dev-only-insecure-secret-change-me';
+
+const toInt = ({ value }: { value: unknown }) => (value === undefined || value === '' ? undefined : Number(value));
+const toBool = ({ value }: { value: unknown }) =>
+  value === undefined || value === '' ? undefined : value === true || value === 'true' || value === '1' ? true : value === false || value === 'false' || value === '0' ? false : value;
+
+/**
+ * Every setting the service reads, validated once at boot. Defaults work on a developer machine
+ * with MariaDB and Redis on localhost; production must at least set JWT_SECRET.
+ */
+export class AppConfig {
+  @IsIn(['development', 'production', 'test']) @IsOptional()
+  NODE_ENV: string = 'development';
+
+  @Transform(toInt) @IsInt() @Min(0) @Max(65535)
+  PORT: number = 3000;
+
+  @IsString()
+  DB_HOST: string = '127.0.0.1';
+
+  @Transform(toInt) @IsInt() @Min(1) @Max(65535)
+  DB_PORT: number = 3306;
+
+  @IsString()
+  DB_USER: string = 'root';
+
+  @IsString()
+  DB_PASSWORD: string = '';
+
+  @Matches(/^[A-Za-z0-9_]{1,64}$/, { message: 'DB_NAME must be 1-64 of [A-Za-z0-9_]' })
+  DB_NAME: string = 'coupon';
+
+  @Transform(toInt) @IsInt() @Min(2) @Max(1000)
+  DB_POOL_SIZE: number = 20;
+
+  /** How many times inTransaction() retries a deadlock or lock-wait timeout in a fresh transaction. */
+  @Transform(toInt) @IsInt() @Min(0) @Max(20)
+  DB_TX_RETRIES: number = 3;
+
+  @IsString() @MinLength(16)
+  JWT_SECRET: string = DEFAULT_JWT_SECRET;
+
+  @IsString() @IsOptional()
+  REDIS_URL?: string;
+
+  @Transform(toInt) @IsInt() @Min(1) @Max(1_000_000)
+  RATE_LIMIT_PER_SECOND: number = 500;
+
+  @Transform(toBool) @IsBoolean()
+  RATE_LIMIT_ENABLED: boolean = true;
+
+  /** Grabs one user may make per second on one instance, whatever the coupon. */
+  @Transform(toInt) @IsInt() @Min(1) @Max(10_000)
+  RATE_LIMIT_PER_USER_PER_SECOND: number = 5;
+
+  @IsString()
+  RECONCILE_CRON: string = '0 0 3 * * *';
+
+  @IsString()
+  RECONCILE_TIMEZONE: string = 'UTC';
+
+  @IsString()
+  EXPIRE_CRON: string = '0 * * * * *';
+
+  @Transform(toInt) @IsInt() @Min(1) @Max(100_000)
+  EXPIRE_BATCH_SIZE: number = 1000;
+
+  /** How long a coupon template (status, window, limits) may be served from memory. */
+  @Transform(toInt) @IsInt() @Min(0) @Max(60_000)
+  COUPON_CACHE_TTL_MS: number = 1000;
+
+  @Transform(toBool) @IsBoolean()
+  SCHEDULER_ENABLED: boolean = true;
+
+  @IsIn(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'])
+  LOG_LEVEL: string = 'info';
+}
+
+export class ConfigError extends Error {}
+
+export function loadConfig(env: Record<string, string | undefined> = process.env): AppConfig {
+  const known = Object.keys(new AppConfig());
+  const raw = Object.fromEntries(known.filter((k) => env[k] !== undefined).map((k) => [k, env[k]]));
+  const config = plainToInstance(AppConfig, raw, { exposeDefaultValues: true });
+  const errors = validateSync(config, { forbidUnknownValues: false });
+  if (errors.length > 0) {
+    const lines = errors.map((e) => `${e.property}: ${Object.values(e.constraints ?? {}).join(', ')}`);
+    throw new ConfigError(`Invalid configuration:\n  ${lines.join('\n  ')}`);
+  }
+  if (config.NODE_ENV === 'production' && config.JWT_SECRET === DEFAULT_JWT_SECRET) {
+    throw new ConfigError('Refusing to start in production with the default JWT_SECRET: set JWT_SECRET to a long random string.');
+  }
+  return config;
+}

@@ -1,0 +1,56 @@
+import { Column, Entity, PrimaryGeneratedColumn } from 'typeorm';
+
+export type CouponStatus = 'ACTIVE' | 'PAUSED';
+export type ValidityType = 'FIXED' | 'RELATIVE';
+
+/** A coupon template: the campaign. Its stock lives in coupon_stock, owned by the stock module. */
+@Entity('coupon')
+export class Coupon {
+  @PrimaryGeneratedColumn({ type: 'bigint', unsigned: true })
+  id!: string;
+
+  @Column({ type: 'varchar', length: 200 })
+  name!: string;
+
+  @Column({ type: 'varchar', length: 16 })
+  status!: CouponStatus;
+
+  @Column({ name: 'per_user_limit', type: 'int', unsigned: true })
+  perUserLimit!: number;
+
+  @Column({ name: 'grab_start_at', type: 'datetime', precision: 3 })
+  grabStartAt!: Date;
+
+  @Column({ name: 'grab_end_at', type: 'datetime', precision: 3 })
+  grabEndAt!: Date;
+
+  @Column({ name: 'validity_type', type: 'varchar', length: 16 })
+  validityType!: ValidityType;
+
+  @Column({ name: 'validity_start_at', type: 'datetime', precision: 3, nullable: true })
+  validityStartAt!: Date | null;
+
+  @Column({ name: 'validity_end_at', type: 'datetime', precision: 3, nullable: true })
+  validityEndAt!: Date | null;
+
+  @Column({ name: 'validity_days', type: 'int', unsigned: true, nullable: true })
+  validityDays!: number | null;
+
+  @Column({ name: 'threshold_cents', type: 'bigint', unsigned: true, transformer: { to: (v: number) => v, from: (v: string) => Number(v) } })
+  thresholdCents!: number;
+
+  @Column({ name: 'discount_cents', type: 'bigint', unsigned: true, transformer: { to: (v: number) => v, from: (v: string) => Number(v) } })
+  discountCents!: number;
+
+  @Column({ name: 'rate_limit_per_second', type: 'int', unsigned: true, nullable: true })
+  rateLimitPerSecond!: number | null;
+
+  @Column({ name: 'return_on_refund', type: 'boolean' })
+  returnOnRefund!: boolean;
+
+  @Column({ name: 'created_at', type: 'datetime', precision: 3 })
+  createdAt!: Date;
+
+  @Column({ name: 'updated_at', type: 'datetime', precision: 3 })
+  updatedAt!: Date;
+}

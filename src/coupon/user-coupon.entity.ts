@@ -1,0 +1,70 @@
+import { Column, Entity, PrimaryGeneratedColumn } from 'typeorm';
+import type { UserCouponStatus } from '../state-machine/transitions.js';
+
+export type UserCouponSource = 'GRAB' | 'REISSUE' | 'REFUND_RETURN';
+
+@Entity('user_coupon')
+export class UserCoupon {
+  @PrimaryGeneratedColumn({ type: 'bigint', unsigned: true })
+  id!: string;
+
+  @Column({ name: 'coupon_id', type: 'bigint', unsigned: true })
+  couponId!: string;
+
+  @Column({ name: 'user_id', type: 'varchar', length: 64 })
+  userId!: string;
+
+  /** Stored status; a coupon past expiresAt still UNUSED is EXPIRED to every reader (see effectiveStatus). */
+  @Column({ type: 'varchar', length: 16 })
+  status!: UserCouponStatus;
+
+  @Column({ type: 'varchar', length: 16 })
+  source!: UserCouponSource;
+
+  /** Whether issuing it took one unit of coupon_stock (grabs and fromStock reissues). */
+  @Column({ name: 'from_stock', type: 'boolean' })
+  fromStock!: boolean;
+
+  @Column({ name: 'idempotency_key', type: 'varchar', length: 128, nullable: true })
+  idempotencyKey!: string | null;
+
+  @Column({ name: 'replaces_user_coupon_id', type: 'bigint', unsigned: true, nullable: true })
+  replacesUserCouponId!: string | null;
+
+  @Column({ type: 'varchar', length: 255, nullable: true })
+  reason!: string | null;
+
+  @Column({ name: 'issued_at', type: 'datetime', precision: 3 })
+  issuedAt!: Date;
+
+  @Column({ name: 'valid_from', type: 'datetime', precision: 3 })
+  validFrom!: Date;
+
+  @Column({ name: 'expires_at', type: 'datetime', precision: 3 })
+  expiresAt!: Date;
+
+  @Column({ name: 'used_at', type: 'datetime', precision: 3, nullable: true })
+  usedAt!: Date | null;
+
+  @Column({ name: 'updated_at', type: 'datetime', precision: 3 })
+  updatedAt!: Date;
+}
+
+export function effectiveStatus(uc: Pick<UserCoupon, 'status' | 'expiresAt'>, now = new Date()): UserCouponStatus {
+  return uc.status === 'UNUSED' && uc.expiresAt.getTime() <= now.getTime() ? 'EXPIRED' : uc.status;
+}
+
+export function toUserCouponView(uc: UserCoupon, now = new Date()) {
+  return {
+    id: uc.id,
+    couponId: uc.couponId,
+    userId: uc.userId,
+    status: effectiveStatus(uc, now),
+    source: uc.source,
+    issuedAt: uc.issuedAt.toISOString(),
+    validFrom: uc.validFrom.toISOString(),
+    expiresAt: uc.expiresAt.toISOString(),
+    usedAt: uc.usedAt ? uc.usedAt.toISOString() : null,
+  };
+}
+export type UserCouponView = ReturnType<typeof toUserCouponView>;

@@ -1,0 +1,18 @@
+import { Global, Module } from '@nestjs/common';
+import { TypeOrmModule } from '@nestjs/typeorm';
+import { AppConfig } from '../config/app-config.js';
+import { dataSourceOptions } from './data-source-options.js';
+import { TransactionService } from './transaction.service.js';
+
+@Global()
+@Module({
+  imports: [
+    TypeOrmModule.forRootAsync({
+      inject: [AppConfig],
+      useFactory: (config: AppConfig) => ({ ...dataSourceOptions(config), autoLoadEntities: true, retryAttempts: 0 }),
+    }),
+  ],
+  providers: [TransactionService],
+  exports: [TransactionService],
+})
+export class DatabaseModule {}

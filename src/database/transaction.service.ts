@@ -1,0 +1,39 @@
+import { Injectable } from '@nestjs/common';
+import { DataSource, EntityManager } from 'typeorm';
+import { AppConfig } from '../config/app-config.js';
+import { isRetryableTxError } from '../common/db-errors.js';
+import { counter } from '../common/metrics.js';
+
+const retries = counter('db_transaction_retries_total', 'Transactions retried after a deadlock or lock-wait timeout', ['errno']);
+
+/**
+ * The one way to run a transaction. READ COMMITTED, so a statement that waited on a row lock sees
+ * what the lock holder committed; a deadlock (1213) or lock-wait timeout (1205) rolls the whole
+ * attempt back and runs `fn` again in a fresh transaction, at most DB_TX_RETRIES times. `fn` must
+ * therefore have no side effects outside the EntityManager it is given.
+ */
+@Injectable()
+export class TransactionService {
+  constructor(
+    private readonly dataSource: DataSource,
+    private readonly config: AppConfig,
+  ) {}
+
+  async inTransaction<T>(fn: (em: EntityManager) => Promise<T>): Promise<T> {
+    for (let attempt = 0; ; attempt++) {
+      try {
+        return await this.dataSource.transaction('READ COMMITTED', fn);
+      } catch (err) {
+        if (!isRetryableTxError(err) || attempt >= this.config.DB_TX_RETRIES) throw err;
+        retries.inc({ errno: String((err as { driverError?: { errno?: number } }).driverError?.errno ?? '') });
+        await new Promise((r) => setTimeout(r, 5 * 2 ** attempt + Math.random() * 10));
+      }
+    }
+  }
+}
+
+/** Affected rows of an UPDATE/DELETE run through EntityManager.query on the MySQL driver. */
+export async function execute(em: EntityManager, sql: string, params: unknown[]): Promise<number> {
+  const res = (await em.query(sql, params)) as { affectedRows?: number };
+  return res.affectedRows ?? 0;
+}

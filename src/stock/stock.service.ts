@@ -1,0 +1,38 @@
+import { Injectable } from '@nestjs/common';
+import { EntityManager } from 'typeorm';
+import { AppError } from '../common/errors.js';
+import { execute } from '../database/transaction.service.js';
+
+/**
+ * The only code that changes coupon_stock. Every change is one conditional UPDATE whose affected-row
+ * count says whether it happened; nothing here reads a counter and writes it back.
+ */
+@Injectable()
+export class StockService {
+  async create(em: EntityManager, couponId: string, initStock: number, at: Date): Promise<void> {
+    await em.query(`INSERT INTO coupon_stock (coupon_id, init_stock, stock, updated_at) VALUES (?, ?, ?, ?)`, [couponId, initStock, initStock, at]);
+  }
+
+  /** Takes `count` units if that many remain. Returns false (and changes nothing) otherwise. */
+  async deduct(em: EntityManager, couponId: string, count: number, at = new Date()): Promise<boolean> {
+    return (await execute(em, `UPDATE coupon_stock SET stock = stock - ?, updated_at = ? WHERE coupon_id = ? AND stock >= ?`, [count, at, couponId, count])) === 1;
+  }
+
+  /**
+   * An admin's stock change: adds to (or removes from) both the initial and the remaining stock, so
+   * init_stock == stock + issued keeps holding. Removing more than remains is INSUFFICIENT_STOCK.
+   */
+  async adjust(em: EntityManager, couponId: string, delta: number, at = new Date()): Promise<void> {
+    const changed = await execute(
+      em,
+      `UPDATE coupon_stock SET stock = stock + ?, init_stock = init_stock + ?, updated_at = ? WHERE coupon_id = ? AND stock + ? >= 0`,
+      [delta, delta, at, couponId, delta],
+    );
+    if (changed !== 1) throw new AppError('INSUFFICIENT_STOCK', `Cannot remove ${-delta} units: fewer remain`, { delta });
+  }
+
+  /** Puts units back (reconciliation's approved "restore stock"): remaining stock only. */
+  async restore(em: EntityManager, couponId: string, count: number, at = new Date()): Promise<void> {
+    await execute(em, `UPDATE coupon_stock SET stock = stock + ?, updated_at = ? WHERE coupon_id = ?`, [count, at, couponId]);
+  }
+}

@@ -1,0 +1,49 @@
+import request from 'supertest';
+import { adminToken, bearer } from './harness.js';
+
+const HOUR = 3600_000;
+
+export interface CouponInput {
+  name?: string;
+  totalStock?: number;
+  perUserLimit?: number;
+  grabStartAt?: string;
+  grabEndAt?: string;
+  validity?: { type: 'FIXED'; startAt: string; endAt: string } | { type: 'RELATIVE'; days: number };
+  discount?: { thresholdCents: number; amountCents: number };
+  rateLimitPerSecond?: number;
+  returnOnRefund?: boolean;
+}
+
+/** A creation body for a coupon that is grabbable now, with overrides. */
+export function couponBody(overrides: CouponInput = {}): Required<Omit<CouponInput, 'rateLimitPerSecond'>> & CouponInput {
+  const now = Date.now();
+  return {
+    name: 'Spend 100 save 10',
+    totalStock: 100,
+    perUserLimit: 1,
+    grabStartAt: new Date(now - HOUR).toISOString(),
+    grabEndAt: new Date(now + HOUR).toISOString(),
+    validity: { type: 'RELATIVE', days: 7 },
+    discount: { thresholdCents: 10000, amountCents: 1000 },
+    returnOnRefund: false,
+    ...overrides,
+  };
+}
+
+export interface CouponView {
+  id: string;
+  initStock: number;
+  remainingStock: number;
+  [k: string]: unknown;
+}
+
+/** Creates a coupon through the admin API, as an operator would. */
+export async function createCoupon(url: string, overrides: CouponInput = {}): Promise<CouponView> {
+  const res = await request(url).post('/admin/coupons').set(bearer(adminToken())).send(couponBody(overrides));
+  if (res.status !== 201) throw new Error(`createCoupon: ${res.status} ${JSON.stringify(res.body)}`);
+  return res.body as CouponView;
+}
+
+let keySeq = 0;
+export const newKey = (prefix = 'k') => `${prefix}-${process.pid}-${Date.now()}-${++keySeq}`;

@@ -1,0 +1,85 @@
+import { randomBytes } from 'node:crypto';
+import type { NestFastifyApplication } from '@nestjs/platform-fastify';
+import mysql from 'mysql2/promise';
+import { DataSource } from 'typeorm';
+import { createApp } from '../../src/app.factory.js';
+import { signToken } from '../../src/auth/jwt.js';
+import type { Role } from '../../src/auth/principal.js';
+import { AppConfig, loadConfig } from '../../src/config/app-config.js';
+import { ensureDatabase, migrate } from '../../src/database/bootstrap-database.js';
+import { dataSourceOptions } from '../../src/database/data-source-options.js';
+
+export const TEST_SECRET = 'test-secret-0123456789abcdef';
+
+/** A config for tests: its own database, quiet logs, no cron. */
+export function testConfig(overrides: Record<string, string> = {}): AppConfig {
+  const dbName = `ce_test_${process.pid}_${randomBytes(4).toString('hex')}`;
+  return loadConfig({
+    DB_NAME: dbName,
+    JWT_SECRET: TEST_SECRET,
+    LOG_LEVEL: 'warn',
+    SCHEDULER_ENABLED: 'false',
+    RATE_LIMIT_ENABLED: 'false',
+    NODE_ENV: 'test',
+    DB_POOL_SIZE: '20',
+    ...pickEnv('DB_HOST', 'DB_PORT', 'DB_USER', 'DB_PASSWORD'),
+    ...overrides,
+  });
+}
+
+function pickEnv(...names: string[]): Record<string, string> {
+  return Object.fromEntries(names.filter((n) => process.env[n] !== undefined).map((n) => [n, process.env[n] as string]));
+}
+
+/** Creates and migrates the config's database (the same migrations the service runs). */
+export async function createTestDatabase(config: AppConfig): Promise<void> {
+  await ensureDatabase(config);
+  await migrate(config);
+}
+
+export async function dropTestDatabase(config: AppConfig): Promise<void> {
+  const conn = await mysql.createConnection({ host: config.DB_HOST, port: config.DB_PORT, user: config.DB_USER, password: config.DB_PASSWORD });
+  try {
+    await conn.query(`DROP DATABASE IF EXISTS \`${config.DB_NAME}\``);
+  } finally {
+    await conn.end();
+  }
+}
+
+export interface TestApp {
+  app: NestFastifyApplication;
+  config: AppConfig;
+  url: string;
+  /** A separate connection pool for assertions and fault injection, never the app's own. */
+  db: DataSource;
+  close(): Promise<void>;
+}
+
+/** A migrated database of its own and the real app listening on a free port. Call close() in afterAll. */
+export async function startTestApp(overrides: Record<string, string> = {}, existing?: AppConfig): Promise<TestApp> {
+  const config = existing ?? testConfig(overrides);
+  if (!existing) await createTestDatabase(config);
+  const app = await createApp(config);
+  await app.listen({ port: 0, host: '127.0.0.1' });
+  const address = app.getHttpServer().address() as { port: number };
+  const db = new DataSource({ ...dataSourceOptions(config), poolSize: 5 });
+  await db.initialize();
+  return {
+    app,
+    config,
+    url: `http://127.0.0.1:${address.port}`,
+    db,
+    async close() {
+      await app.close();
+      await db.destroy();
+      if (!existing) await dropTestDatabase(config);
+    },
+  };
+}
+
+export function tokenFor(userId: string, roles: Role[] = [], ttlSeconds = 3600): string {
+  return signToken(TEST_SECRET, userId, roles, ttlSeconds);
+}
+export const adminToken = () => tokenFor('admin-1', ['admin']);
+export const serviceToken = () => tokenFor('order-service', ['service']);
+export const bearer = (token: string) => ({ Authorization: `Bearer ${token}` });
