@@ -1,4 +1,7 @@
-import { Module } from '@nestjs/common';
+import { Global, Module } from '@nestjs/common';
+import { RateLimitService } from './rate-limit.service.js';
 
-@Module({})
+/** Global so the grab controller (coupon module) can inject RateLimitService without importing this module. */
+@Global()
+@Module({ providers: [RateLimitService], exports: [RateLimitService] })
 export class RateLimitModule {}

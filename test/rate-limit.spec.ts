@@ -1,0 +1,73 @@
+import { AppError } from '../src/common/errors.js';
+import { admitMany, decisionCount, LimiterUnderTest, sleep, startLimiter } from './rate-limit.helpers.js';
+
+describe('RateLimitService, in-memory buckets', () => {
+  let l: LimiterUnderTest;
+  beforeAll(async () => {
+    l = await startLimiter({ RATE_LIMIT_PER_SECOND: '40', RATE_LIMIT_PER_USER_PER_SECOND: '5' });
+  });
+  afterAll(() => l.close());
+
+  it('admits a full bucket at once, then answers 429 RATE_LIMITED with an integer Retry-After >= 1', async () => {
+    const { admitted, rejected } = await admitMany(100, (i) => l.svc.admitGrab('c-burst', `u-${i}`, 50));
+    expect(admitted).toBe(50);
+    expect(rejected).toHaveLength(50);
+    for (const e of rejected) {
+      expect(e).toBeInstanceOf(AppError);
+      expect(e.code).toBe('RATE_LIMITED');
+      expect(e.status).toBe(429);
+      expect(e.details).toMatchObject({ limit: 'coupon', limitPerSecond: 50 });
+      expect(e.headers?.['Retry-After']).toMatch(/^[1-9][0-9]*$/);
+    }
+  });
+
+  it('refills continuously at the limit per second, not in whole windows', async () => {
+    await admitMany(60, (i) => l.svc.admitGrab('c-refill', `u-${i}`, 50));
+    await sleep(200);
+    // 200 ms at 50/s is 10 tokens; the timer may run late, so allow a few more, never a whole new bucket.
+    const { admitted } = await admitMany(50, (i) => l.svc.admitGrab('c-refill', `v-${i}`, 50));
+    expect(admitted).toBeGreaterThanOrEqual(10);
+    expect(admitted).toBeLessThanOrEqual(15);
+  });
+
+  it('uses RATE_LIMIT_PER_SECOND when the coupon has no limit of its own', async () => {
+    const { admitted } = await admitMany(100, (i) => l.svc.admitGrab('c-default', `u-${i}`, null));
+    expect(admitted).toBe(40);
+  });
+
+  it('applies a changed coupon limit on the next call, on the same bucket', async () => {
+    expect((await admitMany(20, (i) => l.svc.admitGrab('c-change', `u-${i}`, 100))).admitted).toBe(20);
+    // Lowered to 5: the 80 tokens left are clipped to the new capacity at once.
+    expect((await admitMany(20, (i) => l.svc.admitGrab('c-change', `v-${i}`, 5))).admitted).toBe(5);
+    await sleep(1050);
+    // Raised to 30: after a second the bucket has refilled to the new capacity.
+    expect((await admitMany(40, (i) => l.svc.admitGrab('c-change', `w-${i}`, 30))).admitted).toBe(30);
+  });
+
+  it('stops one user at RATE_LIMIT_PER_USER_PER_SECOND without taking the coupon tokens other users need', async () => {
+    const script = await admitMany(20, () => l.svc.admitGrab('c-user', 'scripter', 10));
+    expect(script.admitted).toBe(5);
+    expect(script.rejected.every((e) => e.code === 'RATE_LIMITED' && e.details?.limit === 'user')).toBe(true);
+    // The script's 15 refused requests took nothing from the coupon: 5 of its 10 tokens are left.
+    const others = await admitMany(10, (i) => l.svc.admitGrab('c-user', `fair-${i}`, 10));
+    expect(others.admitted).toBe(5);
+    expect(others.rejected.every((e) => e.details?.limit === 'coupon')).toBe(true);
+  });
+
+  it('counts admitted and rejected requests per coupon', async () => {
+    // One user, 8 requests: 3 past the user guard (5) are refused by the coupon (3), 3 by the user guard.
+    await admitMany(8, () => l.svc.admitGrab('c-metrics', 'm-1', 3));
+    expect(await decisionCount('c-metrics', 'admitted')).toBe(3);
+    expect(await decisionCount('c-metrics', 'rejected_user')).toBe(3);
+    expect(await decisionCount('c-metrics', 'rejected_coupon')).toBe(2);
+  });
+
+  it('admits everything when RATE_LIMIT_ENABLED is false', async () => {
+    const off = await startLimiter({ RATE_LIMIT_ENABLED: 'false' });
+    try {
+      expect((await admitMany(500, () => off.svc.admitGrab('c-off', 'one-user', 1))).admitted).toBe(500);
+    } finally {
+      await off.close();
+    }
+  });
+});
