@@ -22,6 +22,10 @@ export interface IssueInput {
   now?: Date;
 }
 
+export function soldOutError(couponId: string): AppError {
+  return new AppError('SOLD_OUT', 'This coupon is sold out', { couponId });
+}
+
 export function validityWindow(coupon: IssueInput['coupon'], now: Date): { validFrom: Date; expiresAt: Date } {
   if (coupon.validityType === 'FIXED') return { validFrom: coupon.validityStartAt as Date, expiresAt: coupon.validityEndAt as Date };
   return { validFrom: now, expiresAt: new Date(now.getTime() + (coupon.validityDays as number) * DAY_MS) };
@@ -38,7 +42,7 @@ export class IssueService {
   async issue(em: EntityManager, input: IssueInput): Promise<UserCoupon> {
     const now = input.now ?? new Date();
     if (input.fromStock && !(await this.stock.deduct(em, input.coupon.id, 1, now))) {
-      throw new AppError('SOLD_OUT', 'This coupon is sold out', { couponId: input.coupon.id });
+      throw soldOutError(input.coupon.id);
     }
     const { validFrom, expiresAt } = validityWindow(input.coupon, now);
     const res = (await em.query(

@@ -1,0 +1,101 @@
+import { ApiProperty, ApiPropertyOptional } from '@nestjs/swagger';
+import { Type } from 'class-transformer';
+import { IsBoolean, IsIn, IsInt, IsISO8601, IsNotEmptyObject, IsOptional, IsString, Length, Matches, Max, Min, ValidateIf, ValidateNested } from 'class-validator';
+import { USER_COUPON_STATUSES } from '../state-machine/transitions.js';
+
+const MAX_CENTS = 1_000_000_000_000;
+
+export class ValidityDto {
+  @ApiProperty({ enum: ['FIXED', 'RELATIVE'] })
+  @IsIn(['FIXED', 'RELATIVE'])
+  type!: 'FIXED' | 'RELATIVE';
+
+  @ApiPropertyOptional({ description: 'FIXED only: ISO 8601 UTC' })
+  @ValidateIf((o: ValidityDto) => o.type === 'FIXED' || o.startAt !== undefined)
+  @IsISO8601({ strict: true })
+  startAt?: string;
+
+  @ApiPropertyOptional({ description: 'FIXED only: ISO 8601 UTC' })
+  @ValidateIf((o: ValidityDto) => o.type === 'FIXED' || o.endAt !== undefined)
+  @IsISO8601({ strict: true })
+  endAt?: string;
+
+  @ApiPropertyOptional({ description: 'RELATIVE only: days from issuance', minimum: 1, maximum: 3650 })
+  @ValidateIf((o: ValidityDto) => o.type === 'RELATIVE' || o.days !== undefined)
+  @IsInt()
+  @Min(1)
+  @Max(3650)
+  days?: number;
+}
+
+export class DiscountDto {
+  @ApiProperty({ minimum: 0 })
+  @IsInt()
+  @Min(0)
+  @Max(MAX_CENTS)
+  thresholdCents!: number;
+
+  @ApiProperty({ minimum: 1 })
+  @IsInt()
+  @Min(1)
+  @Max(MAX_CENTS)
+  amountCents!: number;
+}
+
+export class CreateCouponDto {
+  @ApiProperty() @IsString() @Length(1, 200)
+  name!: string;
+
+  @ApiProperty({ minimum: 0, maximum: 1e9 }) @IsInt() @Min(0) @Max(1_000_000_000)
+  totalStock!: number;
+
+  @ApiPropertyOptional({ default: 1, minimum: 1 }) @IsOptional() @IsInt() @Min(1) @Max(1_000_000)
+  perUserLimit?: number;
+
+  @ApiProperty() @IsISO8601({ strict: true })
+  grabStartAt!: string;
+
+  @ApiProperty() @IsISO8601({ strict: true })
+  grabEndAt!: string;
+
+  @ApiProperty({ type: ValidityDto }) @IsNotEmptyObject() @ValidateNested() @Type(() => ValidityDto)
+  validity!: ValidityDto;
+
+  @ApiProperty({ type: DiscountDto }) @IsNotEmptyObject() @ValidateNested() @Type(() => DiscountDto)
+  discount!: DiscountDto;
+
+  @ApiPropertyOptional({ description: 'Per-instance grab admissions per second; default RATE_LIMIT_PER_SECOND' })
+  @IsOptional() @IsInt() @Min(1) @Max(1_000_000)
+  rateLimitPerSecond?: number;
+
+  @ApiPropertyOptional({ default: false }) @IsOptional() @IsBoolean()
+  returnOnRefund?: boolean;
+}
+
+export class PatchCouponDto {
+  @ApiPropertyOptional({ enum: ['ACTIVE', 'PAUSED'] }) @IsOptional() @IsIn(['ACTIVE', 'PAUSED'])
+  status?: 'ACTIVE' | 'PAUSED';
+
+  @ApiPropertyOptional({ nullable: true, description: 'null resets to the default' })
+  @IsOptional() @IsInt() @Min(1) @Max(1_000_000)
+  rateLimitPerSecond?: number | null;
+}
+
+export class StockDeltaDto {
+  @ApiProperty({ description: 'Non-zero: positive adds stock, negative removes it' })
+  @IsInt() @Min(-1_000_000_000) @Max(1_000_000_000)
+  delta!: number;
+}
+
+export class MyCouponsQuery {
+  @ApiPropertyOptional({ enum: USER_COUPON_STATUSES }) @IsOptional() @IsIn(USER_COUPON_STATUSES)
+  status?: (typeof USER_COUPON_STATUSES)[number];
+
+  @ApiPropertyOptional({ minimum: 1, maximum: 100, default: 20 })
+  @IsOptional() @Type(() => Number) @IsInt() @Min(1) @Max(100)
+  limit?: number;
+
+  @ApiPropertyOptional({ description: 'nextCursor of the previous page' })
+  @IsOptional() @Matches(/^[1-9][0-9]{0,18}$/, { message: 'cursor must be a nextCursor value' })
+  cursor?: string;
+}

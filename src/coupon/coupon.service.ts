@@ -1,0 +1,179 @@
+import { Injectable } from '@nestjs/common';
+import { InjectRepository } from '@nestjs/typeorm';
+import { Repository } from 'typeorm';
+import { AppConfig } from '../config/app-config.js';
+import { AppError } from '../common/errors.js';
+import { validationFailed } from '../common/validation.js';
+import { TransactionService } from '../database/transaction.service.js';
+import { CouponStock } from '../stock/coupon-stock.entity.js';
+import { StockService } from '../stock/stock.service.js';
+import { Coupon } from './coupon.entity.js';
+import { CreateCouponDto, PatchCouponDto } from './coupon.dto.js';
+
+const MIN_INSTANT = Date.parse('2000-01-01T00:00:00Z');
+const MAX_INSTANT = Date.parse('9999-01-01T00:00:00Z');
+
+function instant(field: string, value: string): Date {
+  const t = Date.parse(value);
+  if (!Number.isFinite(t) || t < MIN_INSTANT || t >= MAX_INSTANT) throw validationFailed({ [field]: ['must be a date between 2000 and 9998'] });
+  return new Date(t);
+}
+
+export function toCouponView(c: Coupon, s: Pick<CouponStock, 'initStock' | 'stock'>) {
+  return {
+    id: c.id,
+    name: c.name,
+    status: c.status,
+    perUserLimit: c.perUserLimit,
+    grabStartAt: c.grabStartAt.toISOString(),
+    grabEndAt: c.grabEndAt.toISOString(),
+    validity:
+      c.validityType === 'FIXED'
+        ? { type: 'FIXED' as const, startAt: c.validityStartAt?.toISOString(), endAt: c.validityEndAt?.toISOString() }
+        : { type: 'RELATIVE' as const, days: c.validityDays },
+    discount: { thresholdCents: c.thresholdCents, amountCents: c.discountCents },
+    rateLimitPerSecond: c.rateLimitPerSecond,
+    returnOnRefund: c.returnOnRefund,
+    initStock: s.initStock,
+    remainingStock: s.stock,
+  };
+}
+export type CouponView = ReturnType<typeof toCouponView>;
+
+interface CacheEntry {
+  coupon: Coupon | null;
+  until: number;
+}
+
+/**
+ * Coupon templates. The grab path reads templates from a short-lived in-memory cache so the rate
+ * limiter and the window checks cost no database round trip; changes made through this instance
+ * invalidate it at once, changes made through another instance show within COUPON_CACHE_TTL_MS.
+ */
+@Injectable()
+export class CouponService {
+  private readonly cache = new Map<string, CacheEntry>();
+  /** Coupons a grab found sold out, until when. Only a hint: the conditional UPDATE stays the authority. */
+  private readonly soldOut = new Map<string, number>();
+
+  constructor(
+    @InjectRepository(Coupon) private readonly coupons: Repository<Coupon>,
+    @InjectRepository(CouponStock) private readonly stocks: Repository<CouponStock>,
+    private readonly tx: TransactionService,
+    private readonly stock: StockService,
+    private readonly config: AppConfig,
+  ) {}
+
+  async create(dto: CreateCouponDto): Promise<CouponView> {
+    const grabStartAt = instant('grabStartAt', dto.grabStartAt);
+    const grabEndAt = instant('grabEndAt', dto.grabEndAt);
+    if (grabEndAt <= grabStartAt) throw validationFailed({ grabEndAt: ['must be after grabStartAt'] });
+    const v = dto.validity;
+    let validityStartAt: Date | null = null;
+    let validityEndAt: Date | null = null;
+    if (v.type === 'FIXED') {
+      if (v.days !== undefined) throw validationFailed({ 'validity.days': ['only for RELATIVE validity'] });
+      validityStartAt = instant('validity.startAt', v.startAt as string);
+      validityEndAt = instant('validity.endAt', v.endAt as string);
+      if (validityEndAt <= validityStartAt) throw validationFailed({ 'validity.endAt': ['must be after validity.startAt'] });
+    } else if (v.startAt !== undefined || v.endAt !== undefined) {
+      throw validationFailed({ validity: ['startAt and endAt are only for FIXED validity'] });
+    }
+    const now = new Date();
+    const coupon = Object.assign(new Coupon(), {
+      name: dto.name,
+      status: 'ACTIVE' as const,
+      perUserLimit: dto.perUserLimit ?? 1,
+      grabStartAt,
+      grabEndAt,
+      validityType: v.type,
+      validityStartAt,
+      validityEndAt,
+      validityDays: v.type === 'RELATIVE' ? (v.days as number) : null,
+      thresholdCents: dto.discount.thresholdCents,
+      discountCents: dto.discount.amountCents,
+      rateLimitPerSecond: dto.rateLimitPerSecond ?? null,
+      returnOnRefund: dto.returnOnRefund ?? false,
+      createdAt: now,
+      updatedAt: now,
+    });
+    const saved = await this.tx.inTransaction(async (em) => {
+      const c = await em.save(Coupon, Object.assign(new Coupon(), coupon));
+      await this.stock.create(em, c.id, dto.totalStock, now);
+      return c;
+    });
+    return toCouponView(saved, { initStock: dto.totalStock, stock: dto.totalStock });
+  }
+
+  /** The template for the grab path: from memory when fresh. Throws COUPON_NOT_FOUND. */
+  async template(id: string): Promise<Coupon> {
+    const hit = this.cache.get(id);
+    const coupon = hit && hit.until > Date.now() ? hit.coupon : await this.load(id);
+    if (!coupon) throw new AppError('COUPON_NOT_FOUND', `Coupon ${id} does not exist`);
+    return coupon;
+  }
+
+  private async load(id: string): Promise<Coupon | null> {
+    const coupon = await this.coupons.findOneBy({ id });
+    if (this.config.COUPON_CACHE_TTL_MS > 0) {
+      if (this.cache.size > 10_000) this.cache.clear();
+      this.cache.set(id, { coupon, until: Date.now() + this.config.COUPON_CACHE_TTL_MS });
+    }
+    return coupon;
+  }
+
+  invalidate(id: string): void {
+    this.cache.delete(id);
+    this.soldOut.delete(id);
+  }
+
+  markSoldOut(id: string): void {
+    if (this.soldOut.size > 10_000) this.soldOut.clear();
+    this.soldOut.set(id, Date.now() + this.config.COUPON_CACHE_TTL_MS);
+  }
+
+  isSoldOut(id: string): boolean {
+    return (this.soldOut.get(id) ?? 0) > Date.now();
+  }
+
+  async view(id: string): Promise<CouponView> {
+    const [coupon, stock] = await Promise.all([this.coupons.findOneBy({ id }), this.stocks.findOneBy({ couponId: id })]);
+    if (!coupon || !stock) throw new AppError('COUPON_NOT_FOUND', `Coupon ${id} does not exist`);
+    return toCouponView(coupon, stock);
+  }
+
+  /** Counts by status as clients see it: an UNUSED coupon past its expiry counts as expired. */
+  async counts(id: string): Promise<Record<'issued' | 'unused' | 'used' | 'expired' | 'void', number>> {
+    const [row] = (await this.coupons.query(
+      `SELECT COUNT(*) AS issued,
+              COALESCE(SUM(status = 'UNUSED' AND expires_at > ?), 0) AS unused,
+              COALESCE(SUM(status = 'USED'), 0) AS used,
+              COALESCE(SUM(status = 'EXPIRED' OR (status = 'UNUSED' AND expires_at <= ?)), 0) AS expired,
+              COALESCE(SUM(status = 'VOID'), 0) AS void
+       FROM user_coupon WHERE coupon_id = ?`,
+      [new Date(), new Date(), id],
+    )) as Record<string, string>[];
+    return { issued: Number(row.issued), unused: Number(row.unused), used: Number(row.used), expired: Number(row.expired), void: Number(row.void) };
+  }
+
+  async patch(id: string, dto: PatchCouponDto): Promise<CouponView> {
+    if (dto.status === undefined && dto.rateLimitPerSecond === undefined) {
+      throw validationFailed({ body: ['give status and/or rateLimitPerSecond'] });
+    }
+    const changes: Partial<Coupon> = { updatedAt: new Date() };
+    if (dto.status !== undefined) changes.status = dto.status;
+    if (dto.rateLimitPerSecond !== undefined) changes.rateLimitPerSecond = dto.rateLimitPerSecond;
+    const res = await this.coupons.update({ id }, changes);
+    if (!res.affected) throw new AppError('COUPON_NOT_FOUND', `Coupon ${id} does not exist`);
+    this.invalidate(id);
+    return this.view(id);
+  }
+
+  async adjustStock(id: string, delta: number): Promise<CouponView> {
+    if (delta === 0) throw validationFailed({ delta: ['must not be 0'] });
+    await this.template(id);
+    await this.tx.inTransaction((em) => this.stock.adjust(em, id, delta));
+    this.invalidate(id);
+    return this.view(id);
+  }
+}

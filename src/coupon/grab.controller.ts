@@ -1,0 +1,43 @@
+import { Controller, Get, Headers, HttpCode, Param, Post, Res } from '@nestjs/common';
+import { ApiBearerAuth, ApiHeader, ApiTags } from '@nestjs/swagger';
+import type { FastifyReply } from 'fastify';
+import { CurrentUser, type Principal } from '../auth/principal.js';
+import { AppError } from '../common/errors.js';
+import { IDEMPOTENCY_KEY_PATTERN, IdPipe, validationFailed } from '../common/validation.js';
+import { GrabService } from './grab.service.js';
+import { toUserCouponView, UserCouponView } from './user-coupon.entity.js';
+
+function checkKey(key: string | undefined, field: string): string {
+  if (typeof key !== 'string' || !IDEMPOTENCY_KEY_PATTERN.test(key)) throw validationFailed({ [field]: ['required: 1-128 characters of [A-Za-z0-9_-]'] });
+  return key;
+}
+
+@ApiTags('grab')
+@ApiBearerAuth()
+@Controller()
+export class GrabController {
+  constructor(private readonly grabs: GrabService) {}
+
+  /** 201 with the coupon; a replay of the same key answers the same, with Idempotent-Replayed: true. */
+  @Post('coupons/:couponId/grab')
+  @HttpCode(201)
+  @ApiHeader({ name: 'Idempotency-Key', required: true, description: '1-128 of [A-Za-z0-9_-], unique per grab attempt' })
+  async grab(
+    @Param('couponId', IdPipe) couponId: string,
+    @Headers('idempotency-key') key: string | undefined,
+    @CurrentUser() user: Principal,
+    @Res({ passthrough: true }) reply: FastifyReply,
+  ): Promise<UserCouponView> {
+    const { userCoupon, replayed } = await this.grabs.grab(user.userId, couponId, checkKey(key, 'Idempotency-Key'));
+    if (replayed) void reply.header('Idempotent-Replayed', 'true');
+    return toUserCouponView(userCoupon);
+  }
+
+  /** Lets a client whose grab timed out learn whether it got the coupon. */
+  @Get('grabs/:idempotencyKey')
+  async find(@Param('idempotencyKey') key: string, @CurrentUser() user: Principal): Promise<UserCouponView> {
+    const uc = await this.grabs.byKey(user.userId, checkKey(key, 'idempotencyKey'));
+    if (!uc) throw new AppError('GRAB_NOT_FOUND', 'No coupon was issued to you under this key');
+    return toUserCouponView(uc);
+  }
+}

@@ -1,0 +1,99 @@
+import { Injectable } from '@nestjs/common';
+import { InjectRepository } from '@nestjs/typeorm';
+import { Repository } from 'typeorm';
+import { isDuplicateKey } from '../common/db-errors.js';
+import { AppError } from '../common/errors.js';
+import { counter, histogram } from '../common/metrics.js';
+import { TransactionService } from '../database/transaction.service.js';
+import { RateLimitService } from '../rate-limit/rate-limit.service.js';
+import { Coupon } from './coupon.entity.js';
+import { CouponService } from './coupon.service.js';
+import { IssueService, soldOutError } from './issue.service.js';
+import { UserCoupon } from './user-coupon.entity.js';
+
+const outcomes = counter('grab_outcomes_total', 'Grab answers by result code', ['result']);
+const latency = histogram('grab_duration_seconds', 'Grab latency by result code', ['result'], [0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5]);
+
+export interface GrabResult {
+  userCoupon: UserCoupon;
+  replayed: boolean;
+}
+
+/**
+ * The grab flow: limiter, idempotency, eligibility, then one transaction that deducts stock,
+ * issues the coupon with its log row and checks the per-user limit while holding the stock row's
+ * lock, so the limit cannot be raced.
+ */
+@Injectable()
+export class GrabService {
+  constructor(
+    @InjectRepository(UserCoupon) private readonly userCoupons: Repository<UserCoupon>,
+    private readonly coupons: CouponService,
+    private readonly issuer: IssueService,
+    private readonly tx: TransactionService,
+    private readonly rateLimit: RateLimitService,
+  ) {}
+
+  async grab(userId: string, couponId: string, key: string): Promise<GrabResult> {
+    const started = process.hrtime.bigint();
+    let result = 'ERROR';
+    try {
+      const r = await this.attempt(userId, couponId, key);
+      result = r.replayed ? 'REPLAYED' : 'ISSUED';
+      return r;
+    } catch (err) {
+      if (err instanceof AppError) result = err.code;
+      throw err;
+    } finally {
+      outcomes.inc({ result });
+      latency.observe({ result }, Number(process.hrtime.bigint() - started) / 1e9);
+    }
+  }
+
+  private async attempt(userId: string, couponId: string, key: string): Promise<GrabResult> {
+    const coupon = await this.coupons.template(couponId);
+    await this.rateLimit.admitGrab(couponId, userId, coupon.rateLimitPerSecond);
+    const earlier = await this.byKey(userId, key);
+    if (earlier) return this.replay(earlier, couponId);
+    this.checkEligible(coupon, new Date());
+    if (this.coupons.isSoldOut(couponId)) throw soldOutError(couponId);
+    try {
+      const userCoupon = await this.tx.inTransaction(async (em) => {
+        const uc = await this.issuer.issue(em, { coupon, userId, source: 'GRAB', fromStock: true, idempotencyKey: key, txId: `grab:${key}` });
+        // Counted after our own insert, still under the stock row lock every grab of this coupon takes.
+        const [{ n }] = (await em.query(`SELECT COUNT(*) AS n FROM user_coupon WHERE coupon_id = ? AND user_id = ? AND source = 'GRAB'`, [couponId, userId])) as { n: string }[];
+        if (Number(n) > coupon.perUserLimit) {
+          throw new AppError('USER_LIMIT_REACHED', `At most ${coupon.perUserLimit} of this coupon per user`, { perUserLimit: coupon.perUserLimit });
+        }
+        return uc;
+      });
+      return { userCoupon, replayed: false };
+    } catch (err) {
+      // A concurrent request with the same key may have won while we waited for the stock lock.
+      if (isDuplicateKey(err) || (err instanceof AppError && (err.code === 'SOLD_OUT' || err.code === 'USER_LIMIT_REACHED'))) {
+        const winner = await this.byKey(userId, key);
+        if (winner) return this.replay(winner, couponId);
+        if (isDuplicateKey(err)) throw new AppError('IDEMPOTENCY_IN_PROGRESS', 'A grab with this key is still in progress; retry', { idempotencyKey: key });
+      }
+      if (err instanceof AppError && err.code === 'SOLD_OUT') this.coupons.markSoldOut(couponId);
+      throw err;
+    }
+  }
+
+  private checkEligible(coupon: Coupon, now: Date): void {
+    if (coupon.status !== 'ACTIVE') throw new AppError('COUPON_PAUSED', 'This coupon is paused', { couponId: coupon.id });
+    if (now < coupon.grabStartAt) throw new AppError('GRAB_NOT_STARTED', 'Grabbing has not started', { grabStartAt: coupon.grabStartAt.toISOString() });
+    if (now >= coupon.grabEndAt) throw new AppError('GRAB_ENDED', 'Grabbing has ended', { grabEndAt: coupon.grabEndAt.toISOString() });
+  }
+
+  private replay(uc: UserCoupon, couponId: string): GrabResult {
+    if (uc.couponId !== couponId) {
+      throw new AppError('IDEMPOTENCY_KEY_REUSED', 'This Idempotency-Key was already used for another coupon', { couponId: uc.couponId });
+    }
+    return { userCoupon: uc, replayed: true };
+  }
+
+  byKey(userId: string, key: string): Promise<UserCoupon | null> {
+    return this.userCoupons.findOneBy({ userId, idempotencyKey: key });
+  }
+}

@@ -1,0 +1,35 @@
+import { ApiProperty, ApiPropertyOptional } from '@nestjs/swagger';
+import { Transform } from 'class-transformer';
+import { IsInt, IsOptional, IsString, Length, Matches, Max, Min } from 'class-validator';
+import { USER_ID_PATTERN } from '../common/validation.js';
+
+const ID = /^[1-9][0-9]{0,18}$/;
+/** Ids travel as strings; a client that sends a small integer is accepted too. */
+const idAsString = ({ value }: { value: unknown }) => (typeof value === 'number' && Number.isSafeInteger(value) ? String(value) : value);
+const PRINTABLE = /^[^\p{C}]+$/u;
+
+export class RedeemDto {
+  @ApiProperty({ example: '1024' }) @Transform(idAsString) @IsString() @Matches(ID, { message: 'userCouponId must be an id' })
+  userCouponId!: string;
+
+  @ApiProperty({ minLength: 1, maxLength: 64 }) @IsString() @Length(1, 64) @Matches(PRINTABLE, { message: 'orderNo must be printable' })
+  orderNo!: string;
+
+  @ApiProperty({ minimum: 0 }) @IsInt() @Min(0) @Max(1_000_000_000_000)
+  orderAmountCents!: number;
+
+  @ApiPropertyOptional({ description: 'Required for a service token; for a user token absent or equal to the token subject' })
+  @IsOptional() @IsString() @Matches(USER_ID_PATTERN, { message: 'userId must be 1-64 of [A-Za-z0-9_.:-]' })
+  userId?: string;
+}
+
+export class RefundDto {
+  @ApiProperty({ example: '1024' }) @Transform(idAsString) @IsString() @Matches(ID, { message: 'userCouponId must be an id' })
+  userCouponId!: string;
+
+  @ApiProperty() @IsString() @Length(1, 64) @Matches(PRINTABLE, { message: 'orderNo must be printable' })
+  orderNo!: string;
+
+  @ApiProperty() @IsString() @Length(1, 64) @Matches(PRINTABLE, { message: 'refundNo must be printable' })
+  refundNo!: string;
+}

@@ -1,0 +1,194 @@
+import request from 'supertest';
+import { createCoupon, newKey } from './support/factories.js';
+import { adminToken, bearer, startTestApp, TestApp, tokenFor } from './support/harness.js';
+import { checkInvariants } from './support/invariants.js';
+
+const HOUR = 3600_000;
+
+describe('grab', () => {
+  let t: TestApp;
+  beforeAll(async () => {
+    t = await startTestApp();
+  });
+  afterEach(async () => {
+    expect(await checkInvariants(t.db)).toEqual([]);
+  });
+  afterAll(() => t.close());
+
+  const grab = (couponId: string, userId: string, key: string = newKey()) =>
+    request(t.url).post(`/coupons/${couponId}/grab`).set(bearer(tokenFor(userId))).set('Idempotency-Key', key);
+  const rowCount = async (sql: string, params: unknown[] = []) => Number(((await t.db.query(sql, params)) as { n: string }[])[0].n);
+  const issuedOf = (couponId: string) => rowCount(`SELECT COUNT(*) AS n FROM user_coupon WHERE coupon_id = ?`, [couponId]);
+  const stockOf = async (couponId: string) =>
+    ((await t.db.query(`SELECT init_stock, stock FROM coupon_stock WHERE coupon_id = ?`, [couponId])) as { init_stock: string; stock: string }[])[0];
+
+  it('2,000 concurrent grabs by 2,000 users on 500 stock issue exactly 500', async () => {
+    const coupon = await createCoupon(t.url, { totalStock: 500 });
+    const answers = await Promise.all(Array.from({ length: 2000 }, (_, i) => grab(coupon.id, `crowd-${i}`)));
+    const byStatus = answers.reduce<Record<string, number>>((acc, r) => ({ ...acc, [`${r.status} ${r.body.code ?? ''}`]: (acc[`${r.status} ${r.body.code ?? ''}`] ?? 0) + 1 }), {});
+    expect(byStatus).toEqual({ '201 ': 500, '409 SOLD_OUT': 1500 });
+    expect(await stockOf(coupon.id)).toEqual({ init_stock: '500', stock: '0' });
+    expect(await issuedOf(coupon.id)).toBe(500);
+    const winners = answers.filter((r) => r.status === 201).map((r) => r.body.id as string);
+    expect(new Set(winners).size).toBe(500);
+    expect(await rowCount(`SELECT COUNT(DISTINCT l.user_coupon_id) AS n FROM user_coupon_state_log l JOIN user_coupon uc ON uc.id = l.user_coupon_id WHERE uc.coupon_id = ? AND l.from_status IS NULL`, [coupon.id])).toBe(500);
+  });
+
+  it.each([1, 3])('50 concurrent grabs by one user with limit %i issue exactly that many', async (limit) => {
+    const coupon = await createCoupon(t.url, { totalStock: 100, perUserLimit: limit });
+    const answers = await Promise.all(Array.from({ length: 50 }, () => grab(coupon.id, `greedy-${limit}`)));
+    expect(answers.filter((r) => r.status === 201)).toHaveLength(limit);
+    expect(answers.filter((r) => r.status !== 201).every((r) => r.status === 409 && r.body.code === 'USER_LIMIT_REACHED')).toBe(true);
+    expect(await issuedOf(coupon.id)).toBe(limit);
+    expect((await stockOf(coupon.id)).stock).toBe(String(100 - limit));
+  });
+
+  it('30 concurrent grabs with one key issue one coupon; every answer is that coupon or 409', async () => {
+    const coupon = await createCoupon(t.url, { totalStock: 10 });
+    const key = newKey('dup');
+    const answers = await Promise.all(Array.from({ length: 30 }, () => grab(coupon.id, 'double-clicker', key)));
+    expect(await issuedOf(coupon.id)).toBe(1);
+    const ids = new Set(answers.filter((r) => r.status === 201).map((r) => r.body.id));
+    expect(ids.size).toBe(1);
+    expect(answers.every((r) => r.status === 201 || r.status === 409)).toBe(true);
+    expect(answers.filter((r) => r.status === 201 && r.headers['idempotent-replayed'] !== 'true')).toHaveLength(1);
+  });
+
+  it('replays a finished grab with the same body and Idempotent-Replayed, refuses the key for another coupon, and answers GET /grabs/:key', async () => {
+    const a = await createCoupon(t.url, { totalStock: 5 });
+    const b = await createCoupon(t.url, { totalStock: 5 });
+    const key = newKey('replay');
+    const first = await grab(a.id, 'replayer', key);
+    expect(first.status).toBe(201);
+    expect(first.headers['idempotent-replayed']).toBeUndefined();
+    expect(first.body).toMatchObject({ couponId: a.id, userId: 'replayer', status: 'UNUSED', source: 'GRAB', usedAt: null });
+    const again = await grab(a.id, 'replayer', key);
+    expect(again.status).toBe(201);
+    expect(again.headers['idempotent-replayed']).toBe('true');
+    expect(again.body).toEqual(first.body);
+    const other = await grab(b.id, 'replayer', key);
+    expect(other.status).toBe(422);
+    expect(other.body.code).toBe('IDEMPOTENCY_KEY_REUSED');
+    expect(await issuedOf(b.id)).toBe(0);
+
+    const found = await request(t.url).get(`/grabs/${key}`).set(bearer(tokenFor('replayer')));
+    expect(found.status).toBe(200);
+    expect(found.body).toEqual(first.body);
+    const notMine = await request(t.url).get(`/grabs/${key}`).set(bearer(tokenFor('someone-else')));
+    expect(notMine.status).toBe(404);
+    expect(notMine.body.code).toBe('GRAB_NOT_FOUND');
+  });
+
+  it('a replay of a successful grab still answers after the coupon sold out', async () => {
+    const coupon = await createCoupon(t.url, { totalStock: 1 });
+    const key = newKey('last');
+    expect((await grab(coupon.id, 'last-one', key)).status).toBe(201);
+    expect((await grab(coupon.id, 'too-late')).body.code).toBe('SOLD_OUT');
+    const again = await grab(coupon.id, 'last-one', key);
+    expect(again.status).toBe(201);
+    expect(again.headers['idempotent-replayed']).toBe('true');
+  });
+
+  it('refuses grabs outside the window, on paused and unknown coupons, with a bad key or no token, writing nothing', async () => {
+    const now = Date.now();
+    const notStarted = await createCoupon(t.url, { grabStartAt: new Date(now + HOUR).toISOString(), grabEndAt: new Date(now + 2 * HOUR).toISOString() });
+    const ended = await createCoupon(t.url, { grabStartAt: new Date(now - 2 * HOUR).toISOString(), grabEndAt: new Date(now - HOUR).toISOString() });
+    const paused = await createCoupon(t.url);
+    const patched = await request(t.url).patch(`/admin/coupons/${paused.id}`).set(bearer(adminToken())).send({ status: 'PAUSED' });
+    expect(patched.status).toBe(200);
+    expect(patched.body.status).toBe('PAUSED');
+    const before = await rowCount(`SELECT COUNT(*) AS n FROM user_coupon`);
+
+    expect((await grab(notStarted.id, 'u1')).body).toMatchObject({ code: 'GRAB_NOT_STARTED' });
+    expect((await grab(ended.id, 'u1')).body).toMatchObject({ code: 'GRAB_ENDED' });
+    expect((await grab(paused.id, 'u1')).body).toMatchObject({ code: 'COUPON_PAUSED' });
+    const unknown = await grab('999999999', 'u1');
+    expect([unknown.status, unknown.body.code]).toEqual([404, 'COUPON_NOT_FOUND']);
+    const badId = await grab('abc', 'u1');
+    expect([badId.status, badId.body.code]).toEqual([400, 'VALIDATION_FAILED']);
+    for (const key of ['', 'has space', 'x'.repeat(129), 'ünïcode']) {
+      const res = await request(t.url).post(`/coupons/${paused.id}/grab`).set(bearer(tokenFor('u1'))).set('Idempotency-Key', key);
+      expect([res.status, res.body.code]).toEqual([400, 'VALIDATION_FAILED']);
+    }
+    const noKey = await request(t.url).post(`/coupons/${notStarted.id}/grab`).set(bearer(tokenFor('u1')));
+    expect([noKey.status, noKey.body.code]).toEqual([400, 'VALIDATION_FAILED']);
+    const noToken = await request(t.url).post(`/coupons/${notStarted.id}/grab`).set('Idempotency-Key', newKey());
+    expect([noToken.status, noToken.body.code]).toEqual([401, 'UNAUTHENTICATED']);
+
+    const resumed = await request(t.url).patch(`/admin/coupons/${paused.id}`).set(bearer(adminToken())).send({ status: 'ACTIVE' });
+    expect(resumed.body.status).toBe('ACTIVE');
+    expect((await grab(paused.id, 'u1')).status).toBe(201);
+    expect(await rowCount(`SELECT COUNT(*) AS n FROM user_coupon`)).toBe(before + 1);
+  });
+
+  it('makes stock added to a sold-out coupon grabbable at once', async () => {
+    const coupon = await createCoupon(t.url, { totalStock: 1 });
+    expect((await grab(coupon.id, 's1')).status).toBe(201);
+    expect((await grab(coupon.id, 's2')).body.code).toBe('SOLD_OUT');
+    const added = await request(t.url).post(`/admin/coupons/${coupon.id}/stock`).set(bearer(adminToken())).send({ delta: 2 });
+    expect(added.status).toBe(200);
+    expect(added.body).toMatchObject({ initStock: 3, remainingStock: 2 });
+    expect((await grab(coupon.id, 's2')).status).toBe(201);
+  });
+
+  it('refuses to remove more stock than remains, changing nothing', async () => {
+    const coupon = await createCoupon(t.url, { totalStock: 3 });
+    expect((await grab(coupon.id, 'r1')).status).toBe(201);
+    const tooMuch = await request(t.url).post(`/admin/coupons/${coupon.id}/stock`).set(bearer(adminToken())).send({ delta: -3 });
+    expect([tooMuch.status, tooMuch.body.code]).toEqual([409, 'INSUFFICIENT_STOCK']);
+    expect(await stockOf(coupon.id)).toEqual({ init_stock: '3', stock: '2' });
+    const ok = await request(t.url).post(`/admin/coupons/${coupon.id}/stock`).set(bearer(adminToken())).send({ delta: -2 });
+    expect(ok.body).toMatchObject({ initStock: 1, remainingStock: 0 });
+    for (const body of [{ delta: 0 }, { delta: 1.5 }, { delta: '1' }, {}, { delta: 1, extra: true }]) {
+      const bad = await request(t.url).post(`/admin/coupons/${coupon.id}/stock`).set(bearer(adminToken())).send(body);
+      expect([bad.status, bad.body.code]).toEqual([400, 'VALIDATION_FAILED']);
+    }
+  });
+
+  it('computes validity from the template: N days from issue, or the fixed window', async () => {
+    const relative = await createCoupon(t.url, { validity: { type: 'RELATIVE', days: 3 } });
+    const start = new Date(Date.now() + 86_400_000).toISOString();
+    const end = new Date(Date.now() + 5 * 86_400_000).toISOString();
+    const fixed = await createCoupon(t.url, { validity: { type: 'FIXED', startAt: start, endAt: end } });
+    const r = (await grab(relative.id, 'v1')).body;
+    expect(Date.parse(r.expiresAt) - Date.parse(r.issuedAt)).toBe(3 * 86_400_000);
+    expect(r.validFrom).toBe(r.issuedAt);
+    const f = (await grab(fixed.id, 'v1')).body;
+    expect([f.validFrom, f.expiresAt]).toEqual([start, end]);
+  });
+
+  it('shows admins the coupon with counts, and the public its fields', async () => {
+    const coupon = await createCoupon(t.url, { totalStock: 4 });
+    await grab(coupon.id, 'c1');
+    await grab(coupon.id, 'c2');
+    const admin = await request(t.url).get(`/admin/coupons/${coupon.id}`).set(bearer(adminToken()));
+    expect(admin.body).toMatchObject({ id: coupon.id, initStock: 4, remainingStock: 2, counts: { issued: 2, unused: 2, used: 0, expired: 0, void: 0 } });
+    const pub = await request(t.url).get(`/coupons/${coupon.id}`);
+    expect(pub.status).toBe(200);
+    expect(pub.body).toMatchObject({ id: coupon.id, remainingStock: 2, discount: { thresholdCents: 10000, amountCents: 1000 } });
+    expect((await request(t.url).get(`/admin/coupons/${coupon.id}`).set(bearer(tokenFor('c1')))).status).toBe(403);
+    expect((await request(t.url).get('/coupons/424242424242')).body.code).toBe('COUPON_NOT_FOUND');
+  });
+
+  it('lists my coupons newest first with cursor pagination and a status filter, and hides other users\' coupons', async () => {
+    const coupons = await Promise.all([1, 2, 3].map(() => createCoupon(t.url, { totalStock: 5 })));
+    const mine: string[] = [];
+    for (const c of coupons) mine.push((await grab(c.id, 'lister')).body.id);
+    const theirs = (await grab(coupons[0].id, 'stranger')).body.id as string;
+    const me = bearer(tokenFor('lister'));
+    const p1 = await request(t.url).get('/me/coupons?limit=2').set(me);
+    expect(p1.status).toBe(200);
+    expect(p1.body.items.map((i: { id: string }) => i.id)).toEqual([mine[2], mine[1]]);
+    const p2 = await request(t.url).get(`/me/coupons?limit=2&cursor=${p1.body.nextCursor}`).set(me);
+    expect(p2.body).toEqual({ items: [expect.objectContaining({ id: mine[0] })], nextCursor: null });
+    expect((await request(t.url).get('/me/coupons?status=USED').set(me)).body.items).toEqual([]);
+    expect((await request(t.url).get('/me/coupons?status=UNUSED').set(me)).body.items).toHaveLength(3);
+    for (const q of ['limit=0', 'limit=101', 'limit=x', 'status=NOPE', 'cursor=abc', 'other=1']) {
+      const bad = await request(t.url).get(`/me/coupons?${q}`).set(me);
+      expect([q, bad.status, bad.body.code]).toEqual([q, 400, 'VALIDATION_FAILED']);
+    }
+    expect((await request(t.url).get(`/me/coupons/${mine[0]}`).set(me)).status).toBe(200);
+    const hidden = await request(t.url).get(`/me/coupons/${theirs}`).set(me);
+    expect([hidden.status, hidden.body.code]).toEqual([404, 'USER_COUPON_NOT_FOUND']);
+  });
+});
