@@ -1,0 +1,69 @@
+import request from 'supertest';
+import { loadConfig } from '../src/config/app-config.js';
+import { adminToken, bearer, startTestApp, TestApp } from './support/harness.js';
+
+describe('error format and input limits', () => {
+  let t: TestApp;
+  beforeAll(async () => {
+    t = await startTestApp();
+  });
+  afterAll(() => t.close());
+
+  const post = (body: string, type = 'application/json') => request(t.url).post('/admin/coupons').set(bearer(adminToken())).set('Content-Type', type).send(body);
+
+  it.each([
+    ['malformed JSON', '{"name": ', 400, 'VALIDATION_FAILED'],
+    ['an empty JSON body', '', 400, 'VALIDATION_FAILED'],
+    ['a JSON array', '[1,2,3]', 400, 'VALIDATION_FAILED'],
+    ['a JSON string', '"coupon"', 400, 'VALIDATION_FAILED'],
+    ['null', 'null', 400, 'VALIDATION_FAILED'],
+    ['a huge number', '{"name":"x","totalStock":1e400}', 400, 'VALIDATION_FAILED'],
+    ['unicode junk', '{"name":"\u0000\ud83d\ude00","totalStock":"☃"}', 400, 'VALIDATION_FAILED'],
+    ['a prototype-pollution key', '{"__proto__":{"admin":true},"constructor":{"prototype":{}}}', 400, 'VALIDATION_FAILED'],
+  ])('answers %s with %i %s', async (_label, body, status, code) => {
+    const res = await post(body);
+    expect(res.status).toBe(status);
+    expect(res.body).toEqual({ code, message: expect.any(String), ...(res.body.details ? { details: expect.any(Object) } : {}) });
+  });
+
+  it('names the offending fields of a bad body', async () => {
+    const res = await request(t.url).post('/admin/coupons').set(bearer(adminToken())).send({ name: '', totalStock: -1, unknownField: 1 });
+    expect(res.status).toBe(400);
+    expect(Object.keys(res.body.details.fields)).toEqual(expect.arrayContaining(['name', 'totalStock', 'unknownField', 'grabStartAt', 'validity', 'discount']));
+  });
+
+  it('answers a body over 64 KiB with 413 PAYLOAD_TOO_LARGE', async () => {
+    const res = await post(JSON.stringify({ name: 'x'.repeat(70 * 1024) }));
+    expect([res.status, res.body.code]).toEqual([413, 'PAYLOAD_TOO_LARGE']);
+  });
+
+  it('answers an unsupported content type with a 4xx in the error format', async () => {
+    const res = await post('<xml/>', 'application/xml');
+    expect(res.status).toBe(415);
+    expect(res.body.code).toBe('UNSUPPORTED_MEDIA_TYPE');
+  });
+
+  it('answers ids out of the 64-bit range with 400', async () => {
+    for (const id of ['0', '-1', '1.5', '99999999999999999999', '9223372036854775808', '%00']) {
+      const res = await request(t.url).get(`/coupons/${id}`);
+      expect([id, res.status, res.body.code]).toEqual([id, 400, 'VALIDATION_FAILED']);
+    }
+  });
+});
+
+describe('configuration', () => {
+  it('refuses to start in production with the default secret', () => {
+    expect(() => loadConfig({ NODE_ENV: 'production' })).toThrow(/default JWT_SECRET/);
+    expect(loadConfig({ NODE_ENV: 'production', JWT_SECRET: 'a-long-production-secret-value' }).NODE_ENV).toBe('production');
+  });
+
+  it('names every invalid setting', () => {
+    const load = () => loadConfig({ PORT: 'abc', DB_NAME: 'bad-name;', RATE_LIMIT_ENABLED: 'maybe' });
+    for (const name of ['PORT', 'DB_NAME', 'RATE_LIMIT_ENABLED']) expect(load).toThrow(new RegExp(`\\b${name}:`));
+  });
+
+  it('has defaults that work on a developer machine', () => {
+    const c = loadConfig({});
+    expect([c.PORT, c.DB_HOST, c.DB_PORT, c.DB_USER, c.DB_PASSWORD, c.DB_NAME, c.RATE_LIMIT_PER_SECOND, c.RATE_LIMIT_ENABLED]).toEqual([3000, '127.0.0.1', 3306, 'root', '', 'coupon', 500, true]);
+  });
+});

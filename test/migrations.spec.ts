@@ -1,0 +1,38 @@
+import { DataSource } from 'typeorm';
+import { dataSourceOptions } from '../src/database/data-source-options.js';
+import { migrations } from '../src/database/migrations/index.js';
+import { createTestDatabase, dropTestDatabase, testConfig } from './support/harness.js';
+
+describe('migrations', () => {
+  const config = testConfig();
+  let ds: DataSource;
+  beforeAll(async () => {
+    await createTestDatabase(config);
+    ds = new DataSource({ ...dataSourceOptions(config), poolSize: 2 });
+    await ds.initialize();
+  });
+  afterAll(async () => {
+    await ds.destroy();
+    await dropTestDatabase(config);
+  });
+
+  const tables = async () =>
+    ((await ds.query(`SELECT table_name AS t FROM information_schema.tables WHERE table_schema = ? AND table_name <> 'migrations' ORDER BY 1`, [config.DB_NAME])) as { t: string }[]).map((r) => r.t);
+
+  it('builds every table as InnoDB utf8mb4 with millisecond timestamps', async () => {
+    expect(await tables()).toEqual(['compensation', 'coupon', 'coupon_stock', 'discrepancy', 'reconciliation_run', 'redemption', 'refund', 'user_coupon', 'user_coupon_state_log']);
+    const engines = (await ds.query(`SELECT DISTINCT engine, table_collation FROM information_schema.tables WHERE table_schema = ?`, [config.DB_NAME])) as { engine: string; table_collation: string }[];
+    expect(engines.every((e) => e.engine === 'InnoDB' && e.table_collation.startsWith('utf8mb4'))).toBe(true);
+    const datetimes = (await ds.query(`SELECT DISTINCT datetime_precision AS p FROM information_schema.columns WHERE table_schema = ? AND data_type = 'datetime'`, [config.DB_NAME])) as { p: number }[];
+    expect(datetimes.map((d) => Number(d.p))).toEqual([3]);
+  });
+
+  it('goes down to nothing and up again cleanly', async () => {
+    for (let i = 0; i < migrations.length; i++) await ds.undoLastMigration({ transaction: 'each' });
+    expect(await tables()).toEqual([]);
+    const applied = await ds.runMigrations({ transaction: 'each' });
+    expect(applied.map((m) => m.name)).toEqual(migrations.map((m) => new m().name));
+    expect(await tables()).toHaveLength(9);
+    expect(await ds.showMigrations()).toBe(false);
+  });
+});
