@@ -1,0 +1,68 @@
+import { ApiProperty, ApiPropertyOptional } from '@nestjs/swagger';
+import { Transform } from 'class-transformer';
+import { IsBoolean, IsOptional, IsString, Length, Matches } from 'class-validator';
+import { USER_ID_PATTERN } from '../common/validation.js';
+import { USER_COUPON_STATUSES } from './transitions.js';
+
+const ID_PATTERN = /^[1-9][0-9]{0,18}$/;
+// Ids travel as strings (API.md); a client sending a plain JSON integer gets the same meaning.
+const idToString = ({ value }: { value: unknown }) => (typeof value === 'number' && Number.isSafeInteger(value) ? String(value) : value);
+
+export class VoidUserCouponDto {
+  @ApiProperty({ minLength: 1, maxLength: 255, description: 'Why the coupon is voided; written to the state log' })
+  @IsString() @Length(1, 255) @Matches(/\S/, { message: 'reason must not be blank' })
+  reason!: string;
+}
+
+export class ReissueUserCouponDto {
+  @ApiProperty({ example: '1024', description: 'The coupon template to issue from' })
+  @Transform(idToString) @IsString() @Matches(ID_PATTERN, { message: 'couponId must be a positive integer id' })
+  couponId!: string;
+
+  @ApiProperty({ pattern: USER_ID_PATTERN.source })
+  @IsString() @Matches(USER_ID_PATTERN, { message: 'userId must be 1-64 of [A-Za-z0-9_.:-]' })
+  userId!: string;
+
+  @ApiProperty({ minLength: 1, maxLength: 255 })
+  @IsString() @Length(1, 255) @Matches(/\S/, { message: 'reason must not be blank' })
+  reason!: string;
+
+  @ApiProperty({ description: 'true: takes one unit of the coupon stock (409 SOLD_OUT when none is left); false: stock-neutral' })
+  @IsBoolean()
+  fromStock!: boolean;
+
+  @ApiPropertyOptional({ example: '2048', description: "The user's coupon this one replaces (must belong to the same user); it is not voided by the reissue" })
+  @IsOptional() @Transform(idToString) @IsString() @Matches(ID_PATTERN, { message: 'replacesUserCouponId must be a positive integer id' })
+  replacesUserCouponId?: string;
+}
+
+export class TransitionView {
+  @ApiProperty({ enum: USER_COUPON_STATUSES, nullable: true, description: 'null for the issuance' })
+  from!: string | null;
+
+  @ApiProperty({ enum: USER_COUPON_STATUSES })
+  to!: string;
+
+  @ApiProperty({ description: 'Idempotency key, order number, refund number, sweep run or admin action that made the move' })
+  txId!: string;
+
+  @ApiProperty({ nullable: true })
+  reason!: string | null;
+
+  @ApiProperty({ format: 'date-time' })
+  at!: string;
+}
+
+export class UserCouponHistoryView {
+  @ApiProperty({ description: 'The UserCoupon as clients see it (an UNUSED coupon past its expiry shows EXPIRED)' })
+  userCoupon!: Record<string, unknown>;
+
+  @ApiProperty({ type: [TransitionView] })
+  transitions!: TransitionView[];
+
+  @ApiProperty({ enum: USER_COUPON_STATUSES, nullable: true, description: 'Where replaying the log from issuance ends (or stops, at the first inconsistent step)' })
+  replayedStatus!: string | null;
+
+  @ApiProperty({ description: 'Every step legal and continuing from the previous one, ending at the stored status' })
+  consistent!: boolean;
+}

@@ -1,0 +1,106 @@
+import { randomUUID } from 'node:crypto';
+import { Injectable } from '@nestjs/common';
+import { EntityManager } from 'typeorm';
+import { AppError } from '../common/errors.js';
+import { Coupon } from '../coupon/coupon.entity.js';
+import { IssueService } from '../coupon/issue.service.js';
+import { effectiveStatus, toUserCouponView, UserCoupon, UserCouponView } from '../coupon/user-coupon.entity.js';
+import { TransactionService } from '../database/transaction.service.js';
+import { ReissueUserCouponDto } from './admin-user-coupon.dto.js';
+import { StateLog } from './state-log.entity.js';
+import { StateMachineService } from './state-machine.service.js';
+import { replay, UserCouponStatus } from './transitions.js';
+
+export interface UserCouponHistory {
+  userCoupon: UserCouponView;
+  transitions: { from: UserCouponStatus | null; to: UserCouponStatus; txId: string; reason: string | null; at: string }[];
+  replayedStatus: UserCouponStatus | null;
+  consistent: boolean;
+}
+
+/** The state log's tx_id for an operator's action: who did it, and a unique id to find the one request. */
+const adminTxId = (adminId: string, action: string) => `admin:${adminId}:${action}:${randomUUID()}`;
+
+function notFound(userCouponId: string): AppError {
+  return new AppError('USER_COUPON_NOT_FOUND', `User coupon ${userCouponId} does not exist`, { userCouponId });
+}
+
+/** Operators' actions on single user coupons: void, reissue, and the lifecycle replay. */
+@Injectable()
+export class AdminUserCouponService {
+  constructor(
+    private readonly tx: TransactionService,
+    private readonly stateMachine: StateMachineService,
+    private readonly issuer: IssueService,
+  ) {}
+
+  /**
+   * UNUSED or EXPIRED -> VOID. The row is locked first, so a concurrent redemption or void either
+   * finished before (and this answers ILLEGAL_TRANSITION) or waits for this one. An UNUSED coupon
+   * past its expiry is EXPIRED to everyone, so the log records that step before the void and the
+   * replay stays legal.
+   */
+  voidUserCoupon(userCouponId: string, reason: string, adminId: string): Promise<UserCouponView> {
+    return this.tx.inTransaction(async (em) => {
+      const now = new Date();
+      const txId = adminTxId(adminId, 'void');
+      const uc = await this.lock(em, userCouponId, 'exclusive');
+      const status = effectiveStatus(uc, now);
+      if (status !== uc.status) await this.stateMachine.transit(em, uc.id, uc.status, status, txId, 'expired', now);
+      await this.stateMachine.transit(em, uc.id, status, 'VOID', txId, reason, now);
+      return toUserCouponView(Object.assign(uc, { status: 'VOID', updatedAt: now }), now);
+    });
+  }
+
+  /** A new REISSUE coupon for the user, taking stock or not, linked to the one it replaces. */
+  reissue(dto: ReissueUserCouponDto, adminId: string): Promise<UserCouponView> {
+    return this.tx.inTransaction(async (em) => {
+      const coupon = await em.findOneBy(Coupon, { id: dto.couponId });
+      if (!coupon) throw new AppError('COUPON_NOT_FOUND', `Coupon ${dto.couponId} does not exist`, { couponId: dto.couponId });
+      if (dto.replacesUserCouponId !== undefined) {
+        const replaced = await em.findOneBy(UserCoupon, { id: dto.replacesUserCouponId });
+        // Another user's coupon is "not found" for this user, as on GET /me/coupons/:id.
+        if (!replaced || replaced.userId !== dto.userId) throw notFound(dto.replacesUserCouponId);
+      }
+      const uc = await this.issuer.issue(em, {
+        coupon,
+        userId: dto.userId,
+        source: 'REISSUE',
+        fromStock: dto.fromStock,
+        replacesUserCouponId: dto.replacesUserCouponId ?? null,
+        reason: dto.reason,
+        txId: adminTxId(adminId, 'reissue'),
+      });
+      return toUserCouponView(uc);
+    });
+  }
+
+  /**
+   * The coupon and its log, read under a shared lock on the coupon row so no transition can commit
+   * between the two reads (which would report a false inconsistency).
+   */
+  history(userCouponId: string): Promise<UserCouponHistory> {
+    return this.tx.inTransaction(async (em) => {
+      const uc = await this.lock(em, userCouponId, 'shared');
+      const log = await em.find(StateLog, { where: { userCouponId }, order: { id: 'ASC' } });
+      const replayed = replay(log.map((l) => ({ from: l.fromStatus, to: l.toStatus })));
+      return {
+        userCoupon: toUserCouponView(uc),
+        transitions: log.map((l) => ({ from: l.fromStatus, to: l.toStatus, txId: l.txId, reason: l.reason, at: l.createdAt.toISOString() })),
+        replayedStatus: replayed.status,
+        consistent: replayed.legal && replayed.status === uc.status,
+      };
+    });
+  }
+
+  /**
+   * Locks the row, then reads it (READ COMMITTED: the read sees the latest commit). Raw SQL because
+   * TypeORM's mysql driver writes a shared lock as FOR SHARE, which MariaDB does not accept.
+   */
+  private async lock(em: EntityManager, userCouponId: string, mode: 'shared' | 'exclusive'): Promise<UserCoupon> {
+    const locked = (await em.query(`SELECT id FROM user_coupon WHERE id = ? ${mode === 'shared' ? 'LOCK IN SHARE MODE' : 'FOR UPDATE'}`, [userCouponId])) as unknown[];
+    const uc = locked.length === 1 ? await em.findOneBy(UserCoupon, { id: userCouponId }) : null;
+    if (!uc) throw notFound(userCouponId);
+    return uc;
+  }
+}

@@ -1,0 +1,141 @@
+import { createHash, randomUUID } from 'node:crypto';
+import { Injectable, Logger } from '@nestjs/common';
+import mysql from 'mysql2/promise';
+import { EntityManager } from 'typeorm';
+import { counter, gauge, histogram } from '../common/metrics.js';
+import { AppConfig } from '../config/app-config.js';
+import { execute, TransactionService } from '../database/transaction.service.js';
+import { writeLog } from './state-machine.service.js';
+
+const rowsExpired = counter('expiry_sweep_rows_total', 'User coupons moved UNUSED -> EXPIRED by the expiry sweep', []);
+const runs = counter('expiry_sweep_runs_total', 'Expiry sweep runs by outcome (skipped: another instance held the lock)', ['outcome']);
+const duration = histogram('expiry_sweep_duration_seconds', 'Duration of one expiry sweep run', ['outcome'], [0.01, 0.05, 0.1, 0.5, 1, 5, 15, 60, 300]);
+const lastSuccess = gauge('expiry_sweep_last_complete_timestamp_seconds', 'When an expiry sweep last reached the end of the expired coupons');
+
+export interface SweepOptions {
+  /** The cut-off: coupons with expires_at <= now expire. Fixed for the whole run so it ends. */
+  now?: Date;
+  /** Stop after this many batches (each committed on its own). */
+  maxBatches?: number;
+  /** Checked between batches: the current batch commits, the next one does not start. */
+  signal?: AbortSignal;
+}
+
+export interface SweepResult {
+  expired: number;
+  batches: number;
+  /** True when the last batch found fewer candidates than the batch size: nothing expired is left (except rows locked by a redemption in flight, which that redemption settles). */
+  complete: boolean;
+  durationMs: number;
+}
+
+/** MariaDB refuses lock names much over 64 characters; a long database name is hashed. */
+export function expiryLockName(dbName: string): string {
+  const name = `coupon-engine:expire:${dbName}`;
+  return name.length <= 64 ? name : `coupon-engine:expire:${createHash('sha256').update(dbName).digest('hex').slice(0, 40)}`;
+}
+
+/**
+ * Moves UNUSED coupons past their expiry to EXPIRED, in batches of EXPIRE_BATCH_SIZE, each batch
+ * one transaction with its log rows. Readers already treat such coupons as expired
+ * (effectiveStatus), so the sweep only makes the stored status catch up; stopping it anywhere
+ * loses nothing, and the next run carries on from what is left.
+ */
+@Injectable()
+export class ExpiryService {
+  private readonly logger = new Logger(ExpiryService.name);
+
+  constructor(
+    private readonly tx: TransactionService,
+    private readonly config: AppConfig,
+  ) {}
+
+  /**
+   * The sweep, if no other instance (or overlapping run of this one) is sweeping. The lock lives on
+   * a connection of its own, outside the pool, and ends with it: a crashed run cannot leave it taken.
+   * Returns null when skipped.
+   */
+  async runExclusive(opts: SweepOptions = {}): Promise<SweepResult | null> {
+    const c = this.config;
+    const conn = await mysql.createConnection({ host: c.DB_HOST, port: c.DB_PORT, user: c.DB_USER, password: c.DB_PASSWORD, connectTimeout: 5000 });
+    try {
+      const [rows] = await conn.query<mysql.RowDataPacket[]>('SELECT GET_LOCK(?, 0) AS got', [expiryLockName(c.DB_NAME)]);
+      if (Number(rows[0]?.got) !== 1) {
+        runs.inc({ outcome: 'skipped' });
+        this.logger.debug('Expiry sweep skipped: another run holds the lock');
+        return null;
+      }
+      return await this.sweep(opts);
+    } finally {
+      await conn.end().catch(() => conn.destroy());
+    }
+  }
+
+  async sweep(opts: SweepOptions = {}): Promise<SweepResult> {
+    const started = performance.now();
+    const now = opts.now ?? new Date();
+    const txId = `expiry-sweep:${randomUUID()}`;
+    const size = this.config.EXPIRE_BATCH_SIZE;
+    let expired = 0;
+    let batches = 0;
+    let complete = false;
+    let outcome = 'partial';
+    let durationMs: number;
+    try {
+      while (!opts.signal?.aborted && (opts.maxBatches === undefined || batches < opts.maxBatches)) {
+        const n = await this.tx.inTransaction((em) => this.expireBatch(em, now, size, txId));
+        batches++;
+        expired += n;
+        rowsExpired.inc(n);
+        if (n < size) {
+          complete = true;
+          break;
+        }
+      }
+      if (complete) {
+        outcome = 'complete';
+        lastSuccess.set(Date.now() / 1000);
+      }
+    } catch (err) {
+      outcome = 'failed';
+      throw err;
+    } finally {
+      durationMs = performance.now() - started;
+      runs.inc({ outcome });
+      duration.observe({ outcome }, durationMs / 1000);
+      if (expired > 0 || outcome !== 'complete') {
+        this.logger.log(`Expiry sweep ${outcome}: ${expired} coupons expired in ${batches} batches, ${Math.round(durationMs)} ms`);
+      }
+    }
+    return { expired, batches, complete, durationMs };
+  }
+
+  /**
+   * One batch. SKIP LOCKED leaves alone any coupon a redemption or void holds right now, and the
+   * locks taken here make those wait and then see EXPIRED; so the rows locked are exactly the rows
+   * the compare-and-set changes, and each gets one log row.
+   */
+  async expireBatch(em: EntityManager, now: Date, size: number, txId: string): Promise<number> {
+    const locked = (await em.query(
+      `SELECT id FROM user_coupon WHERE status = 'UNUSED' AND expires_at <= ? ORDER BY expires_at, id LIMIT ? FOR UPDATE SKIP LOCKED`,
+      [now, size],
+    )) as { id: string }[];
+    if (locked.length === 0) return 0;
+    const ids = locked.map((r) => String(r.id));
+    const at = new Date();
+    const changed = await execute(
+      em,
+      `UPDATE user_coupon SET status = 'EXPIRED', updated_at = ? WHERE id IN (${ids.map(() => '?').join(', ')}) AND status = 'UNUSED' AND expires_at <= ?`,
+      [at, ...ids, now],
+    );
+    if (changed !== ids.length) {
+      // Cannot happen while the rows are locked; if it ever does, logging the batch would be a lie.
+      throw new Error(`Expiry batch changed ${changed} of ${ids.length} locked coupons; rolled back`);
+    }
+    await writeLog(
+      em,
+      ids.map((id) => ({ userCouponId: id, from: 'UNUSED' as const, to: 'EXPIRED' as const, txId, reason: 'expired', at })),
+    );
+    return ids.length;
+  }
+}
