@@ -43,6 +43,28 @@ export async function checkInvariants(db: Queryable): Promise<string[]> {
       WHERE (uc.status = 'USED') <> (COALESCE(r.n, 0) = 1) OR COALESCE(r.n, 0) > 1`),
   );
   add('orphan redemption', await db.query(`SELECT r.id FROM redemption r LEFT JOIN user_coupon uc ON uc.id = r.user_coupon_id WHERE uc.id IS NULL`));
+  add('redemption owner', await db.query(`SELECT r.id, r.user_id, uc.user_id AS owner FROM redemption r JOIN user_coupon uc ON uc.id = r.user_coupon_id WHERE r.user_id <> uc.user_id`));
+  add('used_at', await db.query(`SELECT id, status, used_at FROM user_coupon WHERE status NOT IN ('UNUSED', 'USED', 'EXPIRED', 'VOID') OR (status = 'USED') <> (used_at IS NOT NULL)`));
+  // Where a coupon comes from decides whether it took stock; a mismatch would silently break invariant 1.
+  add(
+    'source/from_stock',
+    await db.query(`SELECT id, source, from_stock FROM user_coupon WHERE source NOT IN ('GRAB', 'REISSUE', 'REFUND_RETURN') OR (source = 'GRAB' AND from_stock = 0) OR (source = 'REFUND_RETURN' AND from_stock = 1)`),
+  );
+  // A refund and its replacement coupon are one transaction: neither may exist without the other.
+  add(
+    'refund',
+    await db.query(`
+      SELECT f.id, f.refund_no
+      FROM refund f
+      LEFT JOIN redemption r ON r.id = f.redemption_id AND r.user_coupon_id = f.user_coupon_id AND r.order_no = f.order_no
+      LEFT JOIN user_coupon rep ON rep.id = f.replacement_user_coupon_id
+      WHERE r.id IS NULL
+         OR (f.replacement_user_coupon_id IS NOT NULL AND (rep.id IS NULL OR rep.source <> 'REFUND_RETURN' OR rep.replaces_user_coupon_id <> f.user_coupon_id))`),
+  );
+  add(
+    'refund return without refund',
+    await db.query(`SELECT uc.id FROM user_coupon uc LEFT JOIN refund f ON f.replacement_user_coupon_id = uc.id WHERE uc.source = 'REFUND_RETURN' AND f.id IS NULL`),
+  );
   // 5. the log replays to the current status through legal steps
   const logs: { id: string; status: string; steps: string | null }[] = await db.query(`
     SELECT uc.id, uc.status, GROUP_CONCAT(CONCAT(COALESCE(l.from_status, 'null'), '>', l.to_status) ORDER BY l.id SEPARATOR ',') AS steps
