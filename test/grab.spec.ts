@@ -1,14 +1,14 @@
 import request from 'supertest';
 import { createCoupon, newKey } from './support/factories.js';
-import { adminToken, bearer, startTestApp, TestApp, tokenFor } from './support/harness.js';
+import { adminToken, bearer, burstAgent, startTestApp, TestApp, tokenFor } from './support/harness.js';
 import { checkInvariants } from './support/invariants.js';
 
 const HOUR = 3600_000;
 
-describe('grab', () => {
+describe.each(['grouped', 'per-request'])('grab (GRAB_STRATEGY=%s)', (strategy) => {
   let t: TestApp;
   beforeAll(async () => {
-    t = await startTestApp();
+    t = await startTestApp({ GRAB_STRATEGY: strategy });
   });
   afterEach(async () => {
     expect(await checkInvariants(t.db)).toEqual([]);
@@ -16,7 +16,7 @@ describe('grab', () => {
   afterAll(() => t.close());
 
   const grab = (couponId: string, userId: string, key: string = newKey()) =>
-    request(t.url).post(`/coupons/${couponId}/grab`).set(bearer(tokenFor(userId))).set('Idempotency-Key', key);
+    request(t.url).post(`/coupons/${couponId}/grab`).agent(burstAgent).set(bearer(tokenFor(userId))).set('Idempotency-Key', key);
   const rowCount = async (sql: string, params: unknown[] = []) => Number(((await t.db.query(sql, params)) as { n: string }[])[0].n);
   const issuedOf = (couponId: string) => rowCount(`SELECT COUNT(*) AS n FROM user_coupon WHERE coupon_id = ?`, [couponId]);
   const stockOf = async (couponId: string) =>

@@ -72,6 +72,18 @@ export class AppConfig {
   @Transform(toInt) @IsInt() @Min(0) @Max(60_000)
   COUPON_CACHE_TTL_MS: number = 1000;
 
+  /** grouped: concurrent grabs of one coupon share one transaction; per-request: one transaction each. */
+  @IsIn(['grouped', 'per-request'])
+  GRAB_STRATEGY: 'grouped' | 'per-request' = 'grouped';
+
+  /** Most grabs one grouped transaction decides. */
+  @Transform(toInt) @IsInt() @Min(1) @Max(5000)
+  GRAB_GROUP_MAX: number = 500;
+
+  /** How long the first grab of an idle coupon waits for company before its group runs (0: not at all). */
+  @Transform(toInt) @IsInt() @Min(0) @Max(1000)
+  GRAB_GROUP_WAIT_MS: number = 0;
+
   @Transform(toBool) @IsBoolean()
   SCHEDULER_ENABLED: boolean = true;
 

@@ -7,7 +7,9 @@ import { counter, histogram } from '../common/metrics.js';
 import { TransactionService } from '../database/transaction.service.js';
 import { RateLimitService } from '../rate-limit/rate-limit.service.js';
 import { Coupon } from './coupon.entity.js';
+import { AppConfig } from '../config/app-config.js';
 import { CouponService } from './coupon.service.js';
+import { GrabGroupService, keyReused } from './grab-group.service.js';
 import { IssueService, soldOutError } from './issue.service.js';
 import { UserCoupon } from './user-coupon.entity.js';
 
@@ -32,6 +34,8 @@ export class GrabService {
     private readonly issuer: IssueService,
     private readonly tx: TransactionService,
     private readonly rateLimit: RateLimitService,
+    private readonly groups: GrabGroupService,
+    private readonly config: AppConfig,
   ) {}
 
   async grab(userId: string, couponId: string, key: string): Promise<GrabResult> {
@@ -58,10 +62,27 @@ export class GrabService {
     this.checkEligible(coupon, new Date());
     if (this.coupons.isSoldOut(couponId)) throw soldOutError(couponId);
     try {
+      if (this.config.GRAB_STRATEGY === 'grouped') {
+        const decision = await this.groups.submit(coupon, { userId, key });
+        if (decision instanceof AppError) throw decision;
+        return decision;
+      }
+      return await this.perRequest(coupon, userId, key);
+    } catch (err) {
+      if (err instanceof AppError && err.code === 'SOLD_OUT') this.coupons.markSoldOut(couponId);
+      // A group fails as a whole on a key inserted meanwhile for another coupon; decide this one alone.
+      if (isDuplicateKey(err) && this.config.GRAB_STRATEGY === 'grouped') return this.perRequest(coupon, userId, key);
+      throw err;
+    }
+  }
+
+  /** One transaction for this grab alone: deduct, issue, then check the per-user limit under the stock row lock. */
+  private async perRequest(coupon: Coupon, userId: string, key: string): Promise<GrabResult> {
+    try {
       const userCoupon = await this.tx.inTransaction(async (em) => {
         const uc = await this.issuer.issue(em, { coupon, userId, source: 'GRAB', fromStock: true, idempotencyKey: key, txId: `grab:${key}` });
         // Counted after our own insert, still under the stock row lock every grab of this coupon takes.
-        const [{ n }] = (await em.query(`SELECT COUNT(*) AS n FROM user_coupon WHERE coupon_id = ? AND user_id = ? AND source = 'GRAB'`, [couponId, userId])) as { n: string }[];
+        const [{ n }] = (await em.query(`SELECT COUNT(*) AS n FROM user_coupon WHERE coupon_id = ? AND user_id = ? AND source = 'GRAB'`, [coupon.id, userId])) as { n: string }[];
         if (Number(n) > coupon.perUserLimit) {
           throw new AppError('USER_LIMIT_REACHED', `At most ${coupon.perUserLimit} of this coupon per user`, { perUserLimit: coupon.perUserLimit });
         }
@@ -72,10 +93,9 @@ export class GrabService {
       // A concurrent request with the same key may have won while we waited for the stock lock.
       if (isDuplicateKey(err) || (err instanceof AppError && (err.code === 'SOLD_OUT' || err.code === 'USER_LIMIT_REACHED'))) {
         const winner = await this.byKey(userId, key);
-        if (winner) return this.replay(winner, couponId);
+        if (winner) return this.replay(winner, coupon.id);
         if (isDuplicateKey(err)) throw new AppError('IDEMPOTENCY_IN_PROGRESS', 'A grab with this key is still in progress; retry', { idempotencyKey: key });
       }
-      if (err instanceof AppError && err.code === 'SOLD_OUT') this.coupons.markSoldOut(couponId);
       throw err;
     }
   }
@@ -87,9 +107,7 @@ export class GrabService {
   }
 
   private replay(uc: UserCoupon, couponId: string): GrabResult {
-    if (uc.couponId !== couponId) {
-      throw new AppError('IDEMPOTENCY_KEY_REUSED', 'This Idempotency-Key was already used for another coupon', { couponId: uc.couponId });
-    }
+    if (uc.couponId !== couponId) throw keyReused(uc.couponId);
     return { userCoupon: uc, replayed: true };
   }
 

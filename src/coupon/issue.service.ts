@@ -35,38 +35,63 @@ export function validityWindow(coupon: IssueInput['coupon'], now: Date): { valid
  * Issuing a user coupon, whatever the reason: optional stock deduction, the row, and its
  * `null -> UNUSED` log row, all in the caller's transaction.
  */
+const INSERT_COLUMNS =
+  'INSERT INTO user_coupon (coupon_id, user_id, status, source, from_stock, idempotency_key, replaces_user_coupon_id, reason, issued_at, valid_from, expires_at, used_at, updated_at) VALUES ';
+const ROW_PLACEHOLDERS = `(?, ?, 'UNUSED', ?, ?, ?, ?, ?, ?, ?, ?, NULL, ?)`;
+
+function newUserCoupon(input: IssueInput, now: Date): UserCoupon {
+  return Object.assign(new UserCoupon(), {
+    couponId: input.coupon.id,
+    userId: input.userId,
+    status: 'UNUSED' as const,
+    source: input.source,
+    fromStock: input.fromStock,
+    idempotencyKey: input.idempotencyKey ?? null,
+    replacesUserCouponId: input.replacesUserCouponId ?? null,
+    reason: input.reason ?? null,
+    issuedAt: now,
+    ...validityWindow(input.coupon, now),
+    usedAt: null,
+    updatedAt: now,
+  });
+}
+
+const rowParams = (uc: UserCoupon) => [uc.couponId, uc.userId, uc.source, uc.fromStock, uc.idempotencyKey, uc.replacesUserCouponId, uc.reason, uc.issuedAt, uc.validFrom, uc.expiresAt, uc.updatedAt];
+
+/**
+ * Issuing user coupons, whatever the reason: the stock deduction (when they come from stock), the
+ * rows, and their `null -> UNUSED` log rows, all in the caller's transaction.
+ */
 @Injectable()
 export class IssueService {
   constructor(private readonly stock: StockService) {}
 
   async issue(em: EntityManager, input: IssueInput): Promise<UserCoupon> {
     const now = input.now ?? new Date();
-    if (input.fromStock && !(await this.stock.deduct(em, input.coupon.id, 1, now))) {
-      throw soldOutError(input.coupon.id);
-    }
-    const { validFrom, expiresAt } = validityWindow(input.coupon, now);
-    const res = (await em.query(
-      `INSERT INTO user_coupon (coupon_id, user_id, status, source, from_stock, idempotency_key, replaces_user_coupon_id, reason, issued_at, valid_from, expires_at, used_at, updated_at)
-       VALUES (?, ?, 'UNUSED', ?, ?, ?, ?, ?, ?, ?, ?, NULL, ?)`,
-      [input.coupon.id, input.userId, input.source, input.fromStock, input.idempotencyKey ?? null, input.replacesUserCouponId ?? null, input.reason ?? null, now, validFrom, expiresAt, now],
-    )) as { insertId: number | string };
-    const id = String(res.insertId);
-    await writeLog(em, [{ userCouponId: id, from: null, to: 'UNUSED', txId: input.txId, reason: input.reason ?? input.source, at: now }]);
-    return Object.assign(new UserCoupon(), {
-      id,
-      couponId: input.coupon.id,
-      userId: input.userId,
-      status: 'UNUSED' as const,
-      source: input.source,
-      fromStock: input.fromStock,
-      idempotencyKey: input.idempotencyKey ?? null,
-      replacesUserCouponId: input.replacesUserCouponId ?? null,
-      reason: input.reason ?? null,
-      issuedAt: now,
-      validFrom,
-      expiresAt,
-      usedAt: null,
-      updatedAt: now,
-    });
+    if (input.fromStock && !(await this.stock.deduct(em, input.coupon.id, 1, now))) throw soldOutError(input.coupon.id);
+    const uc = newUserCoupon(input, now);
+    const res = (await em.query(INSERT_COLUMNS + ROW_PLACEHOLDERS, rowParams(uc))) as { insertId: number | string };
+    uc.id = String(res.insertId);
+    await writeLog(em, [{ userCouponId: uc.id, from: null, to: 'UNUSED', txId: input.txId, reason: input.reason ?? input.source, at: now }]);
+    return uc;
+  }
+
+  /**
+   * A group of grabs in one multi-row INSERT. Each input needs an idempotency key: the new ids are
+   * read back by (user, key), since a multi-row insert's ids are not guaranteed consecutive.
+   */
+  async issueGrabs(em: EntityManager, coupon: IssueInput['coupon'], grabs: { userId: string; key: string }[], now = new Date()): Promise<UserCoupon[]> {
+    if (grabs.length === 0) return [];
+    if (!(await this.stock.deduct(em, coupon.id, grabs.length, now))) throw soldOutError(coupon.id);
+    const rows = grabs.map((g) => newUserCoupon({ coupon, userId: g.userId, source: 'GRAB', fromStock: true, idempotencyKey: g.key, txId: '' }, now));
+    await em.query(INSERT_COLUMNS + rows.map(() => ROW_PLACEHOLDERS).join(', '), rows.flatMap(rowParams));
+    const ids = (await em.query(
+      `SELECT id, user_id, idempotency_key FROM user_coupon WHERE (user_id, idempotency_key) IN (${rows.map(() => '(?, ?)').join(', ')})`,
+      rows.flatMap((r) => [r.userId, r.idempotencyKey]),
+    )) as { id: string; user_id: string; idempotency_key: string }[];
+    const idOf = new Map(ids.map((r) => [`${r.user_id}\u0000${r.idempotency_key}`, String(r.id)]));
+    for (const r of rows) r.id = idOf.get(`${r.userId}\u0000${r.idempotencyKey}`) as string;
+    await writeLog(em, rows.map((r) => ({ userCouponId: r.id, from: null, to: 'UNUSED' as const, txId: `grab:${r.idempotencyKey}`, reason: 'GRAB', at: now })));
+    return rows;
   }
 }

@@ -1,0 +1,126 @@
+import { Injectable } from '@nestjs/common';
+import { EntityManager } from 'typeorm';
+import { AppConfig } from '../config/app-config.js';
+import { AppError } from '../common/errors.js';
+import { histogram } from '../common/metrics.js';
+import { TransactionService } from '../database/transaction.service.js';
+import { Coupon } from './coupon.entity.js';
+import { IssueService, soldOutError } from './issue.service.js';
+import { UserCoupon } from './user-coupon.entity.js';
+
+const groupSizes = histogram('grab_group_size', 'Grabs decided by one grouped transaction', [], [1, 2, 5, 10, 25, 50, 100, 250, 500, 1000]);
+
+export interface GrabRequest {
+  userId: string;
+  key: string;
+}
+export type GrabDecision = { userCoupon: UserCoupon; replayed: boolean } | AppError;
+
+interface Waiter extends GrabRequest {
+  resolve(d: GrabDecision): void;
+  reject(err: unknown): void;
+}
+
+interface Queue {
+  waiting: Waiter[];
+  running: boolean;
+}
+
+const identity = (r: GrabRequest) => `${r.userId}\u0000${r.key}`;
+
+/**
+ * Group deduction for a hot coupon. Grabs of one coupon that arrive while a group's transaction is
+ * running wait for it and then form the next group: one transaction locks the stock row, decides
+ * every waiting request against the remaining stock, per-user limits and keys already used,
+ * inserts the winners in one statement, deducts the exact count and commits. Only after the commit
+ * is anyone answered, so a failed group has told no one "success". A lone request runs at once.
+ */
+@Injectable()
+export class GrabGroupService {
+  private readonly queues = new Map<string, Queue>();
+
+  constructor(
+    private readonly tx: TransactionService,
+    private readonly issuer: IssueService,
+    private readonly config: AppConfig,
+  ) {}
+
+  submit(coupon: Coupon, request: GrabRequest): Promise<GrabDecision> {
+    return new Promise((resolve, reject) => {
+      let queue = this.queues.get(coupon.id);
+      if (!queue) this.queues.set(coupon.id, (queue = { waiting: [], running: false }));
+      queue.waiting.push({ ...request, resolve, reject });
+      if (!queue.running) void this.drain(coupon, queue);
+    });
+  }
+
+  private async drain(coupon: Coupon, queue: Queue): Promise<void> {
+    queue.running = true;
+    if (this.config.GRAB_GROUP_WAIT_MS > 0) await new Promise((r) => setTimeout(r, this.config.GRAB_GROUP_WAIT_MS));
+    while (queue.waiting.length > 0) {
+      const group = queue.waiting.splice(0, this.config.GRAB_GROUP_MAX);
+      groupSizes.observe(group.length);
+      try {
+        const decisions = await this.tx.inTransaction((em) => this.decide(em, coupon, group));
+        group.forEach((w, i) => w.resolve(decisions[i]));
+      } catch (err) {
+        group.forEach((w) => w.reject(err));
+      }
+    }
+    queue.running = false;
+    this.queues.delete(coupon.id);
+  }
+
+  /** Runs inside the group's transaction; pure with respect to everything but `em`, so a retry recomputes it all. */
+  private async decide(em: EntityManager, coupon: Coupon, group: GrabRequest[]): Promise<GrabDecision[]> {
+    const [locked] = (await em.query(`SELECT stock FROM coupon_stock WHERE coupon_id = ? FOR UPDATE`, [coupon.id])) as { stock: string }[];
+    let remaining = Number(locked?.stock ?? 0);
+    const earlier = await em.find(UserCoupon, { where: group.map((r) => ({ userId: r.userId, idempotencyKey: r.key })) });
+    const byIdentity = new Map(earlier.map((uc) => [identity({ userId: uc.userId, key: uc.idempotencyKey as string }), uc]));
+    const users = [...new Set(group.map((r) => r.userId))];
+    const counted = (await em.query(
+      `SELECT user_id, COUNT(*) AS n FROM user_coupon WHERE coupon_id = ? AND source = 'GRAB' AND user_id IN (${users.map(() => '?').join(', ')}) GROUP BY user_id`,
+      [coupon.id, ...users],
+    )) as { user_id: string; n: string }[];
+    const held = new Map(counted.map((c) => [c.user_id, Number(c.n)]));
+
+    // First pass: who gets a coupon. Requests repeating a key (earlier, or earlier in this group) replay it.
+    const plan: (AppError | 'GRANT' | 'REPLAY')[] = [];
+    const granted: GrabRequest[] = [];
+    const seen = new Set<string>();
+    for (const r of group) {
+      const id = identity(r);
+      const prior = byIdentity.get(id);
+      if (prior) {
+        plan.push(prior.couponId === coupon.id ? 'REPLAY' : keyReused(prior.couponId));
+      } else if (seen.has(id)) {
+        plan.push('REPLAY');
+      } else if ((held.get(r.userId) ?? 0) >= coupon.perUserLimit) {
+        plan.push(new AppError('USER_LIMIT_REACHED', `At most ${coupon.perUserLimit} of this coupon per user`, { perUserLimit: coupon.perUserLimit }));
+      } else if (remaining === 0) {
+        plan.push(soldOutError(coupon.id));
+      } else {
+        plan.push('GRANT');
+        granted.push(r);
+        seen.add(id);
+        remaining--;
+        held.set(r.userId, (held.get(r.userId) ?? 0) + 1);
+      }
+    }
+    for (const uc of await this.issuer.issueGrabs(em, coupon, granted)) byIdentity.set(identity({ userId: uc.userId, key: uc.idempotencyKey as string }), uc);
+
+    const firstAnswer = new Set<string>();
+    return group.map((r, i) => {
+      const step = plan[i];
+      if (step instanceof AppError) return step;
+      const id = identity(r);
+      const replayed = step === 'REPLAY' || firstAnswer.has(id);
+      firstAnswer.add(id);
+      return { userCoupon: byIdentity.get(id) as UserCoupon, replayed };
+    });
+  }
+}
+
+export function keyReused(couponId: string): AppError {
+  return new AppError('IDEMPOTENCY_KEY_REUSED', 'This Idempotency-Key was already used for another coupon', { couponId });
+}
