@@ -1,4 +1,21 @@
 import { Module } from '@nestjs/common';
+import { TypeOrmModule } from '@nestjs/typeorm';
+import { StateMachineModule } from '../state-machine/state-machine.module.js';
+import { StockModule } from '../stock/stock.module.js';
+import { AuditService } from './audit.service.js';
+import { Compensation } from './compensation.entity.js';
+import { CompensationController } from './compensation.controller.js';
+import { CompensationService } from './compensation.service.js';
+import { Discrepancy } from './discrepancy.entity.js';
+import { ReconcileCron } from './reconcile.cron.js';
+import { ReconciliationRun } from './reconciliation-run.entity.js';
+import { ReconciliationController } from './reconciliation.controller.js';
+import { ReconciliationService } from './reconciliation.service.js';
 
-@Module({})
+@Module({
+  imports: [TypeOrmModule.forFeature([ReconciliationRun, Discrepancy, Compensation]), StockModule, StateMachineModule],
+  controllers: [ReconciliationController, CompensationController],
+  providers: [AuditService, ReconciliationService, CompensationService, ReconcileCron],
+  exports: [ReconciliationService, CompensationService],
+})
 export class ReconciliationModule {}

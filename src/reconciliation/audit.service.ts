@@ -1,0 +1,161 @@
+import { Injectable } from '@nestjs/common';
+import type { EntityManager, QueryRunner } from 'typeorm';
+import { TRANSITIONS, UserCouponStatus } from '../state-machine/transitions.js';
+import { diagnoseStock, diagnoseUserCoupon, LogEntry, StockFinding, UserCouponFacts, UserCouponFinding } from './diagnosis.js';
+
+type Queryable = Pick<QueryRunner | EntityManager, 'query'>;
+
+/** A redemption whose user coupon row does not exist: nothing left to say which template it was. */
+export interface OrphanRedemptionFinding {
+  type: 'REDEMPTION_WITHOUT_USED';
+  couponId: null;
+  userCouponId: string;
+  redemptionId: string;
+  details: { orderNo: string; userId: string; explanation: string };
+  action: 'MANUAL_REVIEW';
+  params: { redemptionId: string; userCouponId: string };
+}
+
+export type Finding = StockFinding | UserCouponFinding | OrphanRedemptionFinding;
+
+export interface ChunkResult {
+  checked: number;
+  findings: Finding[];
+}
+
+/** Every legal step as 'FROM>TO' ('null' before issuance), from the one transition table. */
+const LEGAL_STEPS = Object.entries(TRANSITIONS).flatMap(([from, tos]) => tos.map((to) => `'${from}>${to}'`));
+
+const count = async (q: Queryable, sql: string, params: unknown[]): Promise<number> => Number(((await q.query(sql, params)) as { n: string }[])[0].n);
+
+/**
+ * Reads the facts of some user coupons (row, log, USED redemptions). With `lock`, the rows are
+ * locked FOR UPDATE first, so a compensation sees them as nobody else can change them.
+ */
+export async function loadUserCouponFacts(q: Queryable, ids: string[], lock = false): Promise<UserCouponFacts[]> {
+  if (ids.length === 0) return [];
+  const rows: { id: string; coupon_id: string; user_id: string; status: UserCouponStatus; used_at: Date | null; discount_cents: string }[] = await q.query(
+    `SELECT uc.id, uc.coupon_id, uc.user_id, uc.status, uc.used_at, c.discount_cents
+     FROM user_coupon uc JOIN coupon c ON c.id = uc.coupon_id WHERE uc.id IN (?) ORDER BY uc.id${lock ? ' FOR UPDATE' : ''}`,
+    [ids],
+  );
+  const logs: { id: string; user_coupon_id: string; from_status: UserCouponStatus | null; to_status: UserCouponStatus; tx_id: string; reason: string | null; created_at: Date }[] =
+    await q.query(`SELECT id, user_coupon_id, from_status, to_status, tx_id, reason, created_at FROM user_coupon_state_log WHERE user_coupon_id IN (?) ORDER BY user_coupon_id, id`, [ids]);
+  const redemptions: { id: string; user_coupon_id: string; order_no: string }[] = await q.query(
+    `SELECT id, user_coupon_id, order_no FROM redemption WHERE user_coupon_id IN (?) AND status = 'USED' ORDER BY id`,
+    [ids],
+  );
+  return rows.map((uc) => ({
+    userCouponId: uc.id,
+    couponId: uc.coupon_id,
+    userId: uc.user_id,
+    status: uc.status,
+    usedAt: uc.used_at,
+    discountCents: Number(uc.discount_cents),
+    log: logs
+      .filter((l) => l.user_coupon_id === uc.id)
+      .map((l): LogEntry => ({ id: l.id, from: l.from_status, to: l.to_status, txId: l.tx_id, reason: l.reason, createdAt: l.created_at })),
+    usedRedemptions: redemptions.filter((r) => r.user_coupon_id === uc.id).map((r) => ({ id: r.id, orderNo: r.order_no })),
+  }));
+}
+
+/**
+ * The audits, one bounded chunk at a time. Each chunk is a few set-based statements over primary
+ * key ranges and the (user_coupon_id, ...) indexes, so the work per chunk and the memory held do
+ * not depend on the size of the tables. Only suspects are read row by row.
+ */
+@Injectable()
+export class AuditService {
+  /** Lowest and highest id of a table, or null when it is empty. */
+  async idRange(q: Queryable, table: 'user_coupon' | 'redemption'): Promise<{ min: bigint; max: bigint } | null> {
+    const [row]: { lo: string | null; hi: string | null }[] = await q.query(`SELECT MIN(id) AS lo, MAX(id) AS hi FROM ${table}`);
+    return row.lo === null || row.hi === null ? null : { min: BigInt(row.lo), max: BigInt(row.hi) };
+  }
+
+  /** Invariant 1 for the coupons after `afterCouponId`, at most `limit` of them; one statement, so one snapshot. */
+  async stockChunk(q: Queryable, afterCouponId: string, limit: number): Promise<ChunkResult & { lastCouponId: string | null }> {
+    const rows: { coupon_id: string; init_stock: string; stock: string; issued: string }[] = await q.query(
+      `SELECT s.coupon_id, s.init_stock, s.stock,
+              (SELECT COUNT(*) FROM user_coupon uc WHERE uc.coupon_id = s.coupon_id AND uc.from_stock = 1) AS issued
+       FROM coupon_stock s WHERE s.coupon_id > ? ORDER BY s.coupon_id LIMIT ?`,
+      [afterCouponId, limit],
+    );
+    const findings = rows
+      .map((r) => diagnoseStock({ couponId: r.coupon_id, initStock: Number(r.init_stock), stock: Number(r.stock), issuedFromStock: Number(r.issued) }))
+      .filter((f): f is StockFinding => f !== null);
+    return { checked: rows.length, findings, lastCouponId: rows.at(-1)?.coupon_id ?? null };
+  }
+
+  /**
+   * Invariants 4 and 5 for the user coupons with ids in [lo, hi]. SQL flags the suspects: a USED
+   * status without a USED redemption or the reverse, and a log that does not replay (LAG over the
+   * log in id order: each step must start where the previous one ended and be in the transition
+   * table, and the last must end at the current status). With `logSince`, the log is checked only
+   * for coupons updated since then. Suspects are then diagnosed in full by diagnoseUserCoupon.
+   * Call it inside a consistent-snapshot transaction so the two reads agree.
+   */
+  async userCouponChunk(q: Queryable, lo: bigint, hi: bigint, logSince: Date | null): Promise<ChunkResult> {
+    const range = [String(lo), String(hi)];
+    const logFilter = logSince ? 'AND user_coupon_id IN (SELECT id FROM user_coupon WHERE id BETWEEN ? AND ? AND updated_at >= ?)' : '';
+    const logBroken = 'g.user_coupon_id IS NULL OR g.bad > 0 OR g.last_status <> uc.status';
+    const suspects: { id: string }[] = await q.query(
+      `SELECT uc.id
+       FROM user_coupon uc
+       LEFT JOIN (
+         SELECT user_coupon_id, COUNT(*) AS n FROM redemption
+         WHERE user_coupon_id BETWEEN ? AND ? AND status = 'USED' GROUP BY user_coupon_id
+       ) r ON r.user_coupon_id = uc.id
+       LEFT JOIN (
+         SELECT user_coupon_id,
+                SUM(NOT (from_status <=> prev AND CONCAT(COALESCE(from_status, 'null'), '>', to_status) IN (${LEGAL_STEPS.join(', ')}))) AS bad,
+                MAX(CASE WHEN next_id IS NULL THEN to_status END) AS last_status
+         FROM (
+           SELECT user_coupon_id, from_status, to_status, LAG(to_status) OVER w AS prev, LEAD(id) OVER w AS next_id
+           FROM user_coupon_state_log
+           WHERE user_coupon_id BETWEEN ? AND ? ${logFilter}
+           WINDOW w AS (PARTITION BY user_coupon_id ORDER BY id)
+         ) steps
+         GROUP BY user_coupon_id
+       ) g ON g.user_coupon_id = uc.id
+       WHERE uc.id BETWEEN ? AND ?
+         AND ((uc.status = 'USED') <> (r.n IS NOT NULL) OR ${logSince ? `(uc.updated_at >= ? AND (${logBroken}))` : logBroken})
+       ORDER BY uc.id`,
+      [...range, ...range, ...(logSince ? [...range, logSince] : []), ...range, ...(logSince ? [logSince] : [])],
+    );
+    const checked = await count(q, `SELECT COUNT(*) AS n FROM user_coupon WHERE id BETWEEN ? AND ?`, range);
+    const facts = await loadUserCouponFacts(
+      q,
+      suspects.map((s) => s.id),
+    );
+    const findings = facts.map(diagnoseUserCoupon).filter((f): f is UserCouponFinding => f !== null);
+    return { checked, findings };
+  }
+
+  /** USED redemptions in [lo, hi] whose user coupon row is gone (the other half of REDEMPTION_WITHOUT_USED is in userCouponChunk). */
+  async orphanRedemptionChunk(q: Queryable, lo: bigint, hi: bigint): Promise<ChunkResult> {
+    const range = [String(lo), String(hi)];
+    const rows: { id: string; user_coupon_id: string; order_no: string; user_id: string }[] = await q.query(
+      `SELECT r.id, r.user_coupon_id, r.order_no, r.user_id
+       FROM redemption r LEFT JOIN user_coupon uc ON uc.id = r.user_coupon_id
+       WHERE r.id BETWEEN ? AND ? AND r.status = 'USED' AND uc.id IS NULL ORDER BY r.id`,
+      range,
+    );
+    const checked = await count(q, `SELECT COUNT(*) AS n FROM redemption WHERE id BETWEEN ? AND ?`, range);
+    const findings = rows.map(
+      (r): OrphanRedemptionFinding => ({
+        type: 'REDEMPTION_WITHOUT_USED',
+        couponId: null,
+        userCouponId: r.user_coupon_id,
+        redemptionId: r.id,
+        details: {
+          orderNo: r.order_no,
+          userId: r.user_id,
+          explanation: 'The redemption references a user coupon row that no longer exists; its template cannot be told from the tables, so an operator decides.',
+        },
+        action: 'MANUAL_REVIEW',
+        params: { redemptionId: r.id, userCouponId: r.user_coupon_id },
+      }),
+    );
+    return { checked, findings };
+  }
+}

@@ -1,0 +1,168 @@
+import { Injectable, Logger } from '@nestjs/common';
+import { InjectRepository } from '@nestjs/typeorm';
+import { EntityManager, FindOptionsWhere, MoreThan, Repository } from 'typeorm';
+import { isDuplicateKey } from '../common/db-errors.js';
+import { AppError } from '../common/errors.js';
+import { counter } from '../common/metrics.js';
+import { execute, TransactionService } from '../database/transaction.service.js';
+import { StateMachineService, writeLog } from '../state-machine/state-machine.service.js';
+import { StockService } from '../stock/stock.service.js';
+import { loadUserCouponFacts } from './audit.service.js';
+import { Compensation, CompensationStatus, CompensationView, toCompensationView } from './compensation.entity.js';
+import type { RepairParams, RepairStep, StockFinding } from './diagnosis.js';
+
+const decided = counter('reconciliation_compensations_decided_total', 'Compensations decided by an admin', ['action', 'decision']);
+
+const sameIds = (a: readonly string[], b: readonly string[]) => a.length === b.length && a.every((x, i) => x === b[i]);
+
+function changedSinceRun(what: string, details: Record<string, unknown>): AppError {
+  return new AppError('STATUS_CONFLICT', `${what} changed since the run that proposed this compensation; reject it and run reconciliation again`, details);
+}
+
+/**
+ * Admin decisions on proposed compensations. Approval claims the PENDING row with a conditional
+ * UPDATE, re-checks under row locks that the data is still what the run saw, performs the action
+ * and closes the discrepancy, all in one transaction: if anything fails nothing is changed.
+ */
+@Injectable()
+export class CompensationService {
+  private readonly logger = new Logger('Compensation');
+
+  constructor(
+    private readonly tx: TransactionService,
+    private readonly stock: StockService,
+    private readonly stateMachine: StateMachineService,
+    @InjectRepository(Compensation) private readonly compensations: Repository<Compensation>,
+  ) {}
+
+  async list(filter: { status?: CompensationStatus; runId?: string }, limit: number, cursor?: string): Promise<{ items: CompensationView[]; nextCursor: string | null }> {
+    const where: FindOptionsWhere<Compensation> = {};
+    if (filter.status) where.status = filter.status;
+    if (cursor) where.id = MoreThan(cursor);
+    if (filter.runId) where.discrepancy = { runId: filter.runId };
+    const rows = await this.compensations.find({ where, relations: { discrepancy: true }, order: { id: 'ASC' }, take: limit + 1 });
+    const page = rows.slice(0, limit);
+    return { items: page.map(toCompensationView), nextCursor: rows.length > limit ? page[page.length - 1].id : null };
+  }
+
+  async decide(id: string, approve: boolean, adminId: string, reason: string): Promise<CompensationView> {
+    const view = await this.tx.inTransaction(async (em) => {
+      const now = new Date();
+      const claimed = await execute(
+        em,
+        `UPDATE compensation SET status = ?, decided_by = ?, decision_reason = ?, decided_at = ? WHERE id = ? AND status = 'PENDING'`,
+        [approve ? 'DONE' : 'REJECTED', adminId, reason, now, id],
+      );
+      if (claimed !== 1) {
+        const [row]: { status: string }[] = await em.query(`SELECT status FROM compensation WHERE id = ?`, [id]);
+        if (!row) throw new AppError('COMPENSATION_NOT_FOUND', `No compensation ${id}`, { id });
+        throw new AppError('COMPENSATION_ALREADY_DECIDED', `Compensation ${id} is already ${row.status}`, { id, status: row.status });
+      }
+      const comp = await em.getRepository(Compensation).findOneOrFail({ where: { id }, relations: { discrepancy: true } });
+      const result = approve ? await this.perform(em, comp, now) : { done: 'nothing: rejected' };
+      await em.query(`UPDATE compensation SET result = ? WHERE id = ?`, [JSON.stringify(result), id]);
+      // Decided either way: a later run may report the entity again if it is still (or again) inconsistent.
+      await em.query(`UPDATE discrepancy SET open_key = NULL WHERE id = ?`, [comp.discrepancyId]);
+      return toCompensationView(await em.getRepository(Compensation).findOneOrFail({ where: { id }, relations: { discrepancy: true } }));
+    });
+    decided.inc({ action: view.action, decision: approve ? 'approved' : 'rejected' });
+    this.logger.log(`Compensation ${id} (${view.action}) ${approve ? 'approved' : 'rejected'} by ${adminId}`);
+    return view;
+  }
+
+  private async perform(em: EntityManager, comp: Compensation, now: Date): Promise<Record<string, unknown>> {
+    switch (comp.action) {
+      case 'RESTORE_STOCK':
+      case 'REMOVE_STOCK':
+        return this.fixStock(em, comp, JSON.parse(comp.params) as StockFinding['params'], now);
+      case 'MARK_CONSISTENT':
+        return this.repair(em, comp, JSON.parse(comp.params) as RepairParams, now);
+      case 'MANUAL_REVIEW':
+        return { done: 'nothing: approved as reviewed; the data was not changed by this compensation' };
+    }
+  }
+
+  private async fixStock(em: EntityManager, comp: Compensation, p: StockFinding['params'], now: Date): Promise<Record<string, unknown>> {
+    // The stock row lock holds grabs back, and every grab that deducted before it has committed its coupon too, so the count below is exact.
+    const [row]: { init_stock: string; stock: string }[] = await em.query(`SELECT init_stock, stock FROM coupon_stock WHERE coupon_id = ? FOR UPDATE`, [p.couponId]);
+    const [issued]: { n: string }[] = await em.query(`SELECT COUNT(*) AS n FROM user_coupon WHERE coupon_id = ? AND from_stock = 1`, [p.couponId]);
+    const difference = row ? Number(row.init_stock) - Number(row.stock) - Number(issued.n) : null;
+    if (difference !== p.difference) throw changedSinceRun(`The stock of coupon ${p.couponId}`, { expectedDifference: p.difference, difference });
+    if (comp.action === 'RESTORE_STOCK') {
+      await this.stock.restore(em, p.couponId, p.count, now);
+    } else if (!(await this.stock.deduct(em, p.couponId, p.count, now))) {
+      throw new AppError('INSUFFICIENT_STOCK', `Only ${row.stock} unit(s) remain, fewer than the ${p.count} to remove`, { couponId: p.couponId, stock: Number(row.stock) });
+    }
+    return { done: comp.action, couponId: p.couponId, count: p.count };
+  }
+
+  private async repair(em: EntityManager, comp: Compensation, p: RepairParams, now: Date): Promise<Record<string, unknown>> {
+    const [facts] = await loadUserCouponFacts(em, [p.userCouponId], true);
+    const current = facts && {
+      status: facts.status,
+      logIds: facts.log.map((l) => l.id),
+      usedRedemptionIds: facts.usedRedemptions.map((r) => r.id),
+    };
+    if (!current || current.status !== p.expect.status || !sameIds(current.logIds, p.expect.logIds) || !sameIds(current.usedRedemptionIds, p.expect.usedRedemptionIds)) {
+      throw changedSinceRun(`User coupon ${p.userCouponId}`, { expected: p.expect, found: current ?? null });
+    }
+    const txId = `compensation:${comp.id}`;
+    const reason = `reconciliation: compensation ${comp.id} (${comp.discrepancy.type})`;
+    const done: Record<string, unknown>[] = [];
+    for (const s of p.steps) done.push(await this.repairStep(em, p.userCouponId, s, facts, { txId, reason, now }));
+    return { done: 'MARK_CONSISTENT', userCouponId: p.userCouponId, steps: done };
+  }
+
+  private async repairStep(
+    em: EntityManager,
+    userCouponId: string,
+    s: RepairStep,
+    facts: NonNullable<Awaited<ReturnType<typeof loadUserCouponFacts>>[number]>,
+    ctx: { txId: string; reason: string; now: Date },
+  ): Promise<Record<string, unknown>> {
+    switch (s.op) {
+      case 'REMOVE_LOG': {
+        // The rows leave the log but not the record: they are kept in this compensation's result.
+        const removed = facts.log.filter((l) => s.logIds.includes(l.id));
+        await em.query(`DELETE FROM user_coupon_state_log WHERE user_coupon_id = ? AND id IN (?)`, [userCouponId, s.logIds]);
+        return { op: s.op, removed };
+      }
+      case 'APPEND_LOG': {
+        const rows = s.rows.map((r) => ({
+          userCouponId,
+          from: r.from,
+          to: r.to,
+          txId: r.txId ?? ctx.txId,
+          reason: r.reason ?? ctx.reason,
+          at: r.createdAt ? new Date(r.createdAt) : ctx.now,
+        }));
+        await writeLog(em, rows);
+        return { op: s.op, rows };
+      }
+      case 'SET_STATUS': {
+        // Not a lifecycle move (the log already records this status, or is rewritten to in this same repair), so not through transit().
+        const changed = await execute(
+          em,
+          `UPDATE user_coupon SET status = ?, used_at = IF(? = 'USED', COALESCE(used_at, ?), NULL), updated_at = ? WHERE id = ? AND status = ?`,
+          [s.to, s.to, ctx.now, ctx.now, userCouponId, s.from],
+        );
+        if (changed !== 1) throw changedSinceRun(`User coupon ${userCouponId}`, { expectedStatus: s.from });
+        return { op: s.op, from: s.from, to: s.to };
+      }
+      case 'TRANSIT':
+        await this.stateMachine.transit(em, userCouponId, s.from, s.to, s.txId ?? ctx.txId, ctx.reason, ctx.now);
+        return { op: s.op, from: s.from, to: s.to };
+      case 'RECREATE_REDEMPTION':
+        try {
+          await em.query(
+            `INSERT INTO redemption (user_coupon_id, order_no, user_id, order_amount_cents, discount_cents, status, used_at) VALUES (?, ?, ?, 0, ?, 'USED', ?)`,
+            [userCouponId, s.orderNo, s.userId, s.discountCents, new Date(s.usedAt)],
+          );
+        } catch (err) {
+          if (isDuplicateKey(err)) throw changedSinceRun(`The redemption of order ${s.orderNo}`, { orderNo: s.orderNo, userCouponId });
+          throw err;
+        }
+        return { op: s.op, orderNo: s.orderNo, orderAmountCents: 'unknown, recorded as 0' };
+    }
+  }
+}

@@ -1,0 +1,254 @@
+import { replay, TRANSITIONS, UserCouponStatus } from '../state-machine/transitions.js';
+
+export const DISCREPANCY_TYPES = ['STOCK_MISMATCH', 'USED_WITHOUT_REDEMPTION', 'REDEMPTION_WITHOUT_USED', 'LOG_MISMATCH'] as const;
+export type DiscrepancyType = (typeof DISCREPANCY_TYPES)[number];
+
+export const COMPENSATION_ACTIONS = ['RESTORE_STOCK', 'REMOVE_STOCK', 'MARK_CONSISTENT', 'MANUAL_REVIEW'] as const;
+export type CompensationAction = (typeof COMPENSATION_ACTIONS)[number];
+
+export interface LogEntry {
+  id: string;
+  from: UserCouponStatus | null;
+  to: UserCouponStatus;
+  txId: string;
+  reason: string | null;
+  createdAt: Date;
+}
+
+export interface UsedRedemption {
+  id: string;
+  orderNo: string;
+}
+
+/** Everything the tables say about one user coupon, read in one snapshot. */
+export interface UserCouponFacts {
+  userCouponId: string;
+  couponId: string;
+  userId: string;
+  status: UserCouponStatus;
+  usedAt: Date | null;
+  discountCents: number;
+  /** Its state-log rows in id order. */
+  log: LogEntry[];
+  /** Redemptions with status USED that reference it. */
+  usedRedemptions: UsedRedemption[];
+}
+
+/** A log row to write; txId/reason null means "name the compensation that writes it". */
+export interface PlannedLogRow {
+  from: UserCouponStatus | null;
+  to: UserCouponStatus;
+  txId: string | null;
+  reason: string | null;
+  createdAt: string | null;
+}
+
+/** One step of a MARK_CONSISTENT repair, executed in order in the approving transaction. */
+export type RepairStep =
+  | { op: 'REMOVE_LOG'; logIds: string[] }
+  | { op: 'APPEND_LOG'; rows: PlannedLogRow[] }
+  | { op: 'SET_STATUS'; from: UserCouponStatus; to: UserCouponStatus }
+  | { op: 'TRANSIT'; from: UserCouponStatus; to: UserCouponStatus; txId: string | null }
+  | { op: 'RECREATE_REDEMPTION'; orderNo: string; userId: string; discountCents: number; usedAt: string };
+
+/** What the repair expects to find when it is approved; anything else means the data moved since the run. */
+export interface RepairExpectation {
+  status: UserCouponStatus;
+  logIds: string[];
+  usedRedemptionIds: string[];
+}
+
+export interface RepairParams {
+  userCouponId: string;
+  expect: RepairExpectation;
+  steps: RepairStep[];
+}
+
+export interface UserCouponFinding {
+  type: Exclude<DiscrepancyType, 'STOCK_MISMATCH'>;
+  couponId: string;
+  userCouponId: string;
+  redemptionId: string | null;
+  details: {
+    status: UserCouponStatus;
+    replayedStatus: UserCouponStatus | null;
+    replayLegal: boolean;
+    /** The break point: the last log row of the longest prefix that is legal and can still lead to the target status. */
+    lastConsistentLogId: string | null;
+    firstInconsistentLogId: string | null;
+    usedRedemptionIds: string[];
+    targetStatus: UserCouponStatus;
+    explanation: string;
+  };
+  action: 'MARK_CONSISTENT';
+  params: RepairParams;
+}
+
+/** Shortest legal path of transitions from `from` (null: not yet issued) to `to`; [] when equal, null when unreachable. */
+export function legalPath(from: UserCouponStatus | null, to: UserCouponStatus): [UserCouponStatus | null, UserCouponStatus][] | null {
+  if (from === to) return [];
+  const prev = new Map<UserCouponStatus, UserCouponStatus | null>();
+  const queue: (UserCouponStatus | null)[] = [from];
+  while (queue.length > 0) {
+    const s = queue.shift() as UserCouponStatus | null;
+    for (const next of TRANSITIONS[s ?? 'null']) {
+      if (prev.has(next) || next === from) continue;
+      prev.set(next, s);
+      if (next === to) {
+        const steps: [UserCouponStatus | null, UserCouponStatus][] = [];
+        for (let cur: UserCouponStatus | null = to; cur !== from; cur = prev.get(cur as UserCouponStatus) as UserCouponStatus | null) {
+          steps.unshift([prev.get(cur as UserCouponStatus) as UserCouponStatus | null, cur as UserCouponStatus]);
+        }
+        return steps;
+      }
+      queue.push(next);
+    }
+  }
+  return null;
+}
+
+/** The redemption module logs a use with tx id `order:<orderNo>`. */
+const ORDER_TX = /^order:(.{1,64})$/;
+export const orderTxId = (orderNo: string) => `order:${orderNo}`;
+
+/**
+ * Decides what one user coupon should look like and how to get there, from its row, its log and
+ * its redemptions. Returns null when the three agree (invariants 4 and 5 of API.md hold).
+ *
+ * The target status: USED when a USED redemption references the coupon (an order used it); USED
+ * also when there is no redemption but the legal log records the use with an order number (the
+ * redemption row is what was lost, and is recreated from the log); otherwise the state the legal
+ * log reached when the row cannot follow from it, else the row's own status. The log is then cut
+ * back to the longest legal prefix from which the target is reachable (the break point) and
+ * completed with the legal path to the target.
+ */
+export function diagnoseUserCoupon(f: UserCouponFacts): UserCouponFinding | null {
+  const r = replay(f.log);
+  const logOk = r.legal && r.status === f.status;
+  const hasRedemption = f.usedRedemptions.length > 0;
+  const usedOk = (f.status === 'USED') === hasRedemption;
+  if (logOk && usedOk) return null;
+
+  const legalPrefix = f.log.slice(0, r.lastConsistentIndex + 1);
+  let target: UserCouponStatus;
+  let recreateFrom: LogEntry | undefined;
+  let explanation: string;
+  if (hasRedemption) {
+    target = 'USED';
+    explanation = 'A USED redemption references this coupon: an order used it.';
+  } else if (f.status === 'USED') {
+    recreateFrom = legalPrefix.find((s) => s.to === 'USED' && ORDER_TX.test(s.txId));
+    if (recreateFrom) {
+      target = 'USED';
+      explanation = `The log records its use (${recreateFrom.txId}, log row ${recreateFrom.id}) but the redemption row is missing: recreate it from the log.`;
+    } else {
+      target = r.status === null || r.status === 'USED' ? 'UNUSED' : r.status;
+      explanation = `USED with no redemption and no use in the log: the status goes back to ${target}, where the log left it.`;
+    }
+  } else if (r.legal && r.status !== null && legalPath(r.status, f.status) === null) {
+    target = r.status;
+    explanation = `The complete, legal log ends at ${r.status}, from which ${f.status} cannot follow: the status goes back to ${r.status}.`;
+  } else {
+    target = f.status;
+    explanation = `The status ${f.status} stands; the log is repaired to lead to it.`;
+  }
+
+  let keep = legalPrefix.length;
+  let path = legalPath(keep === 0 ? null : f.log[keep - 1].to, target);
+  while (path === null) {
+    keep--;
+    path = legalPath(keep === 0 ? null : f.log[keep - 1].to, target);
+  }
+  const removed = f.log.slice(keep);
+  const reusable = [...removed];
+  const useTxId = f.usedRedemptions.length > 0 ? orderTxId(f.usedRedemptions[0].orderNo) : (recreateFrom?.txId ?? null);
+  const append: PlannedLogRow[] = path.map(([from, to]) => {
+    // A removed row that recorded the same arrival keeps its tx id and time: the repair re-orders history, it does not rewrite it.
+    const i = reusable.findIndex((row) => row.to === to);
+    if (i >= 0) {
+      const [row] = reusable.splice(i, 1);
+      return { from, to, txId: row.txId, reason: row.reason, createdAt: row.createdAt.toISOString() };
+    }
+    return { from, to, txId: to === 'USED' ? useTxId : null, reason: null, createdAt: null };
+  });
+
+  const steps: RepairStep[] = [];
+  const plainMove = removed.length === 0 && append.length === 1 && append[0].from === f.status && r.status === f.status && target !== f.status;
+  if (plainMove) {
+    // The row and its log agree and one legal move is missing: the state machine makes it, log row included.
+    steps.push({ op: 'TRANSIT', from: f.status, to: target, txId: append[0].txId });
+  } else {
+    if (removed.length > 0) steps.push({ op: 'REMOVE_LOG', logIds: removed.map((row) => row.id) });
+    if (append.length > 0) steps.push({ op: 'APPEND_LOG', rows: append });
+    if (target !== f.status) steps.push({ op: 'SET_STATUS', from: f.status, to: target });
+  }
+  if (recreateFrom) {
+    steps.push({
+      op: 'RECREATE_REDEMPTION',
+      orderNo: (ORDER_TX.exec(recreateFrom.txId) as RegExpExecArray)[1],
+      userId: f.userId,
+      discountCents: f.discountCents,
+      usedAt: (f.usedAt ?? recreateFrom.createdAt).toISOString(),
+    });
+  }
+
+  const type = !usedOk ? (hasRedemption ? 'REDEMPTION_WITHOUT_USED' : 'USED_WITHOUT_REDEMPTION') : 'LOG_MISMATCH';
+  const usedRedemptionIds = f.usedRedemptions.map((x) => x.id);
+  return {
+    type,
+    couponId: f.couponId,
+    userCouponId: f.userCouponId,
+    redemptionId: usedRedemptionIds[0] ?? null,
+    details: {
+      status: f.status,
+      replayedStatus: r.status,
+      replayLegal: r.legal,
+      lastConsistentLogId: keep > 0 ? f.log[keep - 1].id : null,
+      firstInconsistentLogId: removed[0]?.id ?? null,
+      usedRedemptionIds,
+      targetStatus: target,
+      explanation,
+    },
+    action: 'MARK_CONSISTENT',
+    params: { userCouponId: f.userCouponId, expect: { status: f.status, logIds: f.log.map((row) => row.id), usedRedemptionIds }, steps },
+  };
+}
+
+export interface StockFacts {
+  couponId: string;
+  initStock: number;
+  stock: number;
+  issuedFromStock: number;
+}
+
+export interface StockFinding {
+  type: 'STOCK_MISMATCH';
+  couponId: string;
+  details: StockFacts & { difference: number; explanation: string };
+  action: 'RESTORE_STOCK' | 'REMOVE_STOCK' | 'MANUAL_REVIEW';
+  params: StockFacts & { difference: number; count: number };
+}
+
+/**
+ * Invariant 1: init_stock == stock + issued from stock, stock >= 0. `difference` is
+ * init_stock - (stock + issued): positive, units vanished (stock deducted with no coupon, or an
+ * issued coupon's row deleted) and go back to the stock; negative, more exists than was ever
+ * created and the excess leaves the remaining stock.
+ */
+export function diagnoseStock(f: StockFacts): StockFinding | null {
+  const difference = f.initStock - (f.stock + f.issuedFromStock);
+  if (difference === 0 && f.stock >= 0) return null;
+  let action: StockFinding['action'];
+  let explanation: string;
+  if (difference > 0) {
+    action = 'RESTORE_STOCK';
+    explanation = `${difference} unit(s) left the stock without an issued coupon: put them back.`;
+  } else if (difference < 0) {
+    action = 'REMOVE_STOCK';
+    explanation = `${-difference} unit(s) more than the initial stock exist: take them off the remaining stock.`;
+  } else {
+    action = 'MANUAL_REVIEW';
+    explanation = 'Balanced but negative: more coupons were issued than the initial stock. Only an operator can decide.';
+  }
+  return { type: 'STOCK_MISMATCH', couponId: f.couponId, details: { ...f, difference, explanation }, action, params: { ...f, difference, count: Math.abs(difference) } };
+}

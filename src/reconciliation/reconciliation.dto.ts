@@ -1,0 +1,71 @@
+import { Injectable } from '@nestjs/common';
+import type { ArgumentMetadata, PipeTransform, Type as ClassType } from '@nestjs/common';
+import { ApiProperty, ApiPropertyOptional } from '@nestjs/swagger';
+import { Type } from 'class-transformer';
+import { IsIn, IsInt, IsOptional, IsString, Matches, Max, MaxLength, Min, MinLength } from 'class-validator';
+import { StrictValidationPipe } from '../common/validation.js';
+import { COMPENSATION_STATUSES } from './compensation.entity.js';
+import type { CompensationStatus } from './compensation.entity.js';
+import { RUN_MODES } from './reconciliation-run.entity.js';
+import type { RunMode } from './reconciliation-run.entity.js';
+
+const ID = /^[1-9][0-9]{0,18}$/;
+
+export class StartRunDto {
+  @ApiPropertyOptional({ enum: RUN_MODES, default: 'FULL', description: 'INCREMENTAL replays the state log only for coupons changed since the last complete run' })
+  @IsOptional()
+  @IsIn(RUN_MODES)
+  mode?: RunMode;
+}
+
+export class PageQuery {
+  @ApiPropertyOptional({ minimum: 1, maximum: 100, default: 20 })
+  @IsOptional()
+  @Type(() => Number)
+  @IsInt()
+  @Min(1)
+  @Max(100)
+  limit?: number;
+
+  @ApiPropertyOptional({ description: 'nextCursor of the previous page' })
+  @IsOptional()
+  @Matches(ID, { message: 'cursor must be a positive integer id' })
+  cursor?: string;
+}
+
+export class ListCompensationsQuery extends PageQuery {
+  @ApiPropertyOptional({ enum: COMPENSATION_STATUSES })
+  @IsOptional()
+  @IsIn(COMPENSATION_STATUSES)
+  status?: CompensationStatus;
+
+  @ApiPropertyOptional({ description: 'only the compensations proposed by this run' })
+  @IsOptional()
+  @Matches(ID, { message: 'runId must be a positive integer id' })
+  runId?: string;
+}
+
+export class DecisionDto {
+  @ApiProperty({ minLength: 1, maxLength: 500 })
+  @IsString()
+  @MinLength(1)
+  @MaxLength(500)
+  reason!: string;
+}
+
+/**
+ * A body that may be absent: a POST with no body gets the DTO's defaults, anything sent is
+ * validated as strictly as every other body. (The global pipe requires a body for DTO-typed
+ * parameters, so the handler types its parameter with an interface and lets this pipe do the work.)
+ */
+@Injectable()
+export class OptionalBodyPipe<T extends object> implements PipeTransform<unknown, Promise<T>> {
+  private readonly strict = new StrictValidationPipe();
+
+  constructor(private readonly dto: ClassType<T>) {}
+
+  async transform(value: unknown, metadata: ArgumentMetadata): Promise<T> {
+    if (value === undefined || value === null) return new this.dto();
+    return (await this.strict.transform(value, { ...metadata, metatype: this.dto })) as T;
+  }
+}

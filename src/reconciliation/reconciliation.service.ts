@@ -1,0 +1,263 @@
+import { BeforeApplicationShutdown, Injectable, Logger } from '@nestjs/common';
+import { InjectRepository } from '@nestjs/typeorm';
+import { DataSource, LessThan, QueryRunner, Repository } from 'typeorm';
+import { AppConfig } from '../config/app-config.js';
+import { isDuplicateKey } from '../common/db-errors.js';
+import { AppError } from '../common/errors.js';
+import { counter, gauge, histogram } from '../common/metrics.js';
+import { TransactionService } from '../database/transaction.service.js';
+import { AuditService, ChunkResult, Finding } from './audit.service.js';
+import { DiscrepancyType } from './diagnosis.js';
+import { ReconciliationRun, RunMode, RunView, toRunView } from './reconciliation-run.entity.js';
+
+const runsTotal = counter('reconciliation_runs_total', 'Reconciliation runs finished, by outcome', ['status', 'mode']);
+const inProgress = gauge('reconciliation_run_in_progress', 'Whether this instance is running a reconciliation now');
+const progressChecked = gauge('reconciliation_run_checked_rows', 'Rows audited so far by the current (or last) run on this instance, by audit', ['audit']);
+const foundTotal = counter('reconciliation_discrepancies_total', 'Discrepancies recorded as new', ['type']);
+const runDuration = histogram('reconciliation_run_duration_seconds', 'Duration of finished reconciliation runs', ['status'], [0.1, 1, 5, 15, 60, 300, 900, 3600]);
+
+/** User coupon / redemption ids per chunk, and coupons per stock chunk (each counts its coupons' user coupons). */
+export const USER_COUPON_CHUNK = 5000;
+const COUPON_CHUNK = 200;
+/** How far before the last complete run's start an incremental run looks, for clock skew between instances. */
+const INCREMENTAL_SLACK_MS = 5 * 60_000;
+const PROGRESS_LOG_MS = 10_000;
+
+interface ActiveRun {
+  runId: string;
+  abort: boolean;
+  done: Promise<RunView>;
+}
+
+/**
+ * Runs the audits. One run at a time across every instance: the run holds a MySQL named lock
+ * (GET_LOCK) on a connection of its own for its whole length, and reads its chunks on that same
+ * connection; if the process or the connection dies, MySQL releases the lock and the next start
+ * marks the orphaned RUNNING row FAILED.
+ */
+@Injectable()
+export class ReconciliationService implements BeforeApplicationShutdown {
+  private readonly logger = new Logger('Reconciliation');
+  private active: ActiveRun | null = null;
+
+  constructor(
+    private readonly dataSource: DataSource,
+    private readonly tx: TransactionService,
+    private readonly config: AppConfig,
+    private readonly audits: AuditService,
+    @InjectRepository(ReconciliationRun) private readonly runs: Repository<ReconciliationRun>,
+  ) {}
+
+  private get lockName(): string {
+    return `coupon-engine:reconcile:${this.config.DB_NAME}`;
+  }
+
+  /**
+   * Takes the lock and records a RUNNING run, then audits in the background. Resolves once the run
+   * is recorded (its id is final); `done` resolves with the finished run and never rejects.
+   */
+  async start(mode: RunMode, triggeredBy: string): Promise<{ runId: string; done: Promise<RunView> }> {
+    const q = this.dataSource.createQueryRunner();
+    let runId: string;
+    try {
+      const [lock]: { got: string | number | null }[] = await q.query(`SELECT GET_LOCK(?, 0) AS got`, [this.lockName]);
+      if (Number(lock.got) !== 1) {
+        const [running]: { id: string }[] = await q.query(`SELECT id FROM reconciliation_run WHERE status = 'RUNNING' ORDER BY id DESC LIMIT 1`);
+        throw new AppError('RECONCILIATION_RUNNING', 'A reconciliation run is already in progress', running ? { runId: running.id } : undefined);
+      }
+      runId = await this.recordStart(q, mode, triggeredBy);
+    } catch (err) {
+      await this.releaseLock(q);
+      throw err;
+    }
+    const run: ActiveRun = { runId, abort: false, done: Promise.resolve(undefined as never) };
+    run.done = this.execute(run, q, mode);
+    return { runId, done: run.done };
+  }
+
+  /** Starts a run and waits for it to finish. */
+  async runNow(mode: RunMode = 'FULL', triggeredBy = 'system'): Promise<RunView> {
+    return (await this.start(mode, triggeredBy)).done;
+  }
+
+  /** The cron's entry point: never throws; a run already going elsewhere is not an error. */
+  async runScheduled(): Promise<void> {
+    try {
+      await this.runNow('INCREMENTAL', 'cron');
+    } catch (err) {
+      if (err instanceof AppError && err.code === 'RECONCILIATION_RUNNING') this.logger.log('Scheduled reconciliation skipped: another run is in progress');
+      else this.logger.error(`Scheduled reconciliation could not start: ${(err as Error).message}`);
+    }
+  }
+
+  async list(limit: number, cursor?: string): Promise<{ items: RunView[]; nextCursor: string | null }> {
+    const rows = await this.runs.find({ where: cursor ? { id: LessThan(cursor) } : {}, order: { id: 'DESC' }, take: limit + 1 });
+    const page = rows.slice(0, limit);
+    return { items: page.map(toRunView), nextCursor: rows.length > limit ? page[page.length - 1].id : null };
+  }
+
+  async get(runId: string): Promise<RunView & { byType: Partial<Record<DiscrepancyType, number>> }> {
+    const run = await this.runs.findOneBy({ id: runId });
+    if (!run) throw new AppError('RUN_NOT_FOUND', `No reconciliation run ${runId}`, { runId });
+    const counts: { type: DiscrepancyType; n: string }[] = await this.dataSource.query(`SELECT type, COUNT(*) AS n FROM discrepancy WHERE run_id = ? GROUP BY type`, [runId]);
+    return { ...toRunView(run), byType: Object.fromEntries(counts.map((c) => [c.type, Number(c.n)])) };
+  }
+
+  /** Lets a run in progress stop at its next chunk (marked FAILED) before the pool closes. */
+  async beforeApplicationShutdown(): Promise<void> {
+    if (!this.active) return;
+    this.active.abort = true;
+    await this.active.done;
+  }
+
+  private async recordStart(q: QueryRunner, mode: RunMode, triggeredBy: string): Promise<string> {
+    const now = new Date();
+    // We hold the lock, so any run still RUNNING lost its lock: its process or connection died.
+    const died = (await q.query(`UPDATE reconciliation_run SET status = 'FAILED', finished_at = ?, error = ? WHERE status = 'RUNNING'`, [
+      now,
+      'Died: its process or database connection ended before it finished (found by the next run)',
+    ])) as { affectedRows?: number };
+    if (died.affectedRows) {
+      this.logger.warn(`Marked ${died.affectedRows} dead reconciliation run(s) FAILED`);
+      runsTotal.inc({ status: 'FAILED', mode: 'unknown' }, died.affectedRows);
+    }
+    const res = (await q.query(`INSERT INTO reconciliation_run (status, mode, triggered_by, started_at, checked, discrepancies) VALUES ('RUNNING', ?, ?, ?, 0, 0)`, [
+      mode,
+      triggeredBy.slice(0, 64),
+      now,
+    ])) as { insertId: number | string };
+    return String(res.insertId);
+  }
+
+  private async execute(run: ActiveRun, q: QueryRunner, requested: RunMode): Promise<RunView> {
+    this.active = run;
+    inProgress.set(1);
+    progressChecked.reset();
+    const started = Date.now();
+    const totals = { checked: 0, found: 0 };
+    let status: 'COMPLETED' | 'FAILED' = 'FAILED';
+    let error: string | null = null;
+    let mode = requested;
+    try {
+      const since = mode === 'INCREMENTAL' ? await this.lastCompleteStart(run.runId) : null;
+      if (mode === 'INCREMENTAL' && !since) {
+        // Nothing complete to be incremental from: this run checks everything.
+        mode = 'FULL';
+        await this.dataSource.query(`UPDATE reconciliation_run SET mode = 'FULL' WHERE id = ?`, [run.runId]);
+      }
+      this.logger.log(`Reconciliation run ${run.runId} started (${mode}${since ? `, log audit since ${since.toISOString()}` : ''})`);
+      let lastLog = Date.now();
+      const step = async (audit: string, chunk: ChunkResult) => {
+        if (run.abort) throw new Error('Interrupted: the instance shut down');
+        totals.checked += chunk.checked;
+        progressChecked.inc({ audit }, chunk.checked);
+        for (const f of chunk.findings) if (await this.record(run.runId, f)) totals.found++;
+        await this.dataSource.query(`UPDATE reconciliation_run SET checked = ?, discrepancies = ? WHERE id = ?`, [totals.checked, totals.found, run.runId]);
+        if (Date.now() - lastLog >= PROGRESS_LOG_MS) {
+          lastLog = Date.now();
+          this.logger.log(`Reconciliation run ${run.runId}: ${audit} audit, ${totals.checked} rows checked, ${totals.found} discrepancies so far`);
+        }
+      };
+
+      for (let after = '0'; ; ) {
+        const chunk = await this.snapshot(q, () => this.audits.stockChunk(q, after, COUPON_CHUNK));
+        await step('stock', chunk);
+        if (chunk.lastCouponId === null) break;
+        after = chunk.lastCouponId;
+      }
+      const ucs = await this.audits.idRange(q, 'user_coupon');
+      for (let lo = ucs?.min ?? 1n; ucs && lo <= ucs.max; lo += BigInt(USER_COUPON_CHUNK)) {
+        const hi = lo + BigInt(USER_COUPON_CHUNK) - 1n;
+        await step('user_coupon', await this.snapshot(q, () => this.audits.userCouponChunk(q, lo, hi, since)));
+      }
+      const reds = await this.audits.idRange(q, 'redemption');
+      for (let lo = reds?.min ?? 1n; reds && lo <= reds.max; lo += BigInt(USER_COUPON_CHUNK)) {
+        const hi = lo + BigInt(USER_COUPON_CHUNK) - 1n;
+        await step('redemption', await this.snapshot(q, () => this.audits.orphanRedemptionChunk(q, lo, hi)));
+      }
+      status = 'COMPLETED';
+    } catch (err) {
+      error = (err as Error).message.slice(0, 1000);
+      this.logger.error(`Reconciliation run ${run.runId} failed: ${error}`);
+    }
+    try {
+      await this.dataSource.query(`UPDATE reconciliation_run SET status = ?, finished_at = ?, checked = ?, discrepancies = ?, error = ? WHERE id = ?`, [
+        status,
+        new Date(),
+        totals.checked,
+        totals.found,
+        error,
+        run.runId,
+      ]);
+    } catch (err) {
+      this.logger.error(`Reconciliation run ${run.runId} could not record its end (${(err as Error).message}); the next run will mark it FAILED`);
+    } finally {
+      await this.releaseLock(q);
+      this.active = null;
+      inProgress.set(0);
+    }
+    const seconds = (Date.now() - started) / 1000;
+    runsTotal.inc({ status, mode });
+    runDuration.observe({ status }, seconds);
+    this.logger.log(`Reconciliation run ${run.runId} ${status} in ${seconds.toFixed(1)} s: ${totals.checked} rows checked, ${totals.found} new discrepancies`);
+    const finished = await this.runs.findOneBy({ id: run.runId }).catch(() => null);
+    return finished
+      ? toRunView(finished)
+      : { id: run.runId, status, mode, triggeredBy: '', startedAt: new Date(started).toISOString(), finishedAt: null, checked: totals.checked, discrepancies: totals.found, error };
+  }
+
+  /** Runs `fn` in a read-only transaction whose reads all see one snapshot. */
+  private async snapshot<T>(q: QueryRunner, fn: () => Promise<T>): Promise<T> {
+    await q.query('SET TRANSACTION ISOLATION LEVEL REPEATABLE READ');
+    await q.query('START TRANSACTION WITH CONSISTENT SNAPSHOT, READ ONLY');
+    try {
+      return await fn();
+    } finally {
+      await q.query('COMMIT');
+    }
+  }
+
+  private async lastCompleteStart(currentRunId: string): Promise<Date | null> {
+    const [row]: { started_at: Date }[] = await this.dataSource.query(
+      `SELECT started_at FROM reconciliation_run WHERE status = 'COMPLETED' AND id < ? ORDER BY id DESC LIMIT 1`,
+      [currentRunId],
+    );
+    return row ? new Date(row.started_at.getTime() - INCREMENTAL_SLACK_MS) : null;
+  }
+
+  /** Writes a finding and its PENDING compensation; false when the same entity already has an open discrepancy. */
+  private async record(runId: string, f: Finding): Promise<boolean> {
+    const openKey = f.type === 'STOCK_MISMATCH' ? `coupon:${f.couponId}` : f.couponId === null ? `redemption:${f.redemptionId}` : `uc:${f.userCouponId}`;
+    try {
+      await this.tx.inTransaction(async (em) => {
+        const now = new Date();
+        const res = (await em.query(
+          `INSERT INTO discrepancy (run_id, type, coupon_id, user_coupon_id, redemption_id, details, open_key, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)`,
+          [runId, f.type, f.couponId, 'userCouponId' in f ? f.userCouponId : null, 'redemptionId' in f ? f.redemptionId : null, JSON.stringify(f.details), openKey, now],
+        )) as { insertId: number | string };
+        await em.query(`INSERT INTO compensation (discrepancy_id, action, params, status, created_at) VALUES (?, ?, ?, 'PENDING', ?)`, [
+          String(res.insertId),
+          f.action,
+          JSON.stringify(f.params),
+          now,
+        ]);
+      });
+    } catch (err) {
+      if (isDuplicateKey(err)) return false;
+      throw err;
+    }
+    foundTotal.inc({ type: f.type });
+    this.logger.warn(`Reconciliation run ${runId}: ${f.type} ${openKey}, proposed ${f.action}`);
+    return true;
+  }
+
+  private async releaseLock(q: QueryRunner): Promise<void> {
+    try {
+      await q.query(`SELECT RELEASE_LOCK(?)`, [this.lockName]);
+    } catch {
+      // A broken connection has already dropped the lock with it.
+    } finally {
+      await q.release();
+    }
+  }
+}

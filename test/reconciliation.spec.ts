@@ -1,0 +1,324 @@
+import request from 'supertest';
+import type { AppConfig } from '../src/config/app-config.js';
+import { ReconciliationService } from '../src/reconciliation/reconciliation.service.js';
+import { createCoupon, CouponInput, newKey } from './support/factories.js';
+import { adminToken, bearer, serviceToken, startTestApp, TestApp, tokenFor } from './support/harness.js';
+import { checkInvariants } from './support/invariants.js';
+
+interface CompensationBody {
+  id: string;
+  status: string;
+  action: string;
+  params: { steps?: { op: string }[]; count?: number; difference?: number };
+  result: unknown;
+  decidedBy: string | null;
+  decisionReason: string | null;
+  decidedAt: string | null;
+  discrepancy: {
+    id: string;
+    runId: string;
+    type: string;
+    couponId: string | null;
+    userCouponId: string | null;
+    redemptionId: string | null;
+    details: { difference?: number; lastConsistentLogId?: string | null; targetStatus?: string };
+  };
+}
+
+describe('reconciliation', () => {
+  let t: TestApp;
+  let svc: ReconciliationService;
+  const admin = () => bearer(adminToken());
+
+  beforeAll(async () => {
+    t = await startTestApp();
+    svc = t.app.get(ReconciliationService);
+  });
+  afterAll(() => t.close());
+
+  const sql = (q: string, params: unknown[] = []) => t.db.query(q, params);
+  const one = async <T>(q: string, params: unknown[] = []) => ((await sql(q, params)) as T[])[0];
+
+  async function coupon(overrides: CouponInput = {}): Promise<string> {
+    return (await createCoupon(t.url, { totalStock: 20, perUserLimit: 5, ...overrides })).id;
+  }
+  async function grab(couponId: string, userId: string): Promise<string> {
+    const res = await request(t.url).post(`/coupons/${couponId}/grab`).set(bearer(tokenFor(userId))).set('Idempotency-Key', newKey());
+    if (res.status !== 201) throw new Error(`grab: ${res.status} ${JSON.stringify(res.body)}`);
+    return res.body.id as string;
+  }
+  async function redeem(userCouponId: string, userId: string, orderNo = newKey('order')): Promise<string> {
+    const res = await request(t.url).post('/redemptions').set(bearer(serviceToken())).send({ userCouponId, orderNo, orderAmountCents: 20000, userId });
+    if (res.status !== 201) throw new Error(`redeem: ${res.status} ${JSON.stringify(res.body)}`);
+    return res.body.redemptionId as string;
+  }
+  async function proposals(runId: string): Promise<CompensationBody[]> {
+    const res = await request(t.url).get(`/admin/compensations?status=PENDING&runId=${runId}&limit=100`).set(admin());
+    expect(res.status).toBe(200);
+    return res.body.items as CompensationBody[];
+  }
+  const decide = (id: string, decision: 'approve' | 'reject', reason = 'checked the order history') =>
+    request(t.url).post(`/admin/compensations/${id}/${decision}`).set(admin()).send({ reason });
+  /** Approves every open proposal, so each test starts from a consistent database. */
+  async function settleAll(): Promise<void> {
+    const res = await request(t.url).get('/admin/compensations?status=PENDING&limit=100').set(admin());
+    for (const c of res.body.items as CompensationBody[]) expect((await decide(c.id, 'approve')).status).toBe(200);
+  }
+
+  it('a clean database gives a clean run that checks every row', async () => {
+    const c = await coupon();
+    const ucs = await Promise.all(['u1', 'u2', 'u3', 'u4'].map((u) => grab(c, u)));
+    await redeem(ucs[0], 'u1');
+    expect((await request(t.url).post(`/admin/user-coupons/${ucs[1]}/void`).set(admin()).send({ reason: 'test' })).status).toBe(200);
+
+    const run = await svc.runNow('FULL', 'test');
+    expect(run).toMatchObject({ status: 'COMPLETED', mode: 'FULL', discrepancies: 0, error: null });
+    // 1 coupon stock row + 4 user coupons + 1 redemption
+    expect(run.checked).toBe(6);
+    expect(run.finishedAt).not.toBeNull();
+    expect(await checkInvariants(t.db)).toEqual([]);
+  });
+
+  it('finds each injected inconsistency exactly once with the right type and ids; approving the proposals leaves nothing to find', async () => {
+    const [lostRow, lostStock, c] = [await coupon(), await coupon(), await coupon()];
+    const [keep, deleted] = [await grab(lostRow, 'a1'), await grab(lostRow, 'a2')];
+    await grab(lostStock, 'b1');
+    const u = await Promise.all(['c1', 'c2', 'c3', 'c4', 'c5', 'c6'].map((user) => grab(c, user)));
+    const red2 = await redeem(u[1], 'c2', 'ORDER-C2');
+    const red3 = await redeem(u[2], 'c3');
+    const red4 = await redeem(u[3], 'c4');
+    const red6 = await redeem(u[5], 'c6');
+    const [issuance6] = await sql(`SELECT id FROM user_coupon_state_log WHERE user_coupon_id = ? AND to_status = 'UNUSED'`, [u[5]]);
+
+    // 1. an issued coupon's row deleted: its unit of stock has vanished
+    await sql(`DELETE FROM user_coupon WHERE id = ?`, [deleted]);
+    // 2. stock decremented twice without issuing
+    await sql(`UPDATE coupon_stock SET stock = stock - 2 WHERE coupon_id = ?`, [lostStock]);
+    // 3. a coupon set USED with no redemption (and no log row)
+    await sql(`UPDATE user_coupon SET status = 'USED', used_at = NOW(3) WHERE id = ?`, [u[0]]);
+    // 4. a redemption deleted
+    await sql(`DELETE FROM redemption WHERE id = ?`, [red2]);
+    // 5. a redeemed coupon's status set back to UNUSED
+    await sql(`UPDATE user_coupon SET status = 'UNUSED', used_at = NULL WHERE id = ?`, [u[2]]);
+    // 6. a redemption whose status change and its log row are both lost
+    await sql(`DELETE FROM user_coupon_state_log WHERE user_coupon_id = ? AND to_status = 'USED'`, [u[3]]);
+    await sql(`UPDATE user_coupon SET status = 'UNUSED', used_at = NULL WHERE id = ?`, [u[3]]);
+    // 7. the issuance log row of an unused coupon deleted
+    await sql(`DELETE FROM user_coupon_state_log WHERE user_coupon_id = ?`, [u[4]]);
+    // 8. a log row altered: the use now reads as a void
+    await sql(`UPDATE user_coupon_state_log SET to_status = 'VOID' WHERE user_coupon_id = ? AND to_status = 'USED'`, [u[5]]);
+    expect((await checkInvariants(t.db)).length).toBeGreaterThan(0);
+
+    const run = await svc.runNow('FULL', 'test');
+    expect(run).toMatchObject({ status: 'COMPLETED', discrepancies: 8 });
+    const found = await proposals(run.id);
+    const summary = found
+      .map((p) => [p.discrepancy.type, p.discrepancy.couponId, p.discrepancy.userCouponId, p.discrepancy.redemptionId, p.action, (p.params.steps ?? []).map((s) => s.op).join('+')])
+      .sort((a, b) => String(a[2] ?? a[1]).localeCompare(String(b[2] ?? b[1])) || String(a[0]).localeCompare(String(b[0])));
+    const expected = [
+      ['STOCK_MISMATCH', lostRow, null, null, 'RESTORE_STOCK', ''],
+      ['STOCK_MISMATCH', lostStock, null, null, 'RESTORE_STOCK', ''],
+      ['USED_WITHOUT_REDEMPTION', c, u[0], null, 'MARK_CONSISTENT', 'SET_STATUS'],
+      ['USED_WITHOUT_REDEMPTION', c, u[1], null, 'MARK_CONSISTENT', 'RECREATE_REDEMPTION'],
+      ['REDEMPTION_WITHOUT_USED', c, u[2], red3, 'MARK_CONSISTENT', 'SET_STATUS'],
+      ['REDEMPTION_WITHOUT_USED', c, u[3], red4, 'MARK_CONSISTENT', 'TRANSIT'],
+      ['LOG_MISMATCH', c, u[4], null, 'MARK_CONSISTENT', 'APPEND_LOG'],
+      ['LOG_MISMATCH', c, u[5], red6, 'MARK_CONSISTENT', 'REMOVE_LOG+APPEND_LOG'],
+    ].sort((a, b) => String(a[2] ?? a[1]).localeCompare(String(b[2] ?? b[1])) || String(a[0]).localeCompare(String(b[0])));
+    expect(summary).toEqual(expected);
+    const byCoupon = (id: string) => found.find((p) => p.discrepancy.couponId === id && p.discrepancy.type === 'STOCK_MISMATCH')!;
+    expect(byCoupon(lostRow).params).toMatchObject({ difference: 1, count: 1 });
+    expect(byCoupon(lostStock).params).toMatchObject({ difference: 2, count: 2 });
+    const altered = found.find((p) => p.discrepancy.userCouponId === u[5])!;
+    expect(altered.discrepancy.details.lastConsistentLogId).toBe(issuance6.id);
+    expect(found.find((p) => p.discrepancy.userCouponId === u[4])!.discrepancy.details.lastConsistentLogId).toBeNull();
+    expect((await request(t.url).get(`/admin/reconciliation/runs/${run.id}`).set(admin())).body.byType).toEqual({
+      STOCK_MISMATCH: 2,
+      USED_WITHOUT_REDEMPTION: 2,
+      REDEMPTION_WITHOUT_USED: 2,
+      LOG_MISMATCH: 2,
+    });
+
+    // Still open: the next run does not report them again.
+    expect(await svc.runNow('FULL', 'test')).toMatchObject({ status: 'COMPLETED', discrepancies: 0 });
+
+    for (const p of found) {
+      const res = await decide(p.id, 'approve');
+      expect(res.status).toBe(200);
+      expect(res.body).toMatchObject({ id: p.id, status: 'DONE', decidedBy: 'admin-1', decisionReason: 'checked the order history' });
+      expect(res.body.decidedAt).toEqual(expect.any(String));
+    }
+    expect(await checkInvariants(t.db)).toEqual([]);
+    expect(await one<{ id: string }>(`SELECT id FROM user_coupon WHERE id = ?`, [keep])).toBeDefined();
+    expect(await one(`SELECT status, used_at FROM user_coupon WHERE id = ?`, [u[0]])).toEqual({ status: 'UNUSED', used_at: null });
+    expect(await one(`SELECT order_no, user_id, status FROM redemption WHERE user_coupon_id = ?`, [u[1]])).toEqual({ order_no: 'ORDER-C2', user_id: 'c2', status: 'USED' });
+    const history = await request(t.url).get(`/admin/user-coupons/${u[5]}/history`).set(admin());
+    expect(history.body).toMatchObject({ consistent: true, replayedStatus: 'USED' });
+
+    expect(await svc.runNow('FULL', 'test')).toMatchObject({ status: 'COMPLETED', discrepancies: 0 });
+  });
+
+  it('deciding twice is 409, an unknown id 404, a stale proposal 409 with nothing changed; a rejection changes no data', async () => {
+    const c = await coupon();
+    await grab(c, 'd1');
+    await sql(`UPDATE coupon_stock SET stock = stock + 1 WHERE coupon_id = ?`, [c]);
+    const run = await svc.runNow('FULL', 'test');
+    const [p] = await proposals(run.id);
+    expect(p).toMatchObject({ action: 'REMOVE_STOCK', params: { difference: -1, count: 1 }, discrepancy: { type: 'STOCK_MISMATCH', couponId: c } });
+
+    // Someone fixed it by hand meanwhile: the proposal no longer fits and must not apply.
+    await sql(`UPDATE coupon_stock SET stock = stock - 1 WHERE coupon_id = ?`, [c]);
+    const stale = await decide(p.id, 'approve');
+    expect([stale.status, stale.body.code]).toEqual([409, 'STATUS_CONFLICT']);
+    expect(await one(`SELECT stock FROM coupon_stock WHERE coupon_id = ?`, [c])).toEqual({ stock: '19' });
+    expect((await proposals(run.id)).map((x) => x.id)).toEqual([p.id]);
+
+    const rejected = await decide(p.id, 'reject', 'fixed by hand');
+    expect(rejected.status).toBe(200);
+    expect(rejected.body).toMatchObject({ status: 'REJECTED', decisionReason: 'fixed by hand', discrepancy: { open: false } });
+    expect(await one(`SELECT stock FROM coupon_stock WHERE coupon_id = ?`, [c])).toEqual({ stock: '19' });
+
+    const again = await decide(p.id, 'approve');
+    expect([again.status, again.body.code, again.body.details.status]).toEqual([409, 'COMPENSATION_ALREADY_DECIDED', 'REJECTED']);
+    const missing = await decide('987654321', 'approve');
+    expect([missing.status, missing.body.code]).toEqual([404, 'COMPENSATION_NOT_FOUND']);
+    expect(await checkInvariants(t.db)).toEqual([]);
+  });
+
+  it('approves REMOVE_STOCK, and two concurrent approvals of one proposal: one 200, one 409', async () => {
+    const c = await coupon();
+    await sql(`UPDATE coupon_stock SET stock = stock + 3 WHERE coupon_id = ?`, [c]);
+    const [p] = await proposals((await svc.runNow('FULL', 'test')).id);
+    const answers = await Promise.all([decide(p.id, 'approve'), decide(p.id, 'approve')]);
+    expect(answers.map((r) => r.status).sort()).toEqual([200, 409]);
+    expect(await one(`SELECT init_stock, stock FROM coupon_stock WHERE coupon_id = ?`, [c])).toEqual({ init_stock: '20', stock: '20' });
+    expect(await checkInvariants(t.db)).toEqual([]);
+  });
+
+  it('two triggers at once give one run: one 202, one 409 RECONCILIATION_RUNNING', async () => {
+    const c = await coupon();
+    await Promise.all(['e1', 'e2', 'e3'].map((user) => grab(c, user)));
+    const answers = await Promise.all([0, 1].map(() => request(t.url).post('/admin/reconciliation/runs').set(admin())));
+    expect(answers.map((r) => r.status).sort()).toEqual([202, 409]);
+    const accepted = answers.find((r) => r.status === 202)!.body;
+    expect(accepted).toEqual({ runId: expect.stringMatching(/^[0-9]+$/) });
+    expect(answers.find((r) => r.status === 409)!.body.code).toBe('RECONCILIATION_RUNNING');
+    const run = await waitForRun(accepted.runId);
+    expect(run).toMatchObject({ id: accepted.runId, status: 'COMPLETED', mode: 'FULL', triggeredBy: 'admin-1' });
+  });
+
+  async function waitForRun(runId: string) {
+    for (let i = 0; i < 200; i++) {
+      const res = await request(t.url).get(`/admin/reconciliation/runs/${runId}`).set(admin());
+      if (res.body.status !== 'RUNNING') return res.body;
+      await new Promise((r) => setTimeout(r, 50));
+    }
+    throw new Error(`run ${runId} did not finish`);
+  }
+
+  it('a run holding the lock on another connection (another instance) makes a trigger 409; a dead RUNNING run is marked FAILED by the next start', async () => {
+    const other = t.db.createQueryRunner();
+    try {
+      await other.query(`SELECT GET_LOCK(?, 0)`, [`coupon-engine:reconcile:${t.config.DB_NAME}`]);
+      const busy = await request(t.url).post('/admin/reconciliation/runs').set(admin()).send({ mode: 'FULL' });
+      expect([busy.status, busy.body.code]).toEqual([409, 'RECONCILIATION_RUNNING']);
+    } finally {
+      await other.query(`SELECT RELEASE_LOCK(?)`, [`coupon-engine:reconcile:${t.config.DB_NAME}`]);
+      await other.release();
+    }
+    const dead = await sql(`INSERT INTO reconciliation_run (status, mode, triggered_by, started_at) VALUES ('RUNNING', 'FULL', 'crashed', NOW(3))`);
+    const run = await svc.runNow('FULL', 'test');
+    expect(run.status).toBe('COMPLETED');
+    const corpse = await request(t.url).get(`/admin/reconciliation/runs/${dead.insertId}`).set(admin());
+    expect(corpse.body).toMatchObject({ status: 'FAILED', finishedAt: expect.any(String), error: expect.stringMatching(/^Died/) });
+    const list = await request(t.url).get('/admin/reconciliation/runs?limit=2').set(admin());
+    expect(list.body.items.map((r: { id: string }) => r.id)).toEqual([run.id, String(dead.insertId)]);
+    expect(list.body.nextCursor).toBe(String(dead.insertId));
+  });
+
+  it('INCREMENTAL replays the log only of coupons changed since the last complete run; FULL replays all', async () => {
+    const c = await coupon();
+    const [old, fresh] = [await grab(c, 'f1'), await grab(c, 'f2')];
+    await sql(`UPDATE user_coupon SET updated_at = NOW(3) - INTERVAL 1 DAY WHERE id = ?`, [old]);
+    await svc.runNow('FULL', 'test');
+    // A log row altered behind the service's back leaves updated_at alone: only a full run sees it.
+    await sql(`UPDATE user_coupon_state_log SET to_status = 'EXPIRED' WHERE user_coupon_id = ?`, [old]);
+    await sql(`UPDATE user_coupon SET status = 'VOID', updated_at = NOW(3) WHERE id = ?`, [fresh]);
+    const inc = await svc.runNow('INCREMENTAL', 'test');
+    expect(inc).toMatchObject({ mode: 'INCREMENTAL', discrepancies: 1 });
+    expect((await proposals(inc.id)).map((p) => [p.discrepancy.type, p.discrepancy.userCouponId])).toEqual([['LOG_MISMATCH', fresh]]);
+    const full = await svc.runNow('FULL', 'test');
+    expect((await proposals(full.id)).map((p) => [p.discrepancy.type, p.discrepancy.userCouponId])).toEqual([['LOG_MISMATCH', old]]);
+    await settleAll();
+    expect(await checkInvariants(t.db)).toEqual([]);
+  });
+
+  it('a redemption whose user coupon row is gone is reported for manual review, next to the stock its coupon lost', async () => {
+    const c = await coupon();
+    const uc = await grab(c, 'g1');
+    const red = await redeem(uc, 'g1');
+    await sql(`DELETE FROM user_coupon WHERE id = ?`, [uc]);
+    const run = await svc.runNow('FULL', 'test');
+    const found = (await proposals(run.id)).map((p) => [p.discrepancy.type, p.discrepancy.couponId, p.discrepancy.userCouponId, p.discrepancy.redemptionId, p.action]);
+    expect(found).toEqual([
+      ['STOCK_MISMATCH', c, null, null, 'RESTORE_STOCK'],
+      ['REDEMPTION_WITHOUT_USED', null, uc, red, 'MANUAL_REVIEW'],
+    ]);
+    await settleAll();
+    // Approving a manual review changes nothing, so the next run reports the orphan again.
+    const next = await svc.runNow('FULL', 'test');
+    expect((await proposals(next.id)).map((p) => p.discrepancy.type)).toEqual(['REDEMPTION_WITHOUT_USED']);
+    await sql(`DELETE FROM redemption WHERE id = ?`, [red]);
+    await settleAll();
+  });
+
+  it('validates input and lets only admins in', async () => {
+    const user = bearer(tokenFor('someone'));
+    for (const [method, path] of [
+      ['post', '/admin/reconciliation/runs'],
+      ['get', '/admin/reconciliation/runs'],
+      ['get', '/admin/reconciliation/runs/1'],
+      ['get', '/admin/compensations'],
+      ['post', '/admin/compensations/1/approve'],
+      ['post', '/admin/compensations/1/reject'],
+    ] as const) {
+      const res = method === 'post' ? await request(t.url).post(path).set(user).send({ reason: 'x' }) : await request(t.url).get(path).set(user);
+      expect([path, res.status, res.body.code]).toEqual([path, 403, 'FORBIDDEN']);
+      expect((await request(t.url)[method](path)).status).toBe(401);
+    }
+    const bad = async (res: request.Response) => expect([res.status, res.body.code]).toEqual([400, 'VALIDATION_FAILED']);
+    await bad(await request(t.url).post('/admin/reconciliation/runs').set(admin()).send({ mode: 'SOMETIMES' }));
+    await bad(await request(t.url).post('/admin/reconciliation/runs').set(admin()).send({ mode: 'FULL', extra: 1 }));
+    await bad(await request(t.url).post('/admin/reconciliation/runs').set(admin()).send([1]));
+    await bad(await request(t.url).get('/admin/compensations?status=MAYBE').set(admin()));
+    await bad(await request(t.url).get('/admin/compensations?limit=0').set(admin()));
+    await bad(await request(t.url).get('/admin/compensations?runId=abc').set(admin()));
+    await bad(await request(t.url).get('/admin/reconciliation/runs/abc').set(admin()));
+    await bad(await request(t.url).post('/admin/compensations/1/approve').set(admin()).send({}));
+    await bad(await request(t.url).post('/admin/compensations/1/reject').set(admin()).send({ reason: '' }));
+    await bad(await request(t.url).post('/admin/compensations/1/reject').set(admin()).send({ reason: 'x'.repeat(501) }));
+    const missing = await request(t.url).get('/admin/reconciliation/runs/987654321').set(admin());
+    expect([missing.status, missing.body.code]).toEqual([404, 'RUN_NOT_FOUND']);
+    const metrics = await request(t.url).get('/metrics');
+    expect(metrics.text).toMatch(/reconciliation_runs_total\{status="COMPLETED",mode="FULL"\} [1-9]/);
+    expect(metrics.text).toMatch(/reconciliation_run_checked_rows\{audit="user_coupon"\} [1-9]/);
+  });
+
+  it('the cron (RECONCILE_CRON from config) starts runs, and two instances on one database never run two at once', async () => {
+    const config = { ...t.config, SCHEDULER_ENABLED: true, RECONCILE_CRON: '* * * * * *', EXPIRE_CRON: '0 0 0 1 1 *' } as AppConfig;
+    const [a, b] = [await startTestApp({}, config), await startTestApp({}, config)];
+    try {
+      const before = Number((await one<{ n: string }>(`SELECT COUNT(*) AS n FROM reconciliation_run WHERE triggered_by = 'cron'`)).n);
+      await new Promise((r) => setTimeout(r, 3500));
+      const cronRuns: { started_at: Date; finished_at: Date | null; status: string }[] = await sql(
+        `SELECT started_at, finished_at, status FROM reconciliation_run WHERE triggered_by = 'cron' ORDER BY id`,
+      );
+      expect(cronRuns.length - before).toBeGreaterThanOrEqual(2);
+      for (let i = 1; i < cronRuns.length; i++) expect(cronRuns[i].started_at.getTime()).toBeGreaterThanOrEqual(cronRuns[i - 1].finished_at!.getTime());
+    } finally {
+      await a.close();
+      await b.close();
+    }
+    expect(await one(`SELECT COUNT(*) AS n FROM reconciliation_run WHERE status = 'RUNNING'`)).toEqual({ n: '0' });
+  });
+});
