@@ -1,0 +1,76 @@
+import request from 'supertest';
+import { createCoupon, newKey } from './support/factories.js';
+import { adminToken, bearer, startTestApp, TestApp, tokenFor } from './support/harness.js';
+import { checkInvariants } from './support/invariants.js';
+import { RateLimitService } from '../src/rate-limit/rate-limit.service.js';
+import { grabBurst, issuedCount, recordDecisions } from './rate-limit.helpers.js';
+
+describe('grab route behind the rate limiter, in-memory buckets', () => {
+  let t: TestApp;
+  beforeAll(async () => {
+    t = await startTestApp({ RATE_LIMIT_ENABLED: 'true', RATE_LIMIT_PER_USER_PER_SECOND: '5' });
+  });
+  afterEach(async () => {
+    expect(await checkInvariants(t.db)).toEqual([]);
+  });
+  afterAll(() => t.close());
+
+  it('a burst of 2,000 grabs at 200/s admits the 200 of the bucket, then 200/s; the rest get 429 and leave no rows', async () => {
+    const coupon = await createCoupon(t.url, { totalStock: 5000, rateLimitPerSecond: 200 });
+    const rec = recordDecisions(t.app.get(RateLimitService));
+    const b = await grabBurst([t.url], coupon.id, 2000, (i) => `burst-${i}`);
+    rec.stop();
+    expect(b.admitted + b.rateLimited).toBe(2000);
+    expect(b.other).toEqual([]);
+    expect(b.badRetryAfter).toBe(0);
+    expect(await issuedCount(t.db, coupon.id)).toBe(b.admitted);
+    expect(rec.decisions.filter((d) => d.admitted)).toHaveLength(b.admitted);
+    // A token bucket of 200 refilled at 200/s admits the first 200 that come, and at most
+    // 200 + 200/s x t in any t seconds. Tolerance: +2 for timer rounding.
+    const start = rec.decisions[0].at;
+    const firstSecond = rec.decisions.filter((d) => d.at - start < 1000);
+    const admittedFirstSecond = firstSecond.filter((d) => d.admitted).length;
+    const span = (firstSecond[firstSecond.length - 1].at - start) / 1000;
+    const firstRefusal = rec.decisions.findIndex((d) => !d.admitted);
+    expect(firstRefusal === -1 || firstRefusal >= 200).toBe(true);
+    expect(admittedFirstSecond).toBeLessThanOrEqual(200 + Math.ceil(200 * span) + 2);
+    expect(b.admitted).toBeLessThanOrEqual(200 + Math.ceil(200 * b.seconds) + 2);
+    console.log(
+      `burst of 2000 at 200/s: ${admittedFirstSecond} of ${firstSecond.length} admitted in the first second of decisions; ` +
+        `${b.admitted} admitted (201) and ${b.rateLimited} refused (429) in all, in ${b.seconds.toFixed(1)} s`,
+    );
+  });
+
+  it('one user gets RATE_LIMIT_PER_USER_PER_SECOND grabs through and 429 with limit "user" for the rest', async () => {
+    const coupon = await createCoupon(t.url, { totalStock: 100, perUserLimit: 50, rateLimitPerSecond: 100 });
+    const b = await grabBurst([t.url], coupon.id, 20, () => 'one-script');
+    expect(b.admitted).toBe(5);
+    expect(b.rateLimited).toBe(15);
+    expect(b.limits).toEqual(['user']);
+    expect(await issuedCount(t.db, coupon.id)).toBe(5);
+  });
+
+  it('an admin change of rateLimitPerSecond applies to the next grabs without a restart', async () => {
+    const coupon = await createCoupon(t.url, { totalStock: 1000, rateLimitPerSecond: 500 });
+    const patch = await request(t.url).patch(`/admin/coupons/${coupon.id}`).set(bearer(adminToken())).send({ rateLimitPerSecond: 10 });
+    expect(patch.status).toBe(200);
+    const b = await grabBurst([t.url], coupon.id, 60, (i) => `patched-${i}`);
+    // 10 at once, plus one token per 100 ms of burst.
+    expect(b.admitted).toBeGreaterThanOrEqual(10);
+    expect(b.admitted).toBeLessThanOrEqual(14);
+    expect(b.limits).toEqual(['coupon']);
+  });
+
+  it('a 429 carries Retry-After and the error body with the limit that refused it', async () => {
+    const coupon = await createCoupon(t.url, { totalStock: 10, rateLimitPerSecond: 1 });
+    await request(t.url).post(`/coupons/${coupon.id}/grab`).set(bearer(tokenFor('first'))).set('Idempotency-Key', newKey());
+    const res = await request(t.url).post(`/coupons/${coupon.id}/grab`).set(bearer(tokenFor('second'))).set('Idempotency-Key', newKey());
+    expect(res.status).toBe(429);
+    expect(res.headers['retry-after']).toBe('1');
+    expect(res.body).toEqual({
+      code: 'RATE_LIMITED',
+      message: expect.any(String),
+      details: { limit: 'coupon', limitPerSecond: 1, retryAfterMs: expect.any(Number) },
+    });
+  });
+});
