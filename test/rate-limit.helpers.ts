@@ -6,12 +6,12 @@ import request from 'supertest';
 import type { DataSource } from 'typeorm';
 import { AppError } from '../src/common/errors.js';
 import { registry } from '../src/common/metrics.js';
-import { loadConfig } from '../src/config/app-config.js';
+import { AppConfig, loadConfig } from '../src/config/app-config.js';
 import { ConfigModule } from '../src/config/config.module.js';
 import { RateLimitModule } from '../src/rate-limit/rate-limit.module.js';
 import { RateLimitService } from '../src/rate-limit/rate-limit.service.js';
 import { newKey } from './support/factories.js';
-import { bearer, tokenFor } from './support/harness.js';
+import { bearer, createTestDatabase, dropTestDatabase, startTestApp, TestApp, testConfig, tokenFor } from './support/harness.js';
 
 export interface LimiterUnderTest {
   svc: RateLimitService;
@@ -23,10 +23,28 @@ export interface LimiterUnderTest {
  * `namespace` is what several instances pass to share buckets; a fresh one keeps runs apart.
  */
 export async function startLimiter(env: Record<string, string> = {}, namespace = newNamespace()): Promise<LimiterUnderTest> {
-  const config = loadConfig({ RATE_LIMIT_ENABLED: 'true', DB_NAME: namespace, ...env });
+  const config = withRedis(loadConfig({ RATE_LIMIT_ENABLED: 'true', DB_NAME: namespace, ...env }), env.REDIS_URL);
   const moduleRef = await Test.createTestingModule({ imports: [ConfigModule.forRoot(config), RateLimitModule] }).compile();
   await moduleRef.init();
   return { svc: moduleRef.get(RateLimitService), close: () => moduleRef.close() };
+}
+
+/**
+ * loadConfig() only reads settings that have a default, and REDIS_URL has none, so it drops it
+ * (the 'loadConfig reads REDIS_URL' test shows it). Until that is fixed in app-config.ts, the
+ * other Redis tests set it on the loaded config, to test the limiter rather than the loader.
+ */
+export function withRedis(config: AppConfig, redisUrl: string | undefined): AppConfig {
+  if (redisUrl !== undefined) config.REDIS_URL = redisUrl;
+  return config;
+}
+
+/** An app with REDIS_URL set (see withRedis) on a migrated database of its own. */
+export async function startRedisApp(redisUrl: string, overrides: Record<string, string> = {}): Promise<TestApp> {
+  const config = withRedis(testConfig({ RATE_LIMIT_ENABLED: 'true', ...overrides }), redisUrl);
+  await createTestDatabase(config);
+  const t = await startTestApp({}, config);
+  return { ...t, close: () => t.close().finally(() => dropTestDatabase(config)) };
 }
 
 export const newNamespace = () => `rl_${process.pid}_${randomBytes(4).toString('hex')}`;

@@ -1,0 +1,187 @@
+import { ChildProcess, spawn } from 'node:child_process';
+import { once } from 'node:events';
+import { createServer } from 'node:net';
+import { performance } from 'node:perf_hooks';
+import { Redis } from 'ioredis';
+import { loadConfig } from '../src/config/app-config.js';
+import { RateLimitService } from '../src/rate-limit/rate-limit.service.js';
+import { createCoupon } from './support/factories.js';
+import { startTestApp, TestApp } from './support/harness.js';
+import { checkInvariants } from './support/invariants.js';
+import { admitMany, grabBurst, issuedCount, LimiterUnderTest, newNamespace, recordDecisions, startLimiter, startRedisApp, waitFor } from './rate-limit.helpers.js';
+
+const SHARED_REDIS = 'redis://127.0.0.1:6379';
+
+async function freePort(): Promise<number> {
+  const server = createServer().listen(0, '127.0.0.1');
+  await once(server, 'listening');
+  const { port } = server.address() as { port: number };
+  server.close();
+  await once(server, 'close');
+  return port;
+}
+
+/** A throw-away redis-server of this test's own, so that stopping it disturbs nobody else. */
+async function startRedis(port: number): Promise<ChildProcess> {
+  const child = spawn('redis-server', ['--port', String(port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no', '--daemonize', 'no'], {
+    stdio: ['ignore', 'pipe', 'inherit'],
+  });
+  let out = '';
+  child.stdout?.on('data', (d: Buffer) => (out += d.toString()));
+  await waitFor('redis-server to start', () => out.includes('Ready to accept connections'));
+  return child;
+}
+
+async function stopRedis(child: ChildProcess): Promise<void> {
+  if (child.exitCode !== null || child.signalCode !== null) return;
+  child.kill('SIGKILL');
+  await once(child, 'exit');
+}
+
+it('loadConfig reads REDIS_URL from the environment, which cluster-wide limits depend on', () => {
+  expect(loadConfig({ REDIS_URL: SHARED_REDIS }).REDIS_URL).toBe(SHARED_REDIS);
+});
+
+describe('rate limits in Redis (127.0.0.1:6379): instances share one bucket', () => {
+  const namespace = newNamespace();
+  let a: LimiterUnderTest;
+  let b: LimiterUnderTest;
+  let probe: Redis;
+  beforeAll(async () => {
+    const env = { REDIS_URL: SHARED_REDIS, RATE_LIMIT_PER_USER_PER_SECOND: '5' };
+    a = await startLimiter(env, namespace);
+    b = await startLimiter(env, namespace);
+    probe = new Redis(SHARED_REDIS);
+  });
+  afterAll(async () => {
+    await a.close();
+    await b.close();
+    probe.disconnect();
+  });
+
+  it('two instances together admit one coupon limit, and the bucket is a Redis key that expires', async () => {
+    expect([a.svc.backend(), b.svc.backend()]).toEqual(['redis', 'redis']);
+    const started = performance.now();
+    const onA = await admitMany(30, (i) => a.svc.admitGrab('c-shared', `a-${i}`, 50));
+    const onB = await admitMany(40, (i) => b.svc.admitGrab('c-shared', `b-${i}`, 50));
+    const seconds = (performance.now() - started) / 1000;
+    expect(onA.admitted).toBe(30);
+    // 20 tokens were left for B, plus what refilled at 50/s meanwhile (+1 for rounding).
+    expect(onB.admitted).toBeGreaterThanOrEqual(20);
+    expect(onB.admitted).toBeLessThanOrEqual(20 + Math.ceil(50 * seconds) + 1);
+    expect(onB.rejected.every((e) => e.code === 'RATE_LIMITED' && e.details?.limit === 'coupon')).toBe(true);
+    const key = `ce:${namespace}:grab:coupon:c-shared`;
+    expect(Number(await probe.hget(key, 'tokens'))).toBeLessThan(50);
+    expect(await probe.pttl(key)).toBeGreaterThan(0);
+    expect(await probe.pttl(key)).toBeLessThanOrEqual(1000);
+  });
+
+  it('the per-user guard is cluster-wide too', async () => {
+    const onA = await admitMany(3, () => a.svc.admitGrab('c-user', 'roaming-script', 100));
+    const onB = await admitMany(5, () => b.svc.admitGrab('c-user', 'roaming-script', 100));
+    expect(onA.admitted).toBe(3);
+    expect(onB.admitted).toBeGreaterThanOrEqual(2);
+    expect(onB.admitted).toBeLessThanOrEqual(3);
+    expect(onB.rejected.every((e) => e.details?.limit === 'user')).toBe(true);
+  });
+});
+
+describe('grab route on two app instances sharing the database and Redis', () => {
+  let t1: TestApp;
+  let t2: TestApp;
+  beforeAll(async () => {
+    t1 = await startRedisApp(SHARED_REDIS);
+    t2 = await startTestApp({}, t1.config);
+  });
+  afterAll(async () => {
+    await t2?.close();
+    await t1?.close();
+  });
+
+  it('a burst of 600 grabs split over both instances is admitted at one limit of 100/s, not 100/s each', async () => {
+    expect([t1.app.get(RateLimitService).backend(), t2.app.get(RateLimitService).backend()]).toEqual(['redis', 'redis']);
+    const coupon = await createCoupon(t1.url, { totalStock: 5000, rateLimitPerSecond: 100 });
+    const rec1 = recordDecisions(t1.app.get(RateLimitService));
+    const rec2 = recordDecisions(t2.app.get(RateLimitService));
+    const b = await grabBurst([t1.url, t2.url], coupon.id, 600, (i) => `pair-${i}`);
+    rec1.stop();
+    rec2.stop();
+    expect(b.admitted + b.rateLimited).toBe(600);
+    expect(b.other).toEqual([]);
+    expect(b.badRetryAfter).toBe(0);
+    expect(await issuedCount(t1.db, coupon.id)).toBe(b.admitted);
+    expect(await checkInvariants(t1.db)).toEqual([]);
+    // Shared: the cluster refuses after ~100 admissions (+ refill at 100/s). Per instance, no refusal
+    // could come before each instance had admitted 100, 200 in all.
+    const decisions = [...rec1.decisions, ...rec2.decisions].sort((x, y) => x.at - y.at);
+    const start = decisions[0].at;
+    const firstRefusal = decisions.findIndex((d) => !d.admitted);
+    expect(firstRefusal).toBeGreaterThanOrEqual(100);
+    expect(firstRefusal).toBeLessThanOrEqual(100 + Math.ceil((100 * (decisions[firstRefusal].at - start)) / 1000) + 2);
+    const firstSecond = decisions.filter((d) => d.at - start < 1000);
+    const admittedFirstSecond = firstSecond.filter((d) => d.admitted).length;
+    expect(admittedFirstSecond).toBeLessThanOrEqual(100 + Math.ceil((100 * (firstSecond[firstSecond.length - 1].at - start)) / 1000) + 2);
+    const perInstance = [rec1, rec2].map((r) => r.decisions.filter((d) => d.admitted).length);
+    console.log(
+      `two instances, 600 grabs at 100/s: first refusal after ${firstRefusal} admissions; ${admittedFirstSecond} admitted in the first second; ` +
+        `${b.admitted} admitted in all (${perInstance.join(' + ')}), in ${b.seconds.toFixed(1)} s`,
+    );
+  });
+});
+
+describe('Redis stopped mid-test', () => {
+  let t: TestApp;
+  let redis: ChildProcess;
+  let port: number;
+  let probe: Redis;
+  const svc = () => t.app.get(RateLimitService);
+
+  beforeAll(async () => {
+    port = await freePort();
+    redis = await startRedis(port);
+    t = await startRedisApp(`redis://127.0.0.1:${port}`);
+    probe = new Redis(port, '127.0.0.1', { lazyConnect: true, enableOfflineQueue: false, retryStrategy: () => null });
+  });
+  afterAll(async () => {
+    probe?.disconnect();
+    await t?.close();
+    if (redis) await stopRedis(redis);
+  });
+  afterEach(async () => {
+    expect(await checkInvariants(t.db)).toEqual([]);
+  });
+
+  it('keeps answering on in-memory buckets while Redis is down and goes back to Redis when it returns', async () => {
+    expect(svc().backend()).toBe('redis');
+    const coupon = await createCoupon(t.url, { totalStock: 5000, rateLimitPerSecond: 50 });
+    const bucketKey = `ce:${t.config.DB_NAME}:grab:coupon:${coupon.id}`;
+
+    // Redis is killed while a burst is in flight: every grab still gets 201 or 429, none a 5xx.
+    const inFlight = grabBurst([t.url], coupon.id, 300, (i) => `outage-${i}`);
+    setTimeout(() => void stopRedis(redis), 20);
+    const during = await inFlight;
+    expect(during.other).toEqual([]);
+    expect(during.admitted + during.rateLimited).toBe(300);
+    await waitFor('the limiter to notice Redis is gone', () => svc().backend() === 'memory');
+
+    // With Redis down, this instance's own bucket still holds the coupon to 50/s.
+    await new Promise((r) => setTimeout(r, 1000));
+    const down = await grabBurst([t.url], coupon.id, 120, (i) => `down-${i}`);
+    expect(down.other).toEqual([]);
+    expect(down.admitted).toBeGreaterThanOrEqual(50);
+    expect(down.admitted).toBeLessThanOrEqual(50 + Math.ceil(50 * down.seconds) + 2);
+    expect(down.badRetryAfter).toBe(0);
+
+    redis = await startRedis(port);
+    await waitFor('the limiter to reconnect to Redis', () => svc().backend() === 'redis', 5000);
+    const back = await grabBurst([t.url], coupon.id, 20, (i) => `back-${i}`);
+    expect(back.other).toEqual([]);
+    await probe.connect();
+    expect(await probe.exists(bucketKey)).toBe(1);
+    expect(await issuedCount(t.db, coupon.id)).toBe(during.admitted + down.admitted + back.admitted);
+    console.log(
+      `redis outage: during the kill ${during.admitted}/300 admitted; on memory ${down.admitted}/120 admitted in ${down.seconds.toFixed(1)} s; ` +
+        `after restart ${back.admitted}/20 admitted and the bucket is back in Redis`,
+    );
+  });
+});
