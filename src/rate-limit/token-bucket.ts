@@ -56,16 +56,17 @@ export class BucketStore {
   private readonly buckets = new Map<string, Bucket>();
   private lastSweep = performance.now();
 
-  constructor(private readonly sweepEveryMs = 10_000) {}
-
   get(key: string): Bucket | undefined {
     return this.buckets.get(key);
   }
 
-  /** Stores a bucket; now and then drops the ones idle for `fullAfterMs`, which are full, the same as absent. */
+  /**
+   * Stores a bucket. Once per `fullAfterMs` it drops the buckets idle that long: they are full, the
+   * same as absent, so one key per user of a flash sale is held for at most two refill periods.
+   */
   set(key: string, bucket: Bucket, fullAfterMs: number): void {
     this.buckets.set(key, bucket);
-    if (bucket.at - this.lastSweep < this.sweepEveryMs) return;
+    if (bucket.at - this.lastSweep < fullAfterMs) return;
     this.lastSweep = bucket.at;
     for (const [k, b] of this.buckets) if (bucket.at - b.at >= fullAfterMs) this.buckets.delete(k);
   }
