@@ -1,0 +1,76 @@
+/** The server a design runs in: production's own entry, or the shipped app plus the reference routes. */
+const SHIPPED_ENTRY = 'dist/src/main.js';
+const REFERENCE_ENTRY = 'dist/bench/reference-server.js';
+
+export interface Design {
+  id: string;
+  title: string;
+  entry: string;
+  route(couponId: string): string;
+  /** Added to the server's environment: how a strategy switch of the shipped service is selected. */
+  env: Record<string, string>;
+  /** Grab designs are checked against the database; the no-op route only for its answers. */
+  kind: 'grab' | 'noop';
+  /** False only for the design that is here to show overselling: its violations are reported, not fatal. */
+  mustHold: boolean;
+}
+
+export const READ_THEN_WRITE: Design = {
+  id: 'read-then-write',
+  title: 'read stock, check, write (no transaction)',
+  entry: REFERENCE_ENTRY,
+  route: (id) => `/ref/read-then-write/coupons/${id}/grab`,
+  env: {},
+  kind: 'grab',
+  mustHold: false,
+};
+
+export const TX_CONDITIONAL: Design = {
+  id: 'tx-conditional',
+  title: 'one transaction, conditional UPDATE',
+  entry: REFERENCE_ENTRY,
+  route: (id) => `/ref/tx-conditional/coupons/${id}/grab`,
+  env: {},
+  kind: 'grab',
+  mustHold: true,
+};
+
+export const NOOP: Design = {
+  id: 'noop',
+  title: 'no-op route, same stack (ceiling)',
+  entry: REFERENCE_ENTRY,
+  route: () => '/noop',
+  env: {},
+  kind: 'noop',
+  mustHold: true,
+};
+
+/**
+ * The service as shipped, once per GRAB_STRATEGY value given (none given: once, with the
+ * service's default). Adding a strategy to compare is adding a value to the list.
+ */
+export function shippedDesigns(strategies: readonly string[]): Design[] {
+  const base = { entry: SHIPPED_ENTRY, route: (id: string) => `/coupons/${id}/grab`, kind: 'grab' as const, mustHold: true };
+  if (strategies.length === 0) return [{ ...base, id: 'shipped', title: 'the service as shipped', env: {} }];
+  return strategies.map((s) => ({ ...base, id: `shipped:${s}`, title: `the service as shipped, GRAB_STRATEGY=${s}`, env: { GRAB_STRATEGY: s } }));
+}
+
+export interface Scenario {
+  id: 'throughput' | 'limiter';
+  title: string;
+  /** Added to every server's environment in this scenario. */
+  env: Record<string, string>;
+  /** rateLimitPerSecond of the benchmark coupon; absent: the coupon has none of its own. */
+  couponRateLimit?: number;
+}
+
+export const THROUGHPUT: Scenario = { id: 'throughput', title: 'rate limiter off', env: { RATE_LIMIT_ENABLED: 'false' } };
+
+export const LIMITER_RATE = 500;
+export const LIMITER: Scenario = {
+  id: 'limiter',
+  title: `rate limiter on, ${LIMITER_RATE}/s per coupon`,
+  // The per-user bucket is set out of the way: every user grabs once, and this scenario is about the coupon's bucket.
+  env: { RATE_LIMIT_ENABLED: 'true', RATE_LIMIT_PER_SECOND: String(LIMITER_RATE), RATE_LIMIT_PER_USER_PER_SECOND: '10000' },
+  couponRateLimit: LIMITER_RATE,
+};

@@ -1,0 +1,96 @@
+import type { RunResult } from './run-design.js';
+import type { Latency } from './stats.js';
+
+export interface Machine {
+  cpus: number;
+  cpuModel: string;
+  memoryGiB: number;
+  os: string;
+  node: string;
+  mariadb: string;
+  /** 1-minute load average when the benchmark started and ended: other work on the machine shows here. */
+  loadAverage: { atStart: number; atEnd: number };
+}
+
+export interface Report {
+  benchmark: 'flash-sale';
+  generatedAt: string;
+  command: string;
+  quick: boolean;
+  machine: Machine;
+  workload: { grabs: number; stock: number; perUserLimit: 1; connections: number; warmupGrabs: number; dbPoolSize: string };
+  runs: RunResult[];
+  failed: boolean;
+}
+
+const num = (x: number | null | undefined, digits = 0) => (x === null || x === undefined ? '–' : x.toLocaleString('en-US', { maximumFractionDigits: digits, minimumFractionDigits: digits }));
+const ratio = (x: number | null | undefined, base: number | null | undefined) => (x && base ? `${(x / base).toFixed(2)}×` : '–');
+const lat = (l: Latency | undefined) => (l ? `${num(l.p50, 1)} / ${num(l.p99, 1)} / ${num(l.p999, 1)} / ${num(l.max, 1)}` : '–');
+const checks = (r: RunResult) => (r.violations.length === 0 ? 'pass' : `${r.failed ? '**FAIL**' : 'violated (expected)'}: ${r.violations.length}`);
+
+/** The runs as markdown tables; every ratio compares runs made in this same invocation. */
+export function toMarkdown(rep: Report): string {
+  const thr = rep.runs.filter((r) => r.scenario === 'throughput');
+  const lim = rep.runs.filter((r) => r.scenario === 'limiter');
+  const shipped = thr.find((r) => r.design.startsWith('shipped'));
+  const noop = thr.find((r) => r.design === 'noop');
+  const m = rep.machine;
+  const w = rep.workload;
+  const out: string[] = [
+    `Flash sale: ${num(w.grabs)} grabs by ${num(w.grabs)} distinct users (own token and Idempotency-Key each) on one coupon with ${num(w.stock)} stock, limit 1 per user, ` +
+      `over ${num(w.connections)} keep-alive connections; ${num(w.warmupGrabs)} warm-up grabs on another coupon first. Each run: its own server process and fresh database (DB pool ${w.dbPoolSize}).`,
+    '',
+    `Command: \`${rep.command}\` · ${rep.generatedAt} · ${m.cpus} × ${m.cpuModel}, ${m.memoryGiB} GiB, ${m.os}, Node ${m.node}, MariaDB ${m.mariadb}, ` +
+      `load average ${m.loadAverage.atStart} at start, ${m.loadAverage.atEnd} at end.`,
+    '',
+  ];
+  if (thr.length > 0) {
+    out.push(
+      '### Rate limiter off',
+      '',
+      '| design | answered/s | vs shipped | of no-op ceiling | issued/s | vs shipped | last coupon at s | issued | oversold | stock left | server CPU ms/answer | peak RSS MiB | checks |',
+      '|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|---|',
+      ...thr.map(
+        (r) =>
+          `| ${r.design}: ${r.title} | ${num(r.answeredPerSecond)} | ${ratio(r.answeredPerSecond, shipped?.answeredPerSecond)} | ${noop ? `${Math.round((r.answeredPerSecond / noop.answeredPerSecond) * 100)}%` : '–'} | ` +
+          `${num(r.issuedPerSecond)} | ${ratio(r.issuedPerSecond, shipped?.issuedPerSecond)} | ${num(r.lastSuccessAtMs && r.lastSuccessAtMs / 1000, 2)} | ${num(r.verification?.issued)} | ${num(r.verification?.oversold)} | ${num(r.verification?.stockLeft)} | ${num(r.cpu.serverMsPerAnswer, 2)} | ${num(r.memory.peakRssMiB)} | ${checks(r)} |`,
+      ),
+      '',
+      'Latency in ms, p50 / p99 / p99.9 / max, by answer (a percentile over mixed answers hides the slow ones):',
+      '',
+      '| design | successes (n) | success latency | SOLD_OUT (n) | SOLD_OUT latency | other answers |',
+      '|---|--:|---|--:|---|---|',
+      ...thr.map((r) => latencyRow(r, ['SUCCESS', 'SOLD_OUT'])),
+      '',
+    );
+  }
+  if (lim.length > 0) {
+    out.push(
+      `### Rate limiter on (${lim[0].limiter?.ratePerSecond}/s per coupon, in-memory buckets)`,
+      '',
+      '| design | admitted | rejected (429) | admissible at most | issued | answered/s | RATE_LIMITED latency | success latency | peak RSS MiB | checks |',
+      '|---|--:|--:|--:|--:|--:|---|---|--:|---|',
+      ...lim.map(
+        (r) =>
+          `| ${r.design} | ${num(r.limiter?.admitted)} | ${num(r.limiter?.rejected)} | ${num(r.limiter?.admissibleAtMost)} | ${num(r.verification?.issued)} | ${num(r.answeredPerSecond)} | ` +
+          `${lat(r.latencyMs.RATE_LIMITED)} | ${lat(r.latencyMs.SUCCESS)} | ${num(r.memory.peakRssMiB)} | ${checks(r)} |`,
+      ),
+      '',
+    );
+  }
+  const failing = rep.runs.filter((r) => r.violations.length > 0);
+  if (failing.length > 0) {
+    out.push('### Violations', '');
+    for (const r of failing) out.push(`- ${r.scenario}/${r.design}${r.failed ? ' (FAILS THE RUN)' : ' (expected of this design)'}:`, ...r.violations.slice(0, 10).map((v) => `  - ${v}`));
+    out.push('');
+  }
+  return out.join('\n');
+}
+
+function latencyRow(r: RunResult, main: string[]): string {
+  const other = Object.entries(r.counts)
+    .filter(([c]) => !main.includes(c))
+    .map(([c, n]) => `${c} ${num(n)}`)
+    .join(', ');
+  return `| ${r.design} | ${num(r.counts.SUCCESS ?? 0)} | ${lat(r.latencyMs.SUCCESS)} | ${num(r.counts.SOLD_OUT ?? 0)} | ${lat(r.latencyMs.SOLD_OUT)} | ${other || '–'} |`;
+}

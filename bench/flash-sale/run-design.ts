@@ -1,0 +1,178 @@
+import mysql from 'mysql2/promise';
+import { DataSource } from 'typeorm';
+import { loadConfig } from '../../src/config/app-config.js';
+import { dataSourceOptions } from '../../src/database/data-source-options.js';
+import { LIMITER_RATE, type Design, type Scenario } from './designs.js';
+import { LoadGenerator, type LoadResult, type Shot } from './load.js';
+import { startServer } from './server.js';
+import { answerClass, byClass, type Latency } from './stats.js';
+import { answerViolations, verifyGrabRun, type Verification } from './verify.js';
+
+export interface Workload {
+  grabs: Shot[];
+  /** Grabs on a separate coupon before the timed part, so every design is measured with a warm JIT, open sockets and a full pool. */
+  warmup: Shot[];
+  stock: number;
+  connections: number;
+  jwtSecret: string;
+  adminAuthorization: string;
+  keepDatabases: boolean;
+}
+
+export interface RunResult {
+  scenario: Scenario['id'];
+  design: string;
+  title: string;
+  database: string;
+  grabs: number;
+  stock: number;
+  connections: { configured: number; used: number; maxInFlight: number };
+  wallMs: number;
+  answeredPerSecond: number;
+  /** Successes per second until the last success: the rate coupons went out while there were any. */
+  issuedPerSecond: number | null;
+  lastSuccessAtMs: number | null;
+  counts: Record<string, number>;
+  latencyMs: Record<string, Latency>;
+  memory: { peakRssMiB: number; rssBeforeTimedMiB: number; peakRssDuringTimedMiB: number };
+  /**
+   * CPU used during the timed part. On a shared machine wall-clock figures move with everyone
+   * else's load; CPU per answer moves much less, so it is the figure to compare across runs.
+   */
+  cpu: { serverSeconds: number; serverMsPerAnswer: number; loadGeneratorSeconds: number };
+  limiter?: { ratePerSecond: number; admitted: number; rejected: number; admissibleAtMost: number };
+  verification?: Omit<Verification, 'violations'>;
+  violations: string[];
+  /** A violation in a design that must hold: the whole benchmark exits non-zero. */
+  failed: boolean;
+}
+
+const MiB = 1024 * 1024;
+const round = (x: number, digits = 1) => Math.round(x * 10 ** digits) / 10 ** digits;
+
+function dbEnv(): Record<string, string> {
+  const names = ['DB_HOST', 'DB_PORT', 'DB_USER', 'DB_PASSWORD', 'DB_POOL_SIZE'];
+  return Object.fromEntries(names.filter((n) => process.env[n] !== undefined).map((n) => [n, process.env[n] as string]));
+}
+
+async function createCoupon(url: string, authorization: string, totalStock: number, rateLimitPerSecond?: number): Promise<string> {
+  const now = Date.now();
+  const body = {
+    name: 'bench flash sale',
+    totalStock,
+    perUserLimit: 1,
+    grabStartAt: new Date(now - 60_000).toISOString(),
+    grabEndAt: new Date(now + 3_600_000).toISOString(),
+    validity: { type: 'RELATIVE', days: 7 },
+    discount: { thresholdCents: 10_000, amountCents: 1_000 },
+    ...(rateLimitPerSecond ? { rateLimitPerSecond } : {}),
+  };
+  const res = await fetch(`${url}/admin/coupons`, { method: 'POST', headers: { authorization, 'content-type': 'application/json' }, body: JSON.stringify(body) });
+  const json = (await res.json()) as { id?: string };
+  if (res.status !== 201 || !json.id) throw new Error(`POST /admin/coupons answered ${res.status}: ${JSON.stringify(json)}`);
+  return json.id;
+}
+
+async function dropDatabase(name: string): Promise<void> {
+  const c = loadConfig({ ...dbEnv(), DB_NAME: name });
+  const conn = await mysql.createConnection({ host: c.DB_HOST, port: c.DB_PORT, user: c.DB_USER, password: c.DB_PASSWORD });
+  try {
+    await conn.query(`DROP DATABASE IF EXISTS \`${name}\``);
+  } finally {
+    await conn.end();
+  }
+}
+
+/** One design under one scenario: its own server process, its own fresh database, the same workload. */
+export async function runDesign(design: Design, scenario: Scenario, w: Workload, database: string): Promise<RunResult> {
+  const server = await startServer({
+    entry: design.entry,
+    env: { ...dbEnv(), DB_NAME: database, JWT_SECRET: w.jwtSecret, LOG_LEVEL: 'warn', NODE_ENV: 'production', ...scenario.env, ...design.env },
+  });
+  const load = new LoadGenerator(server.url, w.connections);
+  let couponId = '';
+  let result: LoadResult;
+  let rssBefore: number;
+  let rssDuring = 0;
+  let peakRss: number;
+  let serverCpu: number;
+  let clientCpu: NodeJS.CpuUsage;
+  try {
+    const warmCoupon = design.kind === 'grab' ? await createCoupon(server.url, w.adminAuthorization, Math.ceil(w.warmup.length / 2), scenario.couponRateLimit) : '0';
+    if (design.kind === 'grab') couponId = await createCoupon(server.url, w.adminAuthorization, w.stock, scenario.couponRateLimit);
+    await load.fire(design.route(warmCoupon), w.warmup);
+    rssBefore = server.rss();
+    const sampler = setInterval(() => (rssDuring = Math.max(rssDuring, server.rss())), 50);
+    const cpuBefore = server.cpuSeconds();
+    const clientBefore = process.cpuUsage();
+    try {
+      result = await load.fire(design.route(couponId), w.grabs);
+    } finally {
+      clearInterval(sampler);
+    }
+    serverCpu = server.cpuSeconds() - cpuBefore;
+    clientCpu = process.cpuUsage(clientBefore);
+    rssDuring = Math.max(rssDuring, server.rss());
+    peakRss = server.peakRss();
+  } finally {
+    load.close();
+    await server.stop();
+  }
+
+  const counts: Record<string, number> = {};
+  for (const a of result.answers) counts[answerClass(a)] = (counts[answerClass(a)] ?? 0) + 1;
+  const successes = result.answers.filter((a) => answerClass(a) === 'SUCCESS');
+  const lastSuccessAtMs = design.kind === 'grab' && successes.length > 0 ? Math.max(...successes.map((a) => a.doneAtMs)) : null;
+  const allowed = design.kind === 'noop' ? ['SUCCESS'] : scenario.id === 'limiter' ? ['SUCCESS', 'SOLD_OUT', 'RATE_LIMITED'] : ['SUCCESS', 'SOLD_OUT'];
+
+  let verification: Verification | undefined;
+  let violations: string[];
+  if (design.kind === 'grab') {
+    const db = new DataSource({ ...dataSourceOptions(loadConfig({ ...dbEnv(), DB_NAME: database })), poolSize: 2 });
+    await db.initialize();
+    try {
+      verification = await verifyGrabRun(db, couponId, w.grabs, result.answers, { sellsOut: scenario.id === 'throughput' && w.grabs.length >= w.stock, allowedAnswers: allowed });
+    } finally {
+      await db.destroy();
+    }
+    violations = verification.violations;
+  } else {
+    violations = answerViolations(result.answers, allowed);
+  }
+
+  let limiter: RunResult['limiter'];
+  if (scenario.id === 'limiter') {
+    const rejected = counts.RATE_LIMITED ?? 0;
+    // A token bucket of capacity R refilled at R/s cannot admit more than R * (1 + seconds) in any window.
+    const admissibleAtMost = Math.floor(LIMITER_RATE * (1 + result.wallMs / 1000));
+    limiter = { ratePerSecond: LIMITER_RATE, admitted: result.answers.length - rejected, rejected, admissibleAtMost };
+    if (limiter.admitted > admissibleAtMost) violations.push(`the limiter admitted ${limiter.admitted}, more than ${admissibleAtMost} its bucket allows in ${round(result.wallMs)} ms`);
+  }
+  if (!w.keepDatabases) await dropDatabase(database);
+
+  return {
+    scenario: scenario.id,
+    design: design.id,
+    title: design.title,
+    database,
+    grabs: w.grabs.length,
+    stock: w.stock,
+    connections: { configured: w.connections, used: result.connectionsUsed, maxInFlight: result.maxInFlight },
+    wallMs: round(result.wallMs),
+    answeredPerSecond: round((result.answers.length / result.wallMs) * 1000),
+    issuedPerSecond: lastSuccessAtMs ? round((successes.length / lastSuccessAtMs) * 1000) : null,
+    lastSuccessAtMs: lastSuccessAtMs === null ? null : round(lastSuccessAtMs),
+    counts,
+    latencyMs: byClass(result.answers),
+    memory: { peakRssMiB: round(peakRss / MiB), rssBeforeTimedMiB: round(rssBefore / MiB), peakRssDuringTimedMiB: round(rssDuring / MiB) },
+    cpu: {
+      serverSeconds: round(serverCpu, 2),
+      serverMsPerAnswer: round((serverCpu * 1000) / result.answers.length, 2),
+      loadGeneratorSeconds: round((clientCpu.user + clientCpu.system) / 1e6, 2),
+    },
+    limiter,
+    verification: verification && { initStock: verification.initStock, stockLeft: verification.stockLeft, issued: verification.issued, oversold: verification.oversold, usersWithTwo: verification.usersWithTwo },
+    violations,
+    failed: design.mustHold && violations.length > 0,
+  };
+}

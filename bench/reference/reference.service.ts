@@ -1,0 +1,68 @@
+import { Injectable } from '@nestjs/common';
+import { DataSource } from 'typeorm';
+import { AppError } from '../../src/common/errors.js';
+import { CouponService } from '../../src/coupon/coupon.service.js';
+import { IssueService, soldOutError, validityWindow } from '../../src/coupon/issue.service.js';
+import { UserCoupon } from '../../src/coupon/user-coupon.entity.js';
+import { writeLog } from '../../src/state-machine/state-machine.service.js';
+
+type Queryable = Pick<DataSource['manager'], 'query'>;
+
+async function grabbedBy(db: Queryable, couponId: string, userId: string): Promise<number> {
+  const [{ n }] = (await db.query(`SELECT COUNT(*) AS n FROM user_coupon WHERE coupon_id = ? AND user_id = ? AND source = 'GRAB'`, [couponId, userId])) as { n: string }[];
+  return Number(n);
+}
+
+const limitReached = (limit: number) => new AppError('USER_LIMIT_REACHED', `At most ${limit} of this coupon per user`, { perUserLimit: limit });
+
+/**
+ * The designs the shipped grab path replaces, for side-by-side measurement only. Both read the
+ * coupon template through the same cache as the shipped path, so the comparison is about how stock
+ * and issuance are written, not about template lookups.
+ */
+@Injectable()
+export class ReferenceDesigns {
+  constructor(
+    private readonly dataSource: DataSource,
+    private readonly coupons: CouponService,
+    private readonly issuer: IssueService,
+  ) {}
+
+  /**
+   * The seed article's starting point: read the stock, check it, then write, each statement in its
+   * own autocommit. Two requests that both read stock = 1 both issue: it oversells, and it is here
+   * to show by how much.
+   */
+  async readThenWrite(couponId: string, userId: string, key: string): Promise<UserCoupon> {
+    const coupon = await this.coupons.template(couponId);
+    const db = this.dataSource.manager;
+    const [row] = (await db.query(`SELECT stock FROM coupon_stock WHERE coupon_id = ?`, [couponId])) as { stock: string }[];
+    if (!row || Number(row.stock) <= 0) throw soldOutError(couponId);
+    if ((await grabbedBy(db, couponId, userId)) >= coupon.perUserLimit) throw limitReached(coupon.perUserLimit);
+    await db.query(`UPDATE coupon_stock SET stock = stock - 1, updated_at = ? WHERE coupon_id = ?`, [new Date(), couponId]);
+    const now = new Date();
+    const { validFrom, expiresAt } = validityWindow(coupon, now);
+    const res = (await db.query(
+      `INSERT INTO user_coupon (coupon_id, user_id, status, source, from_stock, idempotency_key, issued_at, valid_from, expires_at, updated_at)
+       VALUES (?, ?, 'UNUSED', 'GRAB', 1, ?, ?, ?, ?, ?)`,
+      [couponId, userId, key, now, validFrom, expiresAt, now],
+    )) as { insertId: number | string };
+    const id = String(res.insertId);
+    await writeLog(db, [{ userCouponId: id, from: null, to: 'UNUSED', txId: `grab:${key}`, reason: 'GRAB', at: now }]);
+    return Object.assign(new UserCoupon(), { id, couponId, userId, status: 'UNUSED', source: 'GRAB', issuedAt: now, validFrom, expiresAt, usedAt: null });
+  }
+
+  /**
+   * The seed article's fix: one transaction per request around the conditional stock UPDATE, the
+   * coupon row and its log row, plus the per-user count under the stock row lock. No idempotency
+   * lookup, no limiter, no sold-out memo, no deadlock retry.
+   */
+  async txConditional(couponId: string, userId: string, key: string): Promise<UserCoupon> {
+    const coupon = await this.coupons.template(couponId);
+    return this.dataSource.transaction('READ COMMITTED', async (em) => {
+      const uc = await this.issuer.issue(em, { coupon, userId, source: 'GRAB', fromStock: true, idempotencyKey: key, txId: `grab:${key}` });
+      if ((await grabbedBy(em, couponId, userId)) > coupon.perUserLimit) throw limitReached(coupon.perUserLimit);
+      return uc;
+    });
+  }
+}

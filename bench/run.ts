@@ -1,0 +1,154 @@
+// npm run bench [-- --quick] : the flash-sale benchmark (issue 8). Options are described in docs/bench.md.
+import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
+import os from 'node:os';
+import { parseArgs } from 'node:util';
+import mysql from 'mysql2/promise';
+import { signToken } from '../src/auth/jwt.js';
+import { loadConfig } from '../src/config/app-config.js';
+import { LIMITER, NOOP, READ_THEN_WRITE, shippedDesigns, THROUGHPUT, TX_CONDITIONAL, type Design, type Scenario } from './flash-sale/designs.js';
+import type { Shot } from './flash-sale/load.js';
+import { toMarkdown, type Machine, type Report } from './flash-sale/report.js';
+import { runDesign, type RunResult, type Workload } from './flash-sale/run-design.js';
+
+const { values: opt } = parseArgs({
+  options: {
+    quick: { type: 'boolean', default: false },
+    grabs: { type: 'string' },
+    stock: { type: 'string' },
+    connections: { type: 'string' },
+    warmup: { type: 'string' },
+    designs: { type: 'string' },
+    strategies: { type: 'string', default: process.env.BENCH_GRAB_STRATEGIES ?? '' },
+    'no-limiter': { type: 'boolean', default: false },
+    'keep-db': { type: 'boolean', default: false },
+    out: { type: 'string', default: 'bench/results' },
+  },
+});
+
+const quick = opt.quick === true;
+const intOpt = (v: string | undefined, full: number, small: number) => (v === undefined ? (quick ? small : full) : Number.parseInt(v, 10));
+const grabs = intOpt(opt.grabs, 10_000, 2_000);
+const stock = intOpt(opt.stock, 5_000, 500);
+const connections = intOpt(opt.connections, 1_000, 200);
+const warmupGrabs = intOpt(opt.warmup, 2_000, 400);
+if (![grabs, stock, connections, warmupGrabs].every((n) => Number.isInteger(n) && n > 0)) {
+  console.error('--grabs, --stock, --connections and --warmup take positive integers');
+  process.exit(2);
+}
+
+const list = (s: string | undefined) => (s ?? '').split(',').map((x) => x.trim()).filter(Boolean);
+const shipped = shippedDesigns(list(opt.strategies));
+const everyDesign: Design[] = [READ_THEN_WRITE, TX_CONDITIONAL, ...shipped, NOOP];
+// --quick is the correctness check after a change to the grab path: the shipped path only.
+const wanted = list(opt.designs ?? (quick ? 'shipped' : undefined));
+const designs = wanted.length === 0 ? everyDesign : everyDesign.filter((d) => wanted.some((w) => d.id === w || d.id.startsWith(`${w}:`)));
+if (designs.length === 0) {
+  console.error(`--designs: none of ${wanted.join(', ')} is one of ${everyDesign.map((d) => d.id).join(', ')}`);
+  process.exit(2);
+}
+const plan: [Scenario, Design][] = [
+  ...designs.map((d): [Scenario, Design] => [THROUGHPUT, d]),
+  ...(opt['no-limiter'] ? [] : designs.filter((d) => d.id.startsWith('shipped')).map((d): [Scenario, Design] => [LIMITER, d])),
+];
+
+async function mariadbVersion(): Promise<string> {
+  const c = loadConfig({ ...process.env, DB_NAME: 'mysql' });
+  const conn = await mysql.createConnection({ host: c.DB_HOST, port: c.DB_PORT, user: c.DB_USER, password: c.DB_PASSWORD });
+  try {
+    const [rows] = (await conn.query('SELECT VERSION() AS v')) as unknown as [{ v: string }[]];
+    return rows[0].v;
+  } finally {
+    await conn.end();
+  }
+}
+
+const loadAvg = () => Math.round(os.loadavg()[0] * 100) / 100;
+
+function users(prefix: string, n: number, secret: string): Shot[] {
+  return Array.from({ length: n }, (_, i) => {
+    const userId = `${prefix}-u${i}`;
+    return { userId, key: `${prefix}-k${i}`, authorization: `Bearer ${signToken(secret, userId, [], 4 * 3600)}` };
+  });
+}
+
+/** Replaces this benchmark's section of BENCHMARKS.md (between its markers), leaving every other section alone. */
+function updateBenchmarksMd(markdown: string): void {
+  const file = 'BENCHMARKS.md';
+  const begin = '<!-- flash-sale:begin (written by npm run bench) -->';
+  const end = '<!-- flash-sale:end -->';
+  const section = `${begin}\n${markdown}\n${end}`;
+  const text = existsSync(file) ? readFileSync(file, 'utf8') : '# Benchmarks\n';
+  const a = text.indexOf(begin);
+  const b = text.indexOf(end);
+  writeFileSync(file, a >= 0 && b > a ? text.slice(0, a) + section + text.slice(b + end.length) : `${text.trimEnd()}\n\n${section}\n`);
+}
+
+const startLoad = loadAvg();
+const jwtSecret = `bench-${Math.random().toString(36).slice(2)}-${Date.now()}`;
+console.log(`flash-sale bench${quick ? ' --quick' : ''}: ${grabs} grabs, ${stock} stock, ${connections} connections; signing ${grabs + warmupGrabs} tokens...`);
+const workload: Workload = {
+  grabs: users('fs', grabs, jwtSecret),
+  warmup: users('warm', warmupGrabs, jwtSecret),
+  stock,
+  connections,
+  jwtSecret,
+  adminAuthorization: `Bearer ${signToken(jwtSecret, 'bench-admin', ['admin'], 4 * 3600)}`,
+  keepDatabases: opt['keep-db'] === true,
+};
+
+const runs: RunResult[] = [];
+const errors: string[] = [];
+for (const [i, [scenario, design]] of plan.entries()) {
+  const database = `ce_bench_${process.pid}_${i}_${design.id.replace(/[^A-Za-z0-9]/g, '_')}`.slice(0, 64);
+  console.log(`[${i + 1}/${plan.length}] ${scenario.id} / ${design.id} (${design.title}) ...`);
+  try {
+    const r = await runDesign(design, scenario, workload, database);
+    runs.push(r);
+    const lat = r.latencyMs.SUCCESS;
+    console.log(
+      `    ${r.answeredPerSecond} answered/s, ${r.issuedPerSecond ?? '–'} issued/s, success p99 ${lat?.p99 ?? '–'} ms, ${JSON.stringify(r.counts)}, server CPU ${r.cpu.serverMsPerAnswer} ms/answer, peak RSS ${r.memory.peakRssMiB} MiB, ` +
+        `${r.connections.used} connections, ${r.violations.length === 0 ? 'checks pass' : `${r.violations.length} violations${r.failed ? ' (FAIL)' : ' (expected)'}`}`,
+    );
+  } catch (err) {
+    errors.push(`${scenario.id}/${design.id}: ${(err as Error).stack ?? String(err)}`);
+    console.error(`    run failed: ${(err as Error).message}`);
+  }
+}
+
+const machine: Machine = {
+  cpus: os.cpus().length,
+  cpuModel: os.cpus()[0]?.model.trim() ?? 'unknown',
+  memoryGiB: Math.round((os.totalmem() / 1024 ** 3) * 10) / 10,
+  os: `${os.type()} ${os.release()}`,
+  node: process.version,
+  mariadb: await mariadbVersion(),
+  loadAverage: { atStart: startLoad, atEnd: loadAvg() },
+};
+const args = process.argv.slice(2);
+const report: Report = {
+  benchmark: 'flash-sale',
+  generatedAt: new Date().toISOString(),
+  command: `npm run bench${args.length > 0 ? ` -- ${args.join(' ')}` : ''}`,
+  quick,
+  machine,
+  workload: { grabs, stock, perUserLimit: 1, connections, warmupGrabs, dbPoolSize: process.env.DB_POOL_SIZE ?? '20 (default)' },
+  runs,
+  failed: errors.length > 0 || runs.some((r) => r.failed),
+};
+const markdown = toMarkdown(report);
+console.log(`\n${markdown}`);
+
+if (!quick) {
+  mkdirSync(opt.out as string, { recursive: true });
+  writeFileSync(`${opt.out}/flash-sale.json`, `${JSON.stringify({ ...report, errors }, null, 2)}\n`);
+  writeFileSync(`${opt.out}/flash-sale.md`, `# Flash-sale benchmark\n\n${markdown}\n`);
+  updateBenchmarksMd(markdown);
+  console.log(`written: ${opt.out}/flash-sale.json, ${opt.out}/flash-sale.md, BENCHMARKS.md`);
+}
+if (report.failed) {
+  for (const e of errors) console.error(`\n${e}`);
+  console.error('\n*** FLASH-SALE BENCHMARK FAILED: see the violations and errors above. ***');
+  process.exitCode = 1;
+} else {
+  console.log('\nAll checks passed.');
+}
