@@ -1,0 +1,298 @@
+// Reconciliation benchmark: a full run over N user coupons and their logs, for several N, each in a
+// fresh child process (so peak RSS is that run's alone) on a database of its own. Command and
+// reading of the figures: docs/reconciliation.md.
+import { execFileSync, spawn } from 'node:child_process';
+import { mkdirSync, writeFileSync } from 'node:fs';
+import os from 'node:os';
+import { fileURLToPath } from 'node:url';
+import { parseArgs } from 'node:util';
+import mysql from 'mysql2/promise';
+import { createApp } from '../src/app.factory.js';
+import { AppConfig, loadConfig } from '../src/config/app-config.js';
+import { ensureDatabase, migrate } from '../src/database/bootstrap-database.js';
+import { ReconciliationService } from '../src/reconciliation/reconciliation.service.js';
+
+const { values: opt } = parseArgs({
+  options: {
+    sizes: { type: 'string', default: '100000,1000000' },
+    child: { type: 'string' },
+    out: { type: 'string', default: 'bench/results' },
+    'keep-db': { type: 'boolean', default: false },
+  },
+});
+
+/** User coupons per coupon template: templates grow with N, so every audit's work grows with N. */
+const PER_COUPON = 1000;
+/** Faults injected per kind; the run must find exactly these. */
+const FAULTS = 5;
+
+interface SizeResult {
+  userCoupons: number;
+  coupons: number;
+  logRows: number;
+  redemptions: number;
+  generateSeconds: number;
+  /** The first full run, right after the bulk load, while InnoDB is still writing the load back. */
+  firstFullRunSeconds: number;
+  /** A second full run on the settled database: what a nightly run costs. */
+  fullRunSeconds: number;
+  incrementalRunSeconds: number;
+  checked: number;
+  discrepanciesFound: number;
+  discrepanciesInjected: number;
+  rssBeforeRunMiB: number;
+  peakRssDuringRunMiB: number;
+  peakHeapUsedDuringRunMiB: number;
+  processMaxRssMiB: number;
+  microsecondsPerUserCoupon: number;
+}
+
+const MiB = (bytes: number) => Math.round((bytes / 1048576) * 10) / 10;
+
+function benchConfig(): AppConfig {
+  return loadConfig({ ...process.env, DB_NAME: process.env.BENCH_DB_NAME ?? 'ce_bench_reconcile', LOG_LEVEL: 'error', SCHEDULER_ENABLED: 'false', RATE_LIMIT_ENABLED: 'false' });
+}
+
+/** Fills the database with `n` consistent user coupons (60% unused, 25% used and redeemed, 10% expired, 5% void), their logs and redemptions, then injects FAULTS of each kind. */
+async function generate(config: AppConfig, n: number): Promise<{ coupons: number; logRows: number; redemptions: number; injected: number }> {
+  const conn = await mysql.createConnection({ host: config.DB_HOST, port: config.DB_PORT, user: config.DB_USER, password: config.DB_PASSWORD, database: config.DB_NAME, timezone: 'Z' });
+  const q = async (sql: string, params: unknown[] = []) => (await conn.query(sql, params))[0] as { affectedRows?: number };
+  try {
+    const coupons = Math.ceil(n / PER_COUPON);
+    await q(`SET SESSION time_zone = '+00:00'`);
+    await q(`CREATE TABLE bench_digit (d INT NOT NULL PRIMARY KEY)`);
+    await q(`INSERT INTO bench_digit VALUES (0),(1),(2),(3),(4),(5),(6),(7),(8),(9)`);
+    await q(`CREATE TABLE bench_seq (n INT NOT NULL PRIMARY KEY)`);
+    await q(
+      `INSERT INTO bench_seq SELECT 1 + a.d + 10*b.d + 100*c.d + 1000*d.d + 10000*e.d + 100000*f.d + 1000000*g.d
+       FROM bench_digit a, bench_digit b, bench_digit c, bench_digit d, bench_digit e, bench_digit f, bench_digit g
+       WHERE a.d + 10*b.d + 100*c.d + 1000*d.d + 10000*e.d + 100000*f.d + 1000000*g.d < ?`,
+      [n],
+    );
+    const t0 = `UTC_TIMESTAMP(3) - INTERVAL 10 DAY`;
+    await q(
+      `INSERT INTO coupon (id, name, status, per_user_limit, grab_start_at, grab_end_at, validity_type, validity_days, threshold_cents, discount_cents, return_on_refund, created_at, updated_at)
+       SELECT n, CONCAT('bench ', n), 'ACTIVE', 1, ${t0}, ${t0} + INTERVAL 1 DAY, 'RELATIVE', 30, 10000, 1000, 0, ${t0}, ${t0} FROM bench_seq WHERE n <= ?`,
+      [coupons],
+    );
+    // n % 20: 0-11 UNUSED, 12-16 USED, 17-18 EXPIRED, 19 VOID; every 20th (n % 20 = 7) a stock-neutral reissue.
+    const status = `CASE WHEN n % 20 < 12 THEN 'UNUSED' WHEN n % 20 < 17 THEN 'USED' WHEN n % 20 < 19 THEN 'EXPIRED' ELSE 'VOID' END`;
+    await q(
+      `INSERT INTO user_coupon (id, coupon_id, user_id, status, source, from_stock, idempotency_key, issued_at, valid_from, expires_at, used_at, updated_at)
+       SELECT n, (n - 1) DIV ${PER_COUPON} + 1, CONCAT('user-', n), ${status}, IF(n % 20 = 7, 'REISSUE', 'GRAB'), n % 20 <> 7, IF(n % 20 = 7, NULL, CONCAT('key-', n)),
+              ${t0}, ${t0}, ${t0} + INTERVAL 30 DAY, IF(n % 20 BETWEEN 12 AND 16, ${t0} + INTERVAL 1 HOUR, NULL), ${t0}
+       FROM bench_seq`,
+    );
+    await q(
+      `INSERT INTO coupon_stock (coupon_id, init_stock, stock, updated_at)
+       SELECT coupon_id, SUM(from_stock) + 200, 200, ${t0} FROM user_coupon GROUP BY coupon_id`,
+    );
+    await q(
+      `INSERT INTO user_coupon_state_log (user_coupon_id, from_status, to_status, tx_id, reason, created_at)
+       SELECT id, NULL, 'UNUSED', COALESCE(idempotency_key, 'admin:reissue'), source, issued_at FROM user_coupon ORDER BY id`,
+    );
+    await q(
+      `INSERT INTO user_coupon_state_log (user_coupon_id, from_status, to_status, tx_id, reason, created_at)
+       SELECT id, 'UNUSED', status, IF(status = 'USED', CONCAT('order:o-', id), 'bench'), 'bench', issued_at + INTERVAL 1 HOUR FROM user_coupon WHERE status <> 'UNUSED' ORDER BY id`,
+    );
+    await q(
+      `INSERT INTO redemption (user_coupon_id, order_no, user_id, order_amount_cents, discount_cents, status, used_at)
+       SELECT id, CONCAT('o-', id), user_id, 20000, 1000, 'USED', used_at FROM user_coupon WHERE status = 'USED' ORDER BY id`,
+    );
+    // Faults spread over the whole id range, FAULTS of each kind.
+    // Ids spread over the whole range; `offset` picks the status (see the n % 20 pattern above).
+    const spread = (offset: number) => Array.from({ length: FAULTS }, (_, i) => 20 * Math.floor(((i + 0.5) * n) / FAULTS / 20) + offset);
+    const unused = spread(1);
+    const used = spread(13);
+    const stockFaults = [...new Set(Array.from({ length: FAULTS }, (_, i) => 1 + Math.floor((i * coupons) / FAULTS)))];
+    await q(`UPDATE coupon_stock SET stock = stock - 1 WHERE coupon_id IN (?)`, [stockFaults]);
+    await q(`UPDATE user_coupon SET status = 'USED', used_at = UTC_TIMESTAMP(3) WHERE id IN (?)`, [unused]);
+    await q(`DELETE FROM redemption WHERE user_coupon_id IN (?)`, [used]);
+    await q(`DELETE FROM user_coupon_state_log WHERE user_coupon_id IN (?) AND to_status = 'UNUSED'`, [unused.map((id) => id + 1)]);
+    for (const t of ['coupon', 'coupon_stock', 'user_coupon', 'user_coupon_state_log', 'redemption']) await q(`ANALYZE TABLE ${t}`);
+    await q(`DROP TABLE bench_seq, bench_digit`);
+    const count = async (table: string) => Number(((await conn.query(`SELECT COUNT(*) AS c FROM ${table}`))[0] as { c: string }[])[0].c);
+    return { coupons, logRows: await count('user_coupon_state_log'), redemptions: await count('redemption'), injected: stockFaults.length + 3 * FAULTS };
+  } finally {
+    await conn.end();
+  }
+}
+
+async function dropDatabase(config: AppConfig): Promise<void> {
+  const conn = await mysql.createConnection({ host: config.DB_HOST, port: config.DB_PORT, user: config.DB_USER, password: config.DB_PASSWORD });
+  await conn.query(`DROP DATABASE IF EXISTS \`${config.DB_NAME}\``);
+  await conn.end();
+}
+
+/** Samples RSS and heap while `fn` runs; memory is what the run holds, whatever the table size. */
+async function measured<T>(fn: () => Promise<T>): Promise<{ value: T; seconds: number; peakRss: number; peakHeap: number }> {
+  let peakRss = process.memoryUsage.rss();
+  let peakHeap = process.memoryUsage().heapUsed;
+  const timer = setInterval(() => {
+    peakRss = Math.max(peakRss, process.memoryUsage.rss());
+    peakHeap = Math.max(peakHeap, process.memoryUsage().heapUsed);
+  }, 20);
+  const start = process.hrtime.bigint();
+  try {
+    const value = await fn();
+    return { value, seconds: Number(process.hrtime.bigint() - start) / 1e9, peakRss, peakHeap };
+  } finally {
+    clearInterval(timer);
+  }
+}
+
+async function child(n: number): Promise<SizeResult> {
+  const config = benchConfig();
+  await dropDatabase(config);
+  await ensureDatabase(config);
+  await migrate(config);
+  const gen = await measured(() => generate(config, n));
+  const app = await createApp(config);
+  await app.init();
+  try {
+    const service = app.get(ReconciliationService);
+    global.gc?.();
+    const rssBefore = process.memoryUsage.rss();
+    const first = await measured(() => service.runNow('FULL', 'bench'));
+    if (first.value.status !== 'COMPLETED') throw new Error(`run failed: ${first.value.error}`);
+    if (first.value.discrepancies !== gen.value.injected) throw new Error(`found ${first.value.discrepancies} discrepancies, injected ${gen.value.injected}`);
+    // Still open, so not recorded again: the second run does the same reading and finds nothing new.
+    const full = await measured(() => service.runNow('FULL', 'bench'));
+    if (full.value.status !== 'COMPLETED' || full.value.discrepancies !== 0) throw new Error(`second run: ${JSON.stringify(full.value)}`);
+    const inc = await measured(() => service.runNow('INCREMENTAL', 'bench'));
+    return {
+      userCoupons: n,
+      coupons: gen.value.coupons,
+      logRows: gen.value.logRows,
+      redemptions: gen.value.redemptions,
+      generateSeconds: round(gen.seconds),
+      firstFullRunSeconds: round(first.seconds),
+      fullRunSeconds: round(full.seconds),
+      incrementalRunSeconds: round(inc.seconds),
+      checked: full.value.checked,
+      discrepanciesFound: first.value.discrepancies,
+      discrepanciesInjected: gen.value.injected,
+      rssBeforeRunMiB: MiB(rssBefore),
+      peakRssDuringRunMiB: MiB(Math.max(first.peakRss, full.peakRss)),
+      peakHeapUsedDuringRunMiB: MiB(Math.max(first.peakHeap, full.peakHeap)),
+      processMaxRssMiB: MiB(process.resourceUsage().maxRSS * 1024),
+      microsecondsPerUserCoupon: round((full.seconds * 1e6) / n),
+    };
+  } finally {
+    await app.close();
+    if (!opt['keep-db']) await dropDatabase(config);
+  }
+}
+
+const round = (x: number) => Math.round(x * 100) / 100;
+
+function runChild(n: number): Promise<SizeResult> {
+  return new Promise((resolve, reject) => {
+    const p = spawn(process.execPath, ['--expose-gc', fileURLToPath(import.meta.url), '--child', String(n), ...(opt['keep-db'] ? ['--keep-db'] : [])], {
+      stdio: ['ignore', 'pipe', 'inherit'],
+    });
+    let out = '';
+    p.stdout.on('data', (d: Buffer) => (out += d.toString()));
+    p.on('exit', (code) => {
+      const line = out.trim().split('\n').at(-1) ?? '';
+      if (code === 0 && line.startsWith('{')) resolve(JSON.parse(line) as SizeResult);
+      else reject(new Error(`size ${n}: child exited ${code}\n${out}`));
+    });
+  });
+}
+
+async function parent(): Promise<void> {
+  const sizes = (opt.sizes ?? '').split(',').map((s) => Number.parseInt(s, 10));
+  if (sizes.length === 0 || !sizes.every((s) => Number.isInteger(s) && s >= 100 && s <= 9_000_000)) {
+    console.error('--sizes takes a comma-separated list of user coupon counts (100 to 9,000,000)');
+    process.exit(2);
+  }
+  const results: SizeResult[] = [];
+  for (const n of sizes) {
+    console.error(`reconcile bench: generating and auditing ${n.toLocaleString('en')} user coupons...`);
+    results.push(await runChild(n));
+    console.error(JSON.stringify(results.at(-1)));
+  }
+  const base = results[0];
+  const growth = results.map((r) => ({
+    userCoupons: r.userCoupons,
+    sizeRatio: round(r.userCoupons / base.userCoupons),
+    durationRatio: round(r.fullRunSeconds / base.fullRunSeconds),
+  }));
+  const conn = await mysql.createConnection({ host: benchConfig().DB_HOST, port: benchConfig().DB_PORT, user: benchConfig().DB_USER, password: benchConfig().DB_PASSWORD });
+  const [[server]] = (await conn.query(`SELECT VERSION() AS version, @@innodb_buffer_pool_size AS bufferPool`)) as unknown as [[{ version: string; bufferPool: string }]];
+  await conn.end();
+  const machine = {
+    cpus: `${os.cpus().length} x ${os.cpus()[0]?.model ?? 'unknown'}`,
+    memoryGiB: Math.round(os.totalmem() / 2 ** 30),
+    node: process.version,
+    database: `${server.version}, innodb_buffer_pool_size ${MiB(Number(server.bufferPool))} MiB`,
+    commit: gitCommit(),
+    date: new Date().toISOString(),
+  };
+  const report = { benchmark: 'reconciliation full run', machine, results, growth };
+  mkdirSync(opt.out as string, { recursive: true });
+  writeFileSync(`${opt.out}/reconcile.json`, JSON.stringify(report, null, 2) + '\n');
+  writeFileSync(`${opt.out}/reconcile.md`, toMarkdown(report));
+  console.log(toMarkdown(report));
+}
+
+function gitCommit(): string {
+  try {
+    return execFileSync('git', ['rev-parse', '--short', 'HEAD'], { encoding: 'utf8' }).trim();
+  } catch {
+    return 'unknown';
+  }
+}
+
+function toMarkdown(r: { machine: Record<string, string | number>; results: SizeResult[]; growth: { userCoupons: number; sizeRatio: number; durationRatio: number }[] }): string {
+  const row = (cells: (string | number)[]) => `| ${cells.join(' | ')} |`;
+  return [
+    '# Reconciliation benchmark',
+    '',
+    `Machine: ${r.machine.cpus}, ${r.machine.memoryGiB} GiB; Node ${r.machine.node}; ${r.machine.database}; commit ${r.machine.commit}; ${r.machine.date}.`,
+    '',
+    row(['user coupons', 'coupons', 'log rows', 'redemptions', 'full run (s)', 'µs per user coupon', 'first full run after load (s)', 'incremental run (s)', 'peak RSS during runs (MiB)', 'RSS before (MiB)', 'peak heap (MiB)', 'found / injected']),
+    row(Array(12).fill('---')),
+    ...r.results.map((x) =>
+      row([
+        x.userCoupons.toLocaleString('en'),
+        x.coupons.toLocaleString('en'),
+        x.logRows.toLocaleString('en'),
+        x.redemptions.toLocaleString('en'),
+        x.fullRunSeconds,
+        x.microsecondsPerUserCoupon,
+        x.firstFullRunSeconds,
+        x.incrementalRunSeconds,
+        x.peakRssDuringRunMiB,
+        x.rssBeforeRunMiB,
+        x.peakHeapUsedDuringRunMiB,
+        `${x.discrepanciesFound} / ${x.discrepanciesInjected}`,
+      ]),
+    ),
+    '',
+    `Growth of the full run: ${r.growth.slice(1).map((g) => `${g.sizeRatio}x the user coupons took ${g.durationRatio}x the time`).join('; ')}.`,
+    '',
+    'Full run: the second full run on the settled database (a nightly run). The first, right after the bulk load, competes with InnoDB writing the load back.',
+    'Peak RSS is the whole benchmark process: the Nest app, its pools, and the run.',
+    '',
+  ].join('\n');
+}
+
+if (opt.child) {
+  child(Number.parseInt(opt.child, 10)).then(
+    (r) => {
+      console.log(JSON.stringify(r));
+      process.exit(0);
+    },
+    (err: unknown) => {
+      console.error(err);
+      process.exit(1);
+    },
+  );
+} else {
+  parent().catch((err: unknown) => {
+    console.error(err);
+    process.exit(1);
+  });
+}
