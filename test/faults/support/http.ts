@@ -1,0 +1,79 @@
+import { Agent, IncomingHttpHeaders, request } from 'node:http';
+
+/** The fields of the API's bodies the fault tests look at. */
+export interface Body {
+  id?: string;
+  code?: string;
+  message?: string;
+  userId?: string;
+  couponId?: string;
+  status?: string;
+  source?: string;
+  redemptionId?: string;
+  firstUse?: boolean;
+  runId?: string;
+  remainingStock?: number;
+  replacementUserCoupon?: { id: string } | null;
+  [field: string]: unknown;
+}
+
+export interface Reply {
+  /** 0 when no answer came: connection refused or reset, or the timeout. */
+  status: number;
+  body: Body;
+  headers: IncomingHttpHeaders;
+  error?: string;
+}
+
+export interface CallOptions {
+  token?: string;
+  headers?: Record<string, string>;
+  body?: unknown;
+  timeoutMs?: number;
+}
+
+const agent = new Agent({ keepAlive: true });
+
+/** One HTTP call that never throws: a lost answer is status 0 with the reason, as a client would see it. */
+export function call(base: string, method: string, path: string, opts: CallOptions = {}): Promise<Reply> {
+  const url = new URL(path, base);
+  const payload = opts.body === undefined ? undefined : JSON.stringify(opts.body);
+  const headers: Record<string, string> = { ...opts.headers };
+  if (opts.token) headers.authorization = `Bearer ${opts.token}`;
+  if (payload !== undefined) {
+    headers['content-type'] = 'application/json';
+    headers['content-length'] = String(Buffer.byteLength(payload));
+  }
+  return new Promise((resolve) => {
+    const lost = (error: string) => resolve({ status: 0, body: {}, headers: {}, error });
+    const req = request({ host: url.hostname, port: url.port, path: url.pathname + url.search, method, headers, agent, timeout: opts.timeoutMs ?? 60_000 }, (res) => {
+      const chunks: Buffer[] = [];
+      res.on('data', (c: Buffer) => chunks.push(c));
+      res.on('error', (e) => lost(e.message));
+      res.on('end', () => {
+        const text = Buffer.concat(chunks).toString('utf8');
+        let body: Body;
+        try {
+          body = text ? (JSON.parse(text) as Body) : {};
+        } catch {
+          body = { text };
+        }
+        resolve({ status: res.statusCode ?? 0, body, headers: res.headers });
+      });
+    });
+    req.on('timeout', () => req.destroy(new Error('client timeout')));
+    req.on('error', (e: NodeJS.ErrnoException) => lost(e.code ?? e.message));
+    req.end(payload);
+  });
+}
+
+/** For reads after a fault: a pooled socket to a dead process may fail once before a fresh one is used. */
+export async function callUntilAnswered(base: string, method: string, path: string, opts: CallOptions = {}, attempts = 20): Promise<Reply> {
+  let last: Reply = { status: 0, body: {}, headers: {}, error: 'not tried' };
+  for (let i = 0; i < attempts; i++) {
+    last = await call(base, method, path, opts);
+    if (last.status !== 0 && last.status !== 503) return last;
+    await new Promise((r) => setTimeout(r, 100 * (i + 1)));
+  }
+  return last;
+}
