@@ -3,6 +3,7 @@ import { randomUUID } from 'node:crypto';
 import { NestFactory } from '@nestjs/core';
 import { FastifyAdapter, NestFastifyApplication } from '@nestjs/platform-fastify';
 import { DocumentBuilder, SwaggerModule } from '@nestjs/swagger';
+import type { FastifyError, FastifyReply, FastifyRequest } from 'fastify';
 import { AppModule } from './app.module.js';
 import { AppConfig } from './config/app-config.js';
 import { HttpExceptionFilter } from './common/http-exception.filter.js';
@@ -21,6 +22,11 @@ export async function createApp(config: AppConfig): Promise<NestFastifyApplicati
     requestIdHeader: 'x-request-id',
     genReqId: () => randomUUID(),
     routerOptions: { maxParamLength: 512 },
+    // The router's own refusals (bad percent-encoding, a path parameter over 512 characters) are
+    // malformed paths: answer them like every other validation error.
+    frameworkErrors: (err: FastifyError, _req: FastifyRequest, reply: FastifyReply) => {
+      void reply.status(400).send({ code: 'VALIDATION_FAILED', message: 'Malformed request path', details: { reason: err.code } });
+    },
   });
   const app = await NestFactory.create<NestFastifyApplication>(AppModule.forRoot(config), adapter, {
     logger: new PinoNestLogger(pino),

@@ -39,9 +39,24 @@ export class StrictValidationPipe extends ValidationPipe {
       if (typeof value !== 'object' || value === null || Array.isArray(value)) {
         throw validationFailed({ [metadata.type]: ['must be a JSON object'] });
       }
+      if (depthExceeds(value, MAX_DEPTH)) throw validationFailed({ [metadata.type]: [`nested deeper than ${MAX_DEPTH} levels`] });
     }
     return super.transform(value, metadata);
   }
+}
+
+/** Deeper than any DTO of this API; deeper input would only exhaust class-transformer's recursion. */
+const MAX_DEPTH = 16;
+
+function depthExceeds(value: unknown, limit: number): boolean {
+  const stack: [unknown, number][] = [[value, 0]];
+  while (stack.length > 0) {
+    const [v, d] = stack.pop() as [unknown, number];
+    if (typeof v !== 'object' || v === null) continue;
+    if (d >= limit) return true;
+    for (const child of Object.values(v)) stack.push([child, d + 1]);
+  }
+  return false;
 }
 
 const MAX_BIGINT = 9223372036854775807n;

@@ -43,8 +43,9 @@ export class AppConfig {
   @IsString() @MinLength(16)
   JWT_SECRET: string = DEFAULT_JWT_SECRET;
 
+  /** Initialised (to undefined) so that loadConfig() knows the name and reads it from the environment. */
   @IsString() @IsOptional()
-  REDIS_URL?: string;
+  REDIS_URL?: string = undefined;
 
   @Transform(toInt) @IsInt() @Min(1) @Max(1_000_000)
   RATE_LIMIT_PER_SECOND: number = 500;
