@@ -5,7 +5,7 @@ import { parseArgs } from 'node:util';
 import mysql from 'mysql2/promise';
 import { signToken } from '../src/auth/jwt.js';
 import { loadConfig } from '../src/config/app-config.js';
-import { LIMITER, NOOP, READ_THEN_WRITE, shippedDesigns, THROUGHPUT, TX_CONDITIONAL, type Design, type Scenario } from './flash-sale/designs.js';
+import { limiterScenario, NOOP, READ_THEN_WRITE, shippedDesigns, THROUGHPUT, TX_CONDITIONAL, type Design, type Scenario } from './flash-sale/designs.js';
 import type { Shot } from './flash-sale/load.js';
 import { toMarkdown, type Machine, type Report } from './flash-sale/report.js';
 import { runDesign, type RunResult, type Workload } from './flash-sale/run-design.js';
@@ -17,8 +17,10 @@ const { values: opt } = parseArgs({
     stock: { type: 'string' },
     connections: { type: 'string' },
     warmup: { type: 'string' },
+    rounds: { type: 'string', default: '1' },
     designs: { type: 'string' },
     strategies: { type: 'string', default: process.env.BENCH_GRAB_STRATEGIES ?? '' },
+    'limiter-rates': { type: 'string' },
     'no-limiter': { type: 'boolean', default: false },
     'keep-db': { type: 'boolean', default: false },
     out: { type: 'string', default: 'bench/results' },
@@ -31,8 +33,9 @@ const grabs = intOpt(opt.grabs, 10_000, 2_000);
 const stock = intOpt(opt.stock, 5_000, 500);
 const connections = intOpt(opt.connections, 1_000, 200);
 const warmupGrabs = intOpt(opt.warmup, 2_000, 400);
-if (![grabs, stock, connections, warmupGrabs].every((n) => Number.isInteger(n) && n > 0)) {
-  console.error('--grabs, --stock, --connections and --warmup take positive integers');
+const rounds = Number.parseInt(opt.rounds as string, 10);
+if (![grabs, stock, connections, warmupGrabs, rounds].every((n) => Number.isInteger(n) && n > 0)) {
+  console.error('--grabs, --stock, --connections, --warmup and --rounds take positive integers');
   process.exit(2);
 }
 
@@ -46,9 +49,15 @@ if (designs.length === 0) {
   console.error(`--designs: none of ${wanted.join(', ')} is one of ${everyDesign.map((d) => d.id).join(', ')}`);
   process.exit(2);
 }
+// 500/s is the issue's rate; the lower one shows rejections (and checks the 429 path) on a machine where the server answers slower than 500/s.
+const limiterRates = opt['no-limiter'] ? [] : list(opt['limiter-rates'] ?? (quick ? '100' : '500,100')).map(Number);
+if (!limiterRates.every((n) => Number.isInteger(n) && n > 0)) {
+  console.error('--limiter-rates takes positive integers, e.g. 500,100');
+  process.exit(2);
+}
 const plan: [Scenario, Design][] = [
   ...designs.map((d): [Scenario, Design] => [THROUGHPUT, d]),
-  ...(opt['no-limiter'] ? [] : designs.filter((d) => d.id.startsWith('shipped')).map((d): [Scenario, Design] => [LIMITER, d])),
+  ...limiterRates.flatMap((rate) => designs.filter((d) => d.id.startsWith('shipped')).map((d): [Scenario, Design] => [limiterScenario(rate), d])),
 ];
 
 async function mariadbVersion(): Promise<string> {
@@ -98,11 +107,17 @@ const workload: Workload = {
 
 const runs: RunResult[] = [];
 const errors: string[] = [];
-for (const [i, [scenario, design]] of plan.entries()) {
+// Each round runs the whole plan again, starting one step further along it, so that neither a burst
+// of other work on the machine nor the position in the order favours one design.
+const schedule = Array.from({ length: rounds }, (_, round) => {
+  const start = round % plan.length;
+  return [...plan.slice(start), ...plan.slice(0, start)].map(([scenario, design]) => ({ round: round + 1, scenario, design }));
+}).flat();
+for (const [i, { round, scenario, design }] of schedule.entries()) {
   const database = `ce_bench_${process.pid}_${i}_${design.id.replace(/[^A-Za-z0-9]/g, '_')}`.slice(0, 64);
-  console.log(`[${i + 1}/${plan.length}] ${scenario.id} / ${design.id} (${design.title}) ...`);
+  console.log(`[${i + 1}/${schedule.length}] ${rounds > 1 ? `round ${round}: ` : ''}${scenario.title} / ${design.id} (${design.title}) ...`);
   try {
-    const r = await runDesign(design, scenario, workload, database);
+    const r = { ...(await runDesign(design, scenario, workload, database)), ...(rounds > 1 ? { round } : {}) };
     runs.push(r);
     const lat = r.latencyMs.SUCCESS;
     console.log(
@@ -131,7 +146,7 @@ const report: Report = {
   command: `npm run bench${args.length > 0 ? ` -- ${args.join(' ')}` : ''}`,
   quick,
   machine,
-  workload: { grabs, stock, perUserLimit: 1, connections, warmupGrabs, dbPoolSize: process.env.DB_POOL_SIZE ?? '20 (default)' },
+  workload: { grabs, stock, perUserLimit: 1, connections, warmupGrabs, rounds, dbPoolSize: process.env.DB_POOL_SIZE ?? '20 (default)' },
   runs,
   failed: errors.length > 0 || runs.some((r) => r.failed),
 };

@@ -60,17 +60,18 @@ export interface Scenario {
   title: string;
   /** Added to every server's environment in this scenario. */
   env: Record<string, string>;
-  /** rateLimitPerSecond of the benchmark coupon; absent: the coupon has none of its own. */
-  couponRateLimit?: number;
+  /** The limiter's rate per coupon (also the coupon's own rateLimitPerSecond); absent when the limiter is off. */
+  limiterRate?: number;
 }
 
 export const THROUGHPUT: Scenario = { id: 'throughput', title: 'rate limiter off', env: { RATE_LIMIT_ENABLED: 'false' } };
 
-export const LIMITER_RATE = 500;
-export const LIMITER: Scenario = {
-  id: 'limiter',
-  title: `rate limiter on, ${LIMITER_RATE}/s per coupon`,
-  // The per-user bucket is set out of the way: every user grabs once, and this scenario is about the coupon's bucket.
-  env: { RATE_LIMIT_ENABLED: 'true', RATE_LIMIT_PER_SECOND: String(LIMITER_RATE), RATE_LIMIT_PER_USER_PER_SECOND: '10000' },
-  couponRateLimit: LIMITER_RATE,
-};
+export function limiterScenario(rate: number): Scenario {
+  return {
+    id: 'limiter',
+    title: `rate limiter on, ${rate}/s per coupon`,
+    // The per-user bucket is set out of the way: every user grabs once, and this scenario is about the coupon's bucket.
+    env: { RATE_LIMIT_ENABLED: 'true', RATE_LIMIT_PER_SECOND: String(rate), RATE_LIMIT_PER_USER_PER_SECOND: '10000' },
+    limiterRate: rate,
+  };
+}

@@ -2,7 +2,7 @@ import mysql from 'mysql2/promise';
 import { DataSource } from 'typeorm';
 import { loadConfig } from '../../src/config/app-config.js';
 import { dataSourceOptions } from '../../src/database/data-source-options.js';
-import { LIMITER_RATE, type Design, type Scenario } from './designs.js';
+import type { Design, Scenario } from './designs.js';
 import { LoadGenerator, type LoadResult, type Shot } from './load.js';
 import { startServer } from './server.js';
 import { answerClass, byClass, type Latency } from './stats.js';
@@ -20,6 +20,8 @@ export interface Workload {
 }
 
 export interface RunResult {
+  /** Set by the caller when the plan runs more than once. */
+  round?: number;
   scenario: Scenario['id'];
   design: string;
   title: string;
@@ -98,8 +100,8 @@ export async function runDesign(design: Design, scenario: Scenario, w: Workload,
   let serverCpu: number;
   let clientCpu: NodeJS.CpuUsage;
   try {
-    const warmCoupon = design.kind === 'grab' ? await createCoupon(server.url, w.adminAuthorization, Math.ceil(w.warmup.length / 2), scenario.couponRateLimit) : '0';
-    if (design.kind === 'grab') couponId = await createCoupon(server.url, w.adminAuthorization, w.stock, scenario.couponRateLimit);
+    const warmCoupon = design.kind === 'grab' ? await createCoupon(server.url, w.adminAuthorization, Math.ceil(w.warmup.length / 2), scenario.limiterRate) : '0';
+    if (design.kind === 'grab') couponId = await createCoupon(server.url, w.adminAuthorization, w.stock, scenario.limiterRate);
     await load.fire(design.route(warmCoupon), w.warmup);
     rssBefore = server.rss();
     const sampler = setInterval(() => (rssDuring = Math.max(rssDuring, server.rss())), 50);
@@ -141,11 +143,12 @@ export async function runDesign(design: Design, scenario: Scenario, w: Workload,
   }
 
   let limiter: RunResult['limiter'];
-  if (scenario.id === 'limiter') {
+  if (scenario.limiterRate !== undefined) {
+    const rate = scenario.limiterRate;
     const rejected = counts.RATE_LIMITED ?? 0;
     // A token bucket of capacity R refilled at R/s cannot admit more than R * (1 + seconds) in any window.
-    const admissibleAtMost = Math.floor(LIMITER_RATE * (1 + result.wallMs / 1000));
-    limiter = { ratePerSecond: LIMITER_RATE, admitted: result.answers.length - rejected, rejected, admissibleAtMost };
+    const admissibleAtMost = Math.floor(rate * (1 + result.wallMs / 1000));
+    limiter = { ratePerSecond: rate, admitted: result.answers.length - rejected, rejected, admissibleAtMost };
     if (limiter.admitted > admissibleAtMost) violations.push(`the limiter admitted ${limiter.admitted}, more than ${admissibleAtMost} its bucket allows in ${round(result.wallMs)} ms`);
   }
   if (!w.keepDatabases) await dropDatabase(database);
