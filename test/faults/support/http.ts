@@ -77,3 +77,17 @@ export async function callUntilAnswered(base: string, method: string, path: stri
   }
   return last;
 }
+
+/** `fn` over `items`, at most `limit` at a time, results in order. */
+export async function mapConcurrent<T, R>(items: readonly T[], limit: number, fn: (item: T, index: number) => Promise<R>): Promise<R[]> {
+  const results = new Array<R>(items.length);
+  let next = 0;
+  const worker = async () => {
+    while (next < items.length) {
+      const i = next++;
+      results[i] = await fn(items[i], i);
+    }
+  };
+  await Promise.all(Array.from({ length: Math.min(limit, items.length) }, worker));
+  return results;
+}
