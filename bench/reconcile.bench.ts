@@ -45,6 +45,8 @@ interface SizeResult {
   peakHeapUsedDuringRunMiB: number;
   processMaxRssMiB: number;
   microsecondsPerUserCoupon: number;
+  /** The machine's 1-minute load average when the settled full run started: other work on the 2 cores slows it. */
+  loadAverageAtRun: number;
 }
 
 const MiB = (bytes: number) => Math.round((bytes / 1048576) * 10) / 10;
@@ -157,6 +159,7 @@ async function child(n: number): Promise<SizeResult> {
     if (first.value.status !== 'COMPLETED') throw new Error(`run failed: ${first.value.error}`);
     if (first.value.discrepancies !== gen.value.injected) throw new Error(`found ${first.value.discrepancies} discrepancies, injected ${gen.value.injected}`);
     // Still open, so not recorded again: the second run does the same reading and finds nothing new.
+    const loadAverageAtRun = round(os.loadavg()[0]);
     const full = await measured(() => service.runNow('FULL', 'bench'));
     if (full.value.status !== 'COMPLETED' || full.value.discrepancies !== 0) throw new Error(`second run: ${JSON.stringify(full.value)}`);
     const inc = await measured(() => service.runNow('INCREMENTAL', 'bench'));
@@ -177,6 +180,7 @@ async function child(n: number): Promise<SizeResult> {
       peakHeapUsedDuringRunMiB: MiB(Math.max(first.peakHeap, full.peakHeap)),
       processMaxRssMiB: MiB(process.resourceUsage().maxRSS * 1024),
       microsecondsPerUserCoupon: round((full.seconds * 1e6) / n),
+      loadAverageAtRun,
     };
   } finally {
     await app.close();
@@ -252,8 +256,8 @@ function toMarkdown(r: { machine: Record<string, string | number>; results: Size
     '',
     `Machine: ${r.machine.cpus}, ${r.machine.memoryGiB} GiB; Node ${r.machine.node}; ${r.machine.database}; commit ${r.machine.commit}; ${r.machine.date}.`,
     '',
-    row(['user coupons', 'coupons', 'log rows', 'redemptions', 'full run (s)', 'µs per user coupon', 'first full run after load (s)', 'incremental run (s)', 'peak RSS during runs (MiB)', 'RSS before (MiB)', 'peak heap (MiB)', 'found / injected']),
-    row(Array(12).fill('---')),
+    row(['user coupons', 'coupons', 'log rows', 'redemptions', 'full run (s)', 'µs per user coupon', 'first full run after load (s)', 'incremental run (s)', 'peak RSS during runs (MiB)', 'RSS before (MiB)', 'peak heap (MiB)', 'found / injected', 'load average']),
+    row(Array(13).fill('---')),
     ...r.results.map((x) =>
       row([
         x.userCoupons.toLocaleString('en'),
@@ -268,6 +272,7 @@ function toMarkdown(r: { machine: Record<string, string | number>; results: Size
         x.rssBeforeRunMiB,
         x.peakHeapUsedDuringRunMiB,
         `${x.discrepanciesFound} / ${x.discrepanciesInjected}`,
+        x.loadAverageAtRun,
       ]),
     ),
     '',

@@ -64,6 +64,10 @@ describe('reconciliation diagnosis', () => {
     expect(diagnoseUserCoupon(facts('VOID', log([null, 'UNUSED'])))?.params.steps).toEqual([
       { op: 'APPEND_LOG', rows: [{ from: 'UNUSED', to: 'VOID', txId: null, reason: null, createdAt: null }] },
     ]);
+    // the log says used but not by an order, no redemption, row UNUSED: the stray log row goes
+    expect(ops(facts('UNUSED', log([null, 'UNUSED'], ['UNUSED', 'USED', 'k'])))).toEqual(['REMOVE_LOG']);
+    // the log says used by an order, row UNUSED, no redemption: the use stands and the redemption comes back
+    expect(ops(facts('UNUSED', log([null, 'UNUSED'], ['UNUSED', 'USED', 'order:F'])))).toEqual(['SET_STATUS', 'RECREATE_REDEMPTION']);
     // a complete legal log the row cannot follow from: the row goes back to the log's status
     expect(diagnoseUserCoupon(facts('UNUSED', log([null, 'UNUSED'], ['UNUSED', 'VOID'])))?.params.steps).toEqual([{ op: 'SET_STATUS', from: 'UNUSED', to: 'VOID' }]);
   });
@@ -101,7 +105,7 @@ describe('reconciliation diagnosis', () => {
         const fixed = applyPlan(facts(s, log(...steps), orders));
         expect(diagnoseUserCoupon(fixed)).toBeNull();
       }),
-      { numRuns: 2000 },
+      { numRuns: 5000 },
     );
   });
 

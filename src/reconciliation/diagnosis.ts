@@ -117,8 +117,9 @@ export const orderTxId = (orderNo: string) => `order:${orderNo}`;
  *
  * The target status: USED when a USED redemption references the coupon (an order used it); USED
  * also when there is no redemption but the legal log records the use with an order number (the
- * redemption row is what was lost, and is recreated from the log); otherwise the state the legal
- * log reached when the row cannot follow from it, else the row's own status. The log is then cut
+ * redemption row is what was lost, and is recreated from the log); a USED row with neither goes
+ * back to where the log left it; otherwise the state a complete legal log reached when the row
+ * cannot follow from it, else the row's own status. The log is then cut
  * back to the longest legal prefix from which the target is reachable (the break point) and
  * completed with the legal path to the target.
  */
@@ -133,19 +134,19 @@ export function diagnoseUserCoupon(f: UserCouponFacts): UserCouponFinding | null
   let target: UserCouponStatus;
   let recreateFrom: LogEntry | undefined;
   let explanation: string;
+  // The redemption module logs a use with the order in the same transaction as the redemption row: evidence of the use even when that row is gone.
+  const usedByOrder = hasRedemption ? undefined : legalPrefix.find((s) => s.to === 'USED' && ORDER_TX.test(s.txId));
   if (hasRedemption) {
     target = 'USED';
     explanation = 'A USED redemption references this coupon: an order used it.';
+  } else if (usedByOrder) {
+    target = 'USED';
+    recreateFrom = usedByOrder;
+    explanation = `The log records its use (${usedByOrder.txId}, log row ${usedByOrder.id}) but the redemption row is missing: recreate it from the log.`;
   } else if (f.status === 'USED') {
-    recreateFrom = legalPrefix.find((s) => s.to === 'USED' && ORDER_TX.test(s.txId));
-    if (recreateFrom) {
-      target = 'USED';
-      explanation = `The log records its use (${recreateFrom.txId}, log row ${recreateFrom.id}) but the redemption row is missing: recreate it from the log.`;
-    } else {
-      target = r.status === null || r.status === 'USED' ? 'UNUSED' : r.status;
-      explanation = `USED with no redemption and no use in the log: the status goes back to ${target}, where the log left it.`;
-    }
-  } else if (r.legal && r.status !== null && legalPath(r.status, f.status) === null) {
+    target = r.status === null || r.status === 'USED' ? 'UNUSED' : r.status;
+    explanation = `USED with no redemption and no use by an order in the log: the status goes back to ${target}, where the log left it.`;
+  } else if (r.legal && r.status !== null && r.status !== 'USED' && legalPath(r.status, f.status) === null) {
     target = r.status;
     explanation = `The complete, legal log ends at ${r.status}, from which ${f.status} cannot follow: the status goes back to ${r.status}.`;
   } else {

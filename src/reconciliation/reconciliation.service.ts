@@ -251,13 +251,17 @@ export class ReconciliationService implements BeforeApplicationShutdown {
     return true;
   }
 
+  /** Never throws: a run's background promise must not reject. */
   private async releaseLock(q: QueryRunner): Promise<void> {
     try {
       await q.query(`SELECT RELEASE_LOCK(?)`, [this.lockName]);
     } catch {
       // A broken connection has already dropped the lock with it.
-    } finally {
+    }
+    try {
       await q.release();
+    } catch (err) {
+      this.logger.warn(`Could not return the reconciliation connection to the pool: ${(err as Error).message}`);
     }
   }
 }
