@@ -22,6 +22,8 @@ const COUPON_CHUNK = 200;
 /** How far before the last complete run's start an incremental run looks, for clock skew between instances. */
 const INCREMENTAL_SLACK_MS = 5 * 60_000;
 const PROGRESS_LOG_MS = 10_000;
+/** How often the run row's counts are brought up to date while it runs (each write is a commit). */
+const PROGRESS_SAVE_MS = 1_000;
 
 interface ActiveRun {
   runId: string;
@@ -146,13 +148,16 @@ export class ReconciliationService implements BeforeApplicationShutdown {
         await this.dataSource.query(`UPDATE reconciliation_run SET mode = 'FULL' WHERE id = ?`, [run.runId]);
       }
       this.logger.log(`Reconciliation run ${run.runId} started (${mode}${since ? `, log audit since ${since.toISOString()}` : ''})`);
-      let lastLog = Date.now();
+      let [lastLog, lastSave] = [Date.now(), Date.now()];
       const step = async (audit: string, chunk: ChunkResult) => {
         if (run.abort) throw new Error('Interrupted: the instance shut down');
         totals.checked += chunk.checked;
         progressChecked.inc({ audit }, chunk.checked);
         for (const f of chunk.findings) if (await this.record(run.runId, f)) totals.found++;
-        await this.dataSource.query(`UPDATE reconciliation_run SET checked = ?, discrepancies = ? WHERE id = ?`, [totals.checked, totals.found, run.runId]);
+        if (Date.now() - lastSave >= PROGRESS_SAVE_MS) {
+          lastSave = Date.now();
+          await this.dataSource.query(`UPDATE reconciliation_run SET checked = ?, discrepancies = ? WHERE id = ?`, [totals.checked, totals.found, run.runId]);
+        }
         if (Date.now() - lastLog >= PROGRESS_LOG_MS) {
           lastLog = Date.now();
           this.logger.log(`Reconciliation run ${run.runId}: ${audit} audit, ${totals.checked} rows checked, ${totals.found} discrepancies so far`);
