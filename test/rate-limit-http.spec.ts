@@ -3,12 +3,14 @@ import { createCoupon, newKey } from './support/factories.js';
 import { adminToken, bearer, startTestApp, TestApp, tokenFor } from './support/harness.js';
 import { checkInvariants } from './support/invariants.js';
 import { RateLimitService } from '../src/rate-limit/rate-limit.service.js';
-import { grabBurst, issuedCount, recordDecisions } from './rate-limit.helpers.js';
+import { grabBurst, issuedCount, mostAdmitted, recordDecisions, warmCoupon } from './rate-limit.helpers.js';
 
 describe('grab route behind the rate limiter, in-memory buckets', () => {
   let t: TestApp;
   beforeAll(async () => {
-    t = await startTestApp({ RATE_LIMIT_ENABLED: 'true', RATE_LIMIT_PER_USER_PER_SECOND: '5' });
+    // A long template cache: the grab reads the coupon before asking the limiter, and a reload on
+    // every expiry would pace the burst by the database instead of by the limiter.
+    t = await startTestApp({ RATE_LIMIT_ENABLED: 'true', RATE_LIMIT_PER_USER_PER_SECOND: '5', COUPON_CACHE_TTL_MS: '60000' });
   });
   afterEach(async () => {
     expect(await checkInvariants(t.db)).toEqual([]);
@@ -17,13 +19,15 @@ describe('grab route behind the rate limiter, in-memory buckets', () => {
 
   it('a burst of 2,000 grabs at 200/s admits the 200 of the bucket, then 200/s; the rest get 429 and leave no rows', async () => {
     const coupon = await createCoupon(t.url, { totalStock: 5000, rateLimitPerSecond: 200 });
+    const warmUps = await warmCoupon([t.url], coupon.id);
     const rec = recordDecisions(t.app.get(RateLimitService));
     const b = await grabBurst([t.url], coupon.id, 2000, (i) => `burst-${i}`);
     rec.stop();
-    expect(b.admitted + b.rateLimited).toBe(2000);
     expect(b.other).toEqual([]);
+    expect(b.admitted + b.rateLimited).toBe(2000);
+    expect(b.rateLimited).toBeGreaterThan(0);
     expect(b.badRetryAfter).toBe(0);
-    expect(await issuedCount(t.db, coupon.id)).toBe(b.admitted);
+    expect(await issuedCount(t.db, coupon.id)).toBe(b.admitted + warmUps);
     expect(rec.decisions.filter((d) => d.admitted)).toHaveLength(b.admitted);
     // A token bucket of 200 refilled at 200/s admits the first 200 that come, and at most
     // 200 + 200/s x t in any t seconds. Tolerance: +2 for timer rounding.
@@ -36,7 +40,7 @@ describe('grab route behind the rate limiter, in-memory buckets', () => {
     expect(admittedFirstSecond).toBeLessThanOrEqual(200 + Math.ceil(200 * span) + 2);
     expect(b.admitted).toBeLessThanOrEqual(200 + Math.ceil(200 * b.seconds) + 2);
     console.log(
-      `burst of 2000 at 200/s: ${admittedFirstSecond} of ${firstSecond.length} admitted in the first second of decisions; ` +
+      `burst of 2000 at 200/s: first refusal after ${firstRefusal} admissions; ${admittedFirstSecond} of ${firstSecond.length} admitted in the first second of decisions; ` +
         `${b.admitted} admitted (201) and ${b.rateLimited} refused (429) in all, in ${b.seconds.toFixed(1)} s`,
     );
   });
@@ -44,10 +48,11 @@ describe('grab route behind the rate limiter, in-memory buckets', () => {
   it('one user gets RATE_LIMIT_PER_USER_PER_SECOND grabs through and 429 with limit "user" for the rest', async () => {
     const coupon = await createCoupon(t.url, { totalStock: 100, perUserLimit: 50, rateLimitPerSecond: 100 });
     const b = await grabBurst([t.url], coupon.id, 20, () => 'one-script');
-    expect(b.admitted).toBe(5);
-    expect(b.rateLimited).toBe(15);
+    expect(b.admitted).toBeGreaterThanOrEqual(5);
+    expect(b.admitted).toBeLessThanOrEqual(mostAdmitted(5, b.seconds));
+    expect(b.rateLimited).toBe(20 - b.admitted);
     expect(b.limits).toEqual(['user']);
-    expect(await issuedCount(t.db, coupon.id)).toBe(5);
+    expect(await issuedCount(t.db, coupon.id)).toBe(b.admitted);
   });
 
   it('an admin change of rateLimitPerSecond applies to the next grabs without a restart', async () => {
@@ -55,9 +60,9 @@ describe('grab route behind the rate limiter, in-memory buckets', () => {
     const patch = await request(t.url).patch(`/admin/coupons/${coupon.id}`).set(bearer(adminToken())).send({ rateLimitPerSecond: 10 });
     expect(patch.status).toBe(200);
     const b = await grabBurst([t.url], coupon.id, 60, (i) => `patched-${i}`);
-    // 10 at once, plus one token per 100 ms of burst.
+    // 10 at once, plus one token per 100 ms of burst; at the old 500/s all 60 would pass.
     expect(b.admitted).toBeGreaterThanOrEqual(10);
-    expect(b.admitted).toBeLessThanOrEqual(14);
+    expect(b.admitted).toBeLessThanOrEqual(mostAdmitted(10, b.seconds));
     expect(b.limits).toEqual(['coupon']);
   });
 

@@ -6,8 +6,12 @@ import { counter, gauge } from '../common/metrics.js';
 import { AppConfig } from '../config/app-config.js';
 import { BucketStore, TOKEN_BUCKET_LUA, TokenBucketMemory } from './token-bucket.js';
 
-/** Redis must answer fast or not at all: a slow limiter would be worse than the insurance one. */
-const REDIS_TIMEOUT_MS = 500;
+/**
+ * Redis must answer fast or not at all: a slow limiter would be worse than the insurance one. Not
+ * lower: ioredis checks this timer before it reads replies, so a busy event loop (a burst of
+ * thousands of requests) makes commands that Redis answered in time look timed out.
+ */
+const REDIS_TIMEOUT_MS = 1000;
 /** How long boot waits for Redis before starting on the in-memory buckets. */
 const REDIS_BOOT_WAIT_MS = 2000;
 
@@ -15,6 +19,7 @@ const decisions = counter('rate_limit_grab_decisions_total', 'Grab requests seen
   'coupon_id',
   'result',
 ]);
+const fallbacks = counter('rate_limit_redis_fallback_total', 'Limiter decisions taken on in-memory buckets because Redis did not answer', ['scope']);
 const redisReady = gauge('rate_limit_redis_ready', '1 while the rate limiter uses Redis, 0 while it runs on in-memory buckets');
 
 type Scope = 'coupon' | 'user';
@@ -114,15 +119,14 @@ export class RateLimitService implements OnModuleInit, OnModuleDestroy {
 
   private limiter(scope: Scope, points: number): Limiter {
     const opts = { points, duration: 1, keyPrefix: `${this.keyPrefix}:${scope}` };
-    const memory = new TokenBucketMemory(opts, this.store);
-    if (!this.redis) return memory;
+    if (!this.redis) return new TokenBucketMemory(opts, this.store);
     return new RateLimiterRedis({
       ...opts,
       storeClient: this.redis,
       customIncrTtlLuaScript: TOKEN_BUCKET_LUA,
       // Without a connection, go to the insurance limiter at once instead of waiting for a timeout.
       rejectIfRedisNotReady: true,
-      insuranceLimiter: memory,
+      insuranceLimiter: new TokenBucketMemory(opts, this.store, () => fallbacks.inc({ scope })),
     });
   }
 

@@ -88,6 +88,8 @@ export class TokenBucketMemory extends RateLimiterCompatibleAbstract {
   constructor(
     opts: { points: number; duration: number; keyPrefix: string },
     private readonly store: BucketStore,
+    /** Called on every consume; as an insurance limiter, that is every time Redis did not answer. */
+    private readonly onConsume?: () => void,
   ) {
     super();
     this.points = opts.points;
@@ -102,6 +104,7 @@ export class TokenBucketMemory extends RateLimiterCompatibleAbstract {
   }
 
   override consume(key: string | number, pointsToConsume = 1): Promise<RateLimiterRes> {
+    this.onConsume?.();
     const perMs = this.points / this.msDuration;
     const rlKey = `${this.keyPrefix}:${key}`;
     const now = performance.now();
