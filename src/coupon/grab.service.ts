@@ -16,6 +16,9 @@ import { UserCoupon } from './user-coupon.entity.js';
 const outcomes = counter('grab_outcomes_total', 'Grab answers by result code', ['result']);
 const latency = histogram('grab_duration_seconds', 'Grab latency by result code', ['result'], [0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5]);
 
+/** Refusals that a replay of an earlier, successful grab with the same key must not get. */
+const REPLAYABLE = new Set(['COUPON_PAUSED', 'GRAB_NOT_STARTED', 'GRAB_ENDED', 'SOLD_OUT', 'USER_LIMIT_REACHED']);
+
 export interface GrabResult {
   userCoupon: UserCoupon;
   replayed: boolean;
@@ -54,50 +57,55 @@ export class GrabService {
     }
   }
 
+  /**
+   * The happy path costs no read before the transaction: the transaction itself finds a key that
+   * was used before (a duplicate key, or the group's lookup under the stock lock). A grab refused
+   * before it (paused, outside the window, sold out) looks its key up, since a replay of a grab that
+   * succeeded earlier must still answer that coupon.
+   */
   private async attempt(userId: string, couponId: string, key: string): Promise<GrabResult> {
     const coupon = await this.coupons.template(couponId);
     await this.rateLimit.admitGrab(couponId, userId, coupon.rateLimitPerSecond);
-    const earlier = await this.byKey(userId, key);
-    if (earlier) return this.replay(earlier, couponId);
-    this.checkEligible(coupon, new Date());
-    if (this.coupons.isSoldOut(couponId)) throw soldOutError(couponId);
     try {
-      if (this.config.GRAB_STRATEGY === 'grouped') {
-        const decision = await this.groups.submit(coupon, { userId, key });
-        if (decision instanceof AppError) throw decision;
-        return decision;
-      }
-      return await this.perRequest(coupon, userId, key);
+      this.checkEligible(coupon, new Date());
+      if (this.coupons.isSoldOut(couponId)) throw soldOutError(couponId);
+      return await this.decide(coupon, userId, key);
     } catch (err) {
       if (err instanceof AppError && err.code === 'SOLD_OUT') this.coupons.markSoldOut(couponId);
+      if (isDuplicateKey(err) || (err instanceof AppError && REPLAYABLE.has(err.code))) {
+        const earlier = await this.byKey(userId, key);
+        if (earlier) return this.replay(earlier, couponId);
+        if (isDuplicateKey(err)) throw new AppError('IDEMPOTENCY_IN_PROGRESS', 'A grab with this key is still in progress; retry', { idempotencyKey: key });
+      }
+      throw err;
+    }
+  }
+
+  private async decide(coupon: Coupon, userId: string, key: string): Promise<GrabResult> {
+    if (this.config.GRAB_STRATEGY === 'per-request') return this.perRequest(coupon, userId, key);
+    try {
+      const decision = await this.groups.submit(coupon, { userId, key });
+      if (decision instanceof AppError) throw decision;
+      return decision;
+    } catch (err) {
       // A group fails as a whole on a key inserted meanwhile for another coupon; decide this one alone.
-      if (isDuplicateKey(err) && this.config.GRAB_STRATEGY === 'grouped') return this.perRequest(coupon, userId, key);
+      if (isDuplicateKey(err)) return this.perRequest(coupon, userId, key);
       throw err;
     }
   }
 
   /** One transaction for this grab alone: deduct, issue, then check the per-user limit under the stock row lock. */
   private async perRequest(coupon: Coupon, userId: string, key: string): Promise<GrabResult> {
-    try {
-      const userCoupon = await this.tx.inTransaction(async (em) => {
-        const uc = await this.issuer.issue(em, { coupon, userId, source: 'GRAB', fromStock: true, idempotencyKey: key, txId: `grab:${key}` });
-        // Counted after our own insert, still under the stock row lock every grab of this coupon takes.
-        const [{ n }] = (await em.query(`SELECT COUNT(*) AS n FROM user_coupon WHERE coupon_id = ? AND user_id = ? AND source = 'GRAB'`, [coupon.id, userId])) as { n: string }[];
-        if (Number(n) > coupon.perUserLimit) {
-          throw new AppError('USER_LIMIT_REACHED', `At most ${coupon.perUserLimit} of this coupon per user`, { perUserLimit: coupon.perUserLimit });
-        }
-        return uc;
-      });
-      return { userCoupon, replayed: false };
-    } catch (err) {
-      // A concurrent request with the same key may have won while we waited for the stock lock.
-      if (isDuplicateKey(err) || (err instanceof AppError && (err.code === 'SOLD_OUT' || err.code === 'USER_LIMIT_REACHED'))) {
-        const winner = await this.byKey(userId, key);
-        if (winner) return this.replay(winner, coupon.id);
-        if (isDuplicateKey(err)) throw new AppError('IDEMPOTENCY_IN_PROGRESS', 'A grab with this key is still in progress; retry', { idempotencyKey: key });
+    const userCoupon = await this.tx.inTransaction(async (em) => {
+      const uc = await this.issuer.issue(em, { coupon, userId, source: 'GRAB', fromStock: true, idempotencyKey: key, txId: `grab:${key}` });
+      // Counted after our own insert, still under the stock row lock every grab of this coupon takes.
+      const [{ n }] = (await em.query(`SELECT COUNT(*) AS n FROM user_coupon WHERE coupon_id = ? AND user_id = ? AND source = 'GRAB'`, [coupon.id, userId])) as { n: string }[];
+      if (Number(n) > coupon.perUserLimit) {
+        throw new AppError('USER_LIMIT_REACHED', `At most ${coupon.perUserLimit} of this coupon per user`, { perUserLimit: coupon.perUserLimit });
       }
-      throw err;
-    }
+      return uc;
+    });
+    return { userCoupon, replayed: false };
   }
 
   private checkEligible(coupon: Coupon, now: Date): void {
