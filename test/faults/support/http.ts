@@ -23,6 +23,8 @@ export interface Reply {
   body: Body;
   headers: IncomingHttpHeaders;
   error?: string;
+  /** Wall clock (Date.now()) when the request was sent. */
+  sentAt: number;
   /** From sending to the end of the answer (or its loss). */
   ms: number;
 }
@@ -46,10 +48,11 @@ export function call(base: string, method: string, path: string, opts: CallOptio
     headers['content-type'] = 'application/json';
     headers['content-length'] = String(Buffer.byteLength(payload));
   }
+  const sentAt = Date.now();
   const started = performance.now();
   const elapsed = () => Math.round(performance.now() - started);
   return new Promise((resolve) => {
-    const lost = (error: string) => resolve({ status: 0, body: {}, headers: {}, error, ms: elapsed() });
+    const lost = (error: string) => resolve({ status: 0, body: {}, headers: {}, error, sentAt, ms: elapsed() });
     const req = request({ host: url.hostname, port: url.port, path: url.pathname + url.search, method, headers, agent, timeout: opts.timeoutMs ?? 60_000 }, (res) => {
       const chunks: Buffer[] = [];
       res.on('data', (c: Buffer) => chunks.push(c));
@@ -62,7 +65,7 @@ export function call(base: string, method: string, path: string, opts: CallOptio
         } catch {
           body = { text };
         }
-        resolve({ status: res.statusCode ?? 0, body, headers: res.headers, ms: elapsed() });
+        resolve({ status: res.statusCode ?? 0, body, headers: res.headers, sentAt, ms: elapsed() });
       });
     });
     req.on('timeout', () => req.destroy(new Error('client timeout')));
@@ -73,7 +76,7 @@ export function call(base: string, method: string, path: string, opts: CallOptio
 
 /** For reads after a fault: a pooled socket to a dead process may fail once before a fresh one is used. */
 export async function callUntilAnswered(base: string, method: string, path: string, opts: CallOptions = {}, attempts = 20): Promise<Reply> {
-  let last: Reply = { status: 0, body: {}, headers: {}, error: 'not tried', ms: 0 };
+  let last: Reply = { status: 0, body: {}, headers: {}, error: 'not tried', sentAt: Date.now(), ms: 0 };
   for (let i = 0; i < attempts; i++) {
     last = await call(base, method, path, opts);
     if (last.status !== 0 && last.status !== 503) return last;
@@ -94,4 +97,10 @@ export async function mapConcurrent<T, R>(items: readonly T[], limit: number, fn
   };
   await Promise.all(Array.from({ length: Math.min(limit, items.length) }, worker));
   return results;
+}
+
+/** The p-quantile (0..1) of the replies' latencies in ms. */
+export function percentile(replies: readonly Reply[], p: number): number {
+  const sorted = replies.map((r) => r.ms).sort((a, b) => a - b);
+  return sorted[Math.floor(p * (sorted.length - 1))] ?? 0;
 }
