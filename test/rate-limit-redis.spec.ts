@@ -1,6 +1,7 @@
 import { ChildProcess, spawn } from 'node:child_process';
 import { once } from 'node:events';
 import { createServer } from 'node:net';
+import { performance } from 'node:perf_hooks';
 import { Redis } from 'ioredis';
 import { loadConfig } from '../src/config/app-config.js';
 import { RateLimitService } from '../src/rate-limit/rate-limit.service.js';
@@ -83,6 +84,16 @@ describe('rate limits in Redis (127.0.0.1:6379): instances share one bucket', ()
     expect(onB.admitted).toBeLessThanOrEqual(mostAdmitted(5, onA.seconds + onB.seconds) - 3);
     expect(onB.rejected.every((e) => e.details?.limit === 'user')).toBe(true);
   });
+
+  it('a reply that came while the event loop was busy past the deadline still decides, not the local bucket', async () => {
+    const fallbacksBefore = await fallbackCount();
+    const pending = a.svc.admitGrab('c-stall', 'stalled-user', 10);
+    // The command is on the wire; block the loop for well over the 250 ms deadline, as a burst can.
+    const until = performance.now() + 600;
+    while (performance.now() < until);
+    await pending;
+    expect(await fallbackCount()).toBe(fallbacksBefore);
+  });
 });
 
 describe('grab route on two app instances sharing the database and Redis', () => {
@@ -158,6 +169,24 @@ describe('Redis stopped mid-test', () => {
   });
   afterEach(async () => {
     expect(await checkInvariants(t.db)).toEqual([]);
+  });
+
+  it('a hung Redis (SIGSTOP) costs a grab about the 250 ms deadline, then the local buckets decide', async () => {
+    const fallbacksBefore = await fallbackCount();
+    redis.kill('SIGSTOP');
+    try {
+      const started = performance.now();
+      await svc().admitGrab('c-hung', 'patient-user', 10);
+      const ms = performance.now() - started;
+      // Two decisions (user, then coupon), each waiting for the deadline.
+      expect(ms).toBeGreaterThanOrEqual(2 * 250);
+      expect(ms).toBeLessThan(2 * 250 + 1000);
+      expect((await fallbackCount()) - fallbacksBefore).toBe(2);
+    } finally {
+      redis.kill('SIGCONT');
+    }
+    await svc().admitGrab('c-hung', 'patient-user-2', 10);
+    expect((await fallbackCount()) - fallbacksBefore).toBe(2);
   });
 
   it('keeps answering on in-memory buckets while Redis is down and goes back to Redis when it returns', async () => {

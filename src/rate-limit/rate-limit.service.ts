@@ -4,14 +4,14 @@ import { RateLimiterRedis, RateLimiterRes } from 'rate-limiter-flexible';
 import { AppError } from '../common/errors.js';
 import { counter, gauge } from '../common/metrics.js';
 import { AppConfig } from '../config/app-config.js';
+import { InsuredLimiter, type Limiter } from './insured-limiter.js';
 import { BucketStore, TOKEN_BUCKET_LUA, TokenBucketMemory } from './token-bucket.js';
 
-/**
- * Redis must answer fast or not at all: a slow limiter would be worse than the insurance one. Not
- * lower: ioredis checks this timer before it reads replies, so a busy event loop (a burst of
- * thousands of requests) makes commands that Redis answered in time look timed out.
- */
-const REDIS_TIMEOUT_MS = 1000;
+/** Redis answers in well under a millisecond; one that has not answered by then is not worth waiting for. */
+const REDIS_DEADLINE_MS = 250;
+const REDIS_CONNECT_TIMEOUT_MS = 1000;
+/** Only bounds how long ioredis keeps commands a hung Redis never answers; the decision was taken at the deadline. */
+const REDIS_COMMAND_TIMEOUT_MS = 5000;
 /** How long boot waits for Redis before starting on the in-memory buckets. */
 const REDIS_BOOT_WAIT_MS = 2000;
 
@@ -24,18 +24,12 @@ const redisReady = gauge('rate_limit_redis_ready', '1 while the rate limiter use
 
 type Scope = 'coupon' | 'user';
 
-/** What this service needs of a limiter; RateLimiterRedis and TokenBucketMemory both are one. */
-interface Limiter {
-  readonly points: number;
-  consume(key: string): Promise<RateLimiterRes>;
-}
-
 /**
  * Admission control in front of the grab: a token bucket per coupon (capacity and refill per second
  * = the coupon's rateLimitPerSecond, default RATE_LIMIT_PER_SECOND) and one per user
  * (RATE_LIMIT_PER_USER_PER_SECOND). Buckets live in this process, or in Redis when REDIS_URL is set
- * so that all instances share them; when Redis does not answer, each instance uses its own in-memory
- * buckets (the insurance limiters) until Redis is back.
+ * so that all instances share them; when Redis does not answer (within REDIS_DEADLINE_MS), each
+ * instance decides on its own in-memory buckets (the insurance limiters) until Redis is back.
  */
 @Injectable()
 export class RateLimitService implements OnModuleInit, OnModuleDestroy {
@@ -120,22 +114,22 @@ export class RateLimitService implements OnModuleInit, OnModuleDestroy {
   private limiter(scope: Scope, points: number): Limiter {
     const opts = { points, duration: 1, keyPrefix: `${this.keyPrefix}:${scope}` };
     if (!this.redis) return new TokenBucketMemory(opts, this.store);
-    return new RateLimiterRedis({
+    const shared = new RateLimiterRedis({
       ...opts,
       storeClient: this.redis,
       customIncrTtlLuaScript: TOKEN_BUCKET_LUA,
-      // Without a connection, go to the insurance limiter at once instead of waiting for a timeout.
+      // Without a connection, fail at once so the local bucket decides without waiting for the deadline.
       rejectIfRedisNotReady: true,
-      insuranceLimiter: new TokenBucketMemory(opts, this.store, () => fallbacks.inc({ scope })),
     });
+    return new InsuredLimiter(shared, new TokenBucketMemory(opts, this.store, () => fallbacks.inc({ scope })), REDIS_DEADLINE_MS);
   }
 
   private connect(url: string): Redis {
     const redis = new Redis(url, {
       enableOfflineQueue: false,
       maxRetriesPerRequest: 0,
-      connectTimeout: REDIS_TIMEOUT_MS,
-      commandTimeout: REDIS_TIMEOUT_MS,
+      connectTimeout: REDIS_CONNECT_TIMEOUT_MS,
+      commandTimeout: REDIS_COMMAND_TIMEOUT_MS,
       // Keep trying, at most a second apart, so an instance is back on Redis soon after Redis is.
       retryStrategy: (times) => Math.min(times * 100, 1000),
     });

@@ -1,13 +1,14 @@
 import { performance } from 'node:perf_hooks';
-import { RateLimiterCompatibleAbstract, RateLimiterRes } from 'rate-limiter-flexible';
+import { RateLimiterRes } from 'rate-limiter-flexible';
+import type { Limiter } from './insured-limiter.js';
 
 /*
  * rate-limiter-flexible 11 only counts fixed windows, which can admit twice the limit in a few
  * milliseconds around a window boundary. A token bucket (capacity `points`, refilled continuously at
  * `points` per `duration` seconds) never admits more than `points` at once, so the buckets here keep
  * the library's contract instead: a consume resolves with a RateLimiterRes when admitted and rejects
- * with one (msBeforeNext = wait for the next token) when not, which lets RateLimiterRedis run the Lua
- * bucket below and fall back to TokenBucketMemory as its insurance limiter.
+ * with one (msBeforeNext = wait for the next token) when not. RateLimiterRedis runs the Lua bucket
+ * below; TokenBucketMemory is the same bucket in this process.
  */
 
 /**
@@ -76,34 +77,24 @@ export class BucketStore {
   }
 }
 
-/**
- * An in-process token bucket with the consume() contract of rate-limiter-flexible. It extends
- * RateLimiterCompatibleAbstract, the library's base for custom limiters (its RateLimiterAbstract is
- * not exported), so RateLimiterRedis accepts it as an insurance limiter.
- */
-export class TokenBucketMemory extends RateLimiterCompatibleAbstract {
+/** An in-process token bucket that answers like a rate-limiter-flexible limiter. */
+export class TokenBucketMemory implements Limiter {
   readonly points: number;
   private readonly msDuration: number;
+  private readonly keyPrefix: string;
 
   constructor(
     opts: { points: number; duration: number; keyPrefix: string },
     private readonly store: BucketStore,
-    /** Called on every consume; as an insurance limiter, that is every time Redis did not answer. */
+    /** Called on every consume; standing in for Redis, that is every time Redis did not answer. */
     private readonly onConsume?: () => void,
   ) {
-    super();
     this.points = opts.points;
     this.msDuration = opts.duration * 1000;
-    // The base declares these as accessors that throw; RateLimiterRedis reads keyPrefix and writes the
-    // other two on its insurance limiter. Own properties shadow them (a bucket neither blocks nor delays).
-    Object.defineProperties(this, {
-      keyPrefix: { value: opts.keyPrefix },
-      blockDuration: { value: 0, writable: true },
-      execEvenly: { value: false, writable: true },
-    });
+    this.keyPrefix = opts.keyPrefix;
   }
 
-  override consume(key: string | number, pointsToConsume = 1): Promise<RateLimiterRes> {
+  consume(key: string, pointsToConsume = 1): Promise<RateLimiterRes> {
     this.onConsume?.();
     const perMs = this.points / this.msDuration;
     const rlKey = `${this.keyPrefix}:${key}`;
