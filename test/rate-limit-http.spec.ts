@@ -25,7 +25,6 @@ describe('grab route behind the rate limiter, in-memory buckets', () => {
     rec.stop();
     expect(b.other).toEqual([]);
     expect(b.admitted + b.rateLimited).toBe(2000);
-    expect(b.rateLimited).toBeGreaterThan(0);
     expect(b.badRetryAfter).toBe(0);
     expect(await issuedCount(t.db, coupon.id)).toBe(b.admitted + warmUps);
     expect(rec.decisions.filter((d) => d.admitted)).toHaveLength(b.admitted);

@@ -136,8 +136,9 @@ describe('grab route on two app instances sharing the database and Redis', () =>
     const decisions = [...rec1.decisions, ...rec2.decisions].sort((x, y) => x.at - y.at);
     const start = decisions[0].at;
     const firstRefusal = decisions.findIndex((d) => !d.admitted);
-    expect(firstRefusal).toBeGreaterThanOrEqual(LIMIT);
-    expect(firstRefusal).toBeLessThanOrEqual(mostAdmitted(LIMIT, (decisions[firstRefusal].at - start) / 1000) + 1);
+    expect(firstRefusal === -1 || firstRefusal >= LIMIT).toBe(true);
+    expect(firstRefusal === -1 || firstRefusal <= mostAdmitted(LIMIT, (decisions[firstRefusal].at - start) / 1000) + 1).toBe(true);
+    expect(b.admitted).toBeLessThanOrEqual(mostAdmitted(LIMIT, b.seconds) + 1);
     const firstSecond = decisions.filter((d) => d.at - start < 1000);
     const admittedFirstSecond = firstSecond.filter((d) => d.admitted).length;
     expect(admittedFirstSecond).toBeLessThanOrEqual(mostAdmitted(LIMIT, (firstSecond[firstSecond.length - 1].at - start) / 1000) + 1);
