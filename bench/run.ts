@@ -24,6 +24,7 @@ const { values: opt } = parseArgs({
     'no-limiter': { type: 'boolean', default: false },
     'keep-db': { type: 'boolean', default: false },
     out: { type: 'string', default: 'bench/results' },
+    'from-json': { type: 'string' },
   },
 });
 
@@ -92,76 +93,83 @@ function updateBenchmarksMd(markdown: string): void {
   writeFileSync(file, a >= 0 && b > a ? text.slice(0, a) + section + text.slice(b + end.length) : `${text.trimEnd()}\n\n${section}\n`);
 }
 
-const startLoad = loadAvg();
-const jwtSecret = `bench-${Math.random().toString(36).slice(2)}-${Date.now()}`;
-console.log(`flash-sale bench${quick ? ' --quick' : ''}: ${grabs} grabs, ${stock} stock, ${connections} connections; signing ${grabs + warmupGrabs} tokens...`);
-const workload: Workload = {
-  grabs: users('fs', grabs, jwtSecret),
-  warmup: users('warm', warmupGrabs, jwtSecret),
-  stock,
-  connections,
-  jwtSecret,
-  adminAuthorization: `Bearer ${signToken(jwtSecret, 'bench-admin', ['admin'], 4 * 3600)}`,
-  keepDatabases: opt['keep-db'] === true,
-};
+async function measure(): Promise<Report> {
+  const startLoad = loadAvg();
+  const jwtSecret = `bench-${Math.random().toString(36).slice(2)}-${Date.now()}`;
+  console.log(`flash-sale bench${quick ? ' --quick' : ''}: ${grabs} grabs, ${stock} stock, ${connections} connections; signing ${grabs + warmupGrabs} tokens...`);
+  const workload: Workload = {
+    grabs: users('fs', grabs, jwtSecret),
+    warmup: users('warm', warmupGrabs, jwtSecret),
+    stock,
+    connections,
+    jwtSecret,
+    adminAuthorization: `Bearer ${signToken(jwtSecret, 'bench-admin', ['admin'], 4 * 3600)}`,
+    keepDatabases: opt['keep-db'] === true,
+  };
 
-const runs: RunResult[] = [];
-const errors: string[] = [];
-// Each round runs the whole plan again, starting one step further along it, so that neither a burst
-// of other work on the machine nor the position in the order favours one design.
-const schedule = Array.from({ length: rounds }, (_, round) => {
-  const start = round % plan.length;
-  return [...plan.slice(start), ...plan.slice(0, start)].map(([scenario, design]) => ({ round: round + 1, scenario, design }));
-}).flat();
-for (const [i, { round, scenario, design }] of schedule.entries()) {
-  const database = `ce_bench_${process.pid}_${i}_${design.id.replace(/[^A-Za-z0-9]/g, '_')}`.slice(0, 64);
-  console.log(`[${i + 1}/${schedule.length}] ${rounds > 1 ? `round ${round}: ` : ''}${scenario.title} / ${design.id} (${design.title}) ...`);
-  try {
-    const r = { ...(await runDesign(design, scenario, workload, database)), ...(rounds > 1 ? { round } : {}) };
-    runs.push(r);
-    const lat = r.latencyMs.SUCCESS;
-    console.log(
-      `    ${r.answeredPerSecond} answered/s, ${r.issuedPerSecond ?? '–'} issued/s, success p99 ${lat?.p99 ?? '–'} ms, ${JSON.stringify(r.counts)}, server CPU ${r.cpu.serverMsPerAnswer} ms/answer, peak RSS ${r.memory.peakRssMiB} MiB, ` +
-        `${r.connections.used} connections, ${r.violations.length === 0 ? 'checks pass' : `${r.violations.length} violations${r.failed ? ' (FAIL)' : ' (expected)'}`}`,
-    );
-  } catch (err) {
-    errors.push(`${scenario.id}/${design.id}: ${(err as Error).stack ?? String(err)}`);
-    console.error(`    run failed: ${(err as Error).message}`);
+  const runs: RunResult[] = [];
+  const errors: string[] = [];
+  // Each round runs the whole plan again, starting one step further along it, so that neither a burst
+  // of other work on the machine nor the position in the order favours one design.
+  const schedule = Array.from({ length: rounds }, (_, round) => {
+    const start = round % plan.length;
+    return [...plan.slice(start), ...plan.slice(0, start)].map(([scenario, design]) => ({ round: round + 1, scenario, design }));
+  }).flat();
+  for (const [i, { round, scenario, design }] of schedule.entries()) {
+    const database = `ce_bench_${process.pid}_${i}_${design.id.replace(/[^A-Za-z0-9]/g, '_')}`.slice(0, 64);
+    console.log(`[${i + 1}/${schedule.length}] ${rounds > 1 ? `round ${round}: ` : ''}${scenario.title} / ${design.id} (${design.title}) ...`);
+    try {
+      const r = { ...(await runDesign(design, scenario, workload, database)), ...(rounds > 1 ? { round } : {}) };
+      runs.push(r);
+      const lat = r.latencyMs.SUCCESS;
+      console.log(
+        `    ${r.answeredPerSecond} answered/s, ${r.issuedPerSecond ?? '–'} issued/s, success p99 ${lat?.p99 ?? '–'} ms, ${JSON.stringify(r.counts)}, server CPU ${r.cpu.serverMsPerAnswer} ms/answer, peak RSS ${r.memory.peakRssMiB} MiB, ` +
+          `${r.connections.used} connections, ${r.violations.length === 0 ? 'checks pass' : `${r.violations.length} violations${r.failed ? ' (FAIL)' : ' (expected)'}`}`,
+      );
+    } catch (err) {
+      errors.push(`${scenario.id}/${design.id}: ${(err as Error).stack ?? String(err)}`);
+      console.error(`    run failed: ${(err as Error).message}`);
+    }
   }
+
+  const machine: Machine = {
+    cpus: os.cpus().length,
+    cpuModel: os.cpus()[0]?.model.trim() ?? 'unknown',
+    memoryGiB: Math.round((os.totalmem() / 1024 ** 3) * 10) / 10,
+    os: `${os.type()} ${os.release()}`,
+    node: process.version,
+    mariadb: await mariadbVersion(),
+    loadAverage: { atStart: startLoad, atEnd: loadAvg() },
+  };
+  const args = process.argv.slice(2);
+  return {
+    benchmark: 'flash-sale',
+    generatedAt: new Date().toISOString(),
+    command: `npm run bench${args.length > 0 ? ` -- ${args.join(' ')}` : ''}`,
+    quick,
+    machine,
+    workload: { grabs, stock, perUserLimit: 1, connections, warmupGrabs, rounds, dbPoolSize: process.env.DB_POOL_SIZE ?? '20 (default)' },
+    runs,
+    errors,
+    failed: errors.length > 0 || runs.some((r) => r.failed),
+  };
 }
 
-const machine: Machine = {
-  cpus: os.cpus().length,
-  cpuModel: os.cpus()[0]?.model.trim() ?? 'unknown',
-  memoryGiB: Math.round((os.totalmem() / 1024 ** 3) * 10) / 10,
-  os: `${os.type()} ${os.release()}`,
-  node: process.version,
-  mariadb: await mariadbVersion(),
-  loadAverage: { atStart: startLoad, atEnd: loadAvg() },
-};
-const args = process.argv.slice(2);
-const report: Report = {
-  benchmark: 'flash-sale',
-  generatedAt: new Date().toISOString(),
-  command: `npm run bench${args.length > 0 ? ` -- ${args.join(' ')}` : ''}`,
-  quick,
-  machine,
-  workload: { grabs, stock, perUserLimit: 1, connections, warmupGrabs, rounds, dbPoolSize: process.env.DB_POOL_SIZE ?? '20 (default)' },
-  runs,
-  failed: errors.length > 0 || runs.some((r) => r.failed),
-};
+// --from-json re-renders the tables of a saved run (after a change to the report's layout) without measuring again.
+const fromJson = opt['from-json'];
+const report: Report = fromJson ? (JSON.parse(readFileSync(fromJson, 'utf8')) as Report) : await measure();
 const markdown = toMarkdown(report);
 console.log(`\n${markdown}`);
 
 if (!quick) {
   mkdirSync(opt.out as string, { recursive: true });
-  writeFileSync(`${opt.out}/flash-sale.json`, `${JSON.stringify({ ...report, errors }, null, 2)}\n`);
+  if (!fromJson) writeFileSync(`${opt.out}/flash-sale.json`, `${JSON.stringify(report, null, 2)}\n`);
   writeFileSync(`${opt.out}/flash-sale.md`, `# Flash-sale benchmark\n\n${markdown}\n`);
   updateBenchmarksMd(markdown);
-  console.log(`written: ${opt.out}/flash-sale.json, ${opt.out}/flash-sale.md, BENCHMARKS.md`);
+  console.log(`written: ${fromJson ? '' : `${opt.out}/flash-sale.json, `}${opt.out}/flash-sale.md, BENCHMARKS.md`);
 }
 if (report.failed) {
-  for (const e of errors) console.error(`\n${e}`);
+  for (const e of report.errors) console.error(`\n${e}`);
   console.error('\n*** FLASH-SALE BENCHMARK FAILED: see the violations and errors above. ***');
   process.exitCode = 1;
 } else {
