@@ -109,8 +109,8 @@ describe('grab route on two app instances sharing the database and Redis', () =>
     await t1?.close();
   });
 
-  // Moderate on purpose: this one process runs the client and both servers, and a loop stalled past
-  // the 1 s Redis timeout would send decisions to the local buckets, which is not what is tested here.
+  // Small on purpose: the decisions should span well under a second, so that the shared bound
+  // (LIMIT + LIMIT/s x span) stays below the 2 x LIMIT that a bucket per instance would admit.
   const LIMIT = 50;
   const BURST = 4 * LIMIT;
 
@@ -131,21 +131,17 @@ describe('grab route on two app instances sharing the database and Redis', () =>
     expect(b.badRetryAfter).toBe(0);
     expect(await issuedCount(t1.db, coupon.id)).toBe(b.admitted + warmUps);
     expect(await checkInvariants(t1.db)).toEqual([]);
-    // Shared: the cluster refuses once LIMIT are admitted (plus the refill meanwhile). With a bucket
-    // per instance, no refusal could come before one instance alone had admitted LIMIT.
-    const decisions = [...rec1.decisions, ...rec2.decisions].sort((x, y) => x.at - y.at);
-    const start = decisions[0].at;
-    const firstRefusal = decisions.findIndex((d) => !d.admitted);
-    expect(firstRefusal === -1 || firstRefusal >= LIMIT).toBe(true);
-    expect(firstRefusal === -1 || firstRefusal <= mostAdmitted(LIMIT, (decisions[firstRefusal].at - start) / 1000) + 1).toBe(true);
-    expect(b.admitted).toBeLessThanOrEqual(mostAdmitted(LIMIT, b.seconds) + 1);
-    const firstSecond = decisions.filter((d) => d.at - start < 1000);
-    const admittedFirstSecond = firstSecond.filter((d) => d.admitted).length;
-    expect(admittedFirstSecond).toBeLessThanOrEqual(mostAdmitted(LIMIT, (firstSecond[firstSecond.length - 1].at - start) / 1000) + 1);
+    // Redis took every decision between the first request sent and the last decision recorded (a
+    // reply is read after Redis decided), so the shared bucket admitted at most LIMIT + LIMIT/s over
+    // that span. With a bucket per instance, each instance would admit its own LIMIT: 2 x LIMIT at once.
+    expect(b.admitted).toBeGreaterThanOrEqual(LIMIT);
+    const lastDecision = Math.max(...[...rec1.decisions, ...rec2.decisions].map((d) => d.at));
+    const span = (lastDecision - b.startedAt) / 1000;
+    expect(b.admitted).toBeLessThanOrEqual(mostAdmitted(LIMIT, span));
     const perInstance = [rec1, rec2].map((r) => r.decisions.filter((d) => d.admitted).length);
     console.log(
-      `two instances, ${BURST} grabs at ${LIMIT}/s: first refusal after ${firstRefusal} admissions; ${admittedFirstSecond} admitted in the first second; ` +
-        `${b.admitted} admitted in all (${perInstance.join(' + ')}), in ${b.seconds.toFixed(1)} s`,
+      `two instances, ${BURST} grabs at ${LIMIT}/s: ${b.admitted} admitted (${perInstance.join(' + ')}) by decisions over ${span.toFixed(2)} s ` +
+        `(bound ${mostAdmitted(LIMIT, span)}; a bucket per instance would admit >= ${2 * LIMIT}); answers in ${b.seconds.toFixed(1)} s`,
     );
   });
 });

@@ -70,6 +70,8 @@ export async function waitFor(what: string, check: () => boolean | Promise<boole
 }
 
 export interface BurstResult {
+  /** performance.now() when the first request was sent, after the connections were opened. */
+  startedAt: number;
   /** From the first request sent to the last answer received. */
   seconds: number;
   admitted: number;
@@ -131,6 +133,7 @@ export async function grabBurst(urls: string[], couponId: string, n: number, use
   agent.destroy();
   const limited = answers.filter((r) => r.status === 429);
   return {
+    startedAt: started,
     seconds,
     admitted: answers.filter((r) => r.status === 201).length,
     rateLimited: limited.length,
