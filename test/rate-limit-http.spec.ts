@@ -39,7 +39,7 @@ describe('grab route behind the rate limiter, in-memory buckets', () => {
     expect(admittedFirstSecond).toBeLessThanOrEqual(200 + Math.ceil(200 * span) + 2);
     expect(b.admitted).toBeLessThanOrEqual(200 + Math.ceil(200 * b.seconds) + 2);
     console.log(
-      `burst of 2000 at 200/s: first refusal after ${firstRefusal} admissions; ${admittedFirstSecond} of ${firstSecond.length} admitted in the first second of decisions; ` +
+      `burst of 2000 at 200/s: ${firstRefusal === -1 ? 'no refusal' : `first refusal after ${firstRefusal} admissions`}; ${admittedFirstSecond} of ${firstSecond.length} admitted in the first second of decisions; ` +
         `${b.admitted} admitted (201) and ${b.rateLimited} refused (429) in all, in ${b.seconds.toFixed(1)} s`,
     );
   });
