@@ -14,7 +14,7 @@ import { StrictValidationPipe } from './common/validation.js';
 export const BODY_LIMIT_BYTES = 64 * 1024;
 
 /** Builds the whole app (not listening yet). main.ts, the tests and the benchmarks all start it this way. */
-export async function createApp(config: AppConfig): Promise<NestFastifyApplication> {
+export async function createApp(config: AppConfig, extraModules: Parameters<typeof AppModule.forRoot>[1] = []): Promise<NestFastifyApplication> {
   const pino = createPino(config.LOG_LEVEL);
   const adapter = new FastifyAdapter({
     bodyLimit: BODY_LIMIT_BYTES,
@@ -28,7 +28,7 @@ export async function createApp(config: AppConfig): Promise<NestFastifyApplicati
       void reply.status(400).send({ code: 'VALIDATION_FAILED', message: 'Malformed request path', details: { reason: err.code } });
     },
   });
-  const app = await NestFactory.create<NestFastifyApplication>(AppModule.forRoot(config), adapter, {
+  const app = await NestFactory.create<NestFastifyApplication>(AppModule.forRoot(config, extraModules), adapter, {
     logger: new PinoNestLogger(pino),
     bufferLogs: false,
   });

@@ -1,4 +1,4 @@
-import { DynamicModule, Module } from '@nestjs/common';
+import { DynamicModule, Module, Type } from '@nestjs/common';
 import { ScheduleModule } from '@nestjs/schedule';
 import { AuthModule } from './auth/auth.module.js';
 import { AppConfig } from './config/app-config.js';
@@ -14,7 +14,8 @@ import { StockModule } from './stock/stock.module.js';
 
 @Module({})
 export class AppModule {
-  static forRoot(config: AppConfig): DynamicModule {
+  /** `extra` lets a harness (the benchmark's reference designs) mount modules on the very same stack. */
+  static forRoot(config: AppConfig, extra: (Type | DynamicModule)[] = []): DynamicModule {
     return {
       module: AppModule,
       imports: [
@@ -29,6 +30,7 @@ export class AppModule {
         CouponModule,
         RedemptionModule,
         ReconciliationModule,
+        ...extra,
       ],
     };
   }

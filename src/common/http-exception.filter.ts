@@ -37,6 +37,8 @@ export function toAppError(err: unknown): AppError {
     return new AppError(code, message, fst.code ? { reason: fst.code } : undefined);
   }
   if (isDatabaseOutage(err)) {
+    const e = err as { code?: string; errno?: number; message?: string };
+    logger.warn(`Answering 503 for a database error: ${e.code ?? ''} ${e.errno ?? ''} ${e.message ?? String(err)}`);
     return new AppError('SERVICE_UNAVAILABLE', 'The database is not available right now; retry shortly', undefined, { 'Retry-After': '1' });
   }
   logger.error(err instanceof Error ? (err.stack ?? err.message) : String(err));

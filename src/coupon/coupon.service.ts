@@ -43,6 +43,8 @@ export type CouponView = ReturnType<typeof toCouponView>;
 interface CacheEntry {
   coupon: Coupon | null;
   until: number;
+  /** The one database read under way for this id, shared by every grab that needs it meanwhile. */
+  loading?: Promise<Coupon | null>;
 }
 
 /**
@@ -105,21 +107,37 @@ export class CouponService {
     return toCouponView(saved, { initStock: dto.totalStock, stock: dto.totalStock });
   }
 
-  /** The template for the grab path: from memory when fresh. Throws COUPON_NOT_FOUND. */
+  /**
+   * The template for the grab path: from memory when fresh. An expired entry is refreshed by one
+   * read while the burst keeps being served the previous version, so a flash sale never sends a
+   * wave of template reads to the database. Throws COUPON_NOT_FOUND.
+   */
   async template(id: string): Promise<Coupon> {
-    const hit = this.cache.get(id);
-    const coupon = hit && hit.until > Date.now() ? hit.coupon : await this.load(id);
-    if (!coupon) throw new AppError('COUPON_NOT_FOUND', `Coupon ${id} does not exist`);
-    return coupon;
+    let entry = this.cache.get(id);
+    if (!entry || entry.until <= Date.now()) {
+      if (!entry?.loading) entry = this.load(id);
+      const stale = this.config.COUPON_CACHE_TTL_MS > 0 ? entry.coupon : null;
+      entry = { ...entry, coupon: stale ?? (await entry.loading as Coupon | null) };
+    }
+    if (!entry.coupon) throw new AppError('COUPON_NOT_FOUND', `Coupon ${id} does not exist`);
+    return entry.coupon;
   }
 
-  private async load(id: string): Promise<Coupon | null> {
-    const coupon = await this.coupons.findOneBy({ id });
-    if (this.config.COUPON_CACHE_TTL_MS > 0) {
-      if (this.cache.size > 10_000) this.cache.clear();
-      this.cache.set(id, { coupon, until: Date.now() + this.config.COUPON_CACHE_TTL_MS });
-    }
-    return coupon;
+  private load(id: string): CacheEntry {
+    const previous = this.cache.get(id);
+    const loading = this.coupons.findOneBy({ id });
+    const entry: CacheEntry = { coupon: previous?.coupon ?? null, until: previous?.until ?? 0, loading };
+    if (this.cache.size > 10_000) this.cache.clear();
+    this.cache.set(id, entry);
+    loading.then(
+      (coupon) => {
+        if (this.cache.get(id) === entry) this.cache.set(id, { coupon, until: Date.now() + this.config.COUPON_CACHE_TTL_MS });
+      },
+      () => {
+        if (this.cache.get(id) === entry) this.cache.delete(id);
+      },
+    );
+    return entry;
   }
 
   invalidate(id: string): void {
