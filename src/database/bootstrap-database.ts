@@ -2,6 +2,7 @@ import mysql from 'mysql2/promise';
 import { DataSource } from 'typeorm';
 import type { AppConfig } from '../config/app-config.js';
 import { dataSourceOptions } from './data-source-options.js';
+import { lockName } from './lock-name.js';
 
 export class DatabaseUnreachableError extends Error {}
 
@@ -35,9 +36,9 @@ export async function migrate(c: DbConfig): Promise<string[]> {
   const runner = ds.createQueryRunner();
   try {
     await runner.connect();
-    await runner.query(`SELECT GET_LOCK(?, 60)`, [`coupon-engine:migrate:${c.DB_NAME}`]);
+    await runner.query(`SELECT GET_LOCK(?, 60)`, [lockName('migrate', c.DB_NAME)]);
     const done = await ds.runMigrations({ transaction: 'each' });
-    await runner.query(`SELECT RELEASE_LOCK(?)`, [`coupon-engine:migrate:${c.DB_NAME}`]);
+    await runner.query(`SELECT RELEASE_LOCK(?)`, [lockName('migrate', c.DB_NAME)]);
     return done.map((m) => m.name);
   } finally {
     await runner.release();

@@ -1,9 +1,10 @@
-import { createHash, randomUUID } from 'node:crypto';
+import { randomUUID } from 'node:crypto';
 import { Injectable, Logger } from '@nestjs/common';
 import mysql from 'mysql2/promise';
 import { EntityManager } from 'typeorm';
 import { counter, gauge, histogram } from '../common/metrics.js';
 import { AppConfig } from '../config/app-config.js';
+import { lockName } from '../database/lock-name.js';
 import { execute, TransactionService } from '../database/transaction.service.js';
 import { writeLog } from './state-machine.service.js';
 
@@ -29,11 +30,7 @@ export interface SweepResult {
   durationMs: number;
 }
 
-/** MariaDB refuses lock names much over 64 characters; a long database name is hashed. */
-export function expiryLockName(dbName: string): string {
-  const name = `coupon-engine:expire:${dbName}`;
-  return name.length <= 64 ? name : `coupon-engine:expire:${createHash('sha256').update(dbName).digest('hex').slice(0, 40)}`;
-}
+export const expiryLockName = (dbName: string) => lockName('expire', dbName);
 
 /**
  * Moves UNUSED coupons past their expiry to EXPIRED, in batches of EXPIRE_BATCH_SIZE, each batch
