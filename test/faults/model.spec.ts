@@ -1,0 +1,282 @@
+import fc from 'fast-check';
+import { couponBody, CouponInput } from '../support/factories.js';
+import { adminToken, serviceToken, tokenFor } from '../support/harness.js';
+import { checkInvariants } from '../support/invariants.js';
+import { count, createFaultDatabase, FaultDatabase } from './support/db.js';
+import { call, Reply } from './support/http.js';
+import { report } from './support/report.js';
+import { buildServer, Server, startServer } from './support/server.js';
+
+const CLIENTS = 8;
+const RUNS = 6;
+const HOUR = 3600_000;
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+
+type Status = 'UNUSED' | 'USED' | 'EXPIRED' | 'VOID';
+
+/** The coupon templates the clients play with, each with a behaviour the model must predict. */
+const TEMPLATES: { name: string; body: CouponInput; scarce: boolean; born: Status; notYetValid: boolean }[] = [
+  { name: 'scarce, returned on refund', body: { totalStock: 30, perUserLimit: 2, returnOnRefund: true }, scarce: true, born: 'UNUSED', notYetValid: false },
+  { name: 'plenty, not returned', body: { totalStock: 100_000, perUserLimit: 3, returnOnRefund: false }, scarce: false, born: 'UNUSED', notYetValid: false },
+  {
+    name: 'expired when issued',
+    body: { totalStock: 100_000, perUserLimit: 2, returnOnRefund: true, validity: { type: 'FIXED', startAt: new Date(Date.now() - 2 * HOUR).toISOString(), endAt: new Date(Date.now() - HOUR).toISOString() } },
+    scarce: false,
+    born: 'EXPIRED',
+    notYetValid: false,
+  },
+  {
+    name: 'not valid yet',
+    body: { totalStock: 100_000, perUserLimit: 2, returnOnRefund: false, validity: { type: 'FIXED', startAt: new Date(Date.now() + 24 * HOUR).toISOString(), endAt: new Date(Date.now() + 48 * HOUR).toISOString() } },
+    scarce: false,
+    born: 'UNUSED',
+    notYetValid: true,
+  },
+];
+const THRESHOLD = 10_000;
+
+type Command =
+  | { t: 'grab'; template: number; reuseKey: number | null }
+  | { t: 'redeem'; pick: number; cents: number; reuseOrder: number | null }
+  | { t: 'refund'; pick: number; reuseRefund: number | null; redeemed: boolean }
+  | { t: 'void'; pick: number }
+  | { t: 'read'; pick: number }
+  | { t: 'reconcile' };
+
+const command: fc.Arbitrary<Command> = fc.oneof(
+  { weight: 5, arbitrary: fc.record({ t: fc.constant('grab' as const), template: fc.nat(TEMPLATES.length - 1), reuseKey: fc.option(fc.nat(), { freq: 4 }) }) },
+  { weight: 4, arbitrary: fc.record({ t: fc.constant('redeem' as const), pick: fc.nat(), cents: fc.constantFrom(THRESHOLD / 2, THRESHOLD * 2), reuseOrder: fc.option(fc.nat(), { freq: 3 }) }) },
+  { weight: 2, arbitrary: fc.record({ t: fc.constant('refund' as const), pick: fc.nat(), reuseRefund: fc.option(fc.nat(), { freq: 3 }), redeemed: fc.boolean() }) },
+  { weight: 1, arbitrary: fc.record({ t: fc.constant('void' as const), pick: fc.nat() }) },
+  { weight: 1, arbitrary: fc.record({ t: fc.constant('read' as const), pick: fc.nat() }) },
+  { weight: 1, arbitrary: fc.constant({ t: 'reconcile' as const }) },
+);
+
+interface ModelCoupon {
+  id: string;
+  template: number;
+  status: Status;
+  source: 'GRAB' | 'REFUND_RETURN';
+}
+
+/**
+ * What one client (one user) must see: its coupons and their statuses, the keys, orders and refund
+ * numbers it used and what they gave. The clients run concurrently; only stock is shared between
+ * them, so the model is exact per user except whether a scarce coupon is sold out.
+ */
+class UserModel {
+  readonly coupons: ModelCoupon[] = [];
+  /** Idempotency keys used, with the coupon each one issued (null: refused, so nothing is stored under it). */
+  readonly keys = new Map<string, { template: number; id: string | null }>();
+  readonly redemptions = new Map<string, string>();
+  readonly orders: { orderNo: string; couponId: string }[] = [];
+  readonly refunds = new Map<string, { couponId: string; orderNo: string; replacementId: string }>();
+  readonly refundedRedemptions = new Map<string, string>();
+  private seq = 0;
+
+  constructor(readonly user: string) {}
+
+  fresh(prefix: string): string {
+    return `${prefix}-${this.user}-${++this.seq}`;
+  }
+  grabbed(template: number): number {
+    return this.coupons.filter((c) => c.template === template && c.source === 'GRAB').length;
+  }
+}
+
+describe('randomized model test: concurrent clients against an in-memory model', () => {
+  let fdb: FaultDatabase;
+  let server: Server;
+  let templateIds: string[];
+  const soldOutSeen = new Set<number>();
+  const figures = { requests: 0, faults: 0, violations: 0, acknowledgedWritesLost: 0, commands: 0, reconcileRunsDuringLoad: 0, discrepanciesDuringLoad: 0 };
+
+  beforeAll(async () => {
+    await buildServer();
+    fdb = await createFaultDatabase();
+    // The expiry sweep runs every 2 s under the clients' feet, as it would in production.
+    server = await startServer({ dbName: fdb.name, env: { SCHEDULER_ENABLED: 'true', EXPIRE_CRON: '*/2 * * * * *' } });
+    templateIds = [];
+    for (const t of TEMPLATES) {
+      const created = await call(server.url, 'POST', '/admin/coupons', { token: adminToken(), body: couponBody(t.body) });
+      expect(created.status).toBe(201);
+      templateIds.push(created.body.id as string);
+    }
+  });
+  afterAll(async () => {
+    figures.violations = (await checkInvariants(fdb.db)).length;
+    report({ scenario: 'randomized model test', ...figures });
+    await server?.stop();
+    await fdb?.close();
+  });
+
+  const send = (method: string, path: string, token: string, body?: unknown, headers?: Record<string, string>) => {
+    figures.requests++;
+    return call(server.url, method, path, { token, body, headers });
+  };
+  const pick = <T>(items: readonly T[], i: number): T | undefined => (items.length === 0 ? undefined : items[i % items.length]);
+
+  /** Runs one command and checks the answer against the model; returns a description of any mismatch. */
+  async function step(m: UserModel, c: Command): Promise<string | null> {
+    const token = tokenFor(m.user);
+    const check = (r: Reply, ok: boolean, what: string) => (ok ? null : `${m.user} ${what}: got ${r.status} ${JSON.stringify(r.body)}`);
+    switch (c.t) {
+      case 'grab': {
+        const key = (c.reuseKey === null ? undefined : pick([...m.keys.keys()], c.reuseKey)) ?? m.fresh('key');
+        const earlier = m.keys.get(key);
+        const r = await send('POST', `/coupons/${templateIds[c.template]}/grab`, token, undefined, { 'idempotency-key': key });
+        if (earlier?.id) {
+          if (earlier.template !== c.template) return check(r, r.status === 422 && r.body.code === 'IDEMPOTENCY_KEY_REUSED', `grab reusing ${key} for another coupon`);
+          return check(r, r.status === 201 && r.body.id === earlier.id && r.headers['idempotent-replayed'] === 'true', `replay of ${key}`);
+        }
+        const t = TEMPLATES[c.template];
+        const limitReached = m.grabbed(c.template) >= (t.body.perUserLimit ?? 1);
+        if (r.status === 409 && r.body.code === 'SOLD_OUT' && t.scarce) {
+          soldOutSeen.add(c.template);
+          m.keys.set(key, { template: c.template, id: null });
+          return null;
+        }
+        if (limitReached) {
+          m.keys.set(key, { template: c.template, id: null });
+          return check(r, r.status === 409 && r.body.code === 'USER_LIMIT_REACHED', `grab over the limit with ${key}`);
+        }
+        if (r.status !== 201 || r.body.status !== t.born || r.body.source !== 'GRAB') return check(r, false, `grab of ${t.name} with ${key}`);
+        m.keys.set(key, { template: c.template, id: r.body.id as string });
+        m.coupons.push({ id: r.body.id as string, template: c.template, status: t.born, source: 'GRAB' });
+        return null;
+      }
+      case 'redeem': {
+        const uc = pick(m.coupons, c.pick);
+        if (!uc) return null;
+        const reused = c.reuseOrder === null ? undefined : pick(m.orders, c.reuseOrder);
+        const orderNo = reused?.orderNo ?? m.fresh('order');
+        const r = await send('POST', '/redemptions', token, { userCouponId: uc.id, orderNo, orderAmountCents: c.cents });
+        const prior = m.redemptions.get(`${orderNo}/${uc.id}`);
+        if (prior) return check(r, r.status === 200 && r.body.redemptionId === prior && r.body.firstUse === false, `repeat of order ${orderNo} on ${uc.id}`);
+        const refusal: Record<Status, string | null> = { USED: 'COUPON_ALREADY_USED', VOID: 'COUPON_VOID', EXPIRED: 'COUPON_EXPIRED', UNUSED: null };
+        const code = refusal[uc.status] ?? (TEMPLATES[uc.template].notYetValid ? 'COUPON_NOT_YET_VALID' : c.cents < THRESHOLD ? 'THRESHOLD_NOT_MET' : null);
+        if (code) return check(r, r.body.code === code && r.status === (code === 'THRESHOLD_NOT_MET' ? 422 : 409), `redeem of ${uc.status} ${uc.id}, expected ${code}`);
+        if (r.status !== 201 || r.body.firstUse !== true) return check(r, false, `redeem of ${uc.id}`);
+        uc.status = 'USED';
+        m.redemptions.set(`${orderNo}/${uc.id}`, r.body.redemptionId as string);
+        m.orders.push({ orderNo, couponId: uc.id });
+        return null;
+      }
+      case 'refund': {
+        const order = c.redeemed ? pick(m.orders, c.pick) : undefined;
+        const uc = order ? m.coupons.find((x) => x.id === order.couponId) : pick(m.coupons, c.pick);
+        if (!uc) return null;
+        const orderNo = order?.orderNo ?? m.fresh('never-redeemed');
+        const reused = c.reuseRefund === null ? undefined : pick([...m.refunds.keys()], c.reuseRefund);
+        const refundNo = reused ?? m.fresh('refund');
+        const r = await send('POST', '/redemptions/refunds', serviceToken(), { userCouponId: uc.id, orderNo, refundNo });
+        const prior = m.refunds.get(refundNo);
+        if (prior) {
+          const same = prior.couponId === uc.id && prior.orderNo === orderNo;
+          return same
+            ? check(r, r.status === 201 && r.body.replacementUserCoupon?.id === prior.replacementId, `replay of refund ${refundNo}`)
+            : check(r, r.status === 422 && r.body.code === 'IDEMPOTENCY_KEY_REUSED', `refund ${refundNo} reused for another order`);
+        }
+        if (!m.redemptions.has(`${orderNo}/${uc.id}`)) return check(r, r.status === 409 && r.body.code === 'NOT_REDEEMED', `refund of unredeemed ${uc.id}`);
+        const earlierReplacement = m.refundedRedemptions.get(`${orderNo}/${uc.id}`);
+        if (earlierReplacement) return check(r, r.status === 201 && r.body.replacementUserCoupon?.id === earlierReplacement, `second refund of ${orderNo}`);
+        if (!TEMPLATES[uc.template].body.returnOnRefund) return check(r, r.status === 409 && r.body.code === 'REFUND_RETURN_DISABLED', `refund of ${uc.id} without return`);
+        const replacement = r.body.replacementUserCoupon as { id: string; status: string; source: string } | null | undefined;
+        if (r.status !== 201 || !replacement || replacement.source !== 'REFUND_RETURN' || replacement.status !== TEMPLATES[uc.template].born) return check(r, false, `refund ${refundNo}`);
+        m.refunds.set(refundNo, { couponId: uc.id, orderNo, replacementId: replacement.id });
+        m.refundedRedemptions.set(`${orderNo}/${uc.id}`, replacement.id);
+        m.coupons.push({ id: replacement.id, template: uc.template, status: TEMPLATES[uc.template].born, source: 'REFUND_RETURN' });
+        return null;
+      }
+      case 'void': {
+        const uc = pick(m.coupons, c.pick);
+        if (!uc) return null;
+        const r = await send('POST', `/admin/user-coupons/${uc.id}/void`, adminToken(), { reason: 'model test' });
+        if (uc.status === 'USED' || uc.status === 'VOID') return check(r, r.status === 409 && r.body.code === 'ILLEGAL_TRANSITION', `void of ${uc.status} ${uc.id}`);
+        if (r.status !== 200 || r.body.status !== 'VOID') return check(r, false, `void of ${uc.id}`);
+        uc.status = 'VOID';
+        return null;
+      }
+      case 'read': {
+        const uc = pick(m.coupons, c.pick);
+        if (!uc) return null;
+        const r = await send('GET', `/me/coupons/${uc.id}`, token);
+        return check(r, r.status === 200 && r.body.status === uc.status, `read of ${uc.id}, model says ${uc.status}`);
+      }
+      case 'reconcile': {
+        const r = await send('POST', '/admin/reconciliation/runs', adminToken(), { mode: 'FULL' });
+        if (r.status === 202) figures.reconcileRunsDuringLoad++;
+        return check(r, r.status === 202 || (r.status === 409 && r.body.code === 'RECONCILIATION_RUNNING'), 'reconciliation start');
+      }
+    }
+  }
+
+  /** The database, per user, against the model: the same coupons, statuses and redemptions. */
+  async function compare(models: UserModel[]): Promise<string[]> {
+    const wrong: string[] = [];
+    for (const m of models) {
+      const rows = (await fdb.db.query(
+        `SELECT id, status, source, expires_at <= UTC_TIMESTAMP(3) AS past FROM user_coupon WHERE user_id = ? ORDER BY id`,
+        [m.user],
+      )) as { id: string; status: Status; source: string; past: string | number }[];
+      const seen = rows.map((r) => `${r.id}:${r.status === 'UNUSED' && Number(r.past) === 1 ? 'EXPIRED' : r.status}:${r.source}`);
+      const modelled = m.coupons.map((c) => `${c.id}:${c.status}:${c.source}`).sort();
+      if (JSON.stringify(seen.sort()) !== JSON.stringify(modelled)) wrong.push(`${m.user}: database ${JSON.stringify(seen)} model ${JSON.stringify(modelled)}`);
+      const redemptions = (await fdb.db.query(`SELECT id, order_no, user_coupon_id FROM redemption WHERE user_id = ?`, [m.user])) as { id: string; order_no: string; user_coupon_id: string }[];
+      const stored = redemptions.map((r) => `${r.order_no}/${r.user_coupon_id}=${r.id}`).sort();
+      const expected = [...m.redemptions].map(([k, v]) => `${k}=${v}`).sort();
+      if (JSON.stringify(stored) !== JSON.stringify(expected)) wrong.push(`${m.user}: redemptions ${JSON.stringify(stored)} model ${JSON.stringify(expected)}`);
+    }
+    return wrong;
+  }
+
+  it('every answer matches the model, and so does the database at the end of each run', async () => {
+    let run = 0;
+    await fc.assert(
+      fc.asyncProperty(fc.array(fc.array(command, { minLength: 40, maxLength: 60 }), { minLength: CLIENTS, maxLength: CLIENTS }), async (programs) => {
+        run++;
+        const models = programs.map((_, i) => new UserModel(`model-${run}-${i}`));
+        const mismatches: string[] = [];
+        await Promise.all(
+          programs.map(async (program, i) => {
+            for (const c of program) {
+              figures.commands++;
+              const wrong = await step(models[i], c);
+              if (wrong) mismatches.push(wrong);
+            }
+          }),
+        );
+        expect(mismatches).toEqual([]);
+        expect(await compare(models)).toEqual([]);
+        return true;
+      }),
+      { numRuns: RUNS, endOnFailure: true },
+    );
+  });
+
+  it('stock adds up over all clients, a sold-out coupon is really out, and reconciliation finds nothing', async () => {
+    for (const [i, id] of templateIds.entries()) {
+      const grabbed = await count(fdb.db, `SELECT COUNT(*) AS n FROM user_coupon WHERE coupon_id = ? AND source = 'GRAB'`, [id]);
+      const remaining = await count(fdb.db, `SELECT stock AS n FROM coupon_stock WHERE coupon_id = ?`, [id]);
+      expect(remaining).toBe((TEMPLATES[i].body.totalStock as number) - grabbed);
+      if (soldOutSeen.has(i)) expect(remaining).toBe(0);
+    }
+    expect(soldOutSeen.has(0)).toBe(true);
+    // Let runs started by the clients finish, then one more over the final state.
+    let started: Reply;
+    for (;;) {
+      started = await send('POST', '/admin/reconciliation/runs', adminToken(), { mode: 'FULL' });
+      if (started.status === 202) break;
+      await sleep(200);
+    }
+    let run: Reply;
+    do {
+      await sleep(200);
+      run = await send('GET', `/admin/reconciliation/runs/${started.body.runId}`, adminToken());
+    } while (run.body.status === 'RUNNING');
+    expect([run.body.status, run.body.discrepancies]).toEqual(['COMPLETED', 0]);
+    figures.discrepanciesDuringLoad = await count(fdb.db, `SELECT COALESCE(SUM(discrepancies), 0) AS n FROM reconciliation_run WHERE id <> ?`, [started.body.runId]);
+    expect(figures.discrepanciesDuringLoad).toBe(0);
+    expect(await checkInvariants(fdb.db)).toEqual([]);
+  });
+});
