@@ -19,7 +19,8 @@ const { values: opt } = parseArgs({
     warmup: { type: 'string' },
     rounds: { type: 'string', default: '1' },
     designs: { type: 'string' },
-    strategies: { type: 'string', default: process.env.BENCH_GRAB_STRATEGIES ?? '' },
+    // Both grab strategies by default, so issue 9's grouped-vs-per-request ratio comes from every run.
+    strategies: { type: 'string', default: process.env.BENCH_GRAB_STRATEGIES ?? 'grouped,per-request' },
     'limiter-rates': { type: 'string' },
     'no-limiter': { type: 'boolean', default: false },
     'keep-db': { type: 'boolean', default: false },
