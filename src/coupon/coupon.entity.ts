@@ -1,4 +1,5 @@
 import { Column, Entity, PrimaryGeneratedColumn } from 'typeorm';
+import { bigintAsNumber } from '../database/transformers.js';
 
 export type CouponStatus = 'ACTIVE' | 'PAUSED';
 export type ValidityType = 'FIXED' | 'RELATIVE';
@@ -36,10 +37,10 @@ export class Coupon {
   @Column({ name: 'validity_days', type: 'int', unsigned: true, nullable: true })
   validityDays!: number | null;
 
-  @Column({ name: 'threshold_cents', type: 'bigint', unsigned: true, transformer: { to: (v: number) => v, from: (v: string) => Number(v) } })
+  @Column({ name: 'threshold_cents', type: 'bigint', unsigned: true, transformer: bigintAsNumber })
   thresholdCents!: number;
 
-  @Column({ name: 'discount_cents', type: 'bigint', unsigned: true, transformer: { to: (v: number) => v, from: (v: string) => Number(v) } })
+  @Column({ name: 'discount_cents', type: 'bigint', unsigned: true, transformer: bigintAsNumber })
   discountCents!: number;
 
   @Column({ name: 'rate_limit_per_second', type: 'int', unsigned: true, nullable: true })

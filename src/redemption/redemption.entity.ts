@@ -1,6 +1,5 @@
 import { Column, Entity, PrimaryGeneratedColumn } from 'typeorm';
-
-const asNumber = { to: (v: number) => v, from: (v: string) => Number(v) };
+import { bigintAsNumber } from '../database/transformers.js';
 
 /** One use of a user coupon on an order; unique on (order_no, user_coupon_id). */
 @Entity('redemption')
@@ -17,10 +16,10 @@ export class Redemption {
   @Column({ name: 'user_id', type: 'varchar', length: 64 })
   userId!: string;
 
-  @Column({ name: 'order_amount_cents', type: 'bigint', unsigned: true, transformer: asNumber })
+  @Column({ name: 'order_amount_cents', type: 'bigint', unsigned: true, transformer: bigintAsNumber })
   orderAmountCents!: number;
 
-  @Column({ name: 'discount_cents', type: 'bigint', unsigned: true, transformer: asNumber })
+  @Column({ name: 'discount_cents', type: 'bigint', unsigned: true, transformer: bigintAsNumber })
   discountCents!: number;
 
   @Column({ type: 'varchar', length: 16 })

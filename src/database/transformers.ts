@@ -1,0 +1,5 @@
+/**
+ * BIGINT columns come back from mysql2 as strings (bigNumberStrings keeps ids exact). Counts and
+ * cents stay far below 2^53, so those columns are read as numbers.
+ */
+export const bigintAsNumber = { to: (v: number) => v, from: (v: string | number) => Number(v) };
