@@ -1,10 +1,9 @@
 import { Column, Entity, PrimaryGeneratedColumn } from 'typeorm';
+import { bigintAsNumber } from '../database/transformers.js';
 
 export type RunStatus = 'RUNNING' | 'COMPLETED' | 'FAILED';
 export const RUN_MODES = ['FULL', 'INCREMENTAL'] as const;
 export type RunMode = (typeof RUN_MODES)[number];
-
-const asNumber = { to: (v: number) => v, from: (v: string | number) => Number(v) };
 
 @Entity('reconciliation_run')
 export class ReconciliationRun {
@@ -28,7 +27,7 @@ export class ReconciliationRun {
   finishedAt!: Date | null;
 
   /** Rows audited: coupon stock rows, user coupons and redemptions. */
-  @Column({ type: 'bigint', unsigned: true, transformer: asNumber })
+  @Column({ type: 'bigint', unsigned: true, transformer: bigintAsNumber })
   checked!: number;
 
   /** Discrepancies this run recorded as new (one still open from an earlier run is not counted again). */
