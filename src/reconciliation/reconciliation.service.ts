@@ -25,12 +25,6 @@ const PROGRESS_LOG_MS = 10_000;
 /** How often the run row's counts are brought up to date while it runs (each write is a commit). */
 const PROGRESS_SAVE_MS = 1_000;
 
-interface ActiveRun {
-  runId: string;
-  abort: boolean;
-  done: Promise<RunView>;
-}
-
 /**
  * Runs the audits. One run at a time across every instance: the run holds a MySQL named lock
  * (GET_LOCK) on a connection of its own for its whole length, and reads its chunks on that same
@@ -40,7 +34,10 @@ interface ActiveRun {
 @Injectable()
 export class ReconciliationService implements BeforeApplicationShutdown {
   private readonly logger = new Logger('Reconciliation');
-  private active: ActiveRun | null = null;
+  /** Starts and runs under way on this instance; shutdown waits for all of them. */
+  private readonly inFlight = new Set<Promise<unknown>>();
+  /** Set at shutdown: runs stop at their next chunk (marked FAILED) and no new run starts. */
+  private closing = false;
 
   constructor(
     private readonly dataSource: DataSource,
@@ -59,6 +56,18 @@ export class ReconciliationService implements BeforeApplicationShutdown {
    * is recorded (its id is final); `done` resolves with the finished run and never rejects.
    */
   async start(mode: RunMode, triggeredBy: string): Promise<{ runId: string; done: Promise<RunView> }> {
+    if (this.closing) throw new AppError('SERVICE_UNAVAILABLE', 'This instance is shutting down');
+    const started = this.open(mode, triggeredBy);
+    const tracked = started.then(
+      (r) => r.done,
+      () => undefined,
+    );
+    this.inFlight.add(tracked);
+    void tracked.finally(() => this.inFlight.delete(tracked));
+    return started;
+  }
+
+  private async open(mode: RunMode, triggeredBy: string): Promise<{ runId: string; done: Promise<RunView> }> {
     const q = this.dataSource.createQueryRunner();
     let runId: string;
     try {
@@ -72,9 +81,7 @@ export class ReconciliationService implements BeforeApplicationShutdown {
       await this.releaseLock(q);
       throw err;
     }
-    const run: ActiveRun = { runId, abort: false, done: Promise.resolve(undefined as never) };
-    run.done = this.execute(run, q, mode);
-    return { runId, done: run.done };
+    return { runId, done: this.execute(runId, q, mode) };
   }
 
   /** Starts a run and waits for it to finish. */
@@ -105,11 +112,13 @@ export class ReconciliationService implements BeforeApplicationShutdown {
     return { ...toRunView(run), byType: Object.fromEntries(counts.map((c) => [c.type, Number(c.n)])) };
   }
 
-  /** Lets a run in progress stop at its next chunk (marked FAILED) before the pool closes. */
+  /**
+   * Lets a run in progress (or one a cron tick is just starting) stop at its next chunk, marked
+   * FAILED, while the pool is still open.
+   */
   async beforeApplicationShutdown(): Promise<void> {
-    if (!this.active) return;
-    this.active.abort = true;
-    await this.active.done;
+    this.closing = true;
+    await Promise.all(this.inFlight);
   }
 
   private async recordStart(q: QueryRunner, mode: RunMode, triggeredBy: string): Promise<string> {
@@ -131,8 +140,7 @@ export class ReconciliationService implements BeforeApplicationShutdown {
     return String(res.insertId);
   }
 
-  private async execute(run: ActiveRun, q: QueryRunner, requested: RunMode): Promise<RunView> {
-    this.active = run;
+  private async execute(runId: string, q: QueryRunner, requested: RunMode): Promise<RunView> {
     inProgress.set(1);
     progressChecked.reset();
     const started = Date.now();
@@ -141,26 +149,26 @@ export class ReconciliationService implements BeforeApplicationShutdown {
     let error: string | null = null;
     let mode = requested;
     try {
-      const since = mode === 'INCREMENTAL' ? await this.lastCompleteStart(run.runId) : null;
+      const since = mode === 'INCREMENTAL' ? await this.lastCompleteStart(runId) : null;
       if (mode === 'INCREMENTAL' && !since) {
         // Nothing complete to be incremental from: this run checks everything.
         mode = 'FULL';
-        await this.dataSource.query(`UPDATE reconciliation_run SET mode = 'FULL' WHERE id = ?`, [run.runId]);
+        await this.dataSource.query(`UPDATE reconciliation_run SET mode = 'FULL' WHERE id = ?`, [runId]);
       }
-      this.logger.log(`Reconciliation run ${run.runId} started (${mode}${since ? `, log audit since ${since.toISOString()}` : ''})`);
+      this.logger.log(`Reconciliation run ${runId} started (${mode}${since ? `, log audit since ${since.toISOString()}` : ''})`);
       let [lastLog, lastSave] = [Date.now(), Date.now()];
       const step = async (audit: string, chunk: ChunkResult) => {
-        if (run.abort) throw new Error('Interrupted: the instance shut down');
+        if (this.closing) throw new Error('Interrupted: the instance shut down');
         totals.checked += chunk.checked;
         progressChecked.inc({ audit }, chunk.checked);
-        for (const f of chunk.findings) if (await this.record(run.runId, f)) totals.found++;
+        for (const f of chunk.findings) if (await this.record(runId, f)) totals.found++;
         if (Date.now() - lastSave >= PROGRESS_SAVE_MS) {
           lastSave = Date.now();
-          await this.dataSource.query(`UPDATE reconciliation_run SET checked = ?, discrepancies = ? WHERE id = ?`, [totals.checked, totals.found, run.runId]);
+          await this.dataSource.query(`UPDATE reconciliation_run SET checked = ?, discrepancies = ? WHERE id = ?`, [totals.checked, totals.found, runId]);
         }
         if (Date.now() - lastLog >= PROGRESS_LOG_MS) {
           lastLog = Date.now();
-          this.logger.log(`Reconciliation run ${run.runId}: ${audit} audit, ${totals.checked} rows checked, ${totals.found} discrepancies so far`);
+          this.logger.log(`Reconciliation run ${runId}: ${audit} audit, ${totals.checked} rows checked, ${totals.found} discrepancies so far`);
         }
       };
 
@@ -183,7 +191,7 @@ export class ReconciliationService implements BeforeApplicationShutdown {
       status = 'COMPLETED';
     } catch (err) {
       error = (err as Error).message.slice(0, 1000);
-      this.logger.error(`Reconciliation run ${run.runId} failed: ${error}`);
+      this.logger.error(`Reconciliation run ${runId} failed: ${error}`);
     }
     try {
       await this.dataSource.query(`UPDATE reconciliation_run SET status = ?, finished_at = ?, checked = ?, discrepancies = ?, error = ? WHERE id = ?`, [
@@ -192,23 +200,22 @@ export class ReconciliationService implements BeforeApplicationShutdown {
         totals.checked,
         totals.found,
         error,
-        run.runId,
+        runId,
       ]);
     } catch (err) {
-      this.logger.error(`Reconciliation run ${run.runId} could not record its end (${(err as Error).message}); the next run will mark it FAILED`);
+      this.logger.error(`Reconciliation run ${runId} could not record its end (${(err as Error).message}); the next run will mark it FAILED`);
     } finally {
       await this.releaseLock(q);
-      this.active = null;
       inProgress.set(0);
     }
     const seconds = (Date.now() - started) / 1000;
     runsTotal.inc({ status, mode });
     runDuration.observe({ status }, seconds);
-    this.logger.log(`Reconciliation run ${run.runId} ${status} in ${seconds.toFixed(1)} s: ${totals.checked} rows checked, ${totals.found} new discrepancies`);
-    const finished = await this.runs.findOneBy({ id: run.runId }).catch(() => null);
+    this.logger.log(`Reconciliation run ${runId} ${status} in ${seconds.toFixed(1)} s: ${totals.checked} rows checked, ${totals.found} new discrepancies`);
+    const finished = await this.runs.findOneBy({ id: runId }).catch(() => null);
     return finished
       ? toRunView(finished)
-      : { id: run.runId, status, mode, triggeredBy: '', startedAt: new Date(started).toISOString(), finishedAt: null, checked: totals.checked, discrepancies: totals.found, error };
+      : { id: runId, status, mode, triggeredBy: '', startedAt: new Date(started).toISOString(), finishedAt: null, checked: totals.checked, discrepancies: totals.found, error };
   }
 
   /** Runs `fn` in a read-only transaction whose reads all see one snapshot. */
