@@ -1,16 +1,14 @@
-import { couponBody } from '../support/factories.js';
-import { adminToken, tokenFor } from '../support/harness.js';
+import { tokenFor } from '../support/harness.js';
 import { checkInvariants } from '../support/invariants.js';
-import { count, createFaultDatabase, FaultDatabase, killConnections } from './support/db.js';
-import { call, callUntilAnswered, percentile } from './support/http.js';
+import { count, FaultDatabase, killConnections } from './support/db.js';
+import { call, callUntilAnswered, percentile, sleep } from './support/http.js';
 import { report } from './support/report.js';
-import { buildServer, Server, startServer } from './support/server.js';
-import { GrabAndRedeemWorkload } from './support/workload.js';
+import type { Server } from './support/server.js';
+import { GrabAndRedeemWorkload, startGrabAndRedeem } from './support/workload.js';
 
 const CLIENTS = 30;
 const LOAD_MS = 15_000;
 const KILL_EVERY_MS = 250;
-const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
 /**
  * The server's own database connections killed from another session every 250 ms while clients
@@ -24,12 +22,7 @@ describe('KILL CONNECTION of the server’s database connections during grabs an
   let lostWrites = 0;
 
   beforeAll(async () => {
-    await buildServer();
-    fdb = await createFaultDatabase({ appUser: true });
-    server = await startServer({ dbName: fdb.name, dbUser: fdb.appUser?.name, dbPassword: fdb.appUser?.password });
-    const created = await call(server.url, 'POST', '/admin/coupons', { token: adminToken(), body: couponBody({ totalStock: 100_000 }) });
-    expect(created.status).toBe(201);
-    load = new GrabAndRedeemWorkload(() => server.url, created.body.id as string, 'kc');
+    ({ fdb, server, load } = await startGrabAndRedeem('kc'));
   });
   afterAll(async () => {
     const replies = load.replies();

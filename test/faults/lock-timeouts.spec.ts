@@ -3,7 +3,7 @@ import { couponBody } from '../support/factories.js';
 import { adminToken, tokenFor } from '../support/harness.js';
 import { checkInvariants } from '../support/invariants.js';
 import { count, createFaultDatabase, FaultDatabase } from './support/db.js';
-import { call, Reply } from './support/http.js';
+import { call, Reply, sleep } from './support/http.js';
 import { report } from './support/report.js';
 import { buildServer, Server, startServer } from './support/server.js';
 
@@ -11,7 +11,6 @@ import { buildServer, Server, startServer } from './support/server.js';
 const LOCK_WAIT_S = 1;
 const TX_RETRIES = 2;
 const DEADLOCK_ROUNDS = 4;
-const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
 /**
  * Lock-wait timeouts and deadlocks provoked on purpose by a test session that holds or races for
@@ -136,26 +135,22 @@ describe('lock-wait timeouts and deadlocks', () => {
     expect([retry.status, retry.body.firstUse]).toEqual([201, true]);
   });
 
-  it.each(Array.from({ length: DEADLOCK_ROUNDS }, (_, i) => i + 1))('deadlock %i on a grab: one side is rolled back and retried, exactly one coupon results', async (round) => {
-    const user = `deadlocked-${round}`;
-    const key = `dl-${round}`;
+  /**
+   * The rival session first takes the row the server is about to insert (uncommitted), waits until
+   * the server's INSERT waits for it while holding its own lock, then asks for that lock: a cycle,
+   * which InnoDB breaks by rolling one side back. Checks that it really was a deadlock.
+   */
+  async function deadlock(take: [string, unknown[]], send: () => Promise<Reply>, serverInsert: string, want: [string, unknown[]]): Promise<Reply> {
     const retriesBefore = await retriesOf(1213);
-    const stockBefore = await stock();
     const rival = await session();
     let sessionWasVictim = false;
     let reply: Reply;
     try {
-      // The rival takes the key first, uncommitted; the server locks the stock row, then waits on the key...
-      await rival.query(
-        `INSERT INTO user_coupon (coupon_id, user_id, status, source, from_stock, idempotency_key, issued_at, valid_from, expires_at, updated_at)
-         VALUES (?, ?, 'UNUSED', 'GRAB', 1, ?, UTC_TIMESTAMP(3), UTC_TIMESTAMP(3), UTC_TIMESTAMP(3) + INTERVAL 1 DAY, UTC_TIMESTAMP(3))`,
-        [couponId, user, key],
-      );
-      const pending = grab(user, key);
-      await serverWaitingOn(`INSERT INTO user_coupon%'${key}'%`);
-      // ...and the rival now wants the stock row: a cycle, which InnoDB breaks by rolling one side back.
+      await rival.query(...take);
+      const pending = send();
+      await serverWaitingOn(serverInsert);
       try {
-        await rival.query(`SELECT stock FROM coupon_stock WHERE coupon_id = ? FOR UPDATE`, [couponId]);
+        await rival.query(...want);
       } catch (err) {
         if ((err as { driverError?: { errno?: number } }).driverError?.errno !== 1213) throw err;
         sessionWasVictim = true;
@@ -166,10 +161,26 @@ describe('lock-wait timeouts and deadlocks', () => {
     } finally {
       await end(rival);
     }
-    const serverRetried = (await retriesOf(1213)) - retriesBefore;
-    expect(sessionWasVictim || serverRetried > 0).toBe(true);
+    expect(sessionWasVictim || (await retriesOf(1213)) > retriesBefore).toBe(true);
     figures.deadlocks++;
     if (!sessionWasVictim) figures.serverWasVictim++;
+    return reply;
+  }
+
+  it.each(Array.from({ length: DEADLOCK_ROUNDS }, (_, i) => i + 1))('deadlock %i on a grab: one side is rolled back and retried, exactly one coupon results', async (round) => {
+    const user = `deadlocked-${round}`;
+    const key = `dl-${round}`;
+    const stockBefore = await stock();
+    const reply = await deadlock(
+      [
+        `INSERT INTO user_coupon (coupon_id, user_id, status, source, from_stock, idempotency_key, issued_at, valid_from, expires_at, updated_at)
+         VALUES (?, ?, 'UNUSED', 'GRAB', 1, ?, UTC_TIMESTAMP(3), UTC_TIMESTAMP(3), UTC_TIMESTAMP(3) + INTERVAL 1 DAY, UTC_TIMESTAMP(3))`,
+        [couponId, user, key],
+      ],
+      () => grab(user, key),
+      `INSERT INTO user_coupon%'${key}'%`,
+      [`SELECT stock FROM coupon_stock WHERE coupon_id = ? FOR UPDATE`, [couponId]],
+    );
     expect(reply.status).toBe(201);
     expect(await issuedTo(user)).toBe(1);
     expect(await stock()).toBe(stockBefore - 1);
@@ -180,33 +191,12 @@ describe('lock-wait timeouts and deadlocks', () => {
     const issued = await grab(user, `rdl-key-${round}`);
     expect(issued.status).toBe(201);
     const orderNo = `RDL-${round}`;
-    const retriesBefore = await retriesOf(1213);
-    const rival = await session();
-    let sessionWasVictim = false;
-    let reply: Reply;
-    try {
-      await rival.query(
-        `INSERT INTO redemption (user_coupon_id, order_no, user_id, order_amount_cents, discount_cents, status, used_at) VALUES (?, ?, ?, 1, 1, 'USED', UTC_TIMESTAMP(3))`,
-        [issued.body.id, orderNo, user],
-      );
-      const pending = redeem(user, issued.body.id as string, orderNo);
-      await serverWaitingOn(`INSERT INTO%redemption%'${orderNo}'%`);
-      try {
-        await rival.query(`SELECT id FROM user_coupon WHERE id = ? FOR UPDATE`, [issued.body.id]);
-      } catch (err) {
-        if ((err as { driverError?: { errno?: number } }).driverError?.errno !== 1213) throw err;
-        sessionWasVictim = true;
-      }
-      figures.faults++;
-      await end(rival);
-      reply = await pending;
-    } finally {
-      await end(rival);
-    }
-    const serverRetried = (await retriesOf(1213)) - retriesBefore;
-    expect(sessionWasVictim || serverRetried > 0).toBe(true);
-    figures.deadlocks++;
-    if (!sessionWasVictim) figures.serverWasVictim++;
+    const reply = await deadlock(
+      [`INSERT INTO redemption (user_coupon_id, order_no, user_id, order_amount_cents, discount_cents, status, used_at) VALUES (?, ?, ?, 1, 1, 'USED', UTC_TIMESTAMP(3))`, [issued.body.id, orderNo, user]],
+      () => redeem(user, issued.body.id as string, orderNo),
+      `INSERT INTO%redemption%'${orderNo}'%`,
+      [`SELECT id FROM user_coupon WHERE id = ? FOR UPDATE`, [issued.body.id]],
+    );
     expect([reply.status, reply.body.firstUse]).toEqual([201, true]);
     expect(await count(fdb.db, `SELECT COUNT(*) AS n FROM redemption WHERE user_coupon_id = ?`, [issued.body.id])).toBe(1);
     expect(await count(fdb.db, `SELECT COUNT(*) AS n FROM user_coupon WHERE id = ? AND status = 'USED'`, [issued.body.id])).toBe(1);

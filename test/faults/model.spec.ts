@@ -3,14 +3,13 @@ import { couponBody, CouponInput } from '../support/factories.js';
 import { adminToken, serviceToken, tokenFor } from '../support/harness.js';
 import { checkInvariants } from '../support/invariants.js';
 import { count, createFaultDatabase, FaultDatabase } from './support/db.js';
-import { call, Reply } from './support/http.js';
+import { call, Reply, sleep } from './support/http.js';
 import { report } from './support/report.js';
 import { buildServer, Server, startServer } from './support/server.js';
 
 const CLIENTS = 8;
 const RUNS = 6;
 const HOUR = 3600_000;
-const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
 type Status = 'UNUSED' | 'USED' | 'EXPIRED' | 'VOID';
 

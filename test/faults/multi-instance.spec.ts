@@ -2,7 +2,7 @@ import { couponBody } from '../support/factories.js';
 import { adminToken, tokenFor } from '../support/harness.js';
 import { checkInvariants } from '../support/invariants.js';
 import { count, createFaultDatabase, FaultDatabase } from './support/db.js';
-import { call, callUntilAnswered, mapConcurrent, Reply } from './support/http.js';
+import { call, callUntilAnswered, mapConcurrent, Reply, sleep } from './support/http.js';
 import { report } from './support/report.js';
 import { buildServer, Server, startServer } from './support/server.js';
 
@@ -10,7 +10,6 @@ const INSTANCES = 3;
 const GRABS = 5000;
 const STOCK = 1000;
 const EXPIRING = 300;
-const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
 /** Six-field cron expression (UTC) that fires once, at the second `at` falls in. */
 const cronAt = (at: Date) => `${at.getUTCSeconds()} ${at.getUTCMinutes()} ${at.getUTCHours()} * * *`;

@@ -1,18 +1,16 @@
-import { couponBody } from '../support/factories.js';
-import { adminToken, tokenFor } from '../support/harness.js';
+import { tokenFor } from '../support/harness.js';
 import { checkInvariants, databaseFingerprint } from '../support/invariants.js';
-import { createFaultDatabase, FaultDatabase } from './support/db.js';
-import { call, percentile, Reply } from './support/http.js';
+import type { FaultDatabase } from './support/db.js';
+import { call, percentile, Reply, sleep } from './support/http.js';
 import { report } from './support/report.js';
-import { buildServer, Server, startServer } from './support/server.js';
-import { GrabAndRedeemWorkload } from './support/workload.js';
+import type { Server } from './support/server.js';
+import { GrabAndRedeemWorkload, startGrabAndRedeem } from './support/workload.js';
 
 const CLIENTS = 20;
 const READERS = 4;
 const LOAD_MS = 12_000;
 const READ_ONLY_AFTER_MS = 3000;
 const READ_ONLY_FOR_MS = 4000;
-const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
 /**
  * MariaDB made read-only (SET GLOBAL read_only = 1) for four seconds in the middle of grabs,
@@ -33,12 +31,7 @@ describe('MariaDB read-only during load', () => {
   };
 
   beforeAll(async () => {
-    await buildServer();
-    fdb = await createFaultDatabase({ appUser: true });
-    server = await startServer({ dbName: fdb.name, dbUser: fdb.appUser?.name, dbPassword: fdb.appUser?.password });
-    const created = await call(server.url, 'POST', '/admin/coupons', { token: adminToken(), body: couponBody({ totalStock: 100_000 }) });
-    expect(created.status).toBe(201);
-    load = new GrabAndRedeemWorkload(() => server.url, created.body.id as string, 'ro');
+    ({ fdb, server, load } = await startGrabAndRedeem('ro'));
   });
   afterAll(async () => {
     await fdb?.admin.query('SET GLOBAL read_only = 0');

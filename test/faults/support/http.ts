@@ -38,6 +38,8 @@ export interface CallOptions {
 
 const agent = new Agent({ keepAlive: true });
 
+export const sleep = (ms: number) => new Promise<void>((r) => setTimeout(r, ms));
+
 /** One HTTP call that never throws: a lost answer is status 0 with the reason, as a client would see it. */
 export function call(base: string, method: string, path: string, opts: CallOptions = {}): Promise<Reply> {
   const url = new URL(path, base);
@@ -80,7 +82,7 @@ export async function callUntilAnswered(base: string, method: string, path: stri
   for (let i = 0; i < attempts; i++) {
     last = await call(base, method, path, opts);
     if (last.status !== 0 && last.status !== 503) return last;
-    await new Promise((r) => setTimeout(r, 100 * (i + 1)));
+    await sleep(100 * (i + 1));
   }
   return last;
 }

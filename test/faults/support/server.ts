@@ -5,7 +5,7 @@ import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';
 import { TEST_SECRET } from '../../support/harness.js';
-import { call } from './http.js';
+import { call, sleep } from './http.js';
 
 export const ROOT = fileURLToPath(new URL('../../..', import.meta.url)).replace(/\/$/, '');
 /**
@@ -143,7 +143,7 @@ export async function startServer(opts: ServerOptions): Promise<Server> {
       child.kill('SIGKILL');
       throw new Error(`server not healthy after 60 s; log ${logFile}`);
     }
-    await new Promise((r) => setTimeout(r, 100));
+    await sleep(100);
   }
   return {
     url,

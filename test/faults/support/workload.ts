@@ -1,6 +1,9 @@
 import type { DataSource } from 'typeorm';
-import { tokenFor } from '../../support/harness.js';
-import { call, mapConcurrent, Reply } from './http.js';
+import { couponBody } from '../../support/factories.js';
+import { adminToken, tokenFor } from '../../support/harness.js';
+import { createFaultDatabase, FaultDatabase } from './db.js';
+import { call, mapConcurrent, Reply, sleep } from './http.js';
+import { buildServer, Server, startServer } from './server.js';
 
 export interface Operation {
   kind: 'grab' | 'redeem';
@@ -13,7 +16,6 @@ export interface Operation {
 }
 
 const ORDER_CENTS = 50_000;
-const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 const ok = (r: Reply) => r.status === 200 || r.status === 201;
 const inProgress = (r: Reply) => r.status === 409 && r.body.code === 'IDEMPOTENCY_IN_PROGRESS';
 
@@ -124,4 +126,20 @@ export class GrabAndRedeemWorkload {
       })
       .map((op) => `${op.kind} ${op.key}`);
   }
+}
+
+export interface WorkloadSetup {
+  fdb: FaultDatabase;
+  server: Server;
+  load: GrabAndRedeemWorkload;
+}
+
+/** A database with an account of its own for one server process (so its connections can be told apart, and read_only applies), a plentiful coupon, and the workload on it. */
+export async function startGrabAndRedeem(prefix: string): Promise<WorkloadSetup> {
+  await buildServer();
+  const fdb = await createFaultDatabase({ appUser: true });
+  const server = await startServer({ dbName: fdb.name, dbUser: fdb.appUser?.name, dbPassword: fdb.appUser?.password });
+  const created = await call(server.url, 'POST', '/admin/coupons', { token: adminToken(), body: couponBody({ totalStock: 100_000 }) });
+  if (created.status !== 201) throw new Error(`coupon not created: ${created.status} ${JSON.stringify(created.body)}`);
+  return { fdb, server, load: new GrabAndRedeemWorkload(() => server.url, created.body.id as string, prefix) };
 }
