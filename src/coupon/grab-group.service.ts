@@ -26,7 +26,7 @@ interface Queue {
   running: boolean;
 }
 
-const identity = (r: GrabRequest) => `${r.userId}\u0000${r.key}`;
+export const identity = (r: GrabRequest) => `${r.userId}\u0000${r.key}`;
 
 /**
  * Group deduction for a hot coupon. Grabs of one coupon that arrive while a group's transaction is

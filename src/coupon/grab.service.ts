@@ -1,4 +1,5 @@
 import { Injectable } from '@nestjs/common';
+import DataLoader from 'dataloader';
 import { InjectRepository } from '@nestjs/typeorm';
 import { Repository } from 'typeorm';
 import { isDuplicateKey } from '../common/db-errors.js';
@@ -9,7 +10,7 @@ import { RateLimitService } from '../rate-limit/rate-limit.service.js';
 import { Coupon } from './coupon.entity.js';
 import { AppConfig } from '../config/app-config.js';
 import { CouponService } from './coupon.service.js';
-import { GrabGroupService, keyReused } from './grab-group.service.js';
+import { GrabGroupService, GrabRequest, identity, keyReused } from './grab-group.service.js';
 import { IssueService, soldOutError } from './issue.service.js';
 import { UserCoupon } from './user-coupon.entity.js';
 
@@ -31,6 +32,19 @@ export interface GrabResult {
  */
 @Injectable()
 export class GrabService {
+  /**
+   * Key lookups of refused grabs (after a sell-out, thousands a second) are gathered per tick into
+   * one query, so the flood after the last coupon costs the database a few reads, not one each.
+   */
+  private readonly keys = new DataLoader<GrabRequest, UserCoupon | null, string>(
+    async (requests) => {
+      const found = await this.userCoupons.find({ where: requests.map((r) => ({ userId: r.userId, idempotencyKey: r.key })) });
+      const byIdentity = new Map(found.map((uc) => [identity({ userId: uc.userId, key: uc.idempotencyKey as string }), uc]));
+      return requests.map((r) => byIdentity.get(identity(r)) ?? null);
+    },
+    { cache: false, maxBatchSize: 500, cacheKeyFn: identity },
+  );
+
   constructor(
     @InjectRepository(UserCoupon) private readonly userCoupons: Repository<UserCoupon>,
     private readonly coupons: CouponService,
@@ -120,6 +134,6 @@ export class GrabService {
   }
 
   byKey(userId: string, key: string): Promise<UserCoupon | null> {
-    return this.userCoupons.findOneBy({ userId, idempotencyKey: key });
+    return this.keys.load({ userId, key });
   }
 }
