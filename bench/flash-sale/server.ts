@@ -60,7 +60,9 @@ function tail(chunks: string[]): string {
 export async function startServer(spec: ServerSpec, bootTimeoutMs = 90_000): Promise<RunningServer> {
   const port = await freePort();
   const output: string[] = [];
-  const child: ChildProcess = spawn(process.execPath, [spec.entry], {
+  // BENCH_SERVER_NODE_ARGS (e.g. "--cpu-prof --cpu-prof-dir=/tmp/prof") profiles the server under load.
+  const nodeArgs = (process.env.BENCH_SERVER_NODE_ARGS ?? '').split(' ').filter(Boolean);
+  const child: ChildProcess = spawn(process.execPath, [...nodeArgs, spec.entry], {
     env: { PATH: process.env.PATH ?? '', ...spec.env, PORT: String(port) },
     stdio: ['ignore', 'pipe', 'pipe'],
   });

@@ -6,7 +6,7 @@ import { histogram } from '../common/metrics.js';
 import { TransactionService } from '../database/transaction.service.js';
 import { Coupon } from './coupon.entity.js';
 import { IssueService, soldOutError } from './issue.service.js';
-import { UserCoupon } from './user-coupon.entity.js';
+import { findByKeys, UserCoupon } from './user-coupon.entity.js';
 
 const groupSizes = histogram('grab_group_size', 'Grabs decided by one grouped transaction', [], [1, 2, 5, 10, 25, 50, 100, 250, 500, 1000]);
 
@@ -75,7 +75,7 @@ export class GrabGroupService {
   private async decide(em: EntityManager, coupon: Coupon, group: GrabRequest[]): Promise<GrabDecision[]> {
     const [locked] = (await em.query(`SELECT stock FROM coupon_stock WHERE coupon_id = ? FOR UPDATE`, [coupon.id])) as { stock: string }[];
     let remaining = Number(locked?.stock ?? 0);
-    const earlier = await em.find(UserCoupon, { where: group.map((r) => ({ userId: r.userId, idempotencyKey: r.key })) });
+    const earlier = await findByKeys(em, group);
     const byIdentity = new Map(earlier.map((uc) => [identity({ userId: uc.userId, key: uc.idempotencyKey as string }), uc]));
     const users = [...new Set(group.map((r) => r.userId))];
     const counted = (await em.query(

@@ -12,13 +12,13 @@ import { AppConfig } from '../config/app-config.js';
 import { CouponService } from './coupon.service.js';
 import { GrabGroupService, GrabRequest, identity, keyReused } from './grab-group.service.js';
 import { IssueService, soldOutError } from './issue.service.js';
-import { UserCoupon } from './user-coupon.entity.js';
+import { findByKeys, UserCoupon } from './user-coupon.entity.js';
 
 const outcomes = counter('grab_outcomes_total', 'Grab answers by result code', ['result']);
 const latency = histogram('grab_duration_seconds', 'Grab latency by result code', ['result'], [0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5]);
 
-/** Refusals that a replay of an earlier, successful grab with the same key must not get. */
-const REPLAYABLE = new Set(['COUPON_PAUSED', 'GRAB_NOT_STARTED', 'GRAB_ENDED', 'SOLD_OUT', 'USER_LIMIT_REACHED']);
+/** Per-request refusals that a replay of an earlier, successful grab with the same key must not get. */
+const REPLAYABLE = new Set(['SOLD_OUT', 'USER_LIMIT_REACHED']);
 
 export interface GrabResult {
   userCoupon: UserCoupon;
@@ -38,11 +38,12 @@ export class GrabService {
    */
   private readonly keys = new DataLoader<GrabRequest, UserCoupon | null, string>(
     async (requests) => {
-      const found = await this.userCoupons.find({ where: requests.map((r) => ({ userId: r.userId, idempotencyKey: r.key })) });
+      const found = await findByKeys(this.userCoupons.manager, requests);
       const byIdentity = new Map(found.map((uc) => [identity({ userId: uc.userId, key: uc.idempotencyKey as string }), uc]));
       return requests.map((r) => byIdentity.get(identity(r)) ?? null);
     },
-    { cache: false, maxBatchSize: 500, cacheKeyFn: identity },
+    // setImmediate: every request parsed in one pass of the event loop joins the same batch.
+    { cache: false, maxBatchSize: 500, cacheKeyFn: identity, batchScheduleFn: (run) => setImmediate(run) },
   );
 
   constructor(
@@ -74,25 +75,30 @@ export class GrabService {
   /**
    * The happy path costs no read before the transaction: the transaction itself finds a key that
    * was used before (a duplicate key, or the group's lookup under the stock lock). A grab refused
-   * before it (paused, outside the window, sold out) looks its key up, since a replay of a grab that
-   * succeeded earlier must still answer that coupon.
+   * without that lookup (paused, outside the window, sold out) looks its key up, since a replay of
+   * a grab that succeeded earlier must still answer that coupon.
    */
   private async attempt(userId: string, couponId: string, key: string): Promise<GrabResult> {
     const coupon = await this.coupons.template(couponId);
     await this.rateLimit.admitGrab(couponId, userId, coupon.rateLimitPerSecond);
+    const refusal = this.precheck(coupon, new Date());
+    if (refusal) return this.refuse(refusal, userId, key, couponId);
     try {
-      this.checkEligible(coupon, new Date());
-      if (this.coupons.isSoldOut(couponId)) throw soldOutError(couponId);
       return await this.decide(coupon, userId, key);
     } catch (err) {
       if (err instanceof AppError && err.code === 'SOLD_OUT') this.coupons.markSoldOut(couponId);
-      if (isDuplicateKey(err) || (err instanceof AppError && REPLAYABLE.has(err.code))) {
-        const earlier = await this.byKey(userId, key);
-        if (earlier) return this.replay(earlier, couponId);
-        if (isDuplicateKey(err)) throw new AppError('IDEMPOTENCY_IN_PROGRESS', 'A grab with this key is still in progress; retry', { idempotencyKey: key });
-      }
+      // A group's refusals were decided under the stock lock with the keys in view: final.
+      if (err instanceof AppError && this.config.GRAB_STRATEGY === 'grouped') throw err;
+      if (isDuplicateKey(err) || (err instanceof AppError && REPLAYABLE.has(err.code))) return this.refuse(err, userId, key, couponId);
       throw err;
     }
+  }
+
+  private async refuse(err: unknown, userId: string, key: string, couponId: string): Promise<GrabResult> {
+    const earlier = await this.byKey(userId, key);
+    if (earlier) return this.replay(earlier, couponId);
+    if (isDuplicateKey(err)) throw new AppError('IDEMPOTENCY_IN_PROGRESS', 'A grab with this key is still in progress; retry', { idempotencyKey: key });
+    throw err;
   }
 
   private async decide(coupon: Coupon, userId: string, key: string): Promise<GrabResult> {
@@ -122,10 +128,13 @@ export class GrabService {
     return { userCoupon, replayed: false };
   }
 
-  private checkEligible(coupon: Coupon, now: Date): void {
-    if (coupon.status !== 'ACTIVE') throw new AppError('COUPON_PAUSED', 'This coupon is paused', { couponId: coupon.id });
-    if (now < coupon.grabStartAt) throw new AppError('GRAB_NOT_STARTED', 'Grabbing has not started', { grabStartAt: coupon.grabStartAt.toISOString() });
-    if (now >= coupon.grabEndAt) throw new AppError('GRAB_ENDED', 'Grabbing has ended', { grabEndAt: coupon.grabEndAt.toISOString() });
+  /** Refusals that need no database: eligibility, and the sold-out hint. */
+  private precheck(coupon: Coupon, now: Date): AppError | null {
+    if (coupon.status !== 'ACTIVE') return new AppError('COUPON_PAUSED', 'This coupon is paused', { couponId: coupon.id });
+    if (now < coupon.grabStartAt) return new AppError('GRAB_NOT_STARTED', 'Grabbing has not started', { grabStartAt: coupon.grabStartAt.toISOString() });
+    if (now >= coupon.grabEndAt) return new AppError('GRAB_ENDED', 'Grabbing has ended', { grabEndAt: coupon.grabEndAt.toISOString() });
+    if (this.coupons.isSoldOut(coupon.id)) return soldOutError(coupon.id);
+    return null;
   }
 
   private replay(uc: UserCoupon, couponId: string): GrabResult {

@@ -4,7 +4,7 @@ import { AppError } from '../common/errors.js';
 import { writeLog } from '../state-machine/state-machine.service.js';
 import { StockService } from '../stock/stock.service.js';
 import type { Coupon } from './coupon.entity.js';
-import { UserCoupon, UserCouponSource } from './user-coupon.entity.js';
+import { findByKeys, UserCoupon, UserCouponSource } from './user-coupon.entity.js';
 
 const DAY_MS = 86_400_000;
 
@@ -77,7 +77,7 @@ export class IssueService {
   }
 
   /**
-   * A group of grabs in one multi-row INSERT. Each input needs an idempotency key: the new ids are
+   * A group of grabs in one multi-row INSERT. Each input needs an idempotency key: the new rows are
    * read back by (user, key), since a multi-row insert's ids are not guaranteed consecutive.
    */
   async issueGrabs(em: EntityManager, coupon: IssueInput['coupon'], grabs: { userId: string; key: string }[], now = new Date()): Promise<UserCoupon[]> {
@@ -85,13 +85,8 @@ export class IssueService {
     if (!(await this.stock.deduct(em, coupon.id, grabs.length, now))) throw soldOutError(coupon.id);
     const rows = grabs.map((g) => newUserCoupon({ coupon, userId: g.userId, source: 'GRAB', fromStock: true, idempotencyKey: g.key, txId: '' }, now));
     await em.query(INSERT_COLUMNS + rows.map(() => ROW_PLACEHOLDERS).join(', '), rows.flatMap(rowParams));
-    const ids = (await em.query(
-      `SELECT id, user_id, idempotency_key FROM user_coupon WHERE (user_id, idempotency_key) IN (${rows.map(() => '(?, ?)').join(', ')})`,
-      rows.flatMap((r) => [r.userId, r.idempotencyKey]),
-    )) as { id: string; user_id: string; idempotency_key: string }[];
-    const idOf = new Map(ids.map((r) => [`${r.user_id}\u0000${r.idempotency_key}`, String(r.id)]));
-    for (const r of rows) r.id = idOf.get(`${r.userId}\u0000${r.idempotencyKey}`) as string;
-    await writeLog(em, rows.map((r) => ({ userCouponId: r.id, from: null, to: 'UNUSED' as const, txId: `grab:${r.idempotencyKey}`, reason: 'GRAB', at: now })));
-    return rows;
+    const issued = await findByKeys(em, grabs);
+    await writeLog(em, issued.map((r) => ({ userCouponId: r.id, from: null, to: 'UNUSED' as const, txId: `grab:${r.idempotencyKey}`, reason: 'GRAB', at: now })));
+    return issued;
   }
 }
