@@ -1,5 +1,7 @@
 import 'reflect-metadata';
 import { randomUUID } from 'node:crypto';
+import { STATUS_CODES } from 'node:http';
+import type { Socket } from 'node:net';
 import { NestFactory } from '@nestjs/core';
 import { FastifyAdapter, NestFastifyApplication } from '@nestjs/platform-fastify';
 import { DocumentBuilder, SwaggerModule } from '@nestjs/swagger';
@@ -13,6 +15,22 @@ import { StrictValidationPipe } from './common/validation.js';
 
 export const BODY_LIMIT_BYTES = 64 * 1024;
 
+/** Requests too broken to reach the router (garbled request line, oversized headers) still get the one error body. */
+function clientErrorHandler(err: Error & { code?: string }, socket: Socket): void {
+  if (err.code === 'ECONNRESET' || socket.destroyed) return;
+  const [status, code, message] =
+    err.code === 'ERR_HTTP_REQUEST_TIMEOUT'
+      ? [408, 'REQUEST_TIMEOUT', 'The request took too long to arrive']
+      : err.code === 'HPE_HEADER_OVERFLOW'
+        ? [431, 'HEADERS_TOO_LARGE', 'Request headers are too large']
+        : [400, 'VALIDATION_FAILED', 'Malformed HTTP request'];
+  const body = JSON.stringify({ code, message });
+  if (socket.writable) {
+    socket.write(`HTTP/1.1 ${status} ${STATUS_CODES[status]}\r\nContent-Length: ${Buffer.byteLength(body)}\r\nContent-Type: application/json; charset=utf-8\r\nConnection: close\r\n\r\n${body}`);
+  }
+  socket.destroy(err);
+}
+
 /** Builds the whole app (not listening yet). main.ts, the tests and the benchmarks all start it this way. */
 export async function createApp(config: AppConfig, extraModules: Parameters<typeof AppModule.forRoot>[1] = []): Promise<NestFastifyApplication> {
   const pino = createPino(config.LOG_LEVEL);
@@ -22,6 +40,7 @@ export async function createApp(config: AppConfig, extraModules: Parameters<type
     requestIdHeader: 'x-request-id',
     genReqId: () => randomUUID(),
     routerOptions: { maxParamLength: 512 },
+    clientErrorHandler,
     // The router's own refusals (bad percent-encoding, a path parameter over 512 characters) are
     // malformed paths: answer them like every other validation error.
     frameworkErrors: (err: FastifyError, _req: FastifyRequest, reply: FastifyReply) => {

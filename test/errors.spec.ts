@@ -1,3 +1,4 @@
+import { connect } from 'node:net';
 import request from 'supertest';
 import { loadConfig } from '../src/config/app-config.js';
 import { adminToken, bearer, startTestApp, TestApp } from './support/harness.js';
@@ -41,6 +42,32 @@ describe('error format and input limits', () => {
     const res = await post('<xml/>', 'application/xml');
     expect(res.status).toBe(415);
     expect(res.body.code).toBe('UNSUPPORTED_MEDIA_TYPE');
+  });
+
+  /** Sends raw bytes and returns what the server answered before closing the connection. */
+  function raw(bytes: string): Promise<string> {
+    return new Promise((resolve, reject) => {
+      const { port } = new URL(t.url);
+      const socket = connect(Number(port), '127.0.0.1', () => socket.end(bytes));
+      let answer = '';
+      socket.on('data', (d) => (answer += d.toString()));
+      socket.on('close', () => resolve(answer));
+      socket.on('error', reject);
+    });
+  }
+
+  it.each([
+    ['a garbled request line', 'GARBAGE\r\n\r\n', 400, 'VALIDATION_FAILED'],
+    ['headers over the size limit', `GET /health HTTP/1.1\r\nHost: x\r\nX-Big: ${'a'.repeat(20_000)}\r\n\r\n`, 431, 'HEADERS_TOO_LARGE'],
+  ])('answers %s in the error format, before any route runs', async (_label, bytes, status, code) => {
+    const answer = await raw(bytes);
+    expect(answer.startsWith(`HTTP/1.1 ${status} `)).toBe(true);
+    expect(JSON.parse(answer.slice(answer.indexOf('\r\n\r\n') + 4))).toEqual({ code, message: expect.any(String) });
+  });
+
+  it('opens its whole database pool at boot, before the first burst', async () => {
+    const [{ n }] = (await t.db.query(`SELECT COUNT(*) AS n FROM information_schema.processlist WHERE db = ?`, [t.config.DB_NAME])) as { n: string }[];
+    expect(Number(n)).toBeGreaterThanOrEqual(t.config.DB_POOL_SIZE);
   });
 
   it('answers ids out of the 64-bit range with 400', async () => {
