@@ -1,6 +1,5 @@
 import { ChildProcess, spawn } from 'node:child_process';
 import { once } from 'node:events';
-import { createServer } from 'node:net';
 import { performance } from 'node:perf_hooks';
 import { Redis } from 'ioredis';
 import { loadConfig } from '../src/config/app-config.js';
@@ -8,18 +7,11 @@ import { RateLimitService } from '../src/rate-limit/rate-limit.service.js';
 import { createCoupon } from './support/factories.js';
 import { startTestApp, TestApp } from './support/harness.js';
 import { checkInvariants } from './support/invariants.js';
+import { freePort } from './support/net.js';
 import { admitMany, fallbackCount, grabBurst, issuedCount, LimiterUnderTest, mostAdmitted, newNamespace, recordDecisions, startLimiter, waitFor, warmCoupon } from './rate-limit.helpers.js';
 
 const SHARED_REDIS = 'redis://127.0.0.1:6379';
 
-async function freePort(): Promise<number> {
-  const server = createServer().listen(0, '127.0.0.1');
-  await once(server, 'listening');
-  const { port } = server.address() as { port: number };
-  server.close();
-  await once(server, 'close');
-  return port;
-}
 
 /** A throw-away redis-server of this test's own, so that stopping it disturbs nobody else. */
 async function startRedis(port: number): Promise<ChildProcess> {

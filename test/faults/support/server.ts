@@ -1,11 +1,12 @@
 import { ChildProcess, execFile, spawn } from 'node:child_process';
 import { createWriteStream, existsSync, mkdirSync, readdirSync, readFileSync, statSync, writeFileSync } from 'node:fs';
-import { createServer } from 'node:net';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';
 import { TEST_SECRET } from '../../support/harness.js';
 import { call, sleep } from './http.js';
+import { freePort } from '../../support/net.js';
+
 
 export const ROOT = fileURLToPath(new URL('../../..', import.meta.url)).replace(/\/$/, '');
 /**
@@ -62,17 +63,6 @@ export async function buildServer(): Promise<void> {
   writeFileSync(join(BUILD_DIR, 'package.json'), JSON.stringify({ type: 'module' }));
   writeFileSync(LOCK_WAIT_PRELOAD, LOCK_WAIT_PRELOAD_SOURCE);
   writeFileSync(marker, new Date().toISOString());
-}
-
-export function freePort(): Promise<number> {
-  return new Promise((ok, fail) => {
-    const srv = createServer();
-    srv.on('error', fail);
-    srv.listen(0, '127.0.0.1', () => {
-      const { port } = srv.address() as { port: number };
-      srv.close(() => ok(port));
-    });
-  });
 }
 
 export interface ServerOptions {
