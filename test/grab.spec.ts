@@ -121,6 +121,22 @@ describe.each(['grouped', 'per-request'])('grab (GRAB_STRATEGY=%s)', (strategy) 
     expect(await rowCount(`SELECT COUNT(*) AS n FROM user_coupon`)).toBe(before + 1);
   });
 
+  it('treats user ids and keys as case-sensitive everywhere: alice and ALICE are two users, k and K two keys', async () => {
+    const coupon = await createCoupon(t.url, { totalStock: 10, perUserLimit: 2 });
+    const ids = [];
+    for (const [user, key] of [['case-alice', 'case-k'], ['CASE-ALICE', 'case-k'], ['case-alice', 'CASE-K']]) {
+      const res = await grab(coupon.id, user, key);
+      expect([user, key, res.status, res.headers['idempotent-replayed']]).toEqual([user, key, 201, undefined]);
+      ids.push(res.body.id);
+    }
+    expect(new Set(ids).size).toBe(3);
+    expect((await grab(coupon.id, 'CASE-ALICE')).status).toBe(201);
+    expect((await grab(coupon.id, 'CASE-ALICE')).body.code).toBe('USER_LIMIT_REACHED');
+    const upper = await request(t.url).get('/me/coupons').set(bearer(tokenFor('CASE-ALICE')));
+    expect(upper.body.items.every((i: { userId: string }) => i.userId === 'CASE-ALICE')).toBe(true);
+    expect((await request(t.url).get(`/me/coupons/${ids[0]}`).set(bearer(tokenFor('CASE-ALICE')))).status).toBe(404);
+  });
+
   it('makes stock added to a sold-out coupon grabbable at once', async () => {
     const coupon = await createCoupon(t.url, { totalStock: 1 });
     expect((await grab(coupon.id, 's1')).status).toBe(201);

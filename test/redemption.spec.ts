@@ -37,6 +37,7 @@ describe('redemption', () => {
     expect(answers.filter((r) => r.status === 200).every((r) => r.body.firstUse === false)).toBe(true);
     const first = answers.find((r) => r.status === 201)!.body;
     expect(first).toMatchObject({ userCouponId: ucId, orderNo: 'ORD-50', userId: 'payer', discountCents: 1000, status: 'USED', firstUse: true });
+    expect(typeof first.redemptionId).toBe('string');
     for (const r of answers) expect({ ...r.body, firstUse: true }).toEqual(first);
     expect(await redemptionsOf(ucId)).toBe(1);
     expect(await usedLogsOf(ucId)).toBe(1);
@@ -143,6 +144,26 @@ describe('redemption', () => {
       expect(other.body.replacementUserCoupon.id).toBe(replacement.id);
       const reuse = await redeem(tokenFor('refunded'), { userCouponId: replacement.id, orderNo: 'RF-2', orderAmountCents: 10000 });
       expect(reuse.status).toBe(201);
+    });
+
+    it('one refundNo sent concurrently for two different coupons: one refund, the other 422, never a 5xx', async () => {
+      const [a, b] = [await userCoupon('twin', { returnOnRefund: true }), await userCoupon('twin', { returnOnRefund: true })];
+      for (const [uc, order] of [[a, 'TW-A'], [b, 'TW-B']]) expect((await redeem(tokenFor('twin'), { userCouponId: uc, orderNo: order, orderAmountCents: 10000 })).status).toBe(201);
+      const answers = await Promise.all([refund({ userCouponId: a, orderNo: 'TW-A', refundNo: 'TW-1' }), refund({ userCouponId: b, orderNo: 'TW-B', refundNo: 'TW-1' })]);
+      expect(answers.map((r) => r.status).sort()).toEqual([201, 422]);
+      expect(answers.find((r) => r.status === 422)!.body.code).toBe('IDEMPOTENCY_KEY_REUSED');
+      expect(typeof answers.find((r) => r.status === 201)!.body.refundId).toBe('string');
+      expect(await count(`SELECT COUNT(*) AS n FROM refund WHERE refund_no = 'TW-1'`)).toBe(1);
+    });
+
+    it('treats order and refund numbers as case-sensitive', async () => {
+      const ucId = await userCoupon('casey', { returnOnRefund: true });
+      expect((await redeem(tokenFor('casey'), { userCouponId: ucId, orderNo: 'ord-case', orderAmountCents: 10000 })).status).toBe(201);
+      const other = await redeem(tokenFor('casey'), { userCouponId: ucId, orderNo: 'ORD-CASE', orderAmountCents: 10000 });
+      expect([other.status, other.body.code]).toEqual([409, 'COUPON_ALREADY_USED']);
+      expect((await refund({ userCouponId: ucId, orderNo: 'ord-case', refundNo: 'rf-case' })).status).toBe(201);
+      const upper = await refund({ userCouponId: ucId, orderNo: 'ORD-CASE', refundNo: 'RF-CASE' });
+      expect([upper.status, upper.body.code]).toEqual([409, 'NOT_REDEEMED']);
     });
 
     it('answers REFUND_RETURN_DISABLED, NOT_REDEEMED, 404, 422 and 403 as it should, writing nothing', async () => {

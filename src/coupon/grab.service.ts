@@ -87,9 +87,6 @@ export class GrabService {
       return await this.decide(coupon, userId, key);
     } catch (err) {
       if (err instanceof AppError && err.code === 'SOLD_OUT') this.coupons.markSoldOut(couponId);
-      // A group's refusals were decided under the stock lock with the keys in view: final.
-      if (err instanceof AppError && this.config.GRAB_STRATEGY === 'grouped') throw err;
-      if (isDuplicateKey(err) || (err instanceof AppError && REPLAYABLE.has(err.code))) return this.refuse(err, userId, key, couponId);
       throw err;
     }
   }
@@ -101,15 +98,26 @@ export class GrabService {
     throw err;
   }
 
+  /** A group's refusals were decided under the stock lock with the keys in view: they are final. */
   private async decide(coupon: Coupon, userId: string, key: string): Promise<GrabResult> {
-    if (this.config.GRAB_STRATEGY === 'per-request') return this.perRequest(coupon, userId, key);
+    if (this.config.GRAB_STRATEGY === 'per-request') return this.alone(coupon, userId, key);
     try {
       const decision = await this.groups.submit(coupon, { userId, key });
       if (decision instanceof AppError) throw decision;
       return decision;
     } catch (err) {
-      // A group fails as a whole on a key inserted meanwhile for another coupon; decide this one alone.
-      if (isDuplicateKey(err)) return this.perRequest(coupon, userId, key);
+      if (!isDuplicateKey(err)) throw err;
+    }
+    // The group failed as a whole on a key inserted meanwhile for another coupon: decide this one alone.
+    return this.alone(coupon, userId, key);
+  }
+
+  /** The per-request path; its refusals were made without looking at keys, so they look first. */
+  private async alone(coupon: Coupon, userId: string, key: string): Promise<GrabResult> {
+    try {
+      return await this.perRequest(coupon, userId, key);
+    } catch (err) {
+      if (isDuplicateKey(err) || (err instanceof AppError && REPLAYABLE.has(err.code))) return this.refuse(err, userId, key, coupon.id);
       throw err;
     }
   }

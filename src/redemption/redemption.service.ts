@@ -2,6 +2,7 @@ import { Injectable } from '@nestjs/common';
 import { InjectRepository } from '@nestjs/typeorm';
 import { EntityManager, Repository } from 'typeorm';
 import type { Principal } from '../auth/principal.js';
+import { isDuplicateKey } from '../common/db-errors.js';
 import { AppError } from '../common/errors.js';
 import { counter } from '../common/metrics.js';
 import { validationFailed } from '../common/validation.js';
@@ -112,6 +113,8 @@ export class RedemptionService {
         usedAt: now,
       });
       await em.insert(Redemption, redemption);
+      // The driver hands back the generated id as a number; the API's ids are strings.
+      redemption.id = String(redemption.id);
       await this.stateMachine.transit(em, uc.id, 'UNUSED', 'USED', `order:${dto.orderNo}`, 'redeemed', now);
       return { redemption, firstUse: true };
     });
@@ -133,6 +136,17 @@ export class RedemptionService {
   private async doRefund(dto: RefundDto): Promise<{ refund: Refund; replacement: UserCoupon | null; replayed: boolean }> {
     const earlier = await this.refunds.findOneBy({ refundNo: dto.refundNo });
     if (earlier) return this.replayRefund(earlier, dto);
+    try {
+      return await this.refundOnce(dto);
+    } catch (err) {
+      // The same refundNo committed meanwhile, for this coupon (answer it) or another (422).
+      const winner = isDuplicateKey(err) ? await this.refunds.findOneBy({ refundNo: dto.refundNo }) : null;
+      if (winner) return this.replayRefund(winner, dto);
+      throw err;
+    }
+  }
+
+  private refundOnce(dto: RefundDto): Promise<{ refund: Refund; replacement: UserCoupon | null; replayed: boolean }> {
     return this.tx.inTransaction(async (em) => {
       const uc = await this.lockUserCoupon(em, dto.userCouponId);
       if (!uc) throw notFound();
@@ -160,6 +174,7 @@ export class RedemptionService {
         createdAt: new Date(),
       });
       await em.insert(Refund, refund);
+      refund.id = String(refund.id);
       return { refund, replacement, replayed: false };
     });
   }

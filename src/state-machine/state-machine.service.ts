@@ -5,7 +5,7 @@ import { counter } from '../common/metrics.js';
 import { execute } from '../database/transaction.service.js';
 import { isLegal, UserCouponStatus } from './transitions.js';
 
-const transitions = counter('user_coupon_transitions_total', 'User coupon status transitions', ['from', 'to']);
+const transitions = counter('user_coupon_transitions_total', 'User coupon status transitions written, by from/to (a transaction rolled back afterwards still counts)', ['from', 'to']);
 
 export interface LogRow {
   userCouponId: string;

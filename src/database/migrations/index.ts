@@ -1,4 +1,5 @@
 import { InitialSchema1764460800000 } from './1764460800000-initial-schema.js';
+import { CaseSensitiveKeys1764547200000 } from './1764547200000-case-sensitive-keys.js';
 
 /** Every migration, in order. The app, the CLI (ormconfig.ts) and the tests all use this list. */
-export const migrations = [InitialSchema1764460800000];
+export const migrations = [InitialSchema1764460800000, CaseSensitiveKeys1764547200000];
