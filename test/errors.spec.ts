@@ -1,6 +1,7 @@
 import { connect } from 'node:net';
 import request from 'supertest';
 import { loadConfig } from '../src/config/app-config.js';
+import { couponBody } from './support/factories.js';
 import { adminToken, bearer, startTestApp, TestApp } from './support/harness.js';
 
 describe('error format and input limits', () => {
@@ -25,6 +26,17 @@ describe('error format and input limits', () => {
     const res = await post(body);
     expect(res.status).toBe(status);
     expect(res.body).toEqual({ code, message: expect.any(String), ...(res.body.details ? { details: expect.any(Object) } : {}) });
+  });
+
+  it.each([
+    ['/admin/user-coupons/reissue', { couponId: '1', userId: 'bob', reason: 'r', fromStock: false, replacesUserCouponId: null }, 'replacesUserCouponId'],
+    ['/admin/reconciliation/runs', { mode: null }, 'mode'],
+    ['/redemptions', { userCouponId: '1', orderNo: 'o', orderAmountCents: 5, userId: null }, 'userId'],
+    ['/admin/coupons', { ...couponBody(), perUserLimit: null }, 'perUserLimit'],
+  ])('answers null for an optional field of %s with 400 naming it (null is not "left out")', async (path, body, field) => {
+    const res = await request(t.url).post(path).set(bearer(adminToken())).send(body);
+    expect([res.status, res.body.code]).toEqual([400, 'VALIDATION_FAILED']);
+    expect(Object.keys(res.body.details.fields)).toContain(field);
   });
 
   it('names the offending fields of a bad body', async () => {

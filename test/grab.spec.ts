@@ -137,6 +137,16 @@ describe.each(['grouped', 'per-request'])('grab (GRAB_STRATEGY=%s)', (strategy) 
     expect((await request(t.url).get(`/me/coupons/${ids[0]}`).set(bearer(tokenFor('CASE-ALICE')))).status).toBe(404);
   });
 
+  it('validates PATCH bodies: null status refused, null rateLimitPerSecond resets to the default', async () => {
+    const coupon = await createCoupon(t.url, { rateLimitPerSecond: 50 });
+    const patch = (body: unknown) => request(t.url).patch(`/admin/coupons/${coupon.id}`).set(bearer(adminToken())).send(body as object);
+    for (const body of [{ status: null, rateLimitPerSecond: 1000 }, { status: 'DELETED' }, {}, { rateLimitPerSecond: 0 }]) {
+      const res = await patch(body);
+      expect([JSON.stringify(body), res.status, res.body.code]).toEqual([JSON.stringify(body), 400, 'VALIDATION_FAILED']);
+    }
+    expect((await patch({ rateLimitPerSecond: null })).body).toMatchObject({ status: 'ACTIVE', rateLimitPerSecond: null });
+  });
+
   it('makes stock added to a sold-out coupon grabbable at once', async () => {
     const coupon = await createCoupon(t.url, { totalStock: 1 });
     expect((await grab(coupon.id, 's1')).status).toBe(201);

@@ -1,4 +1,5 @@
 import { ArgumentMetadata, Injectable, PipeTransform, ValidationError, ValidationPipe } from '@nestjs/common';
+import { ValidateIf } from 'class-validator';
 import { AppError } from './errors.js';
 
 function flatten(errors: ValidationError[], prefix = ''): Record<string, string[]> {
@@ -74,3 +75,10 @@ export class IdPipe implements PipeTransform<string, string> {
 
 export const USER_ID_PATTERN = /^[A-Za-z0-9_.:-]{1,64}$/;
 export const IDEMPOTENCY_KEY_PATTERN = /^[A-Za-z0-9_-]{1,128}$/;
+
+/**
+ * The field may be left out, but when present it is validated, null included. class-validator's
+ * IsOptional() also lets null through, which for a NOT NULL column became a 500; use IsOptional()
+ * only where null means something.
+ */
+export const IsOmittable = () => ValidateIf((_object: object, value: unknown) => value !== undefined);

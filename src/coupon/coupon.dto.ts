@@ -2,6 +2,7 @@ import { ApiProperty, ApiPropertyOptional } from '@nestjs/swagger';
 import { Type } from 'class-transformer';
 import { IsBoolean, IsIn, IsInt, IsISO8601, IsNotEmptyObject, IsOptional, IsString, Length, Matches, Max, Min, ValidateIf, ValidateNested } from 'class-validator';
 import { USER_COUPON_STATUSES } from '../state-machine/transitions.js';
+import { IsOmittable } from '../common/validation.js';
 
 const MAX_CENTS = 1_000_000_000_000;
 
@@ -49,7 +50,7 @@ export class CreateCouponDto {
   @ApiProperty({ minimum: 0, maximum: 1e9 }) @IsInt() @Min(0) @Max(1_000_000_000)
   totalStock!: number;
 
-  @ApiPropertyOptional({ default: 1, minimum: 1 }) @IsOptional() @IsInt() @Min(1) @Max(1_000_000)
+  @ApiPropertyOptional({ default: 1, minimum: 1 }) @IsOmittable() @IsInt() @Min(1) @Max(1_000_000)
   perUserLimit?: number;
 
   @ApiProperty() @IsISO8601({ strict: true })
@@ -65,15 +66,15 @@ export class CreateCouponDto {
   discount!: DiscountDto;
 
   @ApiPropertyOptional({ description: 'Per-instance grab admissions per second; default RATE_LIMIT_PER_SECOND' })
-  @IsOptional() @IsInt() @Min(1) @Max(1_000_000)
+  @IsOmittable() @IsInt() @Min(1) @Max(1_000_000)
   rateLimitPerSecond?: number;
 
-  @ApiPropertyOptional({ default: false }) @IsOptional() @IsBoolean()
+  @ApiPropertyOptional({ default: false }) @IsOmittable() @IsBoolean()
   returnOnRefund?: boolean;
 }
 
 export class PatchCouponDto {
-  @ApiPropertyOptional({ enum: ['ACTIVE', 'PAUSED'] }) @IsOptional() @IsIn(['ACTIVE', 'PAUSED'])
+  @ApiPropertyOptional({ enum: ['ACTIVE', 'PAUSED'] }) @IsOmittable() @IsIn(['ACTIVE', 'PAUSED'])
   status?: 'ACTIVE' | 'PAUSED';
 
   @ApiPropertyOptional({ nullable: true, description: 'null resets to the default' })
@@ -88,14 +89,14 @@ export class StockDeltaDto {
 }
 
 export class MyCouponsQuery {
-  @ApiPropertyOptional({ enum: USER_COUPON_STATUSES }) @IsOptional() @IsIn(USER_COUPON_STATUSES)
+  @ApiPropertyOptional({ enum: USER_COUPON_STATUSES }) @IsOmittable() @IsIn(USER_COUPON_STATUSES)
   status?: (typeof USER_COUPON_STATUSES)[number];
 
   @ApiPropertyOptional({ minimum: 1, maximum: 100, default: 20 })
-  @IsOptional() @Type(() => Number) @IsInt() @Min(1) @Max(100)
+  @IsOmittable() @Type(() => Number) @IsInt() @Min(1) @Max(100)
   limit?: number;
 
   @ApiPropertyOptional({ description: 'nextCursor of the previous page' })
-  @IsOptional() @Matches(/^[1-9][0-9]{0,18}$/, { message: 'cursor must be a nextCursor value' })
+  @IsOmittable() @Matches(/^[1-9][0-9]{0,18}$/, { message: 'cursor must be a nextCursor value' })
   cursor?: string;
 }

@@ -2,8 +2,8 @@ import { Injectable } from '@nestjs/common';
 import type { ArgumentMetadata, PipeTransform, Type as ClassType } from '@nestjs/common';
 import { ApiProperty, ApiPropertyOptional } from '@nestjs/swagger';
 import { Type } from 'class-transformer';
-import { IsIn, IsInt, IsOptional, IsString, Matches, Max, MaxLength, Min, MinLength } from 'class-validator';
-import { StrictValidationPipe } from '../common/validation.js';
+import { IsIn, IsInt, IsString, Matches, Max, MaxLength, Min, MinLength } from 'class-validator';
+import { IsOmittable, StrictValidationPipe } from '../common/validation.js';
 import { COMPENSATION_STATUSES } from './compensation.entity.js';
 import type { CompensationStatus } from './compensation.entity.js';
 import { RUN_MODES } from './reconciliation-run.entity.js';
@@ -13,14 +13,14 @@ const ID = /^[1-9][0-9]{0,18}$/;
 
 export class StartRunDto {
   @ApiPropertyOptional({ enum: RUN_MODES, default: 'FULL', description: 'INCREMENTAL replays the state log only for coupons changed since the last complete run' })
-  @IsOptional()
+  @IsOmittable()
   @IsIn(RUN_MODES)
   mode?: RunMode;
 }
 
 export class PageQuery {
   @ApiPropertyOptional({ minimum: 1, maximum: 100, default: 20 })
-  @IsOptional()
+  @IsOmittable()
   @Type(() => Number)
   @IsInt()
   @Min(1)
@@ -28,19 +28,19 @@ export class PageQuery {
   limit?: number;
 
   @ApiPropertyOptional({ description: 'nextCursor of the previous page' })
-  @IsOptional()
+  @IsOmittable()
   @Matches(ID, { message: 'cursor must be a positive integer id' })
   cursor?: string;
 }
 
 export class ListCompensationsQuery extends PageQuery {
   @ApiPropertyOptional({ enum: COMPENSATION_STATUSES })
-  @IsOptional()
+  @IsOmittable()
   @IsIn(COMPENSATION_STATUSES)
   status?: CompensationStatus;
 
   @ApiPropertyOptional({ description: 'only the compensations proposed by this run' })
-  @IsOptional()
+  @IsOmittable()
   @Matches(ID, { message: 'runId must be a positive integer id' })
   runId?: string;
 }

@@ -1,7 +1,7 @@
 import { ApiProperty, ApiPropertyOptional } from '@nestjs/swagger';
 import { Transform } from 'class-transformer';
-import { IsInt, IsOptional, IsString, Length, Matches, Max, Min } from 'class-validator';
-import { USER_ID_PATTERN } from '../common/validation.js';
+import { IsInt, IsString, Length, Matches, Max, Min } from 'class-validator';
+import { IsOmittable, USER_ID_PATTERN } from '../common/validation.js';
 
 const ID = /^[1-9][0-9]{0,18}$/;
 /** Ids travel as strings; a client that sends a small integer is accepted too. */
@@ -19,7 +19,7 @@ export class RedeemDto {
   orderAmountCents!: number;
 
   @ApiPropertyOptional({ description: 'Required for a service token; for a user token absent or equal to the token subject' })
-  @IsOptional() @IsString() @Matches(USER_ID_PATTERN, { message: 'userId must be 1-64 of [A-Za-z0-9_.:-]' })
+  @IsOmittable() @IsString() @Matches(USER_ID_PATTERN, { message: 'userId must be 1-64 of [A-Za-z0-9_.:-]' })
   userId?: string;
 }
 

@@ -1,7 +1,7 @@
 import { ApiProperty, ApiPropertyOptional } from '@nestjs/swagger';
 import { Transform } from 'class-transformer';
-import { IsBoolean, IsOptional, IsString, Length, Matches } from 'class-validator';
-import { USER_ID_PATTERN } from '../common/validation.js';
+import { IsBoolean, IsString, Length, Matches } from 'class-validator';
+import { IsOmittable, USER_ID_PATTERN } from '../common/validation.js';
 import { USER_COUPON_STATUSES } from './transitions.js';
 
 const ID_PATTERN = /^[1-9][0-9]{0,18}$/;
@@ -32,7 +32,7 @@ export class ReissueUserCouponDto {
   fromStock!: boolean;
 
   @ApiPropertyOptional({ example: '2048', description: "The user's coupon this one replaces (must belong to the same user); it is not voided by the reissue" })
-  @IsOptional() @Transform(idToString) @IsString() @Matches(ID_PATTERN, { message: 'replacesUserCouponId must be a positive integer id' })
+  @IsOmittable() @Transform(idToString) @IsString() @Matches(ID_PATTERN, { message: 'replacesUserCouponId must be a positive integer id' })
   replacesUserCouponId?: string;
 }
 
