@@ -4,6 +4,7 @@ import { ReconciliationService } from '../src/reconciliation/reconciliation.serv
 import { createCoupon, CouponInput, newKey } from './support/factories.js';
 import { adminToken, bearer, serviceToken, startTestApp, TestApp, tokenFor } from './support/harness.js';
 import { checkInvariants } from './support/invariants.js';
+import { lockName } from '../src/database/lock-name.js';
 
 interface CompensationBody {
   id: string;
@@ -219,11 +220,11 @@ describe('reconciliation', () => {
   it('a run holding the lock on another connection (another instance) makes a trigger 409; a dead RUNNING run is marked FAILED by the next start', async () => {
     const other = t.db.createQueryRunner();
     try {
-      await other.query(`SELECT GET_LOCK(?, 0)`, [`coupon-engine:reconcile:${t.config.DB_NAME}`]);
+      await other.query(`SELECT GET_LOCK(?, 0)`, [lockName('reconcile', t.config.DB_NAME)]);
       const busy = await request(t.url).post('/admin/reconciliation/runs').set(admin()).send({ mode: 'FULL' });
       expect([busy.status, busy.body.code]).toEqual([409, 'RECONCILIATION_RUNNING']);
     } finally {
-      await other.query(`SELECT RELEASE_LOCK(?)`, [`coupon-engine:reconcile:${t.config.DB_NAME}`]);
+      await other.query(`SELECT RELEASE_LOCK(?)`, [lockName('reconcile', t.config.DB_NAME)]);
       await other.release();
     }
     const dead = await sql(`INSERT INTO reconciliation_run (status, mode, triggered_by, started_at) VALUES ('RUNNING', 'FULL', 'crashed', NOW(3))`);

@@ -5,6 +5,7 @@ import { AppConfig } from '../config/app-config.js';
 import { isDuplicateKey } from '../common/db-errors.js';
 import { AppError } from '../common/errors.js';
 import { counter, gauge, histogram } from '../common/metrics.js';
+import { lockName } from '../database/lock-name.js';
 import { TransactionService } from '../database/transaction.service.js';
 import { AuditService, ChunkResult, Finding } from './audit.service.js';
 import { DiscrepancyType } from './diagnosis.js';
@@ -48,7 +49,7 @@ export class ReconciliationService implements BeforeApplicationShutdown {
   ) {}
 
   private get lockName(): string {
-    return `coupon-engine:reconcile:${this.config.DB_NAME}`;
+    return lockName('reconcile', this.config.DB_NAME);
   }
 
   /**
