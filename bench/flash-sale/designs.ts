@@ -47,12 +47,19 @@ export const NOOP: Design = {
 
 /**
  * The service as shipped, once per GRAB_STRATEGY value given (none given: once, with the
- * service's default). Adding a strategy to compare is adding a value to the list.
+ * service's default). Adding a strategy to compare is adding a value to the list; a value may carry
+ * more settings after `+` (`grouped+GRAB_GROUP_MAX=100`), so tunings are compared in one run too.
  */
 export function shippedDesigns(strategies: readonly string[]): Design[] {
   const base = { entry: SHIPPED_ENTRY, route: (id: string) => `/coupons/${id}/grab`, kind: 'grab' as const, mustHold: true };
   if (strategies.length === 0) return [{ ...base, id: 'shipped', title: 'the service as shipped', env: {} }];
-  return strategies.map((s) => ({ ...base, id: `shipped:${s}`, title: `the service as shipped, GRAB_STRATEGY=${s}`, env: { GRAB_STRATEGY: s } }));
+  return strategies.map((s) => {
+    const [strategy, ...settings] = s.split('+');
+    if (!settings.every((kv) => kv.indexOf('=') > 0)) throw new Error(`--strategies: "${s}": settings after + are NAME=value`);
+    const env = Object.fromEntries([['GRAB_STRATEGY', strategy], ...settings.map((kv) => [kv.slice(0, kv.indexOf('=')), kv.slice(kv.indexOf('=') + 1)])]);
+    const title = Object.entries(env).map(([k, v]) => `${k}=${v}`).join(' ');
+    return { ...base, id: `shipped:${s}`, title: `the service as shipped, ${title}`, env };
+  });
 }
 
 export interface Scenario {
