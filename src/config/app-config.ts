@@ -77,11 +77,11 @@ export class AppConfig {
   @IsIn(['grouped', 'per-request'])
   GRAB_STRATEGY: 'grouped' | 'per-request' = 'grouped';
 
-  /** Most grabs one grouped transaction decides. */
+  /** Most grabs one grouped transaction decides: enough for a whole burst of 1,000 concurrent grabs. */
   @Transform(toInt) @IsInt() @Min(1) @Max(5000)
-  GRAB_GROUP_MAX: number = 500;
+  GRAB_GROUP_MAX: number = 1000;
 
-  /** How long the first grab of an idle coupon waits for company before its group runs (0: not at all). */
+  /** How long the first grab of an idle coupon waits for company before its group runs (0: to the end of the event-loop turn). */
   @Transform(toInt) @IsInt() @Min(0) @Max(1000)
   GRAB_GROUP_WAIT_MS: number = 0;
 

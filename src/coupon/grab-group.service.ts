@@ -33,7 +33,8 @@ export const identity = (r: GrabRequest) => `${r.userId}\u0000${r.key}`;
  * running wait for it and then form the next group: one transaction locks the stock row, decides
  * every waiting request against the remaining stock, per-user limits and keys already used,
  * inserts the winners in one statement, deducts the exact count and commits. Only after the commit
- * is anyone answered, so a failed group has told no one "success". A lone request runs at once.
+ * is anyone answered, so a failed group has told no one "success". A lone request waits only for
+ * the end of the current event-loop turn.
  */
 @Injectable()
 export class GrabGroupService {
@@ -56,7 +57,9 @@ export class GrabGroupService {
 
   private async drain(coupon: Coupon, queue: Queue): Promise<void> {
     queue.running = true;
-    if (this.config.GRAB_GROUP_WAIT_MS > 0) await new Promise((r) => setTimeout(r, this.config.GRAB_GROUP_WAIT_MS));
+    // At least to the end of this event-loop turn: a burst parsed in one turn (the first second of a
+    // sale) forms one group instead of a lone first request that the rest must wait behind.
+    await new Promise((r) => (this.config.GRAB_GROUP_WAIT_MS > 0 ? setTimeout(r, this.config.GRAB_GROUP_WAIT_MS) : setImmediate(r)));
     while (queue.waiting.length > 0) {
       const group = queue.waiting.splice(0, this.config.GRAB_GROUP_MAX);
       groupSizes.observe(group.length);

@@ -1,0 +1,72 @@
+import { AppError } from '../src/common/errors.js';
+import { CouponService } from '../src/coupon/coupon.service.js';
+import { GrabDecision, GrabGroupService } from '../src/coupon/grab-group.service.js';
+import { createCoupon, newKey } from './support/factories.js';
+import { startTestApp, TestApp } from './support/harness.js';
+import { checkInvariants } from './support/invariants.js';
+
+/**
+ * How grouped grabs are gathered (issue 9): bounded by GRAB_GROUP_MAX, a burst in one event-loop
+ * turn forms one group, and GRAB_GROUP_WAIT_MS holds an idle coupon's first grab for company. A
+ * group's coupons share one issue time (one `now` per group), which is how the groups are seen here.
+ */
+describe.each([
+  { max: 40, waitMs: 0 },
+  { max: 1000, waitMs: 300 },
+])('grab groups (GRAB_GROUP_MAX=$max, GRAB_GROUP_WAIT_MS=$waitMs)', ({ max, waitMs }) => {
+  let t: TestApp;
+  let groups: GrabGroupService;
+  let coupons: CouponService;
+  beforeAll(async () => {
+    t = await startTestApp({ GRAB_STRATEGY: 'grouped', GRAB_GROUP_MAX: String(max), GRAB_GROUP_WAIT_MS: String(waitMs) });
+    groups = t.app.get(GrabGroupService);
+    coupons = t.app.get(CouponService);
+  });
+  afterEach(async () => {
+    expect(await checkInvariants(t.db)).toEqual([]);
+  });
+  afterAll(() => t.close());
+
+  /** Sizes of the groups that issued this coupon's coupons, in issue order. */
+  const groupSizes = async (couponId: string) =>
+    ((await t.db.query(`SELECT COUNT(*) AS n FROM user_coupon WHERE coupon_id = ? GROUP BY issued_at ORDER BY issued_at`, [couponId])) as { n: string }[]).map((r) => Number(r.n));
+  const granted = (d: GrabDecision) => (d instanceof AppError ? d.code : 'GRANTED');
+
+  it('splits a burst submitted in one event-loop turn into groups of at most GRAB_GROUP_MAX, in arrival order', async () => {
+    const coupon = await coupons.template((await createCoupon(t.url, { totalStock: 100 })).id);
+    const users = Array.from({ length: 130 }, (_, i) => `burst-${i}`);
+    // Submitted within one event-loop turn but at different promise depths, as requests that went
+    // through guards and pipes of different lengths reach the service.
+    const arrived: string[] = [];
+    const submitAfter = async (hops: number, userId: string): Promise<[string, string]> => {
+      for (let i = 0; i < hops; i++) await null;
+      arrived.push(userId);
+      return [userId, granted(await groups.submit(coupon, { userId, key: newKey() }))];
+    };
+    const outcome = new Map(await Promise.all(users.map((userId, i) => submitAfter(i % 7, userId))));
+
+    // The first 100 arrivals got the coupons; the rest were told sold out.
+    expect(arrived.map((u) => outcome.get(u))).toEqual([...Array(100).fill('GRANTED'), ...Array(30).fill('SOLD_OUT')]);
+    expect(await groupSizes(coupon.id)).toEqual(max === 40 ? [40, 40, 20] : [100]);
+  });
+
+  it('a lone grab waits at most GRAB_GROUP_WAIT_MS (0: the end of the event-loop turn), and grabs arriving meanwhile join its group', async () => {
+    const coupon = await coupons.template((await createCoupon(t.url, { totalStock: 10 })).id);
+    const started = performance.now();
+    const first = groups.submit(coupon, { userId: 'lone-0', key: newKey() });
+    const firstDone = first.then(() => performance.now() - started);
+    await new Promise((r) => setTimeout(r, 50));
+    const later = await Promise.all([1, 2, 3].map((i) => groups.submit(coupon, { userId: `lone-${i}`, key: newKey() })));
+    const elapsed = await firstDone;
+
+    expect([await first, ...later].map(granted)).toEqual(['GRANTED', 'GRANTED', 'GRANTED', 'GRANTED']);
+    if (waitMs === 0) {
+      // It did not wait for the grabs 50 ms later: it ran in a group of its own.
+      expect(await groupSizes(coupon.id)).toEqual([1, 3]);
+    } else {
+      expect(elapsed).toBeGreaterThanOrEqual(waitMs - 5);
+      expect(elapsed).toBeLessThan(waitMs + 1000);
+      expect(await groupSizes(coupon.id)).toEqual([4]);
+    }
+  });
+});
