@@ -117,7 +117,7 @@ export async function runDesign(design: Design, scenario: Scenario, w: Workload,
     rssDuring = Math.max(rssDuring, server.rss());
     peakRss = server.peakRss();
   } finally {
-    load.close();
+    await load.close();
     await server.stop();
   }
 
