@@ -5,4 +5,5 @@ RUN npm ci --no-audit --no-fund
 COPY . .
 RUN npm run build && npm prune --omit=dev
 ENV NODE_ENV=production
-CMD ["node", "dist/src/main.js"]
+# The same node flags as `npm run start:prod` (see the README, "The two commands").
+CMD ["node", "--max-semi-space-size=64", "dist/src/main.js"]

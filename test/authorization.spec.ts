@@ -40,7 +40,7 @@ const label = (r: Route) => `${r.method} ${r.path}`;
 
 const b64 = (v: unknown) => Buffer.from(JSON.stringify(v)).toString('base64url');
 const now = () => Math.floor(Date.now() / 1000);
-/** Signs by hand: jsonwebtoken refuses to sign many of the malformed claims below. */
+/** Signs by hand: a JWT library refuses to sign many of the malformed claims below. */
 function sign(payload: object, secret = TEST_SECRET, alg: 'HS256' | 'HS512' = 'HS256'): string {
   const unsigned = `${b64({ alg, typ: 'JWT' })}.${b64(payload)}`;
   return `${unsigned}.${createHmac(alg === 'HS256' ? 'sha256' : 'sha512', secret).update(unsigned).digest('base64url')}`;

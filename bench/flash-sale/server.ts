@@ -19,6 +19,16 @@ export interface RunningServer {
   stop(): Promise<void>;
 }
 
+/**
+ * The node flags of `npm run start:prod` (`node <flags> dist/src/main.js`), so every design runs on
+ * the runtime settings production uses.
+ */
+export function productionNodeArgs(): string[] {
+  const pkg = JSON.parse(readFileSync('package.json', 'utf8')) as { scripts: Record<string, string> };
+  const words = pkg.scripts['start:prod'].split(/\s+/);
+  if (words[0] !== 'node') throw new Error(`package.json start:prod should run node, not: ${pkg.scripts['start:prod']}`);
+  return words.slice(1, -1);
+}
 
 function statusKiB(pid: number, field: 'VmHWM' | 'VmRSS'): number {
   const line = readFileSync(`/proc/${pid}/status`, 'utf8')
@@ -51,7 +61,7 @@ export async function startServer(spec: ServerSpec, bootTimeoutMs = 90_000): Pro
   const port = await freePort();
   const output: string[] = [];
   // BENCH_SERVER_NODE_ARGS (e.g. "--cpu-prof --cpu-prof-dir=/tmp/prof") profiles the server under load.
-  const nodeArgs = (process.env.BENCH_SERVER_NODE_ARGS ?? '').split(' ').filter(Boolean);
+  const nodeArgs = [...productionNodeArgs(), ...(process.env.BENCH_SERVER_NODE_ARGS ?? '').split(' ').filter(Boolean)];
   const child: ChildProcess = spawn(process.execPath, [...nodeArgs, spec.entry], {
     env: { PATH: process.env.PATH ?? '', ...spec.env, PORT: String(port) },
     stdio: ['ignore', 'pipe', 'pipe'],
