@@ -1,5 +1,6 @@
 import { connect } from 'node:net';
 import request from 'supertest';
+import { AppError } from '../src/common/errors.js';
 import { loadConfig } from '../src/config/app-config.js';
 import { couponBody } from './support/factories.js';
 import { adminToken, bearer, startTestApp, TestApp } from './support/harness.js';
@@ -104,5 +105,17 @@ describe('configuration', () => {
   it('has defaults that work on a developer machine', () => {
     const c = loadConfig({});
     expect([c.PORT, c.DB_HOST, c.DB_PORT, c.DB_USER, c.DB_PASSWORD, c.DB_NAME, c.RATE_LIMIT_PER_SECOND, c.RATE_LIMIT_ENABLED]).toEqual([3000, '127.0.0.1', 3306, 'root', '', 'coupon', 500, true]);
+  });
+});
+
+describe('AppError', () => {
+  it('keeps a stack for faults (5xx) only; a refusal (4xx) skips the capture and leaves the global limit alone', () => {
+    const limit = Error.stackTraceLimit;
+    const refusal = new AppError('SOLD_OUT', 'sold out', { couponId: '1' });
+    const fault = new AppError('SERVICE_UNAVAILABLE', 'down');
+    expect(refusal.stack?.split('\n')).toEqual(['AppError: sold out']);
+    expect(fault.stack?.split('\n').length).toBeGreaterThan(1);
+    expect([refusal.code, refusal.status, refusal.details, refusal instanceof Error]).toEqual(['SOLD_OUT', 409, { couponId: '1' }, true]);
+    expect(Error.stackTraceLimit).toBe(limit);
   });
 });
