@@ -105,6 +105,7 @@ export function toMarkdown(rep: Report): string {
       '',
     );
   }
+  out.push(...strategyRounds(rep.runs));
   const failing = rep.runs.filter((r) => r.violations.length > 0);
   if (failing.length > 0) {
     out.push('### Violations', '');
@@ -120,4 +121,39 @@ function latencyRow(r: RunResult, main: string[]): string {
     .map(([c, n]) => `${c} ${num(n)}`)
     .join(', ');
   return `| ${r.design} | ${num(r.counts.SUCCESS ?? 0)} | ${lat(r.latencyMs.SUCCESS)} | ${num(r.counts.SOLD_OUT ?? 0)} | ${lat(r.latencyMs.SOLD_OUT)} | ${other || '–'} |`;
+}
+
+const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor((xs.length - 1) / 2)];
+
+/**
+ * Issue 9's goals, as ratios of runs made in the same round (so the same machine moment), and their
+ * median over the rounds: one round's figures can be moved by other work on a shared machine.
+ */
+function strategyRounds(runs: readonly RunResult[]): string[] {
+  const thr = runs.filter((r) => r.scenario === 'throughput');
+  const rounds = [...new Set(thr.map((r) => r.round ?? 1))].sort((a, b) => a - b);
+  const rows = rounds.flatMap((round) => {
+    const at = (id: string) => thr.find((r) => r.design === id && (r.round ?? 1) === round);
+    const [g, p, n] = [at('shipped:grouped'), at('shipped:per-request'), at('noop')];
+    const gp99 = g?.latencyMs.SUCCESS?.p99;
+    const pp99 = p?.latencyMs.SUCCESS?.p99;
+    if (!g || !p || !gp99 || !pp99) return [];
+    return [{ round, g, p, gp99, pp99, speedup: g.answeredPerSecond / p.answeredPerSecond, ofNoop: n ? g.answeredPerSecond / n.answeredPerSecond : null, p99Ratio: gp99 / pp99 }];
+  });
+  if (rows.length === 0) return [];
+  const ofNoop = rows.flatMap((r) => (r.ofNoop === null ? [] : [r.ofNoop]));
+  return [
+    '### Grouped vs per-request, round by round (issue 9)',
+    '',
+    '| round | grouped answered/s | per-request answered/s | grouped ÷ per-request (goal ≥ 5) | grouped ÷ no-op (goal ≥ 0.5) | success p99 grouped / per-request, ms | p99 ratio (goal ≤ 0.2) |',
+    '|--:|--:|--:|--:|--:|--:|--:|',
+    ...rows.map(
+      (r) =>
+        `| ${r.round} | ${num(r.g.answeredPerSecond)} | ${num(r.p.answeredPerSecond)} | ${r.speedup.toFixed(2)} | ${r.ofNoop === null ? '–' : r.ofNoop.toFixed(2)} | ${num(r.gp99, 1)} / ${num(r.pp99, 1)} | ${r.p99Ratio.toFixed(3)} |`,
+    ),
+    ...(rows.length > 1
+      ? [`| median | | | ${median(rows.map((r) => r.speedup)).toFixed(2)} | ${ofNoop.length > 0 ? median(ofNoop).toFixed(2) : '–'} | | ${median(rows.map((r) => r.p99Ratio)).toFixed(3)} |`]
+      : []),
+    '',
+  ];
 }
