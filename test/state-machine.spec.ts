@@ -267,6 +267,67 @@ describe('state machine', () => {
       expect(await checkInvariants(t.db)).toEqual([]);
     });
 
+    describe('with an Idempotency-Key', () => {
+      const keyed = (key: string, body: Record<string, unknown>) => reissue(body).set('Idempotency-Key', key);
+      const issuedTo = async (userId: string) => ((await t.db.query(`SELECT id, idempotency_key FROM user_coupon WHERE user_id = ?`, [userId])) as { id: string; idempotency_key: string }[]);
+
+      it('a repeat answers the first reissue (201, Idempotent-Replayed) and takes no more stock; no key issues again', async () => {
+        const c = await createCoupon(t.url, { totalStock: 5 });
+        const body = { couponId: c.id, userId: 'retried', reason: 'support ticket 7', fromStock: true };
+        const first = await keyed('ticket-7', body);
+        const again = await keyed('ticket-7', body);
+        expect([first.status, again.status]).toEqual([201, 201]);
+        expect(first.headers['idempotent-replayed']).toBeUndefined();
+        expect(again.headers['idempotent-replayed']).toBe('true');
+        expect(again.body).toEqual(first.body);
+        expect(await issuedTo('retried')).toEqual([{ id: first.body.id, idempotency_key: 'reissue:ticket-7' }]);
+        expect(await stockOf(c.id)).toEqual({ init_stock: '5', stock: '4' });
+        const unkeyed = await reissue(body);
+        expect(unkeyed.status).toBe(201);
+        expect(unkeyed.body.id).not.toBe(first.body.id);
+        expect(await checkInvariants(t.db)).toEqual([]);
+      });
+
+      it('10 concurrent requests with one key issue one coupon, and all answer it', async () => {
+        const c = await createCoupon(t.url, { totalStock: 5 });
+        const body = { couponId: c.id, userId: 'double-clicker', reason: 'x', fromStock: true };
+        const answers = await Promise.all(Array.from({ length: 10 }, () => keyed('click', body)));
+        expect(answers.map((r) => r.status)).toEqual(Array(10).fill(201));
+        expect(new Set(answers.map((r) => r.body.id)).size).toBe(1);
+        expect(answers.filter((r) => r.headers['idempotent-replayed'] === 'true')).toHaveLength(9);
+        expect(await issuedTo('double-clicker')).toHaveLength(1);
+        expect(await stockOf(c.id)).toEqual({ init_stock: '5', stock: '4' });
+        expect(await checkInvariants(t.db)).toEqual([]);
+      });
+
+      it('the key asking for something else is 422 IDEMPOTENCY_KEY_REUSED; the same key for another user, or a grab key, is its own', async () => {
+        const c = await createCoupon(t.url, { totalStock: 5 });
+        const body = { couponId: c.id, userId: 'keyed-user', reason: 'x', fromStock: true };
+        const first = await keyed('k1', body);
+        expect(first.status).toBe(201);
+        for (const other of [{ couponId: coupon.id }, { fromStock: false }, { replacesUserCouponId: first.body.id }]) {
+          const res = await keyed('k1', { ...body, ...other });
+          expect([res.status, res.body.code]).toEqual([422, 'IDEMPOTENCY_KEY_REUSED']);
+        }
+        const otherUser = await keyed('k1', { ...body, userId: 'keyed-user-2' });
+        expect(otherUser.status).toBe(201);
+        expect(otherUser.body.id).not.toBe(first.body.id);
+        // The user's own grab with the same key is a grab, not a replay of the operator's reissue.
+        const grab = await request(t.url).post(`/coupons/${c.id}/grab`).set(bearer(tokenFor('keyed-user'))).set('Idempotency-Key', 'k1');
+        expect(grab.status).toBe(201);
+        expect(grab.body).toMatchObject({ source: 'GRAB' });
+        expect(grab.headers['idempotent-replayed']).toBeUndefined();
+        expect(await stockOf(c.id)).toEqual({ init_stock: '5', stock: '2' });
+        expect(await checkInvariants(t.db)).toEqual([]);
+      });
+
+      it.each([['an empty key', ''], ['a key with a colon', 'a:b'], ['a key over 120 characters', 'k'.repeat(121)]])('400 VALIDATION_FAILED for %s, nothing issued', async (_label, key) => {
+        const res = await keyed(key, { couponId: coupon.id, userId: 'bad-key-user', reason: 'x', fromStock: false });
+        expect([res.status, res.body.code]).toEqual([400, 'VALIDATION_FAILED']);
+        expect(await issuedTo('bad-key-user')).toEqual([]);
+      });
+    });
+
     it('404 COUPON_NOT_FOUND for an unknown coupon; 404 USER_COUPON_NOT_FOUND for an unknown or another user\'s replacesUserCouponId; nothing issued', async () => {
       const before = await stockOf(coupon.id);
       const count = async () => ((await t.db.query(`SELECT COUNT(*) AS n FROM user_coupon`)) as { n: string }[])[0].n;

@@ -76,6 +76,14 @@ export class IdPipe implements PipeTransform<string, string> {
 export const USER_ID_PATTERN = /^[A-Za-z0-9_.:-]{1,64}$/;
 export const IDEMPOTENCY_KEY_PATTERN = /^[A-Za-z0-9_-]{1,128}$/;
 
+/** An Idempotency-Key header (or path segment) as API.md defines it, else 400 naming `field`. */
+export function checkIdempotencyKey(key: string | undefined, field: string, maxLength = 128): string {
+  if (typeof key !== 'string' || !IDEMPOTENCY_KEY_PATTERN.test(key) || key.length > maxLength) {
+    throw validationFailed({ [field]: [`required: 1-${maxLength} characters of [A-Za-z0-9_-]`] });
+  }
+  return key;
+}
+
 /**
  * The field may be left out, but when present it is validated, null included. class-validator's
  * IsOptional() also lets null through, which for a NOT NULL column became a 500; use IsOptional()

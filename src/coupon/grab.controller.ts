@@ -3,14 +3,9 @@ import { ApiBearerAuth, ApiHeader, ApiTags } from '@nestjs/swagger';
 import type { FastifyReply } from 'fastify';
 import { CurrentUser, type Principal } from '../auth/principal.js';
 import { AppError } from '../common/errors.js';
-import { IDEMPOTENCY_KEY_PATTERN, IdPipe, validationFailed } from '../common/validation.js';
+import { checkIdempotencyKey, IdPipe } from '../common/validation.js';
 import { GrabService } from './grab.service.js';
 import { toUserCouponView, UserCouponView } from './user-coupon.entity.js';
-
-function checkKey(key: string | undefined, field: string): string {
-  if (typeof key !== 'string' || !IDEMPOTENCY_KEY_PATTERN.test(key)) throw validationFailed({ [field]: ['required: 1-128 characters of [A-Za-z0-9_-]'] });
-  return key;
-}
 
 @ApiTags('grab')
 @ApiBearerAuth()
@@ -28,7 +23,7 @@ export class GrabController {
     @CurrentUser() user: Principal,
     @Res({ passthrough: true }) reply: FastifyReply,
   ): Promise<UserCouponView> {
-    const { userCoupon, replayed } = await this.grabs.grab(user.userId, couponId, checkKey(key, 'Idempotency-Key'));
+    const { userCoupon, replayed } = await this.grabs.grab(user.userId, couponId, checkIdempotencyKey(key, 'Idempotency-Key'));
     if (replayed) void reply.header('Idempotent-Replayed', 'true');
     return toUserCouponView(userCoupon);
   }
@@ -36,7 +31,7 @@ export class GrabController {
   /** Lets a client whose grab timed out learn whether it got the coupon. */
   @Get('grabs/:idempotencyKey')
   async find(@Param('idempotencyKey') key: string, @CurrentUser() user: Principal): Promise<UserCouponView> {
-    const uc = await this.grabs.byKey(user.userId, checkKey(key, 'idempotencyKey'));
+    const uc = await this.grabs.byKey(user.userId, checkIdempotencyKey(key, 'idempotencyKey'));
     if (!uc) throw new AppError('GRAB_NOT_FOUND', 'No coupon was issued to you under this key');
     return toUserCouponView(uc);
   }

@@ -1,11 +1,12 @@
-import { Body, Controller, Get, HttpCode, Param, Post } from '@nestjs/common';
-import { ApiBearerAuth, ApiConflictResponse, ApiNotFoundResponse, ApiOkResponse, ApiTags } from '@nestjs/swagger';
+import { Body, Controller, Get, Headers, HttpCode, Param, Post, Res } from '@nestjs/common';
+import { ApiBearerAuth, ApiConflictResponse, ApiHeader, ApiNotFoundResponse, ApiOkResponse, ApiTags, ApiUnprocessableEntityResponse } from '@nestjs/swagger';
+import type { FastifyReply } from 'fastify';
 import { CurrentUser, RequireRoles } from '../auth/principal.js';
 import type { Principal } from '../auth/principal.js';
-import { IdPipe } from '../common/validation.js';
+import { checkIdempotencyKey, IdPipe } from '../common/validation.js';
 import type { UserCouponView } from '../coupon/user-coupon.entity.js';
 import { ReissueUserCouponDto, UserCouponHistoryView, VoidUserCouponDto } from './admin-user-coupon.dto.js';
-import { AdminUserCouponService, UserCouponHistory } from './admin-user-coupon.service.js';
+import { AdminUserCouponService, REISSUE_KEY_MAX, UserCouponHistory } from './admin-user-coupon.service.js';
 
 @ApiTags('admin')
 @ApiBearerAuth()
@@ -27,8 +28,21 @@ export class AdminUserCouponController {
   @HttpCode(201)
   @ApiNotFoundResponse({ description: 'COUPON_NOT_FOUND, or USER_COUPON_NOT_FOUND for replacesUserCouponId' })
   @ApiConflictResponse({ description: 'SOLD_OUT (fromStock with no stock left)' })
-  reissue(@Body() dto: ReissueUserCouponDto, @CurrentUser() admin: Principal): Promise<UserCouponView> {
-    return this.admin.reissue(dto, admin.userId);
+  @ApiUnprocessableEntityResponse({ description: 'IDEMPOTENCY_KEY_REUSED: the key already reissued something else to this user' })
+  @ApiHeader({
+    name: 'Idempotency-Key',
+    required: false,
+    description: `1-${REISSUE_KEY_MAX} of [A-Za-z0-9_-], unique per user: a repeat answers the first reissue (201, Idempotent-Replayed: true) instead of issuing again`,
+  })
+  async reissue(
+    @Body() dto: ReissueUserCouponDto,
+    @Headers('idempotency-key') key: string | undefined,
+    @CurrentUser() admin: Principal,
+    @Res({ passthrough: true }) reply: FastifyReply,
+  ): Promise<UserCouponView> {
+    const { userCoupon, replayed } = await this.admin.reissue(dto, admin.userId, key === undefined ? undefined : checkIdempotencyKey(key, 'Idempotency-Key', REISSUE_KEY_MAX));
+    if (replayed) void reply.header('Idempotent-Replayed', 'true');
+    return userCoupon;
   }
 
   @Get(':userCouponId/history')

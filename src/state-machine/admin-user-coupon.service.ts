@@ -1,10 +1,11 @@
 import { randomUUID } from 'node:crypto';
 import { Injectable } from '@nestjs/common';
 import { EntityManager } from 'typeorm';
+import { isDuplicateKey } from '../common/db-errors.js';
 import { AppError } from '../common/errors.js';
 import { Coupon } from '../coupon/coupon.entity.js';
 import { IssueService } from '../coupon/issue.service.js';
-import { effectiveStatus, toUserCouponView, UserCoupon, UserCouponView } from '../coupon/user-coupon.entity.js';
+import { effectiveStatus, findByKeys, toUserCouponView, UserCoupon, UserCouponView } from '../coupon/user-coupon.entity.js';
 import { TransactionService } from '../database/transaction.service.js';
 import { ReissueUserCouponDto } from './admin-user-coupon.dto.js';
 import { StateLog } from './state-log.entity.js';
@@ -20,6 +21,27 @@ export interface UserCouponHistory {
 
 /** The state log's tx_id for an operator's action: who did it, and a unique id to find the one request. */
 const adminTxId = (adminId: string, action: string) => `admin:${adminId}:${action}:${randomUUID()}`;
+
+/**
+ * An operator's Idempotency-Key is stored on the reissued coupon with this prefix: clients' grab keys
+ * cannot contain ':', so the two never meet in the (user, key) unique index.
+ */
+const REISSUE_KEY_PREFIX = 'reissue:';
+/** The column holds 128 characters, prefix included. */
+export const REISSUE_KEY_MAX = 128 - REISSUE_KEY_PREFIX.length;
+
+export interface ReissueResult {
+  userCoupon: UserCouponView;
+  replayed: boolean;
+}
+
+/** The reissue an earlier request with this key made, if it asked for the same thing. */
+function replayReissue(earlier: UserCoupon, dto: ReissueUserCouponDto): ReissueResult {
+  if (earlier.couponId !== dto.couponId || earlier.fromStock !== dto.fromStock || earlier.replacesUserCouponId !== (dto.replacesUserCouponId ?? null)) {
+    throw new AppError('IDEMPOTENCY_KEY_REUSED', 'This Idempotency-Key was already used for a different reissue to this user', { userCouponId: earlier.id });
+  }
+  return { userCoupon: toUserCouponView(earlier), replayed: true };
+}
 
 function notFound(userCouponId: string): AppError {
   return new AppError('USER_COUPON_NOT_FOUND', `User coupon ${userCouponId} does not exist`, { userCouponId });
@@ -52,27 +74,45 @@ export class AdminUserCouponService {
     });
   }
 
-  /** A new REISSUE coupon for the user, taking stock or not, linked to the one it replaces. */
-  reissue(dto: ReissueUserCouponDto, adminId: string): Promise<UserCouponView> {
-    return this.tx.inTransaction(async (em) => {
-      const coupon = await em.findOneBy(Coupon, { id: dto.couponId });
-      if (!coupon) throw new AppError('COUPON_NOT_FOUND', `Coupon ${dto.couponId} does not exist`, { couponId: dto.couponId });
-      if (dto.replacesUserCouponId !== undefined) {
-        const replaced = await em.findOneBy(UserCoupon, { id: dto.replacesUserCouponId });
-        // Another user's coupon is "not found" for this user, as on GET /me/coupons/:id.
-        if (!replaced || replaced.userId !== dto.userId) throw notFound(dto.replacesUserCouponId);
-      }
-      const uc = await this.issuer.issue(em, {
-        coupon,
-        userId: dto.userId,
-        source: 'REISSUE',
-        fromStock: dto.fromStock,
-        replacesUserCouponId: dto.replacesUserCouponId ?? null,
-        reason: dto.reason,
-        txId: adminTxId(adminId, 'reissue'),
+  /**
+   * A new REISSUE coupon for the user, taking stock or not, linked to the one it replaces. With an
+   * Idempotency-Key, a retry (a double click, a timed-out request sent again) answers the coupon
+   * the first request issued instead of issuing another: the key is unique per user in the database,
+   * so of two concurrent requests one inserts and the other replays it.
+   */
+  async reissue(dto: ReissueUserCouponDto, adminId: string, key?: string): Promise<ReissueResult> {
+    const stored = key === undefined ? null : REISSUE_KEY_PREFIX + key;
+    const earlier = (em: EntityManager) => (stored === null ? Promise.resolve([]) : findByKeys(em, [{ userId: dto.userId, key: stored }]));
+    try {
+      return await this.tx.inTransaction(async (em) => {
+        const [replay] = await earlier(em);
+        if (replay) return replayReissue(replay, dto);
+        const coupon = await em.findOneBy(Coupon, { id: dto.couponId });
+        if (!coupon) throw new AppError('COUPON_NOT_FOUND', `Coupon ${dto.couponId} does not exist`, { couponId: dto.couponId });
+        if (dto.replacesUserCouponId !== undefined) {
+          const replaced = await em.findOneBy(UserCoupon, { id: dto.replacesUserCouponId });
+          // Another user's coupon is "not found" for this user, as on GET /me/coupons/:id.
+          if (!replaced || replaced.userId !== dto.userId) throw notFound(dto.replacesUserCouponId);
+        }
+        const uc = await this.issuer.issue(em, {
+          coupon,
+          userId: dto.userId,
+          source: 'REISSUE',
+          fromStock: dto.fromStock,
+          idempotencyKey: stored,
+          replacesUserCouponId: dto.replacesUserCouponId ?? null,
+          reason: dto.reason,
+          txId: adminTxId(adminId, 'reissue'),
+        });
+        return { userCoupon: toUserCouponView(uc), replayed: false };
       });
-      return toUserCouponView(uc);
-    });
+    } catch (err) {
+      // A concurrent request with the same key committed first; this one rolled back: answer that one.
+      if (stored === null || !isDuplicateKey(err)) throw err;
+      const [replay] = await this.tx.inTransaction(earlier);
+      if (!replay) throw err;
+      return replayReissue(replay, dto);
+    }
   }
 
   /**
