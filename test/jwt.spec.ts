@@ -21,10 +21,12 @@ describe('verifyToken', () => {
   });
 
   it('a token verified while valid is refused once its exp has passed', async () => {
-    const token = handSigned({ sub: 'carol', exp: Math.floor(Date.now() / 1000) + 1 });
+    // At least a whole second of validity left, then wait until just past exp.
+    const exp = Math.floor(Date.now() / 1000) + 2;
+    const token = handSigned({ sub: 'carol', exp });
     expect(verifyToken(SECRET, token)).toEqual({ userId: 'carol', roles: [] });
     expect(verifyToken(SECRET, token)).toEqual({ userId: 'carol', roles: [] });
-    await new Promise((r) => setTimeout(r, 2100));
+    await new Promise((r) => setTimeout(r, exp * 1000 - Date.now() + 50));
     expect(verifyToken(SECRET, token)).toBeNull();
   });
 });

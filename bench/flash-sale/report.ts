@@ -123,7 +123,11 @@ function latencyRow(r: RunResult, main: string[]): string {
   return `| ${r.design} | ${num(r.counts.SUCCESS ?? 0)} | ${lat(r.latencyMs.SUCCESS)} | ${num(r.counts.SOLD_OUT ?? 0)} | ${lat(r.latencyMs.SOLD_OUT)} | ${other || '–'} |`;
 }
 
-const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor((xs.length - 1) / 2)];
+const median = (xs: number[]) => {
+  const s = [...xs].sort((a, b) => a - b);
+  const mid = Math.floor(s.length / 2);
+  return s.length % 2 === 1 ? s[mid] : (s[mid - 1] + s[mid]) / 2;
+};
 
 /**
  * Issue 9's goals, as ratios of runs made in the same round (so the same machine moment), and their

@@ -53,8 +53,11 @@ export class AppError extends Error {
     // 15 µs, paid thousands of times a second once a sale sells out.
     const stackTraceLimit = Error.stackTraceLimit;
     if (ERROR_STATUS[code] < 500) Error.stackTraceLimit = 0;
-    super(message);
-    Error.stackTraceLimit = stackTraceLimit;
+    try {
+      super(message);
+    } finally {
+      Error.stackTraceLimit = stackTraceLimit;
+    }
     this.name = 'AppError';
     this.code = code;
     this.details = details;
