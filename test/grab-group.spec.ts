@@ -1,6 +1,7 @@
 import { AppError } from '../src/common/errors.js';
 import { CouponService } from '../src/coupon/coupon.service.js';
 import { GrabDecision, GrabGroupService } from '../src/coupon/grab-group.service.js';
+import { IssueService } from '../src/coupon/issue.service.js';
 import { createCoupon, newKey } from './support/factories.js';
 import { startTestApp, TestApp } from './support/harness.js';
 import { checkInvariants } from './support/invariants.js';
@@ -31,6 +32,17 @@ describe.each([
   const groupSizes = async (couponId: string) =>
     ((await t.db.query(`SELECT COUNT(*) AS n FROM user_coupon WHERE coupon_id = ? GROUP BY issued_at ORDER BY issued_at`, [couponId])) as { n: string }[]).map((r) => Number(r.n));
   const granted = (d: GrabDecision) => (d instanceof AppError ? d.code : 'GRANTED');
+  /** Until the group's INSERT is running, which it cannot finish while the held key is uncommitted (at most 10 s). */
+  const waitForBlockedInsert = async () => {
+    for (let i = 0; i < 200; i++) {
+      const [{ n }] = (await t.db.query(
+        `SELECT COUNT(*) AS n FROM information_schema.PROCESSLIST WHERE DB = DATABASE() AND INFO LIKE 'INSERT INTO user_coupon %both-coupons%'`,
+      )) as { n: string }[];
+      if (Number(n) > 0) return;
+      await new Promise((r) => setTimeout(r, 50));
+    }
+    throw new Error('the group never tried to insert the held key');
+  };
 
   it('splits a burst submitted in one event-loop turn into groups of at most GRAB_GROUP_MAX, in arrival order', async () => {
     const coupon = await coupons.template((await createCoupon(t.url, { totalStock: 100 })).id);
@@ -48,6 +60,29 @@ describe.each([
     // The first 100 arrivals got the coupons; the rest were told sold out.
     expect(arrived.map((u) => outcome.get(u))).toEqual([...Array(100).fill('GRANTED'), ...Array(30).fill('SOLD_OUT')]);
     expect(await groupSizes(coupon.id)).toEqual(max === 40 ? [40, 40, 20] : [100]);
+  });
+
+  it('a key committed for another coupon after the group read the keys: the group runs again and only that grab is refused', async () => {
+    const [a, b] = await Promise.all([createCoupon(t.url, { totalStock: 10 }), createCoupon(t.url, { totalStock: 10 })]);
+    const couponA = await coupons.template(a.id);
+    const couponB = await coupons.template(b.id);
+    // The same user and key, grabbed for coupon B in a transaction held open: the group's INSERT waits on that key.
+    const other = t.db.createQueryRunner();
+    await other.connect();
+    await other.startTransaction('READ COMMITTED');
+    try {
+      await t.app.get(IssueService).issue(other.manager, { coupon: couponB, userId: 'both-coupons', source: 'GRAB', fromStock: true, idempotencyKey: 'same-key', txId: 'grab:same-key' });
+      const requests = [...[1, 2, 3].map((i) => ({ userId: `bystander-${i}`, key: newKey() })), { userId: 'both-coupons', key: 'same-key' }, { userId: 'bystander-4', key: newKey() }];
+      const answers = Promise.all(requests.map((r) => groups.submit(couponA, r)));
+      await waitForBlockedInsert();
+      await other.commitTransaction();
+      expect((await answers).map(granted)).toEqual(['GRANTED', 'GRANTED', 'GRANTED', 'IDEMPOTENCY_KEY_REUSED', 'GRANTED']);
+    } finally {
+      if (other.isTransactionActive) await other.rollbackTransaction();
+      await other.release();
+    }
+    // The four bystanders were issued together, by the group's second run.
+    expect(await groupSizes(a.id)).toEqual([4]);
   });
 
   it('a lone grab waits at most GRAB_GROUP_WAIT_MS (0: the end of the event-loop turn), and grabs arriving meanwhile join its group', async () => {

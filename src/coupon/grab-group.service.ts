@@ -1,6 +1,7 @@
 import { Injectable } from '@nestjs/common';
 import { EntityManager } from 'typeorm';
 import { AppConfig } from '../config/app-config.js';
+import { isDuplicateKey } from '../common/db-errors.js';
 import { AppError } from '../common/errors.js';
 import { histogram } from '../common/metrics.js';
 import { TransactionService } from '../database/transaction.service.js';
@@ -64,7 +65,7 @@ export class GrabGroupService {
       const group = queue.waiting.splice(0, this.config.GRAB_GROUP_MAX);
       groupSizes.observe(group.length);
       try {
-        const decisions = await this.tx.inTransaction((em) => this.decide(em, coupon, group));
+        const decisions = await this.decideGroup(coupon, group);
         group.forEach((w, i) => w.resolve(decisions[i]));
       } catch (err) {
         group.forEach((w) => w.reject(err));
@@ -72,6 +73,21 @@ export class GrabGroupService {
     }
     queue.running = false;
     this.queues.delete(coupon.id);
+  }
+
+  /**
+   * A duplicate key means a grab of another coupon committed one of the group's (user, key) pairs
+   * after the group had read the keys. The group runs once more, and that read now sees it (the
+   * request is answered IDEMPOTENCY_KEY_REUSED); only a second collision fails the whole group, whose
+   * requests are then decided one by one.
+   */
+  private async decideGroup(coupon: Coupon, group: GrabRequest[]): Promise<GrabDecision[]> {
+    try {
+      return await this.tx.inTransaction((em) => this.decide(em, coupon, group));
+    } catch (err) {
+      if (!isDuplicateKey(err)) throw err;
+      return this.tx.inTransaction((em) => this.decide(em, coupon, group));
+    }
   }
 
   /** Runs inside the group's transaction; pure with respect to everything but `em`, so a retry recomputes it all. */

@@ -108,7 +108,7 @@ export class GrabService {
     } catch (err) {
       if (!isDuplicateKey(err)) throw err;
     }
-    // The group failed as a whole on a key inserted meanwhile for another coupon: decide this one alone.
+    // The group failed twice on keys inserted meanwhile for other coupons: decide this one alone.
     return this.alone(coupon, userId, key);
   }
 
