@@ -82,11 +82,12 @@ export class GrabGroupService {
    * requests are then decided one by one.
    */
   private async decideGroup(coupon: Coupon, group: GrabRequest[]): Promise<GrabDecision[]> {
+    const run = () => this.tx.inTransaction((em) => this.decide(em, coupon, group));
     try {
-      return await this.tx.inTransaction((em) => this.decide(em, coupon, group));
+      return await run();
     } catch (err) {
       if (!isDuplicateKey(err)) throw err;
-      return this.tx.inTransaction((em) => this.decide(em, coupon, group));
+      return run();
     }
   }
 
