@@ -6,7 +6,10 @@ export default {
   transform: {
     // @fastify/static (CommonJS) requires content-disposition, which is ESM only; Node 20's jest
     // cannot require() ESM, so that one package is compiled to CommonJS for the tests.
-    '/node_modules/content-disposition/.+\\.js$': ['ts-jest', { useESM: false, tsconfig: { allowJs: true, module: 'commonjs', esModuleInterop: true } }],
+    '/node_modules/content-disposition/.+\\.js$': [
+      'ts-jest',
+      { useESM: false, tsconfig: { allowJs: true, module: 'commonjs', esModuleInterop: true } },
+    ],
     '^.+\\.ts$': ['ts-jest', { useESM: true, tsconfig: 'tsconfig.json' }],
   },
   transformIgnorePatterns: ['/node_modules/(?!content-disposition/)'],

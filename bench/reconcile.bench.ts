@@ -60,12 +60,28 @@ interface SizeResult {
 const MiB = (bytes: number) => Math.round((bytes / 1048576) * 10) / 10;
 
 function benchConfig(): AppConfig {
-  return loadConfig({ ...process.env, DB_NAME: process.env.BENCH_DB_NAME ?? 'ce_bench_reconcile', LOG_LEVEL: 'error', SCHEDULER_ENABLED: 'false', RATE_LIMIT_ENABLED: 'false' });
+  return loadConfig({
+    ...process.env,
+    DB_NAME: process.env.BENCH_DB_NAME ?? 'ce_bench_reconcile',
+    LOG_LEVEL: 'error',
+    SCHEDULER_ENABLED: 'false',
+    RATE_LIMIT_ENABLED: 'false',
+  });
 }
 
 /** Fills the database with `n` consistent user coupons (60% unused, 25% used and redeemed, 10% expired, 5% void), their logs and redemptions, then injects FAULTS of each kind. */
-async function generate(config: AppConfig, n: number): Promise<{ coupons: number; logRows: number; redemptions: number; injected: number }> {
-  const conn = await mysql.createConnection({ host: config.DB_HOST, port: config.DB_PORT, user: config.DB_USER, password: config.DB_PASSWORD, database: config.DB_NAME, timezone: 'Z' });
+async function generate(
+  config: AppConfig,
+  n: number,
+): Promise<{ coupons: number; logRows: number; redemptions: number; injected: number }> {
+  const conn = await mysql.createConnection({
+    host: config.DB_HOST,
+    port: config.DB_PORT,
+    user: config.DB_USER,
+    password: config.DB_PASSWORD,
+    database: config.DB_NAME,
+    timezone: 'Z',
+  });
   const q = async (sql: string, params: unknown[] = []) => (await conn.query(sql, params))[0] as { affectedRows?: number };
   try {
     const coupons = Math.ceil(n / PER_COUPON);
@@ -122,14 +138,24 @@ async function generate(config: AppConfig, n: number): Promise<{ coupons: number
     for (const t of ['coupon', 'coupon_stock', 'user_coupon', 'user_coupon_state_log', 'redemption']) await q(`ANALYZE TABLE ${t}`);
     await q(`DROP TABLE bench_seq, bench_digit`);
     const count = async (table: string) => Number(((await conn.query(`SELECT COUNT(*) AS c FROM ${table}`))[0] as { c: string }[])[0].c);
-    return { coupons, logRows: await count('user_coupon_state_log'), redemptions: await count('redemption'), injected: stockFaults.length + 3 * FAULTS };
+    return {
+      coupons,
+      logRows: await count('user_coupon_state_log'),
+      redemptions: await count('redemption'),
+      injected: stockFaults.length + 3 * FAULTS,
+    };
   } finally {
     await conn.end();
   }
 }
 
 async function serverQuery<T>(config: AppConfig, sql: string, params: unknown[] = []): Promise<T[]> {
-  const conn = await mysql.createConnection({ host: config.DB_HOST, port: config.DB_PORT, user: config.DB_USER, password: config.DB_PASSWORD });
+  const conn = await mysql.createConnection({
+    host: config.DB_HOST,
+    port: config.DB_PORT,
+    user: config.DB_USER,
+    password: config.DB_PASSWORD,
+  });
   try {
     return (await conn.query(sql, params))[0] as T[];
   } finally {
@@ -137,7 +163,8 @@ async function serverQuery<T>(config: AppConfig, sql: string, params: unknown[] 
   }
 }
 
-const poolReads = async (config: AppConfig) => Number((await serverQuery<{ Value: string }>(config, `SHOW GLOBAL STATUS LIKE 'Innodb_buffer_pool_reads'`))[0].Value);
+const poolReads = async (config: AppConfig) =>
+  Number((await serverQuery<{ Value: string }>(config, `SHOW GLOBAL STATUS LIKE 'Innodb_buffer_pool_reads'`))[0].Value);
 
 async function tablesMiB(config: AppConfig): Promise<number> {
   const [row] = await serverQuery<{ bytes: string }>(
@@ -183,7 +210,8 @@ async function child(n: number): Promise<SizeResult> {
     const rssBefore = process.memoryUsage.rss();
     const first = await measured(() => service.runNow('FULL', 'bench'));
     if (first.value.status !== 'COMPLETED') throw new Error(`run failed: ${first.value.error}`);
-    if (first.value.discrepancies !== gen.value.injected) throw new Error(`found ${first.value.discrepancies} discrepancies, injected ${gen.value.injected}`);
+    if (first.value.discrepancies !== gen.value.injected)
+      throw new Error(`found ${first.value.discrepancies} discrepancies, injected ${gen.value.injected}`);
     // Its findings are still open, so the next runs do the same reading and record nothing new.
     // The fastest of SETTLED_RUNS is the cost least disturbed by whatever else the machine runs.
     const loadAverageAtRun = round(os.loadavg()[0]);
@@ -227,9 +255,13 @@ const round = (x: number) => Math.round(x * 100) / 100;
 
 function runChild(n: number): Promise<SizeResult> {
   return new Promise((resolve, reject) => {
-    const p = spawn(process.execPath, ['--expose-gc', fileURLToPath(import.meta.url), '--child', String(n), ...(opt['keep-db'] ? ['--keep-db'] : [])], {
-      stdio: ['ignore', 'pipe', 'inherit'],
-    });
+    const p = spawn(
+      process.execPath,
+      ['--expose-gc', fileURLToPath(import.meta.url), '--child', String(n), ...(opt['keep-db'] ? ['--keep-db'] : [])],
+      {
+        stdio: ['ignore', 'pipe', 'inherit'],
+      },
+    );
     let out = '';
     p.stdout.on('data', (d: Buffer) => (out += d.toString()));
     p.on('exit', (code) => {
@@ -258,7 +290,10 @@ async function parent(): Promise<void> {
     sizeRatio: round(r.userCoupons / base.userCoupons),
     durationRatio: round(r.fullRunSeconds / base.fullRunSeconds),
   }));
-  const [server] = await serverQuery<{ version: string; bufferPool: string }>(benchConfig(), `SELECT VERSION() AS version, @@innodb_buffer_pool_size AS bufferPool`);
+  const [server] = await serverQuery<{ version: string; bufferPool: string }>(
+    benchConfig(),
+    `SELECT VERSION() AS version, @@innodb_buffer_pool_size AS bufferPool`,
+  );
   const machine = {
     cpus: `${os.cpus().length} x ${os.cpus()[0]?.model ?? 'unknown'}`,
     memoryGiB: Math.round(os.totalmem() / 2 ** 30),
@@ -282,14 +317,34 @@ function gitCommit(): string {
   }
 }
 
-function toMarkdown(r: { machine: Record<string, string | number>; results: SizeResult[]; growth: { userCoupons: number; sizeRatio: number; durationRatio: number }[] }): string {
+function toMarkdown(r: {
+  machine: Record<string, string | number>;
+  results: SizeResult[];
+  growth: { userCoupons: number; sizeRatio: number; durationRatio: number }[];
+}): string {
   const row = (cells: (string | number)[]) => `| ${cells.join(' | ')} |`;
   return [
     '# Reconciliation benchmark',
     '',
     `Machine: ${r.machine.cpus}, ${r.machine.memoryGiB} GiB; Node ${r.machine.node}; ${r.machine.database}; commit ${r.machine.commit}; ${r.machine.date}.`,
     '',
-    row(['user coupons', 'coupons', 'log rows', 'redemptions', 'full run (s)', 'µs per user coupon', 'first full run after load (s)', 'incremental run (s)', 'peak RSS during runs (MiB)', 'RSS before (MiB)', 'peak heap (MiB)', 'found / injected', 'tables (MiB)', 'buffer pool reads in run', 'load average']),
+    row([
+      'user coupons',
+      'coupons',
+      'log rows',
+      'redemptions',
+      'full run (s)',
+      'µs per user coupon',
+      'first full run after load (s)',
+      'incremental run (s)',
+      'peak RSS during runs (MiB)',
+      'RSS before (MiB)',
+      'peak heap (MiB)',
+      'found / injected',
+      'tables (MiB)',
+      'buffer pool reads in run',
+      'load average',
+    ]),
     row(Array(15).fill('---')),
     ...r.results.map((x) =>
       row([
@@ -311,7 +366,10 @@ function toMarkdown(r: { machine: Record<string, string | number>; results: Size
       ]),
     ),
     '',
-    `Growth of the full run against the first size: ${r.growth.slice(1).map((g) => `${g.sizeRatio}x the user coupons took ${g.durationRatio}x the time`).join('; ')}.`,
+    `Growth of the full run against the first size: ${r.growth
+      .slice(1)
+      .map((g) => `${g.sizeRatio}x the user coupons took ${g.durationRatio}x the time`)
+      .join('; ')}.`,
     '',
     `Full run: the fastest of ${SETTLED_RUNS} full runs on the settled database (a nightly run), the least disturbed by other work on the machine (load average column). The first run, right after the bulk load, competes with InnoDB writing the load back.`,
     'Peak RSS is the whole benchmark process: the Nest app, its pools, and the run.',

@@ -5,7 +5,16 @@ import { parseArgs } from 'node:util';
 import mysql from 'mysql2/promise';
 import { signToken } from '../src/auth/jwt.js';
 import { loadConfig } from '../src/config/app-config.js';
-import { limiterScenario, NOOP, READ_THEN_WRITE, shippedDesigns, THROUGHPUT, TX_CONDITIONAL, type Design, type Scenario } from './flash-sale/designs.js';
+import {
+  limiterScenario,
+  NOOP,
+  READ_THEN_WRITE,
+  shippedDesigns,
+  THROUGHPUT,
+  TX_CONDITIONAL,
+  type Design,
+  type Scenario,
+} from './flash-sale/designs.js';
 import type { Shot } from './flash-sale/load.js';
 import { toMarkdown, type Machine, type Report } from './flash-sale/report.js';
 import { runDesign, type RunResult, type Workload } from './flash-sale/run-design.js';
@@ -41,7 +50,11 @@ if (![grabs, stock, connections, warmupGrabs, rounds].every((n) => Number.isInte
   process.exit(2);
 }
 
-const list = (s: string | undefined) => (s ?? '').split(',').map((x) => x.trim()).filter(Boolean);
+const list = (s: string | undefined) =>
+  (s ?? '')
+    .split(',')
+    .map((x) => x.trim())
+    .filter(Boolean);
 const shipped = shippedDesigns(list(opt.strategies));
 const everyDesign: Design[] = [READ_THEN_WRITE, TX_CONDITIONAL, ...shipped, NOOP];
 // --quick is the correctness check after a change to the grab path: the shipped path only.
@@ -59,7 +72,9 @@ if (!limiterRates.every((n) => Number.isInteger(n) && n > 0)) {
 }
 const plan: [Scenario, Design][] = [
   ...designs.map((d): [Scenario, Design] => [THROUGHPUT, d]),
-  ...limiterRates.flatMap((rate) => designs.filter((d) => d.id.startsWith('shipped')).map((d): [Scenario, Design] => [limiterScenario(rate), d])),
+  ...limiterRates.flatMap((rate) =>
+    designs.filter((d) => d.id.startsWith('shipped')).map((d): [Scenario, Design] => [limiterScenario(rate), d]),
+  ),
 ];
 
 async function mariadbVersion(): Promise<string> {
@@ -97,7 +112,9 @@ function updateBenchmarksMd(markdown: string): void {
 async function measure(): Promise<Report> {
   const startLoad = loadAvg();
   const jwtSecret = `bench-${Math.random().toString(36).slice(2)}-${Date.now()}`;
-  console.log(`flash-sale bench${quick ? ' --quick' : ''}: ${grabs} grabs, ${stock} stock, ${connections} connections; signing ${grabs + warmupGrabs} tokens...`);
+  console.log(
+    `flash-sale bench${quick ? ' --quick' : ''}: ${grabs} grabs, ${stock} stock, ${connections} connections; signing ${grabs + warmupGrabs} tokens...`,
+  );
   const workload: Workload = {
     grabs: users('fs', grabs, jwtSecret),
     warmup: users('warm', warmupGrabs, jwtSecret),
@@ -118,7 +135,9 @@ async function measure(): Promise<Report> {
   }).flat();
   for (const [i, { round, scenario, design }] of schedule.entries()) {
     const database = `ce_bench_${process.pid}_${i}_${design.id.replace(/[^A-Za-z0-9]/g, '_')}`.slice(0, 64);
-    console.log(`[${i + 1}/${schedule.length}] ${rounds > 1 ? `round ${round}: ` : ''}${scenario.title} / ${design.id} (${design.title}) ...`);
+    console.log(
+      `[${i + 1}/${schedule.length}] ${rounds > 1 ? `round ${round}: ` : ''}${scenario.title} / ${design.id} (${design.title}) ...`,
+    );
     try {
       const r = { ...(await runDesign(design, scenario, workload, database)), ...(rounds > 1 ? { round } : {}) };
       runs.push(r);

@@ -17,7 +17,10 @@ async function main(): Promise<number> {
   const db = new DataSource({ ...dataSourceOptions(config), poolSize: 2 });
   await db.initialize();
   try {
-    const [{ n }] = (await db.query(`SELECT COUNT(*) AS n FROM information_schema.tables WHERE table_schema = ? AND table_name = 'coupon_stock'`, [config.DB_NAME])) as { n: string }[];
+    const [{ n }] = (await db.query(
+      `SELECT COUNT(*) AS n FROM information_schema.tables WHERE table_schema = ? AND table_name = 'coupon_stock'`,
+      [config.DB_NAME],
+    )) as { n: string }[];
     if (Number(n) === 0) {
       console.error(`check-invariants: database ${config.DB_NAME} has no coupon-engine schema`);
       return 2;

@@ -26,13 +26,18 @@ function clientErrorHandler(err: Error & { code?: string }, socket: Socket): voi
         : [400, 'VALIDATION_FAILED', 'Malformed HTTP request'];
   const body = JSON.stringify({ code, message });
   if (socket.writable) {
-    socket.write(`HTTP/1.1 ${status} ${STATUS_CODES[status]}\r\nContent-Length: ${Buffer.byteLength(body)}\r\nContent-Type: application/json; charset=utf-8\r\nConnection: close\r\n\r\n${body}`);
+    socket.write(
+      `HTTP/1.1 ${status} ${STATUS_CODES[status]}\r\nContent-Length: ${Buffer.byteLength(body)}\r\nContent-Type: application/json; charset=utf-8\r\nConnection: close\r\n\r\n${body}`,
+    );
   }
   socket.destroy(err);
 }
 
 /** Builds the whole app (not listening yet). main.ts, the tests and the benchmarks all start it this way. */
-export async function createApp(config: AppConfig, extraModules: Parameters<typeof AppModule.forRoot>[1] = []): Promise<NestFastifyApplication> {
+export async function createApp(
+  config: AppConfig,
+  extraModules: Parameters<typeof AppModule.forRoot>[1] = [],
+): Promise<NestFastifyApplication> {
   const pino = createPino(config.LOG_LEVEL);
   const adapter = new FastifyAdapter({
     bodyLimit: BODY_LIMIT_BYTES,
@@ -62,7 +67,10 @@ export async function createApp(config: AppConfig, extraModules: Parameters<type
     done(null, payload);
   });
   fastify.addHook('onResponse', (req, reply, done) => {
-    httpDuration.observe({ method: req.method, route: req.routeOptions.url ?? 'unmatched', status: String(reply.statusCode) }, reply.elapsedTime / 1000);
+    httpDuration.observe(
+      { method: req.method, route: req.routeOptions.url ?? 'unmatched', status: String(reply.statusCode) },
+      reply.elapsedTime / 1000,
+    );
     done();
   });
 

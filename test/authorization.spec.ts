@@ -43,7 +43,9 @@ const now = () => Math.floor(Date.now() / 1000);
 /** Signs by hand: a JWT library refuses to sign many of the malformed claims below. */
 function sign(payload: object, secret = TEST_SECRET, alg: 'HS256' | 'HS512' = 'HS256'): string {
   const unsigned = `${b64({ alg, typ: 'JWT' })}.${b64(payload)}`;
-  return `${unsigned}.${createHmac(alg === 'HS256' ? 'sha256' : 'sha512', secret).update(unsigned).digest('base64url')}`;
+  return `${unsigned}.${createHmac(alg === 'HS256' ? 'sha256' : 'sha512', secret)
+    .update(unsigned)
+    .digest('base64url')}`;
 }
 
 /** Tokens API.md says must be refused with 401, each claiming admin so that a leak would show as a 2xx or 403. */
@@ -96,7 +98,10 @@ describe('authorization', () => {
     routes = Object.entries(doc.paths).flatMap(([path, ops]) => Object.keys(ops).map((method) => ({ method: method as Method, path })));
     const coupon = await createCoupon(t.url, { totalStock: 10, returnOnRefund: true });
     const key = newKey('victim');
-    const grabbed = await request(t.url).post(`/coupons/${coupon.id}/grab`).set(bearer(tokenFor('victim'))).set('Idempotency-Key', key);
+    const grabbed = await request(t.url)
+      .post(`/coupons/${coupon.id}/grab`)
+      .set(bearer(tokenFor('victim')))
+      .set('Idempotency-Key', key);
     expect(grabbed.status).toBe(201);
     ids = { couponId: coupon.id, userCouponId: grabbed.body.id, idempotencyKey: key, runId: '1', id: '1' };
   });
@@ -128,23 +133,36 @@ describe('authorization', () => {
   });
 
   it('control: a token signed by hand the same way, with nothing wrong, is accepted as admin', async () => {
-    const res = await request(t.url).get(`/admin/coupons/${ids.couponId}`).set(bearer(sign({ sub: 'mallory', roles: ['admin'], exp: now() + 3600 })));
+    const res = await request(t.url)
+      .get(`/admin/coupons/${ids.couponId}`)
+      .set(bearer(sign({ sub: 'mallory', roles: ['admin'], exp: now() + 3600 })));
     expect(res.status).toBe(200);
   });
 
-  it.each(Object.keys(BAD_TOKENS))('a token that is %s gets 401 UNAUTHENTICATED on every protected route, and nothing changes', async (kind) => {
-    const before = await databaseFingerprint(t.db);
-    for (const r of protectedRoutes()) {
-      const res = await send(r, `Bearer ${BAD_TOKENS[kind]}`);
-      expect({ route: label(r), status: res.status, body: res.body }).toEqual({ route: label(r), status: 401, body: { code: 'UNAUTHENTICATED', message: expect.any(String) } });
-    }
-    expect(await databaseFingerprint(t.db)).toEqual(before);
-  });
+  it.each(Object.keys(BAD_TOKENS))(
+    'a token that is %s gets 401 UNAUTHENTICATED on every protected route, and nothing changes',
+    async (kind) => {
+      const before = await databaseFingerprint(t.db);
+      for (const r of protectedRoutes()) {
+        const res = await send(r, `Bearer ${BAD_TOKENS[kind]}`);
+        expect({ route: label(r), status: res.status, body: res.body }).toEqual({
+          route: label(r),
+          status: 401,
+          body: { code: 'UNAUTHENTICATED', message: expect.any(String) },
+        });
+      }
+      expect(await databaseFingerprint(t.db)).toEqual(before);
+    },
+  );
 
   it.each(Object.keys(BAD_HEADERS))('an Authorization header that is %s gets 401 on every protected route', async (kind) => {
     for (const r of protectedRoutes()) {
       const res = await send(r, BAD_HEADERS[kind]);
-      expect({ route: label(r), status: res.status, code: res.body.code }).toEqual({ route: label(r), status: 401, code: 'UNAUTHENTICATED' });
+      expect({ route: label(r), status: res.status, code: res.body.code }).toEqual({
+        route: label(r),
+        status: 401,
+        code: 'UNAUTHENTICATED',
+      });
     }
   });
 
@@ -155,7 +173,11 @@ describe('authorization', () => {
     for (const r of denied) {
       for (const token of [tokenFor('victim'), tokenFor('mallory', [])]) {
         const res = await send(r, `Bearer ${token}`);
-        expect({ route: label(r), status: res.status, body: res.body }).toEqual({ route: label(r), status: 403, body: { code: 'FORBIDDEN', message: expect.any(String) } });
+        expect({ route: label(r), status: res.status, body: res.body }).toEqual({
+          route: label(r),
+          status: 403,
+          body: { code: 'FORBIDDEN', message: expect.any(String) },
+        });
       }
     }
     expect(await databaseFingerprint(t.db)).toEqual(before);
@@ -182,7 +204,9 @@ describe('authorization', () => {
       const missing = await request(t.url).get(`/me/coupons/999999999`).set(mallory());
       expect([theirs.status, theirs.body.code]).toEqual([404, 'USER_COUPON_NOT_FOUND']);
       expect(theirs.body.message).toBe(missing.body.message);
-      const own = await request(t.url).get(`/me/coupons/${ids.userCouponId}`).set(bearer(tokenFor('victim')));
+      const own = await request(t.url)
+        .get(`/me/coupons/${ids.userCouponId}`)
+        .set(bearer(tokenFor('victim')));
       expect(own.status).toBe(200);
     });
 
@@ -201,9 +225,15 @@ describe('authorization', () => {
 
     it("redeeming the victim's coupon is refused (404, or 403 when naming the victim) and changes nothing", async () => {
       const before = await databaseFingerprint(t.db);
-      const plain = await request(t.url).post('/redemptions').set(mallory()).send({ userCouponId: ids.userCouponId, orderNo: 'M-1', orderAmountCents: 100000 });
+      const plain = await request(t.url)
+        .post('/redemptions')
+        .set(mallory())
+        .send({ userCouponId: ids.userCouponId, orderNo: 'M-1', orderAmountCents: 100000 });
       expect([plain.status, plain.body.code]).toEqual([404, 'USER_COUPON_NOT_FOUND']);
-      const named = await request(t.url).post('/redemptions').set(mallory()).send({ userCouponId: ids.userCouponId, orderNo: 'M-2', orderAmountCents: 100000, userId: 'victim' });
+      const named = await request(t.url)
+        .post('/redemptions')
+        .set(mallory())
+        .send({ userCouponId: ids.userCouponId, orderNo: 'M-2', orderAmountCents: 100000, userId: 'victim' });
       expect([403, 404]).toContain(named.status);
       expect(named.body.code).toBe(named.status === 403 ? 'FORBIDDEN' : 'USER_COUPON_NOT_FOUND');
       // The service acting for the wrong user is refused the same way.
@@ -224,11 +254,18 @@ describe('authorization', () => {
     });
 
     it("the victim's coupon is untouched: UNUSED, one log row, no redemption", async () => {
-      const [uc] = (await t.db.query(`SELECT user_id, status FROM user_coupon WHERE id = ?`, [ids.userCouponId])) as { user_id: string; status: string }[];
+      const [uc] = (await t.db.query(`SELECT user_id, status FROM user_coupon WHERE id = ?`, [ids.userCouponId])) as {
+        user_id: string;
+        status: string;
+      }[];
       expect(uc).toEqual({ user_id: 'victim', status: 'UNUSED' });
-      const [{ n }] = (await t.db.query(`SELECT COUNT(*) AS n FROM user_coupon_state_log WHERE user_coupon_id = ?`, [ids.userCouponId])) as { n: string }[];
+      const [{ n }] = (await t.db.query(`SELECT COUNT(*) AS n FROM user_coupon_state_log WHERE user_coupon_id = ?`, [
+        ids.userCouponId,
+      ])) as { n: string }[];
       expect(Number(n)).toBe(1);
-      const [{ r }] = (await t.db.query(`SELECT COUNT(*) AS r FROM redemption WHERE user_coupon_id = ?`, [ids.userCouponId])) as { r: string }[];
+      const [{ r }] = (await t.db.query(`SELECT COUNT(*) AS r FROM redemption WHERE user_coupon_id = ?`, [ids.userCouponId])) as {
+        r: string;
+      }[];
       expect(Number(r)).toBe(0);
       expect(await checkInvariants(t.db)).toEqual([]);
     });

@@ -12,7 +12,8 @@ describe('error format and input limits', () => {
   });
   afterAll(() => t.close());
 
-  const post = (body: string, type = 'application/json') => request(t.url).post('/admin/coupons').set(bearer(adminToken())).set('Content-Type', type).send(body);
+  const post = (body: string, type = 'application/json') =>
+    request(t.url).post('/admin/coupons').set(bearer(adminToken())).set('Content-Type', type).send(body);
 
   it.each([
     ['malformed JSON', '{"name": ', 400, 'VALIDATION_FAILED'],
@@ -30,7 +31,11 @@ describe('error format and input limits', () => {
   });
 
   it.each([
-    ['/admin/user-coupons/reissue', { couponId: '1', userId: 'bob', reason: 'r', fromStock: false, replacesUserCouponId: null }, 'replacesUserCouponId'],
+    [
+      '/admin/user-coupons/reissue',
+      { couponId: '1', userId: 'bob', reason: 'r', fromStock: false, replacesUserCouponId: null },
+      'replacesUserCouponId',
+    ],
     ['/admin/reconciliation/runs', { mode: null }, 'mode'],
     ['/redemptions', { userCouponId: '1', orderNo: 'o', orderAmountCents: 5, userId: null }, 'userId'],
     ['/admin/coupons', { ...couponBody(), perUserLimit: null }, 'perUserLimit'],
@@ -43,7 +48,9 @@ describe('error format and input limits', () => {
   it('names the offending fields of a bad body', async () => {
     const res = await request(t.url).post('/admin/coupons').set(bearer(adminToken())).send({ name: '', totalStock: -1, unknownField: 1 });
     expect(res.status).toBe(400);
-    expect(Object.keys(res.body.details.fields)).toEqual(expect.arrayContaining(['name', 'totalStock', 'unknownField', 'grabStartAt', 'validity', 'discount']));
+    expect(Object.keys(res.body.details.fields)).toEqual(
+      expect.arrayContaining(['name', 'totalStock', 'unknownField', 'grabStartAt', 'validity', 'discount']),
+    );
   });
 
   it('answers a body over 64 KiB with 413 PAYLOAD_TOO_LARGE', async () => {
@@ -79,7 +86,9 @@ describe('error format and input limits', () => {
   });
 
   it('opens its whole database pool at boot, before the first burst', async () => {
-    const [{ n }] = (await t.db.query(`SELECT COUNT(*) AS n FROM information_schema.processlist WHERE db = ?`, [t.config.DB_NAME])) as { n: string }[];
+    const [{ n }] = (await t.db.query(`SELECT COUNT(*) AS n FROM information_schema.processlist WHERE db = ?`, [t.config.DB_NAME])) as {
+      n: string;
+    }[];
     expect(Number(n)).toBeGreaterThanOrEqual(t.config.DB_POOL_SIZE);
   });
 
@@ -104,7 +113,16 @@ describe('configuration', () => {
 
   it('has defaults that work on a developer machine', () => {
     const c = loadConfig({});
-    expect([c.PORT, c.DB_HOST, c.DB_PORT, c.DB_USER, c.DB_PASSWORD, c.DB_NAME, c.RATE_LIMIT_PER_SECOND, c.RATE_LIMIT_ENABLED]).toEqual([3000, '127.0.0.1', 3306, 'root', '', 'coupon', 500, true]);
+    expect([c.PORT, c.DB_HOST, c.DB_PORT, c.DB_USER, c.DB_PASSWORD, c.DB_NAME, c.RATE_LIMIT_PER_SECOND, c.RATE_LIMIT_ENABLED]).toEqual([
+      3000,
+      '127.0.0.1',
+      3306,
+      'root',
+      '',
+      'coupon',
+      500,
+      true,
+    ]);
   });
 });
 

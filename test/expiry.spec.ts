@@ -49,14 +49,26 @@ describe('expiry sweep', () => {
 
   const count = async (sql: string, params: unknown[] = []) => Number(((await t.db.query(sql, params)) as { n: string }[])[0].n);
   const byStatus = async (couponId: string) =>
-    Object.fromEntries(((await t.db.query(`SELECT status, COUNT(*) AS n FROM user_coupon WHERE coupon_id = ? GROUP BY status`, [couponId])) as { status: string; n: string }[]).map((r) => [r.status, Number(r.n)]));
+    Object.fromEntries(
+      (
+        (await t.db.query(`SELECT status, COUNT(*) AS n FROM user_coupon WHERE coupon_id = ? GROUP BY status`, [couponId])) as {
+          status: string;
+          n: string;
+        }[]
+      ).map((r) => [r.status, Number(r.n)]),
+    );
   const expiredLogRows = (couponId: string) =>
-    count(`SELECT COUNT(*) AS n FROM user_coupon_state_log l JOIN user_coupon uc ON uc.id = l.user_coupon_id WHERE uc.coupon_id = ? AND l.to_status = 'EXPIRED'`, [couponId]);
+    count(
+      `SELECT COUNT(*) AS n FROM user_coupon_state_log l JOIN user_coupon uc ON uc.id = l.user_coupon_id WHERE uc.coupon_id = ? AND l.to_status = 'EXPIRED'`,
+      [couponId],
+    );
 
   it('expires 10,000 coupons in batches while 1,000 redemptions race it: each ends USED or EXPIRED, never both, each move logged once', async () => {
     const couponId = await seed(t, 10_000, new Date(Date.now() - MINUTE), 'race');
     const notYet = await seed(t, 50, new Date(Date.now() + 60 * MINUTE), 'later');
-    const ids = ((await t.db.query(`SELECT id FROM user_coupon WHERE coupon_id = ? ORDER BY RAND() LIMIT 1000`, [couponId])) as { id: string }[]).map((r) => r.id);
+    const ids = (
+      (await t.db.query(`SELECT id FROM user_coupon WHERE coupon_id = ? ORDER BY RAND() LIMIT 1000`, [couponId])) as { id: string }[]
+    ).map((r) => r.id);
     const sm = t.app.get(StateMachineService);
     const outcomes: Record<string, number> = {};
     const redeem = async (id: string) => {
@@ -68,7 +80,10 @@ describe('expiry sweep', () => {
             [`race-${id}`, id],
           );
         })
-        .then(() => 'USED', (e: unknown) => (e instanceof AppError ? e.code : String(e)));
+        .then(
+          () => 'USED',
+          (e: unknown) => (e instanceof AppError ? e.code : String(e)),
+        );
       outcomes[code] = (outcomes[code] ?? 0) + 1;
     };
     const queue = [...ids];
@@ -86,10 +101,18 @@ describe('expiry sweep', () => {
     expect(await byStatus(couponId)).toEqual({ EXPIRED: 10_000 - used, ...(used > 0 ? { USED: used } : {}) });
     expect(await byStatus(notYet)).toEqual({ UNUSED: 50 });
     expect(await expiredLogRows(couponId)).toBe(10_000 - used);
-    expect(await count(`SELECT COUNT(*) AS n FROM (SELECT user_coupon_id FROM user_coupon_state_log WHERE to_status IN ('USED', 'EXPIRED') GROUP BY user_coupon_id HAVING COUNT(*) > 1) x`)).toBe(0);
-    expect(await count(`SELECT COUNT(*) AS n FROM redemption r JOIN user_coupon uc ON uc.id = r.user_coupon_id WHERE uc.status <> 'USED'`)).toBe(0);
+    expect(
+      await count(
+        `SELECT COUNT(*) AS n FROM (SELECT user_coupon_id FROM user_coupon_state_log WHERE to_status IN ('USED', 'EXPIRED') GROUP BY user_coupon_id HAVING COUNT(*) > 1) x`,
+      ),
+    ).toBe(0);
+    expect(
+      await count(`SELECT COUNT(*) AS n FROM redemption r JOIN user_coupon uc ON uc.id = r.user_coupon_id WHERE uc.status <> 'USED'`),
+    ).toBe(0);
     expect(await checkInvariants(t.db)).toEqual([]);
-    console.log(`sweep of 10,000 with 1,000 racing redemptions: ${JSON.stringify(outcomes)}, ${result.batches} batches, ${Math.round(result.durationMs)} ms`);
+    console.log(
+      `sweep of 10,000 with 1,000 racing redemptions: ${JSON.stringify(outcomes)}, ${result.batches} batches, ${Math.round(result.durationMs)} ms`,
+    );
   });
 
   it('stopped half-way (batch limit, abort, or a batch rolled back) leaves only whole batches done; the next run finishes', async () => {
@@ -188,7 +211,13 @@ describe('expiry cron', () => {
     let left = 20;
     while (left > 0 && Date.now() < deadline) {
       await new Promise((r) => setTimeout(r, 200));
-      left = Number(((await t.db.query(`SELECT COUNT(*) AS n FROM user_coupon WHERE coupon_id = ? AND status = 'UNUSED'`, [couponId])) as { n: string }[])[0].n);
+      left = Number(
+        (
+          (await t.db.query(`SELECT COUNT(*) AS n FROM user_coupon WHERE coupon_id = ? AND status = 'UNUSED'`, [couponId])) as {
+            n: string;
+          }[]
+        )[0].n,
+      );
     }
     expect(left).toBe(0);
     expect(await checkInvariants(t.db)).toEqual([]);

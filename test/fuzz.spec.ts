@@ -51,7 +51,10 @@ const agent = new Agent({ keepAlive: true, maxSockets: 4 });
 function send(base: URL, req: Sent): Promise<Answer | null> {
   return new Promise((resolve, reject) => {
     // An explicit length, or Node sends DELETE and OPTIONS bodies unframed and the next request on the socket is garbage.
-    const headers = req.body !== undefined && !req.headers['transfer-encoding'] ? { ...req.headers, 'content-length': String(Buffer.byteLength(req.body)) } : req.headers;
+    const headers =
+      req.body !== undefined && !req.headers['transfer-encoding']
+        ? { ...req.headers, 'content-length': String(Buffer.byteLength(req.body)) }
+        : req.headers;
     let r;
     try {
       r = httpRequest({ host: base.hostname, port: base.port, agent, method: req.method, path: req.path, headers }, (res) => {
@@ -72,13 +75,62 @@ function send(base: URL, req: Sent): Promise<Answer | null> {
 /** Values that break naive code: huge and fractional numbers, wrong types, SQL, unicode, dates out of range. */
 const nastyScalar = fc.oneof(
   fc.constantFrom<unknown>(
-    1e308, -1e308, Number.MAX_SAFE_INTEGER + 2, -Number.MAX_SAFE_INTEGER, 2 ** 63, 2 ** 64, -1, 0, 1.5, -0.0001,
-    '1', '', ' ', '0', '-1', 'null', 'true', '0x10', '1e3', 'NaN', 'Infinity',
-    "' OR 1=1 --", "'; DROP TABLE coupon; --", '1; SELECT SLEEP(10)', "\\'", '%', '_', '\u0000', '\u202eevil', '\ud800', '🙂🙂🙂', 'Ω'.repeat(300),
-    '9223372036854775808', '18446744073709551616', '-9223372036854775809',
-    '0000-00-00T00:00:00Z', '1969-12-31T23:59:59Z', '9999-12-31T23:59:59.999Z', '2024-02-30T00:00:00Z', '2024-01-01', '2024-01-01T00:00:00+14:00', '+275760-09-13T00:00:00Z',
-    null, true, false, [], {}, [1, 2], { $gt: '' }, { toString: 'x' },
-    'ACTIVE', 'PAUSED', 'FIXED', 'RELATIVE', 'USED', 'admin',
+    1e308,
+    -1e308,
+    Number.MAX_SAFE_INTEGER + 2,
+    -Number.MAX_SAFE_INTEGER,
+    2 ** 63,
+    2 ** 64,
+    -1,
+    0,
+    1.5,
+    -0.0001,
+    '1',
+    '',
+    ' ',
+    '0',
+    '-1',
+    'null',
+    'true',
+    '0x10',
+    '1e3',
+    'NaN',
+    'Infinity',
+    "' OR 1=1 --",
+    "'; DROP TABLE coupon; --",
+    '1; SELECT SLEEP(10)',
+    "\\'",
+    '%',
+    '_',
+    '\u0000',
+    '\u202eevil',
+    '\ud800',
+    '🙂🙂🙂',
+    'Ω'.repeat(300),
+    '9223372036854775808',
+    '18446744073709551616',
+    '-9223372036854775809',
+    '0000-00-00T00:00:00Z',
+    '1969-12-31T23:59:59Z',
+    '9999-12-31T23:59:59.999Z',
+    '2024-02-30T00:00:00Z',
+    '2024-01-01',
+    '2024-01-01T00:00:00+14:00',
+    '+275760-09-13T00:00:00Z',
+    null,
+    true,
+    false,
+    [],
+    {},
+    [1, 2],
+    { $gt: '' },
+    { toString: 'x' },
+    'ACTIVE',
+    'PAUSED',
+    'FIXED',
+    'RELATIVE',
+    'USED',
+    'admin',
   ),
   fc.integer(),
   fc.double(),
@@ -89,7 +141,18 @@ const nastyScalar = fc.oneof(
 );
 const nasty = fc.oneof({ weight: 4, arbitrary: nastyScalar }, { weight: 1, arbitrary: fc.jsonValue({ maxDepth: 3 }) });
 /** Numbers JSON can carry but a JavaScript number cannot represent exactly, sent as raw text. */
-const RAW_NUMBERS = ['1e400', '-1e400', '123456789012345678901234567890', '9007199254740993', '1.0', '-0', '1E2', '0.1e1', '1e-400', '100000000000000000000000.5'];
+const RAW_NUMBERS = [
+  '1e400',
+  '-1e400',
+  '123456789012345678901234567890',
+  '9007199254740993',
+  '1.0',
+  '-0',
+  '1E2',
+  '0.1e1',
+  '1e-400',
+  '100000000000000000000000.5',
+];
 const RAW = 'RAW-NUMBER-PLACEHOLDER';
 const POLLUTION_KEYS = ['__proto__', 'constructor', 'prototype', '__defineGetter__', 'toString', 'hasOwnProperty', 'valueOf'];
 
@@ -111,7 +174,8 @@ function setPath(target: Record<string, unknown>, path: string, value: unknown, 
 }
 
 /** JSON text with `key` as the first member of the object, whatever key it is (JSON.stringify cannot emit an own __proto__). */
-const withFirstMember = (json: string, key: string, value: unknown) => `{${JSON.stringify(key)}:${JSON.stringify(value)}${json === '{}' ? '}' : `,${json.slice(1)}`}`;
+const withFirstMember = (json: string, key: string, value: unknown) =>
+  `{${JSON.stringify(key)}:${JSON.stringify(value)}${json === '{}' ? '}' : `,${json.slice(1)}`}`;
 
 describe('fuzz', () => {
   let t: TestApp;
@@ -130,7 +194,10 @@ describe('fuzz', () => {
     routes = Object.entries(doc.paths).flatMap(([path, ops]) => Object.keys(ops).map((method) => ({ method: method as Method, path })));
     const coupon = await createCoupon(t.url, { totalStock: 1_000_000, perUserLimit: 1_000_000, returnOnRefund: true });
     const key = newKey('fuzz');
-    const grabbed = await request(t.url).post(`/coupons/${coupon.id}/grab`).set(bearer(tokenFor(USER))).set('Idempotency-Key', key);
+    const grabbed = await request(t.url)
+      .post(`/coupons/${coupon.id}/grab`)
+      .set(bearer(tokenFor(USER)))
+      .set('Idempotency-Key', key);
     expect(grabbed.status).toBe(201);
     ids = { couponId: coupon.id, userCouponId: grabbed.body.id, idempotencyKey: key, runId: '1', id: '1' };
     examples = {
@@ -149,13 +216,17 @@ describe('fuzz', () => {
     fingerprint = await databaseFingerprint(t.db, tables);
   });
   afterAll(async () => {
-    console.log(`fuzz: ${stats.requests} requests sent (${JSON.stringify(stats.byClass)}), ${stats.refusedByClient} refused by Node's client before sending`);
+    console.log(
+      `fuzz: ${stats.requests} requests sent (${JSON.stringify(stats.byClass)}), ${stats.refusedByClient} refused by Node's client before sending`,
+    );
     agent.destroy();
     await t.close();
   });
 
-  const tokenOf = (r: Route) => (r.path.startsWith('/admin/') ? adminToken() : r.path === '/redemptions/refunds' ? serviceToken() : tokenFor(USER));
-  const urlOf = (r: Route, params: Record<string, string> = {}) => r.path.replace(/\{(\w+)\}/g, (_, name: string) => params[name] ?? ids[name] ?? '1');
+  const tokenOf = (r: Route) =>
+    r.path.startsWith('/admin/') ? adminToken() : r.path === '/redemptions/refunds' ? serviceToken() : tokenFor(USER);
+  const urlOf = (r: Route, params: Record<string, string> = {}) =>
+    r.path.replace(/\{(\w+)\}/g, (_, name: string) => params[name] ?? ids[name] ?? '1');
   const bodyRoutes = () => routes.filter((r) => r.method !== 'get');
   const exampleOf = (r: Route) => examples[label(r)] ?? {};
 
@@ -193,9 +264,12 @@ describe('fuzz', () => {
           throw new Error(`error body is not JSON: ${where}`);
         }
         const shapeOk =
-          typeof body === 'object' && body !== null &&
+          typeof body === 'object' &&
+          body !== null &&
           Object.keys(body).every((k) => ['code', 'message', 'details'].includes(k)) &&
-          typeof body.code === 'string' && typeof body.message === 'string' && body.message.length > 0 &&
+          typeof body.code === 'string' &&
+          typeof body.message === 'string' &&
+          body.message.length > 0 &&
           (body.details === undefined || (typeof body.details === 'object' && body.details !== null && !Array.isArray(body.details)));
         if (!shapeOk) throw new Error(`error body not {code, message, details?}: ${where}`);
         if (ERROR_STATUS[body.code as keyof typeof ERROR_STATUS] !== a.status) throw new Error(`code does not match status: ${where}`);
@@ -223,8 +297,17 @@ describe('fuzz', () => {
   });
 
   it('bodies: valid ones with fields replaced by huge numbers, wrong types, SQL, unicode, nested junk, or dropped', async () => {
-    const mutation = fc.array(fc.tuple(fc.nat(), fc.oneof({ weight: 5, arbitrary: nasty.map((v) => ({ v })) }, { weight: 1, arbitrary: fc.constant(null) })), { minLength: 1, maxLength: 3 });
-    const extraField = fc.option(fc.tuple(fc.oneof(fc.constantFrom('admin', 'userId', 'status', 'stock', 'id', 'initStock', 'remainingStock'), fc.string({ maxLength: 20 })), nasty), { freq: 4 });
+    const mutation = fc.array(
+      fc.tuple(fc.nat(), fc.oneof({ weight: 5, arbitrary: nasty.map((v) => ({ v })) }, { weight: 1, arbitrary: fc.constant(null) })),
+      { minLength: 1, maxLength: 3 },
+    );
+    const extraField = fc.option(
+      fc.tuple(
+        fc.oneof(fc.constantFrom('admin', 'userId', 'status', 'stock', 'id', 'initStock', 'remainingStock'), fc.string({ maxLength: 20 })),
+        nasty,
+      ),
+      { freq: 4 },
+    );
     await fc.assert(
       fc.asyncProperty(fc.nat(), mutation, extraField, async (pick, changes, extra) => {
         const r = bodyRoutes()[pick % bodyRoutes().length];
@@ -272,7 +355,10 @@ describe('fuzz', () => {
         const inner = Object.keys(example).find((k) => typeof example[k] === 'object' && example[k] !== null);
         if (nested && inner) {
           const { [inner]: child, ...rest } = example;
-          text = withFirstMember(JSON.stringify(rest), inner, '__CHILD__').replace('"__CHILD__"', withFirstMember(JSON.stringify(child), key, payload));
+          text = withFirstMember(JSON.stringify(rest), inner, '__CHILD__').replace(
+            '"__CHILD__"',
+            withFirstMember(JSON.stringify(child), key, payload),
+          );
         }
         const a = await probe(json(r, text));
         if (a && a.status < 400 && key === '__proto__') throw new Error(`__proto__ accepted by ${label(r)}: ${text}`);
@@ -287,9 +373,35 @@ describe('fuzz', () => {
   it('malformed JSON, deep nesting and non-object bodies answer 4xx', async () => {
     const deep = (n: number) => `{"name":${'['.repeat(n)}${']'.repeat(n)}}`;
     const malformed = fc.oneof(
-      fc.constantFrom('{', '}', '{"a":', '{"a":1,}', "{'a':1}", '{"a":NaN}', '{"a":Infinity}', '{"a":undefined}', '\uFEFF{}', '{}garbage', '{}{}', '{"a":"\\x41"}', '{"a":"\\ud800"}',
-        'null', 'true', '"str"', '[]', '[{}]', '1', ' ', '\u0000', '{"name":"a","name":"b"}'),
-      fc.constantFrom(long('arrays nested 1,000 deep', deep(1000)), long('arrays nested 30,000 deep', deep(30_000)), long('objects nested 2,000 deep', `[${'{"a":'.repeat(2000)}1${'}'.repeat(2000)}]`)),
+      fc.constantFrom(
+        '{',
+        '}',
+        '{"a":',
+        '{"a":1,}',
+        "{'a':1}",
+        '{"a":NaN}',
+        '{"a":Infinity}',
+        '{"a":undefined}',
+        '\uFEFF{}',
+        '{}garbage',
+        '{}{}',
+        '{"a":"\\x41"}',
+        '{"a":"\\ud800"}',
+        'null',
+        'true',
+        '"str"',
+        '[]',
+        '[{}]',
+        '1',
+        ' ',
+        '\u0000',
+        '{"name":"a","name":"b"}',
+      ),
+      fc.constantFrom(
+        long('arrays nested 1,000 deep', deep(1000)),
+        long('arrays nested 30,000 deep', deep(30_000)),
+        long('objects nested 2,000 deep', `[${'{"a":'.repeat(2000)}1${'}'.repeat(2000)}]`),
+      ),
       fc.jsonValue({ maxDepth: 4 }).chain((v) => {
         const s = JSON.stringify(v) ?? 'null';
         return fc.nat({ max: Math.max(0, s.length - 1) }).map((cut) => s.slice(0, cut));
@@ -301,7 +413,8 @@ describe('fuzz', () => {
         const r = bodyRoutes()[pick % bodyRoutes().length];
         const text = textOf(generated);
         const a = await probe(json(r, text));
-        if (a && a.status < 400 && r.path !== '/coupons/{couponId}/grab' && r.path !== '/admin/reconciliation/runs') throw new Error(`accepted malformed body on ${label(r)}: ${text.slice(0, 200)}`);
+        if (a && a.status < 400 && r.path !== '/coupons/{couponId}/grab' && r.path !== '/admin/reconciliation/runs')
+          throw new Error(`accepted malformed body on ${label(r)}: ${text.slice(0, 200)}`);
       }),
       { numRuns: 250 },
     );
@@ -309,38 +422,69 @@ describe('fuzz', () => {
 
   it('bodies over 64 KiB answer 413 PAYLOAD_TOO_LARGE on every route, with or without a token, with or without a length', async () => {
     await fc.assert(
-      fc.asyncProperty(fc.nat(), fc.integer({ min: 64 * KIB + 1, max: 400 * KIB }), fc.boolean(), fc.boolean(), async (pick, size, authorized, chunked) => {
-        const r = bodyRoutes()[pick % bodyRoutes().length];
-        const text = JSON.stringify({ ...exampleOf(r), pad: 'x'.repeat(size) });
-        const req = json(r, text);
-        if (!authorized) delete req.headers.authorization;
-        if (chunked) req.headers['transfer-encoding'] = 'chunked';
-        const a = await probe(req);
-        expect([a?.status, a && (JSON.parse(a.text) as { code: string }).code]).toEqual([413, 'PAYLOAD_TOO_LARGE']);
-      }),
+      fc.asyncProperty(
+        fc.nat(),
+        fc.integer({ min: 64 * KIB + 1, max: 400 * KIB }),
+        fc.boolean(),
+        fc.boolean(),
+        async (pick, size, authorized, chunked) => {
+          const r = bodyRoutes()[pick % bodyRoutes().length];
+          const text = JSON.stringify({ ...exampleOf(r), pad: 'x'.repeat(size) });
+          const req = json(r, text);
+          if (!authorized) delete req.headers.authorization;
+          if (chunked) req.headers['transfer-encoding'] = 'chunked';
+          const a = await probe(req);
+          expect([a?.status, a && (JSON.parse(a.text) as { code: string }).code]).toEqual([413, 'PAYLOAD_TOO_LARGE']);
+        },
+      ),
       { numRuns: 30 },
     );
   });
 
   it('wrong and odd content types answer 4xx or are read as JSON, never 5xx', async () => {
     const types = fc.constantFrom(
-      'text/plain', 'application/x-www-form-urlencoded', 'multipart/form-data; boundary=xyz', 'application/xml', 'application/octet-stream', 'image/png', '*/*', '',
-      'application/json; charset=latin1', 'application/json; charset=utf-16', 'application/json; charset=nonsense', 'APPLICATION/JSON', 'application/json-patch+json', 'application/vnd.api+json', 'application/json, text/plain', 'application/jsonx',
+      'text/plain',
+      'application/x-www-form-urlencoded',
+      'multipart/form-data; boundary=xyz',
+      'application/xml',
+      'application/octet-stream',
+      'image/png',
+      '*/*',
+      '',
+      'application/json; charset=latin1',
+      'application/json; charset=utf-16',
+      'application/json; charset=nonsense',
+      'APPLICATION/JSON',
+      'application/json-patch+json',
+      'application/vnd.api+json',
+      'application/json, text/plain',
+      'application/jsonx',
     );
     await fc.assert(
-      fc.asyncProperty(fc.nat(), types, fc.oneof(fc.constant('valid'), fc.constant('form'), fc.string({ maxLength: 100 })), async (pick, contentType, kind) => {
-        const r = bodyRoutes()[pick % bodyRoutes().length];
-        const body = kind === 'valid' ? JSON.stringify(exampleOf(r)) : kind === 'form' ? 'a=1&b[c]=2&__proto__[admin]=1' : kind;
-        const req = json(r, body, { 'content-type': contentType });
-        if (contentType === '') delete req.headers['content-type'];
-        await probe(req);
-      }),
+      fc.asyncProperty(
+        fc.nat(),
+        types,
+        fc.oneof(fc.constant('valid'), fc.constant('form'), fc.string({ maxLength: 100 })),
+        async (pick, contentType, kind) => {
+          const r = bodyRoutes()[pick % bodyRoutes().length];
+          const body = kind === 'valid' ? JSON.stringify(exampleOf(r)) : kind === 'form' ? 'a=1&b[c]=2&__proto__[admin]=1' : kind;
+          const req = json(r, body, { 'content-type': contentType });
+          if (contentType === '') delete req.headers['content-type'];
+          await probe(req);
+        },
+      ),
       { numRuns: 200 },
     );
   });
 
   it('headers: Idempotency-Key, Authorization and X-Request-Id of any shape', async () => {
-    const latin1 = fc.string({ unit: fc.integer({ min: 0x20, max: 0xff }).filter((c) => c !== 0x7f).map((c) => String.fromCharCode(c)), maxLength: 300 });
+    const latin1 = fc.string({
+      unit: fc
+        .integer({ min: 0x20, max: 0xff })
+        .filter((c) => c !== 0x7f)
+        .map((c) => String.fromCharCode(c)),
+      maxLength: 300,
+    });
     const key = fc.oneof(
       fc.stringMatching(/^[A-Za-z0-9_-]{1,128}$/),
       fc.constantFrom('', ' ', 'a'.repeat(129), "k' OR 1=1 --", 'k;DROP TABLE user_coupon', '../../etc', 'k%00', 'ключ'),
@@ -369,8 +513,32 @@ describe('fuzz', () => {
 
   it('paths: odd ids and segments on every route, and methods the route does not have', async () => {
     const segment = fc.oneof(
-      fc.constantFrom('0', '-1', '1.5', '1e3', '00001', '+1', '0x1F', ' 1', '%201', '%00', '..', '%2e%2e', '%2F', 'null', 'undefined', "1'%20OR%20'1'='1", '1;DROP%20TABLE%20coupon',
-        '99999999999999999999', '9223372036854775808', '9223372036854775807', '18446744073709551615', '%D9%A3', '%EF%BC%91', '%F0%9F%99%82'),
+      fc.constantFrom(
+        '0',
+        '-1',
+        '1.5',
+        '1e3',
+        '00001',
+        '+1',
+        '0x1F',
+        ' 1',
+        '%201',
+        '%00',
+        '..',
+        '%2e%2e',
+        '%2F',
+        'null',
+        'undefined',
+        "1'%20OR%20'1'='1",
+        '1;DROP%20TABLE%20coupon',
+        '99999999999999999999',
+        '9223372036854775808',
+        '9223372036854775807',
+        '18446744073709551615',
+        '%D9%A3',
+        '%EF%BC%91',
+        '%F0%9F%99%82',
+      ),
       fc.constant(long('600 a', 'a'.repeat(600))),
       fc.bigInt({ min: -(2n ** 70n), max: 2n ** 70n }).map(String),
       fc.string({ unit: 'grapheme', maxLength: 40 }).map(encodeURIComponent),
@@ -382,7 +550,9 @@ describe('fuzz', () => {
       fc.asyncProperty(fc.nat(), segment, suffix, fc.option(method, { freq: 3 }), async (pick, generatedSegment, tail, otherMethod) => {
         const r = routes[pick % routes.length];
         const seg = textOf(generatedSegment);
-        const path = r.path.includes('{') ? urlOf(r, Object.fromEntries([...r.path.matchAll(/\{(\w+)\}/g)].map((m) => [m[1], seg]))) : `${urlOf(r)}/${seg}`;
+        const path = r.path.includes('{')
+          ? urlOf(r, Object.fromEntries([...r.path.matchAll(/\{(\w+)\}/g)].map((m) => [m[1], seg])))
+          : `${urlOf(r)}/${seg}`;
         const body = r.method === 'get' ? undefined : JSON.stringify(exampleOf(r));
         const req = json(r, body);
         req.path = path + tail;
@@ -400,11 +570,43 @@ describe('fuzz', () => {
   it('query strings: wrong types, repeats, arrays, pollution keys and unicode', async () => {
     const getRoutes = routes.filter((r) => r.method === 'get');
     const key = fc.oneof(
-      fc.constantFrom('status', 'limit', 'cursor', 'runId', 'status[]', 'limit[0]', 'cursor[a]', '__proto__[admin]', '__proto__', 'constructor[prototype][admin]', 'toString', ''),
+      fc.constantFrom(
+        'status',
+        'limit',
+        'cursor',
+        'runId',
+        'status[]',
+        'limit[0]',
+        'cursor[a]',
+        '__proto__[admin]',
+        '__proto__',
+        'constructor[prototype][admin]',
+        'toString',
+        '',
+      ),
       fc.string({ maxLength: 12 }),
     );
     const value = fc.oneof(
-      fc.constantFrom('UNUSED', 'EXPIRED', 'OPEN', 'PENDING', 'used', '0', '101', '-1', '1e400', '1.5', '20abc', '9223372036854775808', '99999999999999999999', '', "' OR 1=1 --", 'true', '[]', '{}'),
+      fc.constantFrom(
+        'UNUSED',
+        'EXPIRED',
+        'OPEN',
+        'PENDING',
+        'used',
+        '0',
+        '101',
+        '-1',
+        '1e400',
+        '1.5',
+        '20abc',
+        '9223372036854775808',
+        '99999999999999999999',
+        '',
+        "' OR 1=1 --",
+        'true',
+        '[]',
+        '{}',
+      ),
       fc.integer().map(String),
       fc.string({ unit: 'grapheme', maxLength: 30 }),
     );

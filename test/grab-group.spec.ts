@@ -30,7 +30,11 @@ describe.each([
 
   /** Sizes of the groups that issued this coupon's coupons, in issue order. */
   const groupSizes = async (couponId: string) =>
-    ((await t.db.query(`SELECT COUNT(*) AS n FROM user_coupon WHERE coupon_id = ? GROUP BY issued_at ORDER BY issued_at`, [couponId])) as { n: string }[]).map((r) => Number(r.n));
+    (
+      (await t.db.query(`SELECT COUNT(*) AS n FROM user_coupon WHERE coupon_id = ? GROUP BY issued_at ORDER BY issued_at`, [couponId])) as {
+        n: string;
+      }[]
+    ).map((r) => Number(r.n));
   const granted = (d: GrabDecision) => (d instanceof AppError ? d.code : 'GRANTED');
   /** Until the group's INSERT is running, which it cannot finish while the held key is uncommitted (at most 10 s). */
   const waitForBlockedInsert = async () => {
@@ -71,8 +75,19 @@ describe.each([
     await other.connect();
     await other.startTransaction('READ COMMITTED');
     try {
-      await t.app.get(IssueService).issue(other.manager, { coupon: couponB, userId: 'both-coupons', source: 'GRAB', fromStock: true, idempotencyKey: 'same-key', txId: 'grab:same-key' });
-      const requests = [...[1, 2, 3].map((i) => ({ userId: `bystander-${i}`, key: newKey() })), { userId: 'both-coupons', key: 'same-key' }, { userId: 'bystander-4', key: newKey() }];
+      await t.app.get(IssueService).issue(other.manager, {
+        coupon: couponB,
+        userId: 'both-coupons',
+        source: 'GRAB',
+        fromStock: true,
+        idempotencyKey: 'same-key',
+        txId: 'grab:same-key',
+      });
+      const requests = [
+        ...[1, 2, 3].map((i) => ({ userId: `bystander-${i}`, key: newKey() })),
+        { userId: 'both-coupons', key: 'same-key' },
+        { userId: 'bystander-4', key: newKey() },
+      ];
       const answers = Promise.all(requests.map((r) => groups.submit(couponA, r)));
       await waitForBlockedInsert();
       await other.commitTransaction();

@@ -16,22 +16,39 @@ describe.each(['grouped', 'per-request'])('grab (GRAB_STRATEGY=%s)', (strategy) 
   afterAll(() => t.close());
 
   const grab = (couponId: string, userId: string, key: string = newKey()) =>
-    request(t.url).post(`/coupons/${couponId}/grab`).agent(burstAgent).set(bearer(tokenFor(userId))).set('Idempotency-Key', key);
+    request(t.url)
+      .post(`/coupons/${couponId}/grab`)
+      .agent(burstAgent)
+      .set(bearer(tokenFor(userId)))
+      .set('Idempotency-Key', key);
   const rowCount = async (sql: string, params: unknown[] = []) => Number(((await t.db.query(sql, params)) as { n: string }[])[0].n);
   const issuedOf = (couponId: string) => rowCount(`SELECT COUNT(*) AS n FROM user_coupon WHERE coupon_id = ?`, [couponId]);
   const stockOf = async (couponId: string) =>
-    ((await t.db.query(`SELECT init_stock, stock FROM coupon_stock WHERE coupon_id = ?`, [couponId])) as { init_stock: string; stock: string }[])[0];
+    (
+      (await t.db.query(`SELECT init_stock, stock FROM coupon_stock WHERE coupon_id = ?`, [couponId])) as {
+        init_stock: string;
+        stock: string;
+      }[]
+    )[0];
 
   it('2,000 concurrent grabs by 2,000 users on 500 stock issue exactly 500', async () => {
     const coupon = await createCoupon(t.url, { totalStock: 500 });
     const answers = await Promise.all(Array.from({ length: 2000 }, (_, i) => grab(coupon.id, `crowd-${i}`)));
-    const byStatus = answers.reduce<Record<string, number>>((acc, r) => ({ ...acc, [`${r.status} ${r.body.code ?? ''}`]: (acc[`${r.status} ${r.body.code ?? ''}`] ?? 0) + 1 }), {});
+    const byStatus = answers.reduce<Record<string, number>>(
+      (acc, r) => ({ ...acc, [`${r.status} ${r.body.code ?? ''}`]: (acc[`${r.status} ${r.body.code ?? ''}`] ?? 0) + 1 }),
+      {},
+    );
     expect(byStatus).toEqual({ '201 ': 500, '409 SOLD_OUT': 1500 });
     expect(await stockOf(coupon.id)).toEqual({ init_stock: '500', stock: '0' });
     expect(await issuedOf(coupon.id)).toBe(500);
     const winners = answers.filter((r) => r.status === 201).map((r) => r.body.id as string);
     expect(new Set(winners).size).toBe(500);
-    expect(await rowCount(`SELECT COUNT(DISTINCT l.user_coupon_id) AS n FROM user_coupon_state_log l JOIN user_coupon uc ON uc.id = l.user_coupon_id WHERE uc.coupon_id = ? AND l.from_status IS NULL`, [coupon.id])).toBe(500);
+    expect(
+      await rowCount(
+        `SELECT COUNT(DISTINCT l.user_coupon_id) AS n FROM user_coupon_state_log l JOIN user_coupon uc ON uc.id = l.user_coupon_id WHERE uc.coupon_id = ? AND l.from_status IS NULL`,
+        [coupon.id],
+      ),
+    ).toBe(500);
   });
 
   it.each([1, 3])('50 concurrent grabs by one user with limit %i issue exactly that many', async (limit) => {
@@ -71,10 +88,14 @@ describe.each(['grouped', 'per-request'])('grab (GRAB_STRATEGY=%s)', (strategy) 
     expect(other.body.code).toBe('IDEMPOTENCY_KEY_REUSED');
     expect(await issuedOf(b.id)).toBe(0);
 
-    const found = await request(t.url).get(`/grabs/${key}`).set(bearer(tokenFor('replayer')));
+    const found = await request(t.url)
+      .get(`/grabs/${key}`)
+      .set(bearer(tokenFor('replayer')));
     expect(found.status).toBe(200);
     expect(found.body).toEqual(first.body);
-    const notMine = await request(t.url).get(`/grabs/${key}`).set(bearer(tokenFor('someone-else')));
+    const notMine = await request(t.url)
+      .get(`/grabs/${key}`)
+      .set(bearer(tokenFor('someone-else')));
     expect(notMine.status).toBe(404);
     expect(notMine.body.code).toBe('GRAB_NOT_FOUND');
   });
@@ -91,8 +112,14 @@ describe.each(['grouped', 'per-request'])('grab (GRAB_STRATEGY=%s)', (strategy) 
 
   it('refuses grabs outside the window, on paused and unknown coupons, with a bad key or no token, writing nothing', async () => {
     const now = Date.now();
-    const notStarted = await createCoupon(t.url, { grabStartAt: new Date(now + HOUR).toISOString(), grabEndAt: new Date(now + 2 * HOUR).toISOString() });
-    const ended = await createCoupon(t.url, { grabStartAt: new Date(now - 2 * HOUR).toISOString(), grabEndAt: new Date(now - HOUR).toISOString() });
+    const notStarted = await createCoupon(t.url, {
+      grabStartAt: new Date(now + HOUR).toISOString(),
+      grabEndAt: new Date(now + 2 * HOUR).toISOString(),
+    });
+    const ended = await createCoupon(t.url, {
+      grabStartAt: new Date(now - 2 * HOUR).toISOString(),
+      grabEndAt: new Date(now - HOUR).toISOString(),
+    });
     const paused = await createCoupon(t.url);
     const patched = await request(t.url).patch(`/admin/coupons/${paused.id}`).set(bearer(adminToken())).send({ status: 'PAUSED' });
     expect(patched.status).toBe(200);
@@ -107,10 +134,15 @@ describe.each(['grouped', 'per-request'])('grab (GRAB_STRATEGY=%s)', (strategy) 
     const badId = await grab('abc', 'u1');
     expect([badId.status, badId.body.code]).toEqual([400, 'VALIDATION_FAILED']);
     for (const key of ['', 'has space', 'x'.repeat(129), 'ünïcode']) {
-      const res = await request(t.url).post(`/coupons/${paused.id}/grab`).set(bearer(tokenFor('u1'))).set('Idempotency-Key', key);
+      const res = await request(t.url)
+        .post(`/coupons/${paused.id}/grab`)
+        .set(bearer(tokenFor('u1')))
+        .set('Idempotency-Key', key);
       expect([res.status, res.body.code]).toEqual([400, 'VALIDATION_FAILED']);
     }
-    const noKey = await request(t.url).post(`/coupons/${notStarted.id}/grab`).set(bearer(tokenFor('u1')));
+    const noKey = await request(t.url)
+      .post(`/coupons/${notStarted.id}/grab`)
+      .set(bearer(tokenFor('u1')));
     expect([noKey.status, noKey.body.code]).toEqual([400, 'VALIDATION_FAILED']);
     const noToken = await request(t.url).post(`/coupons/${notStarted.id}/grab`).set('Idempotency-Key', newKey());
     expect([noToken.status, noToken.body.code]).toEqual([401, 'UNAUTHENTICATED']);
@@ -124,7 +156,11 @@ describe.each(['grouped', 'per-request'])('grab (GRAB_STRATEGY=%s)', (strategy) 
   it('treats user ids and keys as case-sensitive everywhere: alice and ALICE are two users, k and K two keys', async () => {
     const coupon = await createCoupon(t.url, { totalStock: 10, perUserLimit: 2 });
     const ids = [];
-    for (const [user, key] of [['case-alice', 'case-k'], ['CASE-ALICE', 'case-k'], ['case-alice', 'CASE-K']]) {
+    for (const [user, key] of [
+      ['case-alice', 'case-k'],
+      ['CASE-ALICE', 'case-k'],
+      ['case-alice', 'CASE-K'],
+    ]) {
       const res = await grab(coupon.id, user, key);
       expect([user, key, res.status, res.headers['idempotent-replayed']]).toEqual([user, key, 201, undefined]);
       ids.push(res.body.id);
@@ -132,14 +168,26 @@ describe.each(['grouped', 'per-request'])('grab (GRAB_STRATEGY=%s)', (strategy) 
     expect(new Set(ids).size).toBe(3);
     expect((await grab(coupon.id, 'CASE-ALICE')).status).toBe(201);
     expect((await grab(coupon.id, 'CASE-ALICE')).body.code).toBe('USER_LIMIT_REACHED');
-    const upper = await request(t.url).get('/me/coupons').set(bearer(tokenFor('CASE-ALICE')));
+    const upper = await request(t.url)
+      .get('/me/coupons')
+      .set(bearer(tokenFor('CASE-ALICE')));
     expect(upper.body.items.every((i: { userId: string }) => i.userId === 'CASE-ALICE')).toBe(true);
-    expect((await request(t.url).get(`/me/coupons/${ids[0]}`).set(bearer(tokenFor('CASE-ALICE')))).status).toBe(404);
+    expect(
+      (
+        await request(t.url)
+          .get(`/me/coupons/${ids[0]}`)
+          .set(bearer(tokenFor('CASE-ALICE')))
+      ).status,
+    ).toBe(404);
   });
 
   it('validates PATCH bodies: null status refused, null rateLimitPerSecond resets to the default', async () => {
     const coupon = await createCoupon(t.url, { rateLimitPerSecond: 50 });
-    const patch = (body: unknown) => request(t.url).patch(`/admin/coupons/${coupon.id}`).set(bearer(adminToken())).send(body as object);
+    const patch = (body: unknown) =>
+      request(t.url)
+        .patch(`/admin/coupons/${coupon.id}`)
+        .set(bearer(adminToken()))
+        .send(body as object);
     for (const body of [{ status: null, rateLimitPerSecond: 1000 }, { status: 'DELETED' }, {}, { rateLimitPerSecond: 0 }]) {
       const res = await patch(body);
       expect([JSON.stringify(body), res.status, res.body.code]).toEqual([JSON.stringify(body), 400, 'VALIDATION_FAILED']);
@@ -188,15 +236,26 @@ describe.each(['grouped', 'per-request'])('grab (GRAB_STRATEGY=%s)', (strategy) 
     await grab(coupon.id, 'c1');
     await grab(coupon.id, 'c2');
     const admin = await request(t.url).get(`/admin/coupons/${coupon.id}`).set(bearer(adminToken()));
-    expect(admin.body).toMatchObject({ id: coupon.id, initStock: 4, remainingStock: 2, counts: { issued: 2, unused: 2, used: 0, expired: 0, void: 0 } });
+    expect(admin.body).toMatchObject({
+      id: coupon.id,
+      initStock: 4,
+      remainingStock: 2,
+      counts: { issued: 2, unused: 2, used: 0, expired: 0, void: 0 },
+    });
     const pub = await request(t.url).get(`/coupons/${coupon.id}`);
     expect(pub.status).toBe(200);
     expect(pub.body).toMatchObject({ id: coupon.id, remainingStock: 2, discount: { thresholdCents: 10000, amountCents: 1000 } });
-    expect((await request(t.url).get(`/admin/coupons/${coupon.id}`).set(bearer(tokenFor('c1')))).status).toBe(403);
+    expect(
+      (
+        await request(t.url)
+          .get(`/admin/coupons/${coupon.id}`)
+          .set(bearer(tokenFor('c1')))
+      ).status,
+    ).toBe(403);
     expect((await request(t.url).get('/coupons/424242424242')).body.code).toBe('COUPON_NOT_FOUND');
   });
 
-  it('lists my coupons newest first with cursor pagination and a status filter, and hides other users\' coupons', async () => {
+  it("lists my coupons newest first with cursor pagination and a status filter, and hides other users' coupons", async () => {
     const coupons = await Promise.all([1, 2, 3].map(() => createCoupon(t.url, { totalStock: 5 })));
     const mine: string[] = [];
     for (const c of coupons) mine.push((await grab(c.id, 'lister')).body.id);

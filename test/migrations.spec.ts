@@ -17,13 +17,33 @@ describe('migrations', () => {
   });
 
   const tables = async () =>
-    ((await ds.query(`SELECT table_name AS t FROM information_schema.tables WHERE table_schema = ? AND table_name <> 'migrations' ORDER BY 1`, [config.DB_NAME])) as { t: string }[]).map((r) => r.t);
+    (
+      (await ds.query(
+        `SELECT table_name AS t FROM information_schema.tables WHERE table_schema = ? AND table_name <> 'migrations' ORDER BY 1`,
+        [config.DB_NAME],
+      )) as { t: string }[]
+    ).map((r) => r.t);
 
   it('builds every table as InnoDB utf8mb4 with millisecond timestamps', async () => {
-    expect(await tables()).toEqual(['compensation', 'coupon', 'coupon_stock', 'discrepancy', 'reconciliation_run', 'redemption', 'refund', 'user_coupon', 'user_coupon_state_log']);
-    const engines = (await ds.query(`SELECT DISTINCT engine, table_collation FROM information_schema.tables WHERE table_schema = ?`, [config.DB_NAME])) as { engine: string; table_collation: string }[];
+    expect(await tables()).toEqual([
+      'compensation',
+      'coupon',
+      'coupon_stock',
+      'discrepancy',
+      'reconciliation_run',
+      'redemption',
+      'refund',
+      'user_coupon',
+      'user_coupon_state_log',
+    ]);
+    const engines = (await ds.query(`SELECT DISTINCT engine, table_collation FROM information_schema.tables WHERE table_schema = ?`, [
+      config.DB_NAME,
+    ])) as { engine: string; table_collation: string }[];
     expect(engines.every((e) => e.engine === 'InnoDB' && e.table_collation.startsWith('utf8mb4'))).toBe(true);
-    const datetimes = (await ds.query(`SELECT DISTINCT datetime_precision AS p FROM information_schema.columns WHERE table_schema = ? AND data_type = 'datetime'`, [config.DB_NAME])) as { p: number }[];
+    const datetimes = (await ds.query(
+      `SELECT DISTINCT datetime_precision AS p FROM information_schema.columns WHERE table_schema = ? AND data_type = 'datetime'`,
+      [config.DB_NAME],
+    )) as { p: number }[];
     expect(datetimes.map((d) => Number(d.p))).toEqual([3]);
   });
 

@@ -67,8 +67,14 @@ describe('grab route behind the rate limiter, in-memory buckets', () => {
 
   it('a 429 carries Retry-After and the error body with the limit that refused it', async () => {
     const coupon = await createCoupon(t.url, { totalStock: 10, rateLimitPerSecond: 1 });
-    await request(t.url).post(`/coupons/${coupon.id}/grab`).set(bearer(tokenFor('first'))).set('Idempotency-Key', newKey());
-    const res = await request(t.url).post(`/coupons/${coupon.id}/grab`).set(bearer(tokenFor('second'))).set('Idempotency-Key', newKey());
+    await request(t.url)
+      .post(`/coupons/${coupon.id}/grab`)
+      .set(bearer(tokenFor('first')))
+      .set('Idempotency-Key', newKey());
+    const res = await request(t.url)
+      .post(`/coupons/${coupon.id}/grab`)
+      .set(bearer(tokenFor('second')))
+      .set('Idempotency-Key', newKey());
     expect(res.status).toBe(429);
     expect(res.headers['retry-after']).toBe('1');
     expect(res.body).toEqual({

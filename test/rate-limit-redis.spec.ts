@@ -8,16 +8,31 @@ import { createCoupon } from './support/factories.js';
 import { startTestApp, TestApp } from './support/harness.js';
 import { checkInvariants } from './support/invariants.js';
 import { freePort } from './support/net.js';
-import { admitMany, fallbackCount, grabBurst, issuedCount, LimiterUnderTest, mostAdmitted, newNamespace, recordDecisions, startLimiter, waitFor, warmCoupon } from './rate-limit.helpers.js';
+import {
+  admitMany,
+  fallbackCount,
+  grabBurst,
+  issuedCount,
+  LimiterUnderTest,
+  mostAdmitted,
+  newNamespace,
+  recordDecisions,
+  startLimiter,
+  waitFor,
+  warmCoupon,
+} from './rate-limit.helpers.js';
 
 const SHARED_REDIS = 'redis://127.0.0.1:6379';
 
-
 /** A throw-away redis-server of this test's own, so that stopping it disturbs nobody else. */
 async function startRedis(port: number): Promise<ChildProcess> {
-  const child = spawn('redis-server', ['--port', String(port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no', '--daemonize', 'no'], {
-    stdio: ['ignore', 'pipe', 'inherit'],
-  });
+  const child = spawn(
+    'redis-server',
+    ['--port', String(port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no', '--daemonize', 'no'],
+    {
+      stdio: ['ignore', 'pipe', 'inherit'],
+    },
+  );
   let out = '';
   child.stdout?.on('data', (d: Buffer) => (out += d.toString()));
   await waitFor('redis-server to start', () => out.includes('Ready to accept connections'));

@@ -32,7 +32,10 @@ export async function startLimiter(env: Record<string, string> = {}, namespace =
 export const newNamespace = () => `rl_${process.pid}_${randomBytes(4).toString('hex')}`;
 
 /** Runs `n` admissions at once; returns how many passed, the errors of the others and how long it took. */
-export async function admitMany(n: number, admit: (i: number) => Promise<void>): Promise<{ admitted: number; rejected: AppError[]; seconds: number }> {
+export async function admitMany(
+  n: number,
+  admit: (i: number) => Promise<void>,
+): Promise<{ admitted: number; rejected: AppError[]; seconds: number }> {
   const started = performance.now();
   const results = await Promise.allSettled(Array.from({ length: n }, (_, i) => admit(i)));
   const rejected = results.flatMap((r) => (r.status === 'rejected' ? [r.reason as AppError] : []));
@@ -49,11 +52,14 @@ export const mostAdmitted = (capacity: number, seconds: number) => capacity + Ma
 export async function metricSum(name: string, labels: Record<string, string> = {}): Promise<number> {
   const metric = registry.getSingleMetric(name);
   const values = metric ? (await metric.get()).values : [];
-  return values.filter((v) => Object.entries(labels).every(([k, want]) => v.labels[k] === want)).reduce((sum, v) => sum + Number(v.value), 0);
+  return values
+    .filter((v) => Object.entries(labels).every(([k, want]) => v.labels[k] === want))
+    .reduce((sum, v) => sum + Number(v.value), 0);
 }
 
 /** The rate limiter's decision counter for one coupon and result. */
-export const decisionCount = (couponId: string, result: string) => metricSum('rate_limit_grab_decisions_total', { coupon_id: couponId, result });
+export const decisionCount = (couponId: string, result: string) =>
+  metricSum('rate_limit_grab_decisions_total', { coupon_id: couponId, result });
 
 /** Decisions taken on in-memory buckets because Redis did not answer, in this process. */
 export const fallbackCount = () => metricSum('rate_limit_redis_fallback_total');
@@ -94,7 +100,7 @@ export interface BurstResult {
 const WARM_STEP = 400;
 async function warmAgent(urls: string[], sockets: number): Promise<Agent> {
   const agent = new Agent({ keepAlive: true, maxSockets: sockets, maxFreeSockets: sockets });
-  for (let open = 0; open < sockets; ) {
+  for (let open = 0; open < sockets;) {
     open = Math.min(sockets, open + WARM_STEP);
     await Promise.all(urls.flatMap((url) => Array.from({ length: open }, () => request(url).get('/rate-limit-warm-up').agent(agent))));
   }
@@ -109,7 +115,10 @@ async function warmAgent(urls: string[], sockets: number): Promise<Agent> {
  */
 export async function warmCoupon(urls: string[], couponId: string): Promise<number> {
   for (const url of urls) {
-    const res = await request(url).post(`/coupons/${couponId}/grab`).set(bearer(tokenFor(`warm-up-${randomBytes(4).toString('hex')}`))).set('Idempotency-Key', newKey('warm'));
+    const res = await request(url)
+      .post(`/coupons/${couponId}/grab`)
+      .set(bearer(tokenFor(`warm-up-${randomBytes(4).toString('hex')}`)))
+      .set('Idempotency-Key', newKey('warm'));
     if (res.status !== 201) throw new Error(`warm-up grab: ${res.status} ${JSON.stringify(res.body)}`);
   }
   await sleep(1000);

@@ -25,7 +25,11 @@ function applyPlan(f: UserCouponFacts): UserCouponFacts {
   let { status, log: entries, usedRedemptions } = f;
   for (const s of d.params.steps) {
     if (s.op === 'REMOVE_LOG') entries = entries.filter((l) => !s.logIds.includes(l.id));
-    if (s.op === 'APPEND_LOG') entries = [...entries, ...log(...s.rows.map((r): [UserCouponStatus | null, UserCouponStatus, string] => [r.from, r.to, r.txId ?? 'compensation:1']))];
+    if (s.op === 'APPEND_LOG')
+      entries = [
+        ...entries,
+        ...log(...s.rows.map((r): [UserCouponStatus | null, UserCouponStatus, string] => [r.from, r.to, r.txId ?? 'compensation:1'])),
+      ];
     if (s.op === 'SET_STATUS') {
       expect(status).toBe(s.from);
       status = s.to;
@@ -49,7 +53,9 @@ describe('reconciliation diagnosis', () => {
 
   it('chooses the repair from what the log shows', () => {
     // status forced to USED, log says UNUSED, no redemption: back to UNUSED
-    expect(diagnoseUserCoupon(facts('USED', log([null, 'UNUSED'])))?.params.steps).toEqual([{ op: 'SET_STATUS', from: 'USED', to: 'UNUSED' }]);
+    expect(diagnoseUserCoupon(facts('USED', log([null, 'UNUSED'])))?.params.steps).toEqual([
+      { op: 'SET_STATUS', from: 'USED', to: 'UNUSED' },
+    ]);
     // redemption row deleted, the log records the use by an order: recreate it from the log
     expect(diagnoseUserCoupon(facts('USED', log([null, 'UNUSED'], ['UNUSED', 'USED', 'order:A-1'])))?.params.steps).toEqual([
       { op: 'RECREATE_REDEMPTION', orderNo: 'A-1', userId: 'alice', discountCents: 1000, usedAt: T0.toISOString() },
@@ -57,7 +63,9 @@ describe('reconciliation diagnosis', () => {
     // a use logged under something that is not an order: not evidence of an order, back to UNUSED
     expect(ops(facts('USED', log([null, 'UNUSED'], ['UNUSED', 'USED', 'admin'])))).toEqual(['REMOVE_LOG', 'SET_STATUS']);
     // redemption exists, row and log both say UNUSED: the state machine makes the missing move
-    expect(diagnoseUserCoupon(facts('UNUSED', log([null, 'UNUSED']), ['B']))?.params.steps).toEqual([{ op: 'TRANSIT', from: 'UNUSED', to: 'USED', txId: 'order:B' }]);
+    expect(diagnoseUserCoupon(facts('UNUSED', log([null, 'UNUSED']), ['B']))?.params.steps).toEqual([
+      { op: 'TRANSIT', from: 'UNUSED', to: 'USED', txId: 'order:B' },
+    ]);
     // redemption exists, log says USED, row reverted: the row follows the log
     expect(ops(facts('UNUSED', log([null, 'UNUSED'], ['UNUSED', 'USED', 'order:B']), ['B']))).toEqual(['SET_STATUS']);
     // voided without a log row: the missing row is written
@@ -69,7 +77,9 @@ describe('reconciliation diagnosis', () => {
     // the log says used by an order, row UNUSED, no redemption: the use stands and the redemption comes back
     expect(ops(facts('UNUSED', log([null, 'UNUSED'], ['UNUSED', 'USED', 'order:F'])))).toEqual(['SET_STATUS', 'RECREATE_REDEMPTION']);
     // a complete legal log the row cannot follow from: the row goes back to the log's status
-    expect(diagnoseUserCoupon(facts('UNUSED', log([null, 'UNUSED'], ['UNUSED', 'VOID'])))?.params.steps).toEqual([{ op: 'SET_STATUS', from: 'UNUSED', to: 'VOID' }]);
+    expect(diagnoseUserCoupon(facts('UNUSED', log([null, 'UNUSED'], ['UNUSED', 'VOID'])))?.params.steps).toEqual([
+      { op: 'SET_STATUS', from: 'UNUSED', to: 'VOID' },
+    ]);
   });
 
   it('names the break point and keeps the tx id of a row it re-orders', () => {
@@ -88,7 +98,11 @@ describe('reconciliation diagnosis', () => {
       },
     ]);
     const altered = log([null, 'UNUSED'], ['UNUSED', 'VOID']);
-    expect(diagnoseUserCoupon(facts('USED', altered, ['D']))!.details).toMatchObject({ lastConsistentLogId: altered[0].id, firstInconsistentLogId: altered[1].id, targetStatus: 'USED' });
+    expect(diagnoseUserCoupon(facts('USED', altered, ['D']))!.details).toMatchObject({
+      lastConsistentLogId: altered[0].id,
+      firstInconsistentLogId: altered[1].id,
+      targetStatus: 'USED',
+    });
   });
 
   it('classifies by what disagrees', () => {
@@ -120,8 +134,17 @@ describe('reconciliation diagnosis', () => {
 
   it('stock: the sign of the difference picks the action', () => {
     expect(diagnoseStock({ couponId: '1', initStock: 10, stock: 5, issuedFromStock: 5 })).toBeNull();
-    expect(diagnoseStock({ couponId: '1', initStock: 10, stock: 3, issuedFromStock: 5 })).toMatchObject({ action: 'RESTORE_STOCK', params: { difference: 2, count: 2 } });
-    expect(diagnoseStock({ couponId: '1', initStock: 10, stock: 6, issuedFromStock: 5 })).toMatchObject({ action: 'REMOVE_STOCK', params: { difference: -1, count: 1 } });
-    expect(diagnoseStock({ couponId: '1', initStock: 10, stock: -1, issuedFromStock: 11 })).toMatchObject({ action: 'MANUAL_REVIEW', params: { difference: 0 } });
+    expect(diagnoseStock({ couponId: '1', initStock: 10, stock: 3, issuedFromStock: 5 })).toMatchObject({
+      action: 'RESTORE_STOCK',
+      params: { difference: 2, count: 2 },
+    });
+    expect(diagnoseStock({ couponId: '1', initStock: 10, stock: 6, issuedFromStock: 5 })).toMatchObject({
+      action: 'REMOVE_STOCK',
+      params: { difference: -1, count: 1 },
+    });
+    expect(diagnoseStock({ couponId: '1', initStock: 10, stock: -1, issuedFromStock: 11 })).toMatchObject({
+      action: 'MANUAL_REVIEW',
+      params: { difference: 0 },
+    });
   });
 });

@@ -44,12 +44,18 @@ describe('reconciliation', () => {
     return (await createCoupon(t.url, { totalStock: 20, perUserLimit: 5, ...overrides })).id;
   }
   async function grab(couponId: string, userId: string): Promise<string> {
-    const res = await request(t.url).post(`/coupons/${couponId}/grab`).set(bearer(tokenFor(userId))).set('Idempotency-Key', newKey());
+    const res = await request(t.url)
+      .post(`/coupons/${couponId}/grab`)
+      .set(bearer(tokenFor(userId)))
+      .set('Idempotency-Key', newKey());
     if (res.status !== 201) throw new Error(`grab: ${res.status} ${JSON.stringify(res.body)}`);
     return res.body.id as string;
   }
   async function redeem(userCouponId: string, userId: string, orderNo = newKey('order')): Promise<string> {
-    const res = await request(t.url).post('/redemptions').set(bearer(serviceToken())).send({ userCouponId, orderNo, orderAmountCents: 20000, userId });
+    const res = await request(t.url)
+      .post('/redemptions')
+      .set(bearer(serviceToken()))
+      .send({ userCouponId, orderNo, orderAmountCents: 20000, userId });
     if (res.status !== 201) throw new Error(`redeem: ${res.status} ${JSON.stringify(res.body)}`);
     return res.body.redemptionId as string;
   }
@@ -114,7 +120,14 @@ describe('reconciliation', () => {
     expect(run).toMatchObject({ status: 'COMPLETED', discrepancies: 8 });
     const found = await proposals(run.id);
     const summary = found
-      .map((p) => [p.discrepancy.type, p.discrepancy.couponId, p.discrepancy.userCouponId, p.discrepancy.redemptionId, p.action, (p.params.steps ?? []).map((s) => s.op).join('+')])
+      .map((p) => [
+        p.discrepancy.type,
+        p.discrepancy.couponId,
+        p.discrepancy.userCouponId,
+        p.discrepancy.redemptionId,
+        p.action,
+        (p.params.steps ?? []).map((s) => s.op).join('+'),
+      ])
       .sort((a, b) => String(a[2] ?? a[1]).localeCompare(String(b[2] ?? b[1])) || String(a[0]).localeCompare(String(b[0])));
     const expected = [
       ['STOCK_MISMATCH', lostRow, null, null, 'RESTORE_STOCK', ''],
@@ -152,7 +165,11 @@ describe('reconciliation', () => {
     expect(await checkInvariants(t.db)).toEqual([]);
     expect(await one<{ id: string }>(`SELECT id FROM user_coupon WHERE id = ?`, [keep])).toBeDefined();
     expect(await one(`SELECT status, used_at FROM user_coupon WHERE id = ?`, [u[0]])).toEqual({ status: 'UNUSED', used_at: null });
-    expect(await one(`SELECT order_no, user_id, status FROM redemption WHERE user_coupon_id = ?`, [u[1]])).toEqual({ order_no: 'ORDER-C2', user_id: 'c2', status: 'USED' });
+    expect(await one(`SELECT order_no, user_id, status FROM redemption WHERE user_coupon_id = ?`, [u[1]])).toEqual({
+      order_no: 'ORDER-C2',
+      user_id: 'c2',
+      status: 'USED',
+    });
     const history = await request(t.url).get(`/admin/user-coupons/${u[5]}/history`).set(admin());
     expect(history.body).toMatchObject({ consistent: true, replayedStatus: 'USED' });
 
@@ -165,7 +182,11 @@ describe('reconciliation', () => {
     await sql(`UPDATE coupon_stock SET stock = stock + 1 WHERE coupon_id = ?`, [c]);
     const run = await svc.runNow('FULL', 'test');
     const [p] = await proposals(run.id);
-    expect(p).toMatchObject({ action: 'REMOVE_STOCK', params: { difference: -1, count: 1 }, discrepancy: { type: 'STOCK_MISMATCH', couponId: c } });
+    expect(p).toMatchObject({
+      action: 'REMOVE_STOCK',
+      params: { difference: -1, count: 1 },
+      discrepancy: { type: 'STOCK_MISMATCH', couponId: c },
+    });
 
     // Someone fixed it by hand meanwhile: the proposal no longer fits and must not apply.
     await sql(`UPDATE coupon_stock SET stock = stock - 1 WHERE coupon_id = ?`, [c]);
@@ -227,7 +248,9 @@ describe('reconciliation', () => {
       await other.query(`SELECT RELEASE_LOCK(?)`, [lockName('reconcile', t.config.DB_NAME)]);
       await other.release();
     }
-    const dead = await sql(`INSERT INTO reconciliation_run (status, mode, triggered_by, started_at) VALUES ('RUNNING', 'FULL', 'crashed', NOW(3))`);
+    const dead = await sql(
+      `INSERT INTO reconciliation_run (status, mode, triggered_by, started_at) VALUES ('RUNNING', 'FULL', 'crashed', NOW(3))`,
+    );
     const run = await svc.runNow('FULL', 'test');
     expect(run.status).toBe('COMPLETED');
     const corpse = await request(t.url).get(`/admin/reconciliation/runs/${dead.insertId}`).set(admin());
@@ -260,7 +283,13 @@ describe('reconciliation', () => {
     const red = await redeem(uc, 'g1');
     await sql(`DELETE FROM user_coupon WHERE id = ?`, [uc]);
     const run = await svc.runNow('FULL', 'test');
-    const found = (await proposals(run.id)).map((p) => [p.discrepancy.type, p.discrepancy.couponId, p.discrepancy.userCouponId, p.discrepancy.redemptionId, p.action]);
+    const found = (await proposals(run.id)).map((p) => [
+      p.discrepancy.type,
+      p.discrepancy.couponId,
+      p.discrepancy.userCouponId,
+      p.discrepancy.redemptionId,
+      p.action,
+    ]);
     expect(found).toEqual([
       ['STOCK_MISMATCH', c, null, null, 'RESTORE_STOCK'],
       ['REDEMPTION_WITHOUT_USED', null, uc, red, 'MANUAL_REVIEW'],
@@ -283,7 +312,8 @@ describe('reconciliation', () => {
       ['post', '/admin/compensations/1/approve'],
       ['post', '/admin/compensations/1/reject'],
     ] as const) {
-      const res = method === 'post' ? await request(t.url).post(path).set(user).send({ reason: 'x' }) : await request(t.url).get(path).set(user);
+      const res =
+        method === 'post' ? await request(t.url).post(path).set(user).send({ reason: 'x' }) : await request(t.url).get(path).set(user);
       expect([path, res.status, res.body.code]).toEqual([path, 403, 'FORBIDDEN']);
       expect((await request(t.url)[method](path)).status).toBe(401);
     }
@@ -297,7 +327,12 @@ describe('reconciliation', () => {
     await bad(await request(t.url).get('/admin/reconciliation/runs/abc').set(admin()));
     await bad(await request(t.url).post('/admin/compensations/1/approve').set(admin()).send({}));
     await bad(await request(t.url).post('/admin/compensations/1/reject').set(admin()).send({ reason: '' }));
-    await bad(await request(t.url).post('/admin/compensations/1/reject').set(admin()).send({ reason: 'x'.repeat(501) }));
+    await bad(
+      await request(t.url)
+        .post('/admin/compensations/1/reject')
+        .set(admin())
+        .send({ reason: 'x'.repeat(501) }),
+    );
     const missing = await request(t.url).get('/admin/reconciliation/runs/987654321').set(admin());
     expect([missing.status, missing.body.code]).toEqual([404, 'RUN_NOT_FOUND']);
     const metrics = await request(t.url).get('/metrics');
@@ -315,7 +350,8 @@ describe('reconciliation', () => {
         `SELECT started_at, finished_at, status FROM reconciliation_run WHERE triggered_by = 'cron' ORDER BY id`,
       );
       expect(cronRuns.length - before).toBeGreaterThanOrEqual(2);
-      for (let i = 1; i < cronRuns.length; i++) expect(cronRuns[i].started_at.getTime()).toBeGreaterThanOrEqual(cronRuns[i - 1].finished_at!.getTime());
+      for (let i = 1; i < cronRuns.length; i++)
+        expect(cronRuns[i].started_at.getTime()).toBeGreaterThanOrEqual(cronRuns[i - 1].finished_at!.getTime());
     } finally {
       await a.close();
       await b.close();

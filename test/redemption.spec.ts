@@ -17,12 +17,16 @@ describe('redemption', () => {
 
   const count = async (sql: string, params: unknown[] = []) => Number(((await t.db.query(sql, params)) as { n: string }[])[0].n);
   const redemptionsOf = (ucId: string) => count(`SELECT COUNT(*) AS n FROM redemption WHERE user_coupon_id = ?`, [ucId]);
-  const usedLogsOf = (ucId: string) => count(`SELECT COUNT(*) AS n FROM user_coupon_state_log WHERE user_coupon_id = ? AND to_status = 'USED'`, [ucId]);
+  const usedLogsOf = (ucId: string) =>
+    count(`SELECT COUNT(*) AS n FROM user_coupon_state_log WHERE user_coupon_id = ? AND to_status = 'USED'`, [ucId]);
 
   /** A user coupon of `userId`, grabbed through the API. */
   async function userCoupon(userId: string, overrides: CouponInput = {}): Promise<string> {
     const coupon = await createCoupon(t.url, { totalStock: 10, ...overrides });
-    const res = await request(t.url).post(`/coupons/${coupon.id}/grab`).set(bearer(tokenFor(userId))).set('Idempotency-Key', newKey());
+    const res = await request(t.url)
+      .post(`/coupons/${coupon.id}/grab`)
+      .set(bearer(tokenFor(userId)))
+      .set('Idempotency-Key', newKey());
     if (res.status !== 201) throw new Error(`grab: ${res.status} ${JSON.stringify(res.body)}`);
     return res.body.id as string;
   }
@@ -36,12 +40,21 @@ describe('redemption', () => {
     expect(answers.filter((r) => r.status === 200)).toHaveLength(49);
     expect(answers.filter((r) => r.status === 200).every((r) => r.body.firstUse === false)).toBe(true);
     const first = answers.find((r) => r.status === 201)!.body;
-    expect(first).toMatchObject({ userCouponId: ucId, orderNo: 'ORD-50', userId: 'payer', discountCents: 1000, status: 'USED', firstUse: true });
+    expect(first).toMatchObject({
+      userCouponId: ucId,
+      orderNo: 'ORD-50',
+      userId: 'payer',
+      discountCents: 1000,
+      status: 'USED',
+      firstUse: true,
+    });
     expect(typeof first.redemptionId).toBe('string');
     for (const r of answers) expect({ ...r.body, firstUse: true }).toEqual(first);
     expect(await redemptionsOf(ucId)).toBe(1);
     expect(await usedLogsOf(ucId)).toBe(1);
-    const mine = await request(t.url).get(`/me/coupons/${ucId}`).set(bearer(tokenFor('payer')));
+    const mine = await request(t.url)
+      .get(`/me/coupons/${ucId}`)
+      .set(bearer(tokenFor('payer')));
     expect(mine.body).toMatchObject({ status: 'USED', usedAt: first.usedAt });
   });
 
@@ -49,7 +62,9 @@ describe('redemption', () => {
     for (let round = 0; round < 50; round++) {
       const ucId = await userCoupon(`racer-${round}`);
       const answers = await Promise.all(
-        ['A', 'B'].map((o) => redeem(serviceToken(), { userCouponId: ucId, orderNo: `R${round}-${o}`, orderAmountCents: 10000, userId: `racer-${round}` })),
+        ['A', 'B'].map((o) =>
+          redeem(serviceToken(), { userCouponId: ucId, orderNo: `R${round}-${o}`, orderAmountCents: 10000, userId: `racer-${round}` }),
+        ),
       );
       expect(answers.map((r) => r.status).sort()).toEqual([201, 409]);
       expect(answers.find((r) => r.status === 409)!.body.code).toBe('COUPON_ALREADY_USED');
@@ -58,7 +73,7 @@ describe('redemption', () => {
     }
   });
 
-  it('refuses another user\'s coupon, below threshold, expired, void and not-yet-valid coupons, writing nothing', async () => {
+  it("refuses another user's coupon, below threshold, expired, void and not-yet-valid coupons, writing nothing", async () => {
     const owned = await userCoupon('owner');
     const other = await redeem(tokenFor('intruder'), { userCouponId: owned, orderNo: 'X1', orderAmountCents: 50000 });
     expect([other.status, other.body.code]).toEqual([404, 'USER_COUPON_NOT_FOUND']);
@@ -70,24 +85,33 @@ describe('redemption', () => {
     const below = await redeem(tokenFor('owner'), { userCouponId: owned, orderNo: 'X2', orderAmountCents: 9999 });
     expect([below.status, below.body.code]).toEqual([422, 'THRESHOLD_NOT_MET']);
 
-    const expiring = await userCoupon('owner', { validity: { type: 'FIXED', startAt: new Date(Date.now() - DAY).toISOString(), endAt: new Date(Date.now() + DAY).toISOString() } });
+    const expiring = await userCoupon('owner', {
+      validity: { type: 'FIXED', startAt: new Date(Date.now() - DAY).toISOString(), endAt: new Date(Date.now() + DAY).toISOString() },
+    });
     await t.db.query(`UPDATE user_coupon SET expires_at = ? WHERE id = ?`, [new Date(Date.now() - 1000), expiring]);
     const expired = await redeem(tokenFor('owner'), { userCouponId: expiring, orderNo: 'X3', orderAmountCents: 50000 });
     expect([expired.status, expired.body.code]).toEqual([409, 'COUPON_EXPIRED']);
 
-    const future = await userCoupon('owner', { validity: { type: 'FIXED', startAt: new Date(Date.now() + DAY).toISOString(), endAt: new Date(Date.now() + 2 * DAY).toISOString() } });
+    const future = await userCoupon('owner', {
+      validity: { type: 'FIXED', startAt: new Date(Date.now() + DAY).toISOString(), endAt: new Date(Date.now() + 2 * DAY).toISOString() },
+    });
     const early = await redeem(tokenFor('owner'), { userCouponId: future, orderNo: 'X4', orderAmountCents: 50000 });
     expect([early.status, early.body.code]).toEqual([409, 'COUPON_NOT_YET_VALID']);
 
     const voided = await userCoupon('owner');
     await t.db.transaction(async (em) => {
       await em.query(`UPDATE user_coupon SET status = 'VOID' WHERE id = ?`, [voided]);
-      await em.query(`INSERT INTO user_coupon_state_log (user_coupon_id, from_status, to_status, tx_id, reason, created_at) VALUES (?, 'UNUSED', 'VOID', 'test', 'test', NOW(3))`, [voided]);
+      await em.query(
+        `INSERT INTO user_coupon_state_log (user_coupon_id, from_status, to_status, tx_id, reason, created_at) VALUES (?, 'UNUSED', 'VOID', 'test', 'test', NOW(3))`,
+        [voided],
+      );
     });
     const isVoid = await redeem(tokenFor('owner'), { userCouponId: voided, orderNo: 'X5', orderAmountCents: 50000 });
     expect([isVoid.status, isVoid.body.code]).toEqual([409, 'COUPON_VOID']);
 
-    expect(await count(`SELECT COUNT(*) AS n FROM redemption WHERE user_coupon_id IN (?, ?, ?, ?)`, [owned, expiring, future, voided])).toBe(0);
+    expect(
+      await count(`SELECT COUNT(*) AS n FROM redemption WHERE user_coupon_id IN (?, ?, ?, ?)`, [owned, expiring, future, voided]),
+    ).toBe(0);
     expect(await count(`SELECT COUNT(*) AS n FROM user_coupon WHERE id IN (?, ?) AND status <> 'UNUSED'`, [owned, future])).toBe(0);
   });
 
@@ -119,26 +143,40 @@ describe('redemption', () => {
       const res = await redeem(tokenFor('u'), body);
       expect([JSON.stringify(body), res.status, res.body.code]).toEqual([JSON.stringify(body), 400, 'VALIDATION_FAILED']);
     }
-    const arr = await request(t.url).post('/redemptions').set(bearer(tokenFor('u'))).send([1, 2]);
+    const arr = await request(t.url)
+      .post('/redemptions')
+      .set(bearer(tokenFor('u')))
+      .send([1, 2]);
     expect([arr.status, arr.body.code]).toEqual([400, 'VALIDATION_FAILED']);
   });
 
   describe('refund', () => {
-    const refund = (body: Record<string, unknown>, token = serviceToken()) => request(t.url).post('/redemptions/refunds').set(bearer(token)).send(body);
+    const refund = (body: Record<string, unknown>, token = serviceToken()) =>
+      request(t.url).post('/redemptions/refunds').set(bearer(token)).send(body);
 
     it('retried 20 times concurrently issues one replacement; the original stays USED', async () => {
       const ucId = await userCoupon('refunded', { returnOnRefund: true });
       expect((await redeem(tokenFor('refunded'), { userCouponId: ucId, orderNo: 'RF-1', orderAmountCents: 10000 })).status).toBe(201);
-      const answers = await Promise.all(Array.from({ length: 20 }, () => refund({ userCouponId: ucId, orderNo: 'RF-1', refundNo: 'REF-1' })));
+      const answers = await Promise.all(
+        Array.from({ length: 20 }, () => refund({ userCouponId: ucId, orderNo: 'RF-1', refundNo: 'REF-1' })),
+      );
       expect(answers.every((r) => r.status === 201)).toBe(true);
       const replacementIds = new Set(answers.map((r) => r.body.replacementUserCoupon.id));
       expect(replacementIds.size).toBe(1);
       expect(answers.filter((r) => r.headers['idempotent-replayed'] !== 'true')).toHaveLength(1);
-      expect(await count(`SELECT COUNT(*) AS n FROM user_coupon WHERE replaces_user_coupon_id = ? AND source = 'REFUND_RETURN'`, [ucId])).toBe(1);
+      expect(
+        await count(`SELECT COUNT(*) AS n FROM user_coupon WHERE replaces_user_coupon_id = ? AND source = 'REFUND_RETURN'`, [ucId]),
+      ).toBe(1);
       expect(await count(`SELECT COUNT(*) AS n FROM refund WHERE user_coupon_id = ?`, [ucId])).toBe(1);
       const replacement = answers[0].body.replacementUserCoupon;
       expect(replacement).toMatchObject({ userId: 'refunded', status: 'UNUSED', source: 'REFUND_RETURN' });
-      expect((await request(t.url).get(`/me/coupons/${ucId}`).set(bearer(tokenFor('refunded')))).body.status).toBe('USED');
+      expect(
+        (
+          await request(t.url)
+            .get(`/me/coupons/${ucId}`)
+            .set(bearer(tokenFor('refunded')))
+        ).body.status,
+      ).toBe('USED');
       // A second refundNo for the same redemption returns the same replacement, and the replacement is usable.
       const other = await refund({ userCouponId: ucId, orderNo: 'RF-1', refundNo: 'REF-2' });
       expect(other.body.replacementUserCoupon.id).toBe(replacement.id);
@@ -148,8 +186,15 @@ describe('redemption', () => {
 
     it('one refundNo sent concurrently for two different coupons: one refund, the other 422, never a 5xx', async () => {
       const [a, b] = [await userCoupon('twin', { returnOnRefund: true }), await userCoupon('twin', { returnOnRefund: true })];
-      for (const [uc, order] of [[a, 'TW-A'], [b, 'TW-B']]) expect((await redeem(tokenFor('twin'), { userCouponId: uc, orderNo: order, orderAmountCents: 10000 })).status).toBe(201);
-      const answers = await Promise.all([refund({ userCouponId: a, orderNo: 'TW-A', refundNo: 'TW-1' }), refund({ userCouponId: b, orderNo: 'TW-B', refundNo: 'TW-1' })]);
+      for (const [uc, order] of [
+        [a, 'TW-A'],
+        [b, 'TW-B'],
+      ])
+        expect((await redeem(tokenFor('twin'), { userCouponId: uc, orderNo: order, orderAmountCents: 10000 })).status).toBe(201);
+      const answers = await Promise.all([
+        refund({ userCouponId: a, orderNo: 'TW-A', refundNo: 'TW-1' }),
+        refund({ userCouponId: b, orderNo: 'TW-B', refundNo: 'TW-1' }),
+      ]);
       expect(answers.map((r) => r.status).sort()).toEqual([201, 422]);
       expect(answers.find((r) => r.status === 422)!.body.code).toBe('IDEMPOTENCY_KEY_REUSED');
       expect(typeof answers.find((r) => r.status === 201)!.body.refundId).toBe('string');

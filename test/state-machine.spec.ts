@@ -37,7 +37,9 @@ describe('state machine', () => {
   const issue = async (userId = `sm-user-${++seq}`, ageDays = 0): Promise<string> => {
     const now = new Date(Date.now() - ageDays * DAY);
     const couponRef = { id: coupon.id, validityType: 'RELATIVE' as const, validityDays: 7, validityStartAt: null, validityEndAt: null };
-    const uc = await tx.inTransaction((em) => t.app.get(IssueService).issue(em, { coupon: couponRef, userId, source: 'GRAB', fromStock: true, txId: `test-issue-${seq}`, now }));
+    const uc = await tx.inTransaction((em) =>
+      t.app.get(IssueService).issue(em, { coupon: couponRef, userId, source: 'GRAB', fromStock: true, txId: `test-issue-${seq}`, now }),
+    );
     return uc.id;
   };
   /** What a redemption does, so invariant 4 (USED exactly when one USED redemption) keeps holding. */
@@ -50,10 +52,16 @@ describe('state machine', () => {
   };
   const move = (id: string, from: UserCouponStatus, to: UserCouponStatus, txId = `test-${from}-${to}`) =>
     tx.inTransaction((em) => (to === 'USED' && from === 'UNUSED' ? use(em, id, txId) : sm.transit(em, id, from, to, txId, `test ${to}`)));
-  const row = async (id: string) => ((await t.db.query(`SELECT status, used_at, updated_at FROM user_coupon WHERE id = ?`, [id])) as Record<string, unknown>[])[0];
-  const logOf = (id: string): Promise<LogRow[]> => t.db.query(`SELECT from_status, to_status, tx_id, reason FROM user_coupon_state_log WHERE user_coupon_id = ? ORDER BY id`, [id]);
+  const row = async (id: string) =>
+    ((await t.db.query(`SELECT status, used_at, updated_at FROM user_coupon WHERE id = ?`, [id])) as Record<string, unknown>[])[0];
+  const logOf = (id: string): Promise<LogRow[]> =>
+    t.db.query(`SELECT from_status, to_status, tx_id, reason FROM user_coupon_state_log WHERE user_coupon_id = ? ORDER BY id`, [id]);
   const steps = async (id: string) => (await logOf(id)).map((l) => `${l.from_status}>${l.to_status}`);
-  const codeOf = (p: Promise<unknown>) => p.then(() => 'OK', (e: unknown) => (e instanceof AppError ? e.code : String(e)));
+  const codeOf = (p: Promise<unknown>) =>
+    p.then(
+      () => 'OK',
+      (e: unknown) => (e instanceof AppError ? e.code : String(e)),
+    );
 
   /** Brings a fresh coupon to `status` through legal moves. */
   const couponIn = async (status: UserCouponStatus): Promise<string> => {
@@ -63,27 +71,30 @@ describe('state machine', () => {
   };
 
   describe('transit()', () => {
-    it.each([
-      [['USED']],
-      [['EXPIRED']],
-      [['VOID']],
-      [['EXPIRED', 'VOID']],
-    ] as UserCouponStatus[][][])('moves UNUSED through %j, each step logged exactly once', async (path) => {
-      const id = await issue();
-      let from: UserCouponStatus = 'UNUSED';
-      for (const to of path) {
-        await move(id, from, to, `tx-${id}-${to}`);
-        from = to;
-      }
-      const r = await row(id);
-      expect(r.status).toBe(path[path.length - 1]);
-      expect(r.used_at === null).toBe(!path.includes('USED'));
-      const log = await logOf(id);
-      expect(log.map((l) => `${l.from_status}>${l.to_status}`)).toEqual(['null>UNUSED', ...path.map((to, i) => `${i === 0 ? 'UNUSED' : path[i - 1]}>${to}`)]);
-      expect(log.slice(1).map((l) => l.tx_id)).toEqual(path.map((to) => (to === 'USED' ? `order:tx-${id}-${to}` : `tx-${id}-${to}`)));
-    });
+    it.each([[['USED']], [['EXPIRED']], [['VOID']], [['EXPIRED', 'VOID']]] as UserCouponStatus[][][])(
+      'moves UNUSED through %j, each step logged exactly once',
+      async (path) => {
+        const id = await issue();
+        let from: UserCouponStatus = 'UNUSED';
+        for (const to of path) {
+          await move(id, from, to, `tx-${id}-${to}`);
+          from = to;
+        }
+        const r = await row(id);
+        expect(r.status).toBe(path[path.length - 1]);
+        expect(r.used_at === null).toBe(!path.includes('USED'));
+        const log = await logOf(id);
+        expect(log.map((l) => `${l.from_status}>${l.to_status}`)).toEqual([
+          'null>UNUSED',
+          ...path.map((to, i) => `${i === 0 ? 'UNUSED' : path[i - 1]}>${to}`),
+        ]);
+        expect(log.slice(1).map((l) => l.tx_id)).toEqual(path.map((to) => (to === 'USED' ? `order:tx-${id}-${to}` : `tx-${id}-${to}`)));
+      },
+    );
 
-    const illegal = USER_COUPON_STATUSES.flatMap((from) => USER_COUPON_STATUSES.filter((to) => !isLegal(from, to)).map((to) => [from, to] as const));
+    const illegal = USER_COUPON_STATUSES.flatMap((from) =>
+      USER_COUPON_STATUSES.filter((to) => !isLegal(from, to)).map((to) => [from, to] as const),
+    );
     it.each(illegal)('refuses %s -> %s with ILLEGAL_TRANSITION and changes nothing', async (from, to) => {
       const id = await couponIn(from);
       const [before, logBefore] = [await row(id), await logOf(id)];
@@ -110,7 +121,9 @@ describe('state machine', () => {
       const targets: UserCouponStatus[] = ['VOID', 'USED', 'EXPIRED'];
       for (let round = 0; round < 5; round++) {
         const id = await issue();
-        const codes = await Promise.all(Array.from({ length: 20 }, (_, i) => codeOf(move(id, 'UNUSED', targets[(i + round) % 3], `race-${round}-${i}`))));
+        const codes = await Promise.all(
+          Array.from({ length: 20 }, (_, i) => codeOf(move(id, 'UNUSED', targets[(i + round) % 3], `race-${round}-${i}`))),
+        );
         expect(codes.filter((c) => c === 'OK')).toHaveLength(1);
         expect(codes.filter((c) => c !== 'OK').every((c) => c === 'STATUS_CONFLICT' || c === 'ILLEGAL_TRANSITION')).toBe(true);
         const winner = targets[(codes.indexOf('OK') + round) % 3];
@@ -128,7 +141,10 @@ describe('state machine', () => {
 
   describe('POST /admin/user-coupons/:id/void', () => {
     const voidIt = (id: string, body: unknown = { reason: 'customer complaint #12' }, token = adminToken()) =>
-      request(t.url).post(`/admin/user-coupons/${id}/void`).set(bearer(token)).send(body as object);
+      request(t.url)
+        .post(`/admin/user-coupons/${id}/void`)
+        .set(bearer(token))
+        .send(body as object);
 
     it('voids an UNUSED coupon: 200 UserCoupon, one log row with the reason and the admin', async () => {
       const id = await issue('void-me');
@@ -148,7 +164,10 @@ describe('state machine', () => {
       expect((await row(id)).status).toBe('VOID');
       const log = await logOf(id);
       expect(log.map((l) => `${l.from_status}>${l.to_status}`)).toEqual(['null>UNUSED', 'UNUSED>VOID']);
-      expect(log[1]).toMatchObject({ reason: 'customer complaint #12', tx_id: expect.stringMatching(/^admin:admin-1:void:[0-9a-f-]{36}$/) });
+      expect(log[1]).toMatchObject({
+        reason: 'customer complaint #12',
+        tx_id: expect.stringMatching(/^admin:admin-1:void:[0-9a-f-]{36}$/),
+      });
     });
 
     it('voids a swept EXPIRED coupon', async () => {
@@ -218,24 +237,46 @@ describe('state machine', () => {
   });
 
   describe('POST /admin/user-coupons/reissue', () => {
-    const reissue = (body: Record<string, unknown>, token = adminToken()) => request(t.url).post('/admin/user-coupons/reissue').set(bearer(token)).send(body);
+    const reissue = (body: Record<string, unknown>, token = adminToken()) =>
+      request(t.url).post('/admin/user-coupons/reissue').set(bearer(token)).send(body);
     const stockOf = async (couponId: string) =>
-      ((await t.db.query(`SELECT init_stock, stock FROM coupon_stock WHERE coupon_id = ?`, [couponId])) as { init_stock: string; stock: string }[])[0];
+      (
+        (await t.db.query(`SELECT init_stock, stock FROM coupon_stock WHERE coupon_id = ?`, [couponId])) as {
+          init_stock: string;
+          stock: string;
+        }[]
+      )[0];
 
     it('fromStock: 201 REISSUE coupon linked to the one it replaces, one unit of stock taken, init == stock + issued', async () => {
       const c = await createCoupon(t.url, { totalStock: 3 });
       const original = await tx.inTransaction((em) =>
-        t.app.get(IssueService).issue(em, { coupon: { id: c.id, validityType: 'RELATIVE', validityDays: 7, validityStartAt: null, validityEndAt: null }, userId: 'unlucky', source: 'GRAB', fromStock: true, txId: 'orig' }),
+        t.app.get(IssueService).issue(em, {
+          coupon: { id: c.id, validityType: 'RELATIVE', validityDays: 7, validityStartAt: null, validityEndAt: null },
+          userId: 'unlucky',
+          source: 'GRAB',
+          fromStock: true,
+          txId: 'orig',
+        }),
       );
-      const res = await reissue({ couponId: c.id, userId: 'unlucky', reason: 'broken order flow', fromStock: true, replacesUserCouponId: original.id });
+      const res = await reissue({
+        couponId: c.id,
+        userId: 'unlucky',
+        reason: 'broken order flow',
+        fromStock: true,
+        replacesUserCouponId: original.id,
+      });
       expect(res.status).toBe(201);
       expect(res.body).toMatchObject({ couponId: c.id, userId: 'unlucky', status: 'UNUSED', source: 'REISSUE', usedAt: null });
       expect(res.body.id).not.toBe(original.id);
-      const [stored] = (await t.db.query(`SELECT from_stock, replaces_user_coupon_id, reason FROM user_coupon WHERE id = ?`, [res.body.id])) as Record<string, unknown>[];
+      const [stored] = (await t.db.query(`SELECT from_stock, replaces_user_coupon_id, reason FROM user_coupon WHERE id = ?`, [
+        res.body.id,
+      ])) as Record<string, unknown>[];
       expect(stored).toEqual({ from_stock: 1, replaces_user_coupon_id: original.id, reason: 'broken order flow' });
       expect(await stockOf(c.id)).toEqual({ init_stock: '3', stock: '1' });
       const log = await logOf(res.body.id);
-      expect(log).toEqual([{ from_status: null, to_status: 'UNUSED', tx_id: expect.stringMatching(/^admin:admin-1:reissue:/), reason: 'broken order flow' }]);
+      expect(log).toEqual([
+        { from_status: null, to_status: 'UNUSED', tx_id: expect.stringMatching(/^admin:admin-1:reissue:/), reason: 'broken order flow' },
+      ]);
       expect(await checkInvariants(t.db)).toEqual([]);
     });
 
@@ -245,7 +286,9 @@ describe('state machine', () => {
       expect(res.status).toBe(201);
       expect(res.body.source).toBe('REISSUE');
       expect(await stockOf(c.id)).toEqual({ init_stock: '1', stock: '1' });
-      const [stored] = (await t.db.query(`SELECT from_stock, replaces_user_coupon_id FROM user_coupon WHERE id = ?`, [res.body.id])) as Record<string, unknown>[];
+      const [stored] = (await t.db.query(`SELECT from_stock, replaces_user_coupon_id FROM user_coupon WHERE id = ?`, [
+        res.body.id,
+      ])) as Record<string, unknown>[];
       expect(stored).toEqual({ from_stock: 0, replaces_user_coupon_id: null });
     });
 
@@ -260,7 +303,9 @@ describe('state machine', () => {
 
     it('10 concurrent fromStock reissues on 4 units of stock issue exactly 4', async () => {
       const c = await createCoupon(t.url, { totalStock: 4 });
-      const answers = await Promise.all(Array.from({ length: 10 }, (_, i) => reissue({ couponId: c.id, userId: `crowd-${i}`, reason: 'x', fromStock: true })));
+      const answers = await Promise.all(
+        Array.from({ length: 10 }, (_, i) => reissue({ couponId: c.id, userId: `crowd-${i}`, reason: 'x', fromStock: true })),
+      );
       expect(answers.filter((r) => r.status === 201)).toHaveLength(4);
       expect(answers.filter((r) => r.status !== 201).every((r) => r.status === 409 && r.body.code === 'SOLD_OUT')).toBe(true);
       expect(await stockOf(c.id)).toEqual({ init_stock: '4', stock: '0' });
@@ -269,7 +314,11 @@ describe('state machine', () => {
 
     describe('with an Idempotency-Key', () => {
       const keyed = (key: string, body: Record<string, unknown>) => reissue(body).set('Idempotency-Key', key);
-      const issuedTo = async (userId: string) => ((await t.db.query(`SELECT id, idempotency_key FROM user_coupon WHERE user_id = ?`, [userId])) as { id: string; idempotency_key: string }[]);
+      const issuedTo = async (userId: string) =>
+        (await t.db.query(`SELECT id, idempotency_key FROM user_coupon WHERE user_id = ?`, [userId])) as {
+          id: string;
+          idempotency_key: string;
+        }[];
 
       it('a repeat answers the first reissue (201, Idempotent-Replayed) and takes no more stock; no key issues again', async () => {
         const c = await createCoupon(t.url, { totalStock: 5 });
@@ -313,7 +362,10 @@ describe('state machine', () => {
         expect(otherUser.status).toBe(201);
         expect(otherUser.body.id).not.toBe(first.body.id);
         // The user's own grab with the same key is a grab, not a replay of the operator's reissue.
-        const grab = await request(t.url).post(`/coupons/${c.id}/grab`).set(bearer(tokenFor('keyed-user'))).set('Idempotency-Key', 'k1');
+        const grab = await request(t.url)
+          .post(`/coupons/${c.id}/grab`)
+          .set(bearer(tokenFor('keyed-user')))
+          .set('Idempotency-Key', 'k1');
         expect(grab.status).toBe(201);
         expect(grab.body).toMatchObject({ source: 'GRAB' });
         expect(grab.headers['idempotent-replayed']).toBeUndefined();
@@ -321,14 +373,18 @@ describe('state machine', () => {
         expect(await checkInvariants(t.db)).toEqual([]);
       });
 
-      it.each([['an empty key', ''], ['a key with a colon', 'a:b'], ['a key over 120 characters', 'k'.repeat(121)]])('400 VALIDATION_FAILED for %s, nothing issued', async (_label, key) => {
+      it.each([
+        ['an empty key', ''],
+        ['a key with a colon', 'a:b'],
+        ['a key over 120 characters', 'k'.repeat(121)],
+      ])('400 VALIDATION_FAILED for %s, nothing issued', async (_label, key) => {
         const res = await keyed(key, { couponId: coupon.id, userId: 'bad-key-user', reason: 'x', fromStock: false });
         expect([res.status, res.body.code]).toEqual([400, 'VALIDATION_FAILED']);
         expect(await issuedTo('bad-key-user')).toEqual([]);
       });
     });
 
-    it('404 COUPON_NOT_FOUND for an unknown coupon; 404 USER_COUPON_NOT_FOUND for an unknown or another user\'s replacesUserCouponId; nothing issued', async () => {
+    it("404 COUPON_NOT_FOUND for an unknown coupon; 404 USER_COUPON_NOT_FOUND for an unknown or another user's replacesUserCouponId; nothing issued", async () => {
       const before = await stockOf(coupon.id);
       const count = async () => ((await t.db.query(`SELECT COUNT(*) AS n FROM user_coupon`)) as { n: string }[])[0].n;
       const n = await count();
@@ -337,7 +393,13 @@ describe('state machine', () => {
       const b = await reissue({ couponId: coupon.id, userId: 'u', reason: 'x', fromStock: true, replacesUserCouponId: '987654321' });
       expect([b.status, b.body.code]).toEqual([404, 'USER_COUPON_NOT_FOUND']);
       const someoneElses = await issue('owner');
-      const c = await reissue({ couponId: coupon.id, userId: 'intruder', reason: 'x', fromStock: true, replacesUserCouponId: someoneElses });
+      const c = await reissue({
+        couponId: coupon.id,
+        userId: 'intruder',
+        reason: 'x',
+        fromStock: true,
+        replacesUserCouponId: someoneElses,
+      });
       expect([c.status, c.body.code]).toEqual([404, 'USER_COUPON_NOT_FOUND']);
       expect(await count()).toBe(String(Number(n) + 1));
       expect((await stockOf(coupon.id)).stock).toBe(String(Number(before.stock) - 1));
@@ -366,10 +428,17 @@ describe('state machine', () => {
     const history = (id: string) => request(t.url).get(`/admin/user-coupons/${id}/history`).set(bearer(adminToken()));
     /** Deletes one log row; the returned function puts it back under its own id, so later invariant checks stay meaningful. */
     const deleteLogRow = async (id: string, to: UserCouponStatus) => {
-      const [saved] = (await t.db.query(`SELECT * FROM user_coupon_state_log WHERE user_coupon_id = ? AND to_status = ?`, [id, to])) as Record<string, unknown>[];
+      const [saved] = (await t.db.query(`SELECT * FROM user_coupon_state_log WHERE user_coupon_id = ? AND to_status = ?`, [
+        id,
+        to,
+      ])) as Record<string, unknown>[];
       await t.db.query(`DELETE FROM user_coupon_state_log WHERE id = ?`, [saved.id]);
       const cols = Object.keys(saved);
-      return () => t.db.query(`INSERT INTO user_coupon_state_log (${cols.join(', ')}) VALUES (${cols.map(() => '?').join(', ')})`, Object.values(saved));
+      return () =>
+        t.db.query(
+          `INSERT INTO user_coupon_state_log (${cols.join(', ')}) VALUES (${cols.map(() => '?').join(', ')})`,
+          Object.values(saved),
+        );
     };
 
     it('lists the transitions in order and replays them to the stored status', async () => {
@@ -453,7 +522,11 @@ describe('state machine', () => {
     it('documents the three routes in the OpenAPI document', async () => {
       const res = await request(t.url).get('/docs-json');
       expect(Object.keys(res.body.paths)).toEqual(
-        expect.arrayContaining(['/admin/user-coupons/{userCouponId}/void', '/admin/user-coupons/reissue', '/admin/user-coupons/{userCouponId}/history']),
+        expect.arrayContaining([
+          '/admin/user-coupons/{userCouponId}/void',
+          '/admin/user-coupons/reissue',
+          '/admin/user-coupons/{userCouponId}/history',
+        ]),
       );
     });
 

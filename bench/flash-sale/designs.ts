@@ -56,8 +56,13 @@ export function shippedDesigns(strategies: readonly string[]): Design[] {
   return strategies.map((s) => {
     const [strategy, ...settings] = s.split('+');
     if (!settings.every((kv) => kv.indexOf('=') > 0)) throw new Error(`--strategies: "${s}": settings after + are NAME=value`);
-    const env = Object.fromEntries([['GRAB_STRATEGY', strategy], ...settings.map((kv) => [kv.slice(0, kv.indexOf('=')), kv.slice(kv.indexOf('=') + 1)])]);
-    const title = Object.entries(env).map(([k, v]) => `${k}=${v}`).join(' ');
+    const env = Object.fromEntries([
+      ['GRAB_STRATEGY', strategy],
+      ...settings.map((kv) => [kv.slice(0, kv.indexOf('=')), kv.slice(kv.indexOf('=') + 1)]),
+    ]);
+    const title = Object.entries(env)
+      .map(([k, v]) => `${k}=${v}`)
+      .join(' ');
     return { ...base, id: `shipped:${s}`, title: `the service as shipped, ${title}`, env };
   });
 }

@@ -26,10 +26,16 @@ export interface Report {
   failed: boolean;
 }
 
-const num = (x: number | null | undefined, digits = 0) => (x === null || x === undefined ? '–' : x.toLocaleString('en-US', { maximumFractionDigits: digits, minimumFractionDigits: digits }));
+const num = (x: number | null | undefined, digits = 0) =>
+  x === null || x === undefined ? '–' : x.toLocaleString('en-US', { maximumFractionDigits: digits, minimumFractionDigits: digits });
 const ratio = (x: number | null | undefined, base: number | null | undefined) => (x && base ? `${(x / base).toFixed(2)}×` : '–');
 const lat = (l: Latency | undefined) => (l ? `${num(l.p50, 1)} / ${num(l.p99, 1)} / ${num(l.p999, 1)} / ${num(l.max, 1)}` : '–');
-const checks = (r: RunResult) => (r.violations.length === 0 ? (r.design === READ_THEN_WRITE.id ? 'pass (no oversell this run)' : 'pass') : `${r.failed ? '**FAIL**' : 'violated (expected)'}: ${r.violations.length}`);
+const checks = (r: RunResult) =>
+  r.violations.length === 0
+    ? r.design === READ_THEN_WRITE.id
+      ? 'pass (no oversell this run)'
+      : 'pass'
+    : `${r.failed ? '**FAIL**' : 'violated (expected)'}: ${r.violations.length}`;
 
 /** Of several rounds of one design, the run with the median answered/s (all of them are in the JSON, and all are checked). */
 function medians(runs: readonly RunResult[]): RunResult[] {
@@ -56,7 +62,9 @@ export function toMarkdown(rep: Report): string {
     `Flash sale: ${num(w.grabs)} grabs by ${num(w.grabs)} distinct users (own token and Idempotency-Key each) on one coupon with ${num(w.stock)} stock, limit 1 per user, ` +
       `over ${num(w.connections)} keep-alive connections (measured: ${used.length > 0 ? `${num(Math.min(...used))}–${num(Math.max(...used))}` : '–'} connections used per run, up to ${num(inFlight)} requests in flight at once); ` +
       `${num(w.warmupGrabs)} warm-up grabs on another coupon first. Each run: its own server process and fresh database (DB pool ${w.dbPoolSize}).` +
-      (w.rounds > 1 ? ` The plan ran ${w.rounds} times over; each row is the round with the median answered/s, and every round passed the same checks.` : ''),
+      (w.rounds > 1
+        ? ` The plan ran ${w.rounds} times over; each row is the round with the median answered/s, and every round passed the same checks.`
+        : ''),
     '',
     `Command: \`${rep.command}\` · ${rep.generatedAt} · ${m.cpus} × ${m.cpuModel}, ${m.memoryGiB} GiB, ${m.os}, Node ${m.node}, MariaDB ${m.mariadb}, ` +
       `load average ${m.loadAverage.atStart} at start, ${m.loadAverage.atEnd} at end.`,
@@ -109,7 +117,11 @@ export function toMarkdown(rep: Report): string {
   const failing = rep.runs.filter((r) => r.violations.length > 0);
   if (failing.length > 0) {
     out.push('### Violations', '');
-    for (const r of failing) out.push(`- ${r.scenario}/${r.design}${r.round ? ` (round ${r.round})` : ''}${r.failed ? ' (FAILS THE RUN)' : ' (expected of this design)'}:`, ...r.violations.slice(0, 10).map((v) => `  - ${v}`));
+    for (const r of failing)
+      out.push(
+        `- ${r.scenario}/${r.design}${r.round ? ` (round ${r.round})` : ''}${r.failed ? ' (FAILS THE RUN)' : ' (expected of this design)'}:`,
+        ...r.violations.slice(0, 10).map((v) => `  - ${v}`),
+      );
     out.push('');
   }
   return out.join('\n');
@@ -142,7 +154,18 @@ function strategyRounds(runs: readonly RunResult[]): string[] {
     const gp99 = g?.latencyMs.SUCCESS?.p99;
     const pp99 = p?.latencyMs.SUCCESS?.p99;
     if (!g || !p || !gp99 || !pp99) return [];
-    return [{ round, g, p, gp99, pp99, speedup: g.answeredPerSecond / p.answeredPerSecond, ofNoop: n ? g.answeredPerSecond / n.answeredPerSecond : null, p99Ratio: gp99 / pp99 }];
+    return [
+      {
+        round,
+        g,
+        p,
+        gp99,
+        pp99,
+        speedup: g.answeredPerSecond / p.answeredPerSecond,
+        ofNoop: n ? g.answeredPerSecond / n.answeredPerSecond : null,
+        p99Ratio: gp99 / pp99,
+      },
+    ];
   });
   if (rows.length === 0) return [];
   const ofNoop = rows.flatMap((r) => (r.ofNoop === null ? [] : [r.ofNoop]));
@@ -156,7 +179,9 @@ function strategyRounds(runs: readonly RunResult[]): string[] {
         `| ${r.round} | ${num(r.g.answeredPerSecond)} | ${num(r.p.answeredPerSecond)} | ${r.speedup.toFixed(2)} | ${r.ofNoop === null ? '–' : r.ofNoop.toFixed(2)} | ${num(r.gp99, 1)} / ${num(r.pp99, 1)} | ${r.p99Ratio.toFixed(3)} |`,
     ),
     ...(rows.length > 1
-      ? [`| median | | | ${median(rows.map((r) => r.speedup)).toFixed(2)} | ${ofNoop.length > 0 ? median(ofNoop).toFixed(2) : '–'} | | ${median(rows.map((r) => r.p99Ratio)).toFixed(3)} |`]
+      ? [
+          `| median | | | ${median(rows.map((r) => r.speedup)).toFixed(2)} | ${ofNoop.length > 0 ? median(ofNoop).toFixed(2) : '–'} | | ${median(rows.map((r) => r.p99Ratio)).toFixed(3)} |`,
+        ]
       : []),
     '',
   ];

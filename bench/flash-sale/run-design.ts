@@ -69,7 +69,11 @@ async function createCoupon(url: string, authorization: string, totalStock: numb
     discount: { thresholdCents: 10_000, amountCents: 1_000 },
     ...(rateLimitPerSecond ? { rateLimitPerSecond } : {}),
   };
-  const res = await fetch(`${url}/admin/coupons`, { method: 'POST', headers: { authorization, 'content-type': 'application/json' }, body: JSON.stringify(body) });
+  const res = await fetch(`${url}/admin/coupons`, {
+    method: 'POST',
+    headers: { authorization, 'content-type': 'application/json' },
+    body: JSON.stringify(body),
+  });
   const json = (await res.json()) as { id?: string };
   if (res.status !== 201 || !json.id) throw new Error(`POST /admin/coupons answered ${res.status}: ${JSON.stringify(json)}`);
   return json.id;
@@ -89,7 +93,15 @@ async function dropDatabase(name: string): Promise<void> {
 export async function runDesign(design: Design, scenario: Scenario, w: Workload, database: string): Promise<RunResult> {
   const server = await startServer({
     entry: design.entry,
-    env: { ...dbEnv(), DB_NAME: database, JWT_SECRET: w.jwtSecret, LOG_LEVEL: 'warn', NODE_ENV: 'production', ...scenario.env, ...design.env },
+    env: {
+      ...dbEnv(),
+      DB_NAME: database,
+      JWT_SECRET: w.jwtSecret,
+      LOG_LEVEL: 'warn',
+      NODE_ENV: 'production',
+      ...scenario.env,
+      ...design.env,
+    },
   });
   const load = new LoadGenerator(server.url, w.connections);
   let couponId = '';
@@ -100,7 +112,10 @@ export async function runDesign(design: Design, scenario: Scenario, w: Workload,
   let serverCpu: number;
   let clientCpu: NodeJS.CpuUsage;
   try {
-    const warmCoupon = design.kind === 'grab' ? await createCoupon(server.url, w.adminAuthorization, Math.ceil(w.warmup.length / 2), scenario.limiterRate) : '0';
+    const warmCoupon =
+      design.kind === 'grab'
+        ? await createCoupon(server.url, w.adminAuthorization, Math.ceil(w.warmup.length / 2), scenario.limiterRate)
+        : '0';
     if (design.kind === 'grab') couponId = await createCoupon(server.url, w.adminAuthorization, w.stock, scenario.limiterRate);
     await load.fire(design.route(warmCoupon), w.warmup);
     rssBefore = server.rss();
@@ -125,7 +140,8 @@ export async function runDesign(design: Design, scenario: Scenario, w: Workload,
   for (const a of result.answers) counts[answerClass(a)] = (counts[answerClass(a)] ?? 0) + 1;
   const successes = result.answers.filter((a) => answerClass(a) === 'SUCCESS');
   const lastSuccessAtMs = design.kind === 'grab' && successes.length > 0 ? Math.max(...successes.map((a) => a.doneAtMs)) : null;
-  const allowed = design.kind === 'noop' ? ['SUCCESS'] : scenario.id === 'limiter' ? ['SUCCESS', 'SOLD_OUT', 'RATE_LIMITED'] : ['SUCCESS', 'SOLD_OUT'];
+  const allowed =
+    design.kind === 'noop' ? ['SUCCESS'] : scenario.id === 'limiter' ? ['SUCCESS', 'SOLD_OUT', 'RATE_LIMITED'] : ['SUCCESS', 'SOLD_OUT'];
 
   let verification: Verification | undefined;
   let violations: string[];
@@ -133,7 +149,10 @@ export async function runDesign(design: Design, scenario: Scenario, w: Workload,
     const db = new DataSource({ ...dataSourceOptions(loadConfig({ ...dbEnv(), DB_NAME: database })), poolSize: 2 });
     await db.initialize();
     try {
-      verification = await verifyGrabRun(db, couponId, w.grabs, result.answers, { sellsOut: scenario.id === 'throughput' && w.grabs.length >= w.stock, allowedAnswers: allowed });
+      verification = await verifyGrabRun(db, couponId, w.grabs, result.answers, {
+        sellsOut: scenario.id === 'throughput' && w.grabs.length >= w.stock,
+        allowedAnswers: allowed,
+      });
     } finally {
       await db.destroy();
     }
@@ -149,7 +168,10 @@ export async function runDesign(design: Design, scenario: Scenario, w: Workload,
     // A token bucket of capacity R refilled at R/s cannot admit more than R * (1 + seconds) in any window.
     const admissibleAtMost = Math.floor(rate * (1 + result.wallMs / 1000));
     limiter = { ratePerSecond: rate, admitted: result.answers.length - rejected, rejected, admissibleAtMost };
-    if (limiter.admitted > admissibleAtMost) violations.push(`the limiter admitted ${limiter.admitted}, more than ${admissibleAtMost} its bucket allows in ${round(result.wallMs)} ms`);
+    if (limiter.admitted > admissibleAtMost)
+      violations.push(
+        `the limiter admitted ${limiter.admitted}, more than ${admissibleAtMost} its bucket allows in ${round(result.wallMs)} ms`,
+      );
   }
   if (!w.keepDatabases) await dropDatabase(database);
 
@@ -174,7 +196,13 @@ export async function runDesign(design: Design, scenario: Scenario, w: Workload,
       loadGeneratorSeconds: round((clientCpu.user + clientCpu.system) / 1e6, 2),
     },
     limiter,
-    verification: verification && { initStock: verification.initStock, stockLeft: verification.stockLeft, issued: verification.issued, oversold: verification.oversold, usersWithTwo: verification.usersWithTwo },
+    verification: verification && {
+      initStock: verification.initStock,
+      stockLeft: verification.stockLeft,
+      issued: verification.issued,
+      oversold: verification.oversold,
+      usersWithTwo: verification.usersWithTwo,
+    },
     violations,
     failed: design.mustHold && violations.length > 0,
   };

@@ -25,10 +25,21 @@ export interface Verification {
  * arithmetic, one coupon per user, every 2xx answer backed by its row (and every row by a 2xx
  * answer), every issued coupon's `null -> UNUSED` log row, and API.md's invariants on the whole database.
  */
-export async function verifyGrabRun(db: DataSource, couponId: string, shots: readonly Shot[], answers: readonly Answer[], expect: Expectation): Promise<Verification> {
+export async function verifyGrabRun(
+  db: DataSource,
+  couponId: string,
+  shots: readonly Shot[],
+  answers: readonly Answer[],
+  expect: Expectation,
+): Promise<Verification> {
   const violations: string[] = [];
-  const [stock] = (await db.query(`SELECT init_stock, stock FROM coupon_stock WHERE coupon_id = ?`, [couponId])) as { init_stock: string; stock: string }[];
-  const rows = (await db.query(`SELECT id, user_id, idempotency_key, from_stock FROM user_coupon WHERE coupon_id = ? AND source = 'GRAB'`, [couponId])) as {
+  const [stock] = (await db.query(`SELECT init_stock, stock FROM coupon_stock WHERE coupon_id = ?`, [couponId])) as {
+    init_stock: string;
+    stock: string;
+  }[];
+  const rows = (await db.query(`SELECT id, user_id, idempotency_key, from_stock FROM user_coupon WHERE coupon_id = ? AND source = 'GRAB'`, [
+    couponId,
+  ])) as {
     id: string;
     user_id: string;
     idempotency_key: string | null;
@@ -41,7 +52,8 @@ export async function verifyGrabRun(db: DataSource, couponId: string, shots: rea
   if (initStock !== stockLeft + issued) violations.push(`init_stock ${initStock} != stock ${stockLeft} + issued ${issued}`);
   if (stockLeft < 0) violations.push(`stock is negative: ${stockLeft}`);
   if (issued > initStock) violations.push(`oversold: ${issued} issued from a stock of ${initStock}`);
-  if (expect.sellsOut && (issued !== initStock || stockLeft !== 0)) violations.push(`expected a sell-out of exactly ${initStock}; issued ${issued}, stock left ${stockLeft}`);
+  if (expect.sellsOut && (issued !== initStock || stockLeft !== 0))
+    violations.push(`expected a sell-out of exactly ${initStock}; issued ${issued}, stock left ${stockLeft}`);
 
   const perUser = new Map<string, number>();
   for (const r of rows) perUser.set(r.user_id, (perUser.get(r.user_id) ?? 0) + 1);
@@ -55,7 +67,8 @@ export async function verifyGrabRun(db: DataSource, couponId: string, shots: rea
     const row = a.id === null ? undefined : byId.get(a.id);
     const shot = shots[a.shot];
     if (!row) violations.push(`2xx answer to ${shot.userId} names user coupon ${a.id}, which is not in the database`);
-    else if (row.user_id !== shot.userId || row.idempotency_key !== shot.key) violations.push(`user coupon ${a.id} answered to ${shot.userId}/${shot.key} belongs to ${row.user_id}/${row.idempotency_key}`);
+    else if (row.user_id !== shot.userId || row.idempotency_key !== shot.key)
+      violations.push(`user coupon ${a.id} answered to ${shot.userId}/${shot.key} belongs to ${row.user_id}/${row.idempotency_key}`);
     else if (answered.has(row.id)) violations.push(`user coupon ${a.id} was answered twice`);
     answered.add(String(a.id));
   }
@@ -68,7 +81,8 @@ export async function verifyGrabRun(db: DataSource, couponId: string, shots: rea
      WHERE uc.coupon_id = ? GROUP BY uc.id HAVING n <> 1`,
     [couponId],
   )) as { id: string; n: string }[];
-  if (unlogged.length > 0) violations.push(`${unlogged.length} user coupons do not have exactly one null -> UNUSED log row (first: ${unlogged[0].id})`);
+  if (unlogged.length > 0)
+    violations.push(`${unlogged.length} user coupons do not have exactly one null -> UNUSED log row (first: ${unlogged[0].id})`);
 
   violations.push(...answerViolations(answers, expect.allowedAnswers));
   violations.push(...(await checkInvariants(db)).map((v) => `invariant ${v}`));
@@ -85,5 +99,7 @@ export function answerViolations(answers: readonly Answer[], allowed: readonly s
     u.n++;
     unexpected.set(c, u);
   }
-  return [...unexpected].map(([c, u]) => `${u.n} answers were ${c}${u.first && u.first !== c ? ` (${u.first})` : ''}, which this run must not give`);
+  return [...unexpected].map(
+    ([c, u]) => `${u.n} answers were ${c}${u.first && u.first !== c ? ` (${u.first})` : ''}, which this run must not give`,
+  );
 }

@@ -17,13 +17,21 @@ export class ReferenceController {
 
   @Post('ref/read-then-write/coupons/:couponId/grab')
   @HttpCode(201)
-  async readThenWrite(@Param('couponId', IdPipe) couponId: string, @Headers('idempotency-key') k: string | undefined, @CurrentUser() user: Principal): Promise<UserCouponView> {
+  async readThenWrite(
+    @Param('couponId', IdPipe) couponId: string,
+    @Headers('idempotency-key') k: string | undefined,
+    @CurrentUser() user: Principal,
+  ): Promise<UserCouponView> {
     return toUserCouponView(await this.designs.readThenWrite(couponId, user.userId, key(k)));
   }
 
   @Post('ref/tx-conditional/coupons/:couponId/grab')
   @HttpCode(201)
-  async txConditional(@Param('couponId', IdPipe) couponId: string, @Headers('idempotency-key') k: string | undefined, @CurrentUser() user: Principal): Promise<UserCouponView> {
+  async txConditional(
+    @Param('couponId', IdPipe) couponId: string,
+    @Headers('idempotency-key') k: string | undefined,
+    @CurrentUser() user: Principal,
+  ): Promise<UserCouponView> {
     return toUserCouponView(await this.designs.txConditional(couponId, user.userId, key(k)));
   }
 

@@ -9,11 +9,15 @@ import { writeLog } from '../../src/state-machine/state-machine.service.js';
 type Queryable = Pick<DataSource['manager'], 'query'>;
 
 async function grabbedBy(db: Queryable, couponId: string, userId: string): Promise<number> {
-  const [{ n }] = (await db.query(`SELECT COUNT(*) AS n FROM user_coupon WHERE coupon_id = ? AND user_id = ? AND source = 'GRAB'`, [couponId, userId])) as { n: string }[];
+  const [{ n }] = (await db.query(`SELECT COUNT(*) AS n FROM user_coupon WHERE coupon_id = ? AND user_id = ? AND source = 'GRAB'`, [
+    couponId,
+    userId,
+  ])) as { n: string }[];
   return Number(n);
 }
 
-const limitReached = (limit: number) => new AppError('USER_LIMIT_REACHED', `At most ${limit} of this coupon per user`, { perUserLimit: limit });
+const limitReached = (limit: number) =>
+  new AppError('USER_LIMIT_REACHED', `At most ${limit} of this coupon per user`, { perUserLimit: limit });
 
 /**
  * The designs the shipped grab path replaces, for side-by-side measurement only. Both read the
@@ -49,7 +53,17 @@ export class ReferenceDesigns {
     )) as { insertId: number | string };
     const id = String(res.insertId);
     await writeLog(db, [{ userCouponId: id, from: null, to: 'UNUSED', txId: `grab:${key}`, reason: 'GRAB', at: now }]);
-    return Object.assign(new UserCoupon(), { id, couponId, userId, status: 'UNUSED', source: 'GRAB', issuedAt: now, validFrom, expiresAt, usedAt: null });
+    return Object.assign(new UserCoupon(), {
+      id,
+      couponId,
+      userId,
+      status: 'UNUSED',
+      source: 'GRAB',
+      issuedAt: now,
+      validFrom,
+      expiresAt,
+      usedAt: null,
+    });
   }
 
   /**

@@ -20,6 +20,9 @@ export function histogram<L extends string>(name: string, help: string, labelNam
   return getOrCreate(name, () => new Histogram({ name, help, labelNames, buckets, registers: [registry] }));
 }
 
-export const httpDuration = histogram('http_request_duration_seconds', 'HTTP request duration', ['method', 'route', 'status'], [
-  0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10,
-]);
+export const httpDuration = histogram(
+  'http_request_duration_seconds',
+  'HTTP request duration',
+  ['method', 'route', 'status'],
+  [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10],
+);

@@ -5,23 +5,36 @@ export const DEFAULT_JWT_SECRET = 'dev-only-insecure-secret-change-me';
 
 const toInt = ({ value }: { value: unknown }) => (value === undefined || value === '' ? undefined : Number(value));
 const toBool = ({ value }: { value: unknown }) =>
-  value === undefined || value === '' ? undefined : value === true || value === 'true' || value === '1' ? true : value === false || value === 'false' || value === '0' ? false : value;
+  value === undefined || value === ''
+    ? undefined
+    : value === true || value === 'true' || value === '1'
+      ? true
+      : value === false || value === 'false' || value === '0'
+        ? false
+        : value;
 
 /**
  * Every setting the service reads, validated once at boot. Defaults work on a developer machine
  * with MariaDB and Redis on localhost; production must at least set JWT_SECRET.
  */
 export class AppConfig {
-  @IsIn(['development', 'production', 'test']) @IsOptional()
+  @IsIn(['development', 'production', 'test'])
+  @IsOptional()
   NODE_ENV: string = 'development';
 
-  @Transform(toInt) @IsInt() @Min(0) @Max(65535)
+  @Transform(toInt)
+  @IsInt()
+  @Min(0)
+  @Max(65535)
   PORT: number = 3000;
 
   @IsString()
   DB_HOST: string = '127.0.0.1';
 
-  @Transform(toInt) @IsInt() @Min(1) @Max(65535)
+  @Transform(toInt)
+  @IsInt()
+  @Min(1)
+  @Max(65535)
   DB_PORT: number = 3306;
 
   @IsString()
@@ -33,28 +46,43 @@ export class AppConfig {
   @Matches(/^[A-Za-z0-9_]{1,64}$/, { message: 'DB_NAME must be 1-64 of [A-Za-z0-9_]' })
   DB_NAME: string = 'coupon';
 
-  @Transform(toInt) @IsInt() @Min(2) @Max(1000)
+  @Transform(toInt)
+  @IsInt()
+  @Min(2)
+  @Max(1000)
   DB_POOL_SIZE: number = 20;
 
   /** How many times inTransaction() retries a deadlock or lock-wait timeout in a fresh transaction. */
-  @Transform(toInt) @IsInt() @Min(0) @Max(20)
+  @Transform(toInt)
+  @IsInt()
+  @Min(0)
+  @Max(20)
   DB_TX_RETRIES: number = 3;
 
-  @IsString() @MinLength(16)
+  @IsString()
+  @MinLength(16)
   JWT_SECRET: string = DEFAULT_JWT_SECRET;
 
   /** Initialised (to undefined) so that loadConfig() knows the name and reads it from the environment. */
-  @IsString() @IsOptional()
+  @IsString()
+  @IsOptional()
   REDIS_URL?: string = undefined;
 
-  @Transform(toInt) @IsInt() @Min(1) @Max(1_000_000)
+  @Transform(toInt)
+  @IsInt()
+  @Min(1)
+  @Max(1_000_000)
   RATE_LIMIT_PER_SECOND: number = 500;
 
-  @Transform(toBool) @IsBoolean()
+  @Transform(toBool)
+  @IsBoolean()
   RATE_LIMIT_ENABLED: boolean = true;
 
   /** Grabs one user may make per second on one instance, whatever the coupon. */
-  @Transform(toInt) @IsInt() @Min(1) @Max(10_000)
+  @Transform(toInt)
+  @IsInt()
+  @Min(1)
+  @Max(10_000)
   RATE_LIMIT_PER_USER_PER_SECOND: number = 5;
 
   @IsString()
@@ -66,11 +94,17 @@ export class AppConfig {
   @IsString()
   EXPIRE_CRON: string = '0 * * * * *';
 
-  @Transform(toInt) @IsInt() @Min(1) @Max(100_000)
+  @Transform(toInt)
+  @IsInt()
+  @Min(1)
+  @Max(100_000)
   EXPIRE_BATCH_SIZE: number = 1000;
 
   /** How long a coupon template (status, window, limits) may be served from memory. */
-  @Transform(toInt) @IsInt() @Min(0) @Max(60_000)
+  @Transform(toInt)
+  @IsInt()
+  @Min(0)
+  @Max(60_000)
   COUPON_CACHE_TTL_MS: number = 1000;
 
   /** grouped: concurrent grabs of one coupon share one transaction; per-request: one transaction each. */
@@ -78,14 +112,21 @@ export class AppConfig {
   GRAB_STRATEGY: 'grouped' | 'per-request' = 'grouped';
 
   /** Most grabs one grouped transaction decides: enough for a whole burst of 1,000 concurrent grabs. */
-  @Transform(toInt) @IsInt() @Min(1) @Max(5000)
+  @Transform(toInt)
+  @IsInt()
+  @Min(1)
+  @Max(5000)
   GRAB_GROUP_MAX: number = 1000;
 
   /** How long the first grab of an idle coupon waits for company before its group runs (0: to the end of the event-loop turn). */
-  @Transform(toInt) @IsInt() @Min(0) @Max(1000)
+  @Transform(toInt)
+  @IsInt()
+  @Min(0)
+  @Max(1000)
   GRAB_GROUP_WAIT_MS: number = 0;
 
-  @Transform(toBool) @IsBoolean()
+  @Transform(toBool)
+  @IsBoolean()
   SCHEDULER_ENABLED: boolean = true;
 
   @IsIn(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'])

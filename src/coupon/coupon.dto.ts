@@ -1,6 +1,20 @@
 import { ApiProperty, ApiPropertyOptional } from '@nestjs/swagger';
 import { Type } from 'class-transformer';
-import { IsBoolean, IsIn, IsInt, IsISO8601, IsNotEmptyObject, IsOptional, IsString, Length, Matches, Max, Min, ValidateIf, ValidateNested } from 'class-validator';
+import {
+  IsBoolean,
+  IsIn,
+  IsInt,
+  IsISO8601,
+  IsNotEmptyObject,
+  IsOptional,
+  IsString,
+  Length,
+  Matches,
+  Max,
+  Min,
+  ValidateIf,
+  ValidateNested,
+} from 'class-validator';
 import { USER_COUPON_STATUSES } from '../state-machine/transitions.js';
 import { IsOmittable } from '../common/validation.js';
 
@@ -44,59 +58,95 @@ export class DiscountDto {
 }
 
 export class CreateCouponDto {
-  @ApiProperty() @IsString() @Length(1, 200)
+  @ApiProperty()
+  @IsString()
+  @Length(1, 200)
   name!: string;
 
-  @ApiProperty({ minimum: 0, maximum: 1e9 }) @IsInt() @Min(0) @Max(1_000_000_000)
+  @ApiProperty({ minimum: 0, maximum: 1e9 })
+  @IsInt()
+  @Min(0)
+  @Max(1_000_000_000)
   totalStock!: number;
 
-  @ApiPropertyOptional({ default: 1, minimum: 1 }) @IsOmittable() @IsInt() @Min(1) @Max(1_000_000)
+  @ApiPropertyOptional({ default: 1, minimum: 1 })
+  @IsOmittable()
+  @IsInt()
+  @Min(1)
+  @Max(1_000_000)
   perUserLimit?: number;
 
-  @ApiProperty() @IsISO8601({ strict: true })
+  @ApiProperty()
+  @IsISO8601({ strict: true })
   grabStartAt!: string;
 
-  @ApiProperty() @IsISO8601({ strict: true })
+  @ApiProperty()
+  @IsISO8601({ strict: true })
   grabEndAt!: string;
 
-  @ApiProperty({ type: ValidityDto }) @IsNotEmptyObject() @ValidateNested() @Type(() => ValidityDto)
+  @ApiProperty({ type: ValidityDto })
+  @IsNotEmptyObject()
+  @ValidateNested()
+  @Type(() => ValidityDto)
   validity!: ValidityDto;
 
-  @ApiProperty({ type: DiscountDto }) @IsNotEmptyObject() @ValidateNested() @Type(() => DiscountDto)
+  @ApiProperty({ type: DiscountDto })
+  @IsNotEmptyObject()
+  @ValidateNested()
+  @Type(() => DiscountDto)
   discount!: DiscountDto;
 
   @ApiPropertyOptional({ description: 'Per-instance grab admissions per second; default RATE_LIMIT_PER_SECOND' })
-  @IsOmittable() @IsInt() @Min(1) @Max(1_000_000)
+  @IsOmittable()
+  @IsInt()
+  @Min(1)
+  @Max(1_000_000)
   rateLimitPerSecond?: number;
 
-  @ApiPropertyOptional({ default: false }) @IsOmittable() @IsBoolean()
+  @ApiPropertyOptional({ default: false })
+  @IsOmittable()
+  @IsBoolean()
   returnOnRefund?: boolean;
 }
 
 export class PatchCouponDto {
-  @ApiPropertyOptional({ enum: ['ACTIVE', 'PAUSED'] }) @IsOmittable() @IsIn(['ACTIVE', 'PAUSED'])
+  @ApiPropertyOptional({ enum: ['ACTIVE', 'PAUSED'] })
+  @IsOmittable()
+  @IsIn(['ACTIVE', 'PAUSED'])
   status?: 'ACTIVE' | 'PAUSED';
 
   @ApiPropertyOptional({ nullable: true, description: 'null resets to the default' })
-  @IsOptional() @IsInt() @Min(1) @Max(1_000_000)
+  @IsOptional()
+  @IsInt()
+  @Min(1)
+  @Max(1_000_000)
   rateLimitPerSecond?: number | null;
 }
 
 export class StockDeltaDto {
   @ApiProperty({ description: 'Non-zero: positive adds stock, negative removes it' })
-  @IsInt() @Min(-1_000_000_000) @Max(1_000_000_000)
+  @IsInt()
+  @Min(-1_000_000_000)
+  @Max(1_000_000_000)
   delta!: number;
 }
 
 export class MyCouponsQuery {
-  @ApiPropertyOptional({ enum: USER_COUPON_STATUSES }) @IsOmittable() @IsIn(USER_COUPON_STATUSES)
+  @ApiPropertyOptional({ enum: USER_COUPON_STATUSES })
+  @IsOmittable()
+  @IsIn(USER_COUPON_STATUSES)
   status?: (typeof USER_COUPON_STATUSES)[number];
 
   @ApiPropertyOptional({ minimum: 1, maximum: 100, default: 20 })
-  @IsOmittable() @Type(() => Number) @IsInt() @Min(1) @Max(100)
+  @IsOmittable()
+  @Type(() => Number)
+  @IsInt()
+  @Min(1)
+  @Max(100)
   limit?: number;
 
   @ApiPropertyOptional({ description: 'nextCursor of the previous page' })
-  @IsOmittable() @Matches(/^[1-9][0-9]{0,18}$/, { message: 'cursor must be a nextCursor value' })
+  @IsOmittable()
+  @Matches(/^[1-9][0-9]{0,18}$/, { message: 'cursor must be a nextCursor value' })
   cursor?: string;
 }

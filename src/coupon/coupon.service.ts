@@ -15,7 +15,8 @@ const MAX_INSTANT = Date.parse('9999-01-01T00:00:00Z');
 
 function instant(field: string, value: string): Date {
   const t = Date.parse(value);
-  if (!Number.isFinite(t) || t < MIN_INSTANT || t >= MAX_INSTANT) throw validationFailed({ [field]: ['must be a date between 2000 and 9998'] });
+  if (!Number.isFinite(t) || t < MIN_INSTANT || t >= MAX_INSTANT)
+    throw validationFailed({ [field]: ['must be a date between 2000 and 9998'] });
   return new Date(t);
 }
 
@@ -117,7 +118,7 @@ export class CouponService {
     if (!entry || entry.until <= Date.now()) {
       if (!entry?.loading) entry = this.load(id);
       const stale = this.config.COUPON_CACHE_TTL_MS > 0 ? entry.coupon : null;
-      entry = { ...entry, coupon: stale ?? (await entry.loading as Coupon | null) };
+      entry = { ...entry, coupon: stale ?? ((await entry.loading) as Coupon | null) };
     }
     if (!entry.coupon) throw new AppError('COUPON_NOT_FOUND', `Coupon ${id} does not exist`);
     return entry.coupon;
@@ -171,7 +172,13 @@ export class CouponService {
        FROM user_coupon WHERE coupon_id = ?`,
       [new Date(), new Date(), id],
     )) as Record<string, string>[];
-    return { issued: Number(row.issued), unused: Number(row.unused), used: Number(row.used), expired: Number(row.expired), void: Number(row.void) };
+    return {
+      issued: Number(row.issued),
+      unused: Number(row.unused),
+      used: Number(row.used),
+      expired: Number(row.expired),
+      void: Number(row.void),
+    };
   }
 
   async patch(id: string, dto: PatchCouponDto): Promise<CouponView> {

@@ -116,7 +116,11 @@ export class GrabGroupService {
       } else if (seen.has(id)) {
         plan.push('REPLAY');
       } else if ((held.get(r.userId) ?? 0) >= coupon.perUserLimit) {
-        plan.push(new AppError('USER_LIMIT_REACHED', `At most ${coupon.perUserLimit} of this coupon per user`, { perUserLimit: coupon.perUserLimit }));
+        plan.push(
+          new AppError('USER_LIMIT_REACHED', `At most ${coupon.perUserLimit} of this coupon per user`, {
+            perUserLimit: coupon.perUserLimit,
+          }),
+        );
       } else if (remaining === 0) {
         plan.push(soldOutError(coupon.id));
       } else {
@@ -127,7 +131,8 @@ export class GrabGroupService {
         held.set(r.userId, (held.get(r.userId) ?? 0) + 1);
       }
     }
-    for (const uc of await this.issuer.issueGrabs(em, coupon, granted)) byIdentity.set(identity({ userId: uc.userId, key: uc.idempotencyKey as string }), uc);
+    for (const uc of await this.issuer.issueGrabs(em, coupon, granted))
+      byIdentity.set(identity({ userId: uc.userId, key: uc.idempotencyKey as string }), uc);
 
     const firstAnswer = new Set<string>();
     return group.map((r, i) => {

@@ -15,7 +15,12 @@ import { IssueService, soldOutError } from './issue.service.js';
 import { findByKeys, UserCoupon } from './user-coupon.entity.js';
 
 const outcomes = counter('grab_outcomes_total', 'Grab answers by result code', ['result']);
-const latency = histogram('grab_duration_seconds', 'Grab latency by result code', ['result'], [0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5]);
+const latency = histogram(
+  'grab_duration_seconds',
+  'Grab latency by result code',
+  ['result'],
+  [0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5],
+);
 
 /** Per-request refusals that a replay of an earlier, successful grab with the same key must not get. */
 const REPLAYABLE = new Set(['SOLD_OUT', 'USER_LIMIT_REACHED']);
@@ -94,7 +99,8 @@ export class GrabService {
   private async refuse(err: unknown, userId: string, key: string, couponId: string): Promise<GrabResult> {
     const earlier = await this.byKey(userId, key);
     if (earlier) return this.replay(earlier, couponId);
-    if (isDuplicateKey(err)) throw new AppError('IDEMPOTENCY_IN_PROGRESS', 'A grab with this key is still in progress; retry', { idempotencyKey: key });
+    if (isDuplicateKey(err))
+      throw new AppError('IDEMPOTENCY_IN_PROGRESS', 'A grab with this key is still in progress; retry', { idempotencyKey: key });
     throw err;
   }
 
@@ -127,9 +133,14 @@ export class GrabService {
     const userCoupon = await this.tx.inTransaction(async (em) => {
       const uc = await this.issuer.issue(em, { coupon, userId, source: 'GRAB', fromStock: true, idempotencyKey: key, txId: `grab:${key}` });
       // Counted after our own insert, still under the stock row lock every grab of this coupon takes.
-      const [{ n }] = (await em.query(`SELECT COUNT(*) AS n FROM user_coupon WHERE coupon_id = ? AND user_id = ? AND source = 'GRAB'`, [coupon.id, userId])) as { n: string }[];
+      const [{ n }] = (await em.query(`SELECT COUNT(*) AS n FROM user_coupon WHERE coupon_id = ? AND user_id = ? AND source = 'GRAB'`, [
+        coupon.id,
+        userId,
+      ])) as { n: string }[];
       if (Number(n) > coupon.perUserLimit) {
-        throw new AppError('USER_LIMIT_REACHED', `At most ${coupon.perUserLimit} of this coupon per user`, { perUserLimit: coupon.perUserLimit });
+        throw new AppError('USER_LIMIT_REACHED', `At most ${coupon.perUserLimit} of this coupon per user`, {
+          perUserLimit: coupon.perUserLimit,
+        });
       }
       return uc;
     });
@@ -139,7 +150,8 @@ export class GrabService {
   /** Refusals that need no database: eligibility, and the sold-out hint. */
   private precheck(coupon: Coupon, now: Date): AppError | null {
     if (coupon.status !== 'ACTIVE') return new AppError('COUPON_PAUSED', 'This coupon is paused', { couponId: coupon.id });
-    if (now < coupon.grabStartAt) return new AppError('GRAB_NOT_STARTED', 'Grabbing has not started', { grabStartAt: coupon.grabStartAt.toISOString() });
+    if (now < coupon.grabStartAt)
+      return new AppError('GRAB_NOT_STARTED', 'Grabbing has not started', { grabStartAt: coupon.grabStartAt.toISOString() });
     if (now >= coupon.grabEndAt) return new AppError('GRAB_ENDED', 'Grabbing has ended', { grabEndAt: coupon.grabEndAt.toISOString() });
     if (this.coupons.isSoldOut(coupon.id)) return soldOutError(coupon.id);
     return null;

@@ -56,7 +56,19 @@ function newUserCoupon(input: IssueInput, now: Date): UserCoupon {
   });
 }
 
-const rowParams = (uc: UserCoupon) => [uc.couponId, uc.userId, uc.source, uc.fromStock, uc.idempotencyKey, uc.replacesUserCouponId, uc.reason, uc.issuedAt, uc.validFrom, uc.expiresAt, uc.updatedAt];
+const rowParams = (uc: UserCoupon) => [
+  uc.couponId,
+  uc.userId,
+  uc.source,
+  uc.fromStock,
+  uc.idempotencyKey,
+  uc.replacesUserCouponId,
+  uc.reason,
+  uc.issuedAt,
+  uc.validFrom,
+  uc.expiresAt,
+  uc.updatedAt,
+];
 
 /**
  * Issuing user coupons, whatever the reason: the stock deduction (when they come from stock), the
@@ -72,7 +84,9 @@ export class IssueService {
     const uc = newUserCoupon(input, now);
     const res = (await em.query(INSERT_COLUMNS + ROW_PLACEHOLDERS, rowParams(uc))) as { insertId: number | string };
     uc.id = String(res.insertId);
-    await writeLog(em, [{ userCouponId: uc.id, from: null, to: 'UNUSED', txId: input.txId, reason: input.reason ?? input.source, at: now }]);
+    await writeLog(em, [
+      { userCouponId: uc.id, from: null, to: 'UNUSED', txId: input.txId, reason: input.reason ?? input.source, at: now },
+    ]);
     return uc;
   }
 
@@ -80,13 +94,30 @@ export class IssueService {
    * A group of grabs in one multi-row INSERT. Each input needs an idempotency key: the new rows are
    * read back by (user, key), since a multi-row insert's ids are not guaranteed consecutive.
    */
-  async issueGrabs(em: EntityManager, coupon: IssueInput['coupon'], grabs: { userId: string; key: string }[], now = new Date()): Promise<UserCoupon[]> {
+  async issueGrabs(
+    em: EntityManager,
+    coupon: IssueInput['coupon'],
+    grabs: { userId: string; key: string }[],
+    now = new Date(),
+  ): Promise<UserCoupon[]> {
     if (grabs.length === 0) return [];
     if (!(await this.stock.deduct(em, coupon.id, grabs.length, now))) throw soldOutError(coupon.id);
-    const rows = grabs.map((g) => newUserCoupon({ coupon, userId: g.userId, source: 'GRAB', fromStock: true, idempotencyKey: g.key, txId: '' }, now));
+    const rows = grabs.map((g) =>
+      newUserCoupon({ coupon, userId: g.userId, source: 'GRAB', fromStock: true, idempotencyKey: g.key, txId: '' }, now),
+    );
     await em.query(INSERT_COLUMNS + rows.map(() => ROW_PLACEHOLDERS).join(', '), rows.flatMap(rowParams));
     const issued = await findByKeys(em, grabs);
-    await writeLog(em, issued.map((r) => ({ userCouponId: r.id, from: null, to: 'UNUSED' as const, txId: `grab:${r.idempotencyKey}`, reason: 'GRAB', at: now })));
+    await writeLog(
+      em,
+      issued.map((r) => ({
+        userCouponId: r.id,
+        from: null,
+        to: 'UNUSED' as const,
+        txId: `grab:${r.idempotencyKey}`,
+        reason: 'GRAB',
+        at: now,
+      })),
+    );
     return issued;
   }
 }

@@ -24,7 +24,10 @@ export class MyCouponsController {
     else if (q.status === 'EXPIRED') qb.andWhere(`(uc.status = 'EXPIRED' OR (uc.status = 'UNUSED' AND uc.expires_at <= :now))`, { now });
     else if (q.status) qb.andWhere('uc.status = :status', { status: q.status });
     if (q.cursor) qb.andWhere('uc.id < :cursor', { cursor: q.cursor });
-    const rows = await qb.orderBy('uc.id', 'DESC').limit(limit + 1).getMany();
+    const rows = await qb
+      .orderBy('uc.id', 'DESC')
+      .limit(limit + 1)
+      .getMany();
     const page = rows.slice(0, limit);
     return { items: page.map((uc) => toUserCouponView(uc, now)), nextCursor: rows.length > limit ? page[page.length - 1].id : null };
   }

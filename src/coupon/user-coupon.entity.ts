@@ -90,7 +90,10 @@ interface UserCouponRow {
  * The user coupons issued under these (user, idempotency key) pairs, in one query. Plain SQL: on
  * the grab path, building a 500-branch OR through the query builder cost more than the query.
  */
-export async function findByKeys(em: Pick<EntityManager, 'query'>, pairs: readonly { userId: string; key: string }[]): Promise<UserCoupon[]> {
+export async function findByKeys(
+  em: Pick<EntityManager, 'query'>,
+  pairs: readonly { userId: string; key: string }[],
+): Promise<UserCoupon[]> {
   if (pairs.length === 0) return [];
   const rows = (await em.query(
     `SELECT * FROM user_coupon WHERE (user_id, idempotency_key) IN (${pairs.map(() => '(?, ?)').join(', ')})`,

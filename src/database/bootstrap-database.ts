@@ -12,7 +12,13 @@ type DbConfig = Parameters<typeof dataSourceOptions>[0];
 export async function ensureDatabase(c: DbConfig): Promise<void> {
   let conn: mysql.Connection;
   try {
-    conn = await mysql.createConnection({ host: c.DB_HOST, port: c.DB_PORT, user: c.DB_USER, password: c.DB_PASSWORD, connectTimeout: 5000 });
+    conn = await mysql.createConnection({
+      host: c.DB_HOST,
+      port: c.DB_PORT,
+      user: c.DB_USER,
+      password: c.DB_PASSWORD,
+      connectTimeout: 5000,
+    });
   } catch (err) {
     const reason = (err as { code?: string; message?: string }).code ?? (err as Error).message;
     throw new DatabaseUnreachableError(

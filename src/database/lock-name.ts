@@ -7,5 +7,10 @@ import { createHash } from 'node:crypto';
  */
 export function lockName(job: string, dbName: string): string {
   const name = `coupon-engine:${job}:${dbName}`;
-  return name.length <= 64 ? name : `coupon-engine:${job}:${createHash('sha256').update(dbName).digest('hex').slice(0, 64 - job.length - 16)}`;
+  return name.length <= 64
+    ? name
+    : `coupon-engine:${job}:${createHash('sha256')
+        .update(dbName)
+        .digest('hex')
+        .slice(0, 64 - job.length - 16)}`;
 }

@@ -15,11 +15,14 @@ const REDIS_COMMAND_TIMEOUT_MS = 5000;
 /** How long boot waits for Redis before starting on the in-memory buckets. */
 const REDIS_BOOT_WAIT_MS = 2000;
 
-const decisions = counter('rate_limit_grab_decisions_total', 'Grab requests seen by the rate limiter, per coupon: admitted, rejected_coupon, rejected_user', [
-  'coupon_id',
-  'result',
+const decisions = counter(
+  'rate_limit_grab_decisions_total',
+  'Grab requests seen by the rate limiter, per coupon: admitted, rejected_coupon, rejected_user',
+  ['coupon_id', 'result'],
+);
+const fallbacks = counter('rate_limit_redis_fallback_total', 'Limiter decisions taken on in-memory buckets because Redis did not answer', [
+  'scope',
 ]);
-const fallbacks = counter('rate_limit_redis_fallback_total', 'Limiter decisions taken on in-memory buckets because Redis did not answer', ['scope']);
 const redisReady = gauge('rate_limit_redis_ready', '1 while the rate limiter uses Redis, 0 while it runs on in-memory buckets');
 
 type Scope = 'coupon' | 'user';
@@ -92,7 +95,8 @@ export class RateLimitService implements OnModuleInit, OnModuleDestroy {
       if (!(err instanceof RateLimiterRes)) throw err;
       decisions.inc({ coupon_id: couponId, result: `rejected_${scope}` });
       const retryAfter = Math.max(1, Math.ceil(err.msBeforeNext / 1000));
-      const what = scope === 'user' ? 'You are sending grab requests too fast' : 'This coupon is receiving more grab requests than it admits';
+      const what =
+        scope === 'user' ? 'You are sending grab requests too fast' : 'This coupon is receiving more grab requests than it admits';
       throw new AppError(
         'RATE_LIMITED',
         `${what}; retry in ${retryAfter} s`,

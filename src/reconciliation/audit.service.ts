@@ -26,7 +26,8 @@ export interface ChunkResult {
 /** Every legal step as 'FROM>TO' ('null' before issuance), from the one transition table. */
 const LEGAL_STEPS = Object.entries(TRANSITIONS).flatMap(([from, tos]) => tos.map((to) => `'${from}>${to}'`));
 
-const count = async (q: Queryable, sql: string, params: unknown[]): Promise<number> => Number(((await q.query(sql, params)) as { n: string }[])[0].n);
+const count = async (q: Queryable, sql: string, params: unknown[]): Promise<number> =>
+  Number(((await q.query(sql, params)) as { n: string }[])[0].n);
 
 /**
  * Reads the facts of some user coupons (row, log, USED redemptions). With `lock`, the rows are
@@ -34,13 +35,24 @@ const count = async (q: Queryable, sql: string, params: unknown[]): Promise<numb
  */
 export async function loadUserCouponFacts(q: Queryable, ids: string[], lock = false): Promise<UserCouponFacts[]> {
   if (ids.length === 0) return [];
-  const rows: { id: string; coupon_id: string; user_id: string; status: UserCouponStatus; used_at: Date | null; discount_cents: string }[] = await q.query(
-    `SELECT uc.id, uc.coupon_id, uc.user_id, uc.status, uc.used_at, c.discount_cents
+  const rows: { id: string; coupon_id: string; user_id: string; status: UserCouponStatus; used_at: Date | null; discount_cents: string }[] =
+    await q.query(
+      `SELECT uc.id, uc.coupon_id, uc.user_id, uc.status, uc.used_at, c.discount_cents
      FROM user_coupon uc JOIN coupon c ON c.id = uc.coupon_id WHERE uc.id IN (?) ORDER BY uc.id${lock ? ' FOR UPDATE' : ''}`,
+      [ids],
+    );
+  const logs: {
+    id: string;
+    user_coupon_id: string;
+    from_status: UserCouponStatus | null;
+    to_status: UserCouponStatus;
+    tx_id: string;
+    reason: string | null;
+    created_at: Date;
+  }[] = await q.query(
+    `SELECT id, user_coupon_id, from_status, to_status, tx_id, reason, created_at FROM user_coupon_state_log WHERE user_coupon_id IN (?) ORDER BY user_coupon_id, id`,
     [ids],
   );
-  const logs: { id: string; user_coupon_id: string; from_status: UserCouponStatus | null; to_status: UserCouponStatus; tx_id: string; reason: string | null; created_at: Date }[] =
-    await q.query(`SELECT id, user_coupon_id, from_status, to_status, tx_id, reason, created_at FROM user_coupon_state_log WHERE user_coupon_id IN (?) ORDER BY user_coupon_id, id`, [ids]);
   const redemptions: { id: string; user_coupon_id: string; order_no: string }[] = await q.query(
     `SELECT id, user_coupon_id, order_no FROM redemption WHERE user_coupon_id IN (?) AND status = 'USED' ORDER BY id`,
     [ids],
@@ -81,7 +93,14 @@ export class AuditService {
       [afterCouponId, limit],
     );
     const findings = rows
-      .map((r) => diagnoseStock({ couponId: r.coupon_id, initStock: Number(r.init_stock), stock: Number(r.stock), issuedFromStock: Number(r.issued) }))
+      .map((r) =>
+        diagnoseStock({
+          couponId: r.coupon_id,
+          initStock: Number(r.init_stock),
+          stock: Number(r.stock),
+          issuedFromStock: Number(r.issued),
+        }),
+      )
       .filter((f): f is StockFinding => f !== null);
     return { checked: rows.length, findings, lastCouponId: rows.at(-1)?.coupon_id ?? null };
   }
@@ -141,21 +160,20 @@ export class AuditService {
       range,
     );
     const checked = await count(q, `SELECT COUNT(*) AS n FROM redemption WHERE id BETWEEN ? AND ?`, range);
-    const findings = rows.map(
-      (r): OrphanRedemptionFinding => ({
-        type: 'REDEMPTION_WITHOUT_USED',
-        couponId: null,
-        userCouponId: r.user_coupon_id,
-        redemptionId: r.id,
-        details: {
-          orderNo: r.order_no,
-          userId: r.user_id,
-          explanation: 'The redemption references a user coupon row that no longer exists; its template cannot be told from the tables, so an operator decides.',
-        },
-        action: 'MANUAL_REVIEW',
-        params: { redemptionId: r.id, userCouponId: r.user_coupon_id },
-      }),
-    );
+    const findings = rows.map((r): OrphanRedemptionFinding => ({
+      type: 'REDEMPTION_WITHOUT_USED',
+      couponId: null,
+      userCouponId: r.user_coupon_id,
+      redemptionId: r.id,
+      details: {
+        orderNo: r.order_no,
+        userId: r.user_id,
+        explanation:
+          'The redemption references a user coupon row that no longer exists; its template cannot be told from the tables, so an operator decides.',
+      },
+      action: 'MANUAL_REVIEW',
+      params: { redemptionId: r.id, userCouponId: r.user_coupon_id },
+    }));
     return { checked, findings };
   }
 }

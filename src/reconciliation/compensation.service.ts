@@ -16,7 +16,11 @@ const decided = counter('reconciliation_compensations_decided_total', 'Compensat
 const sameIds = (a: readonly string[], b: readonly string[]) => a.length === b.length && a.every((x, i) => x === b[i]);
 
 function changedSinceRun(what: string, details: Record<string, unknown>): AppError {
-  return new AppError('STATUS_CONFLICT', `${what} changed since the run that proposed this compensation; reject it and run reconciliation again`, details);
+  return new AppError(
+    'STATUS_CONFLICT',
+    `${what} changed since the run that proposed this compensation; reject it and run reconciliation again`,
+    details,
+  );
 }
 
 /**
@@ -35,7 +39,11 @@ export class CompensationService {
     @InjectRepository(Compensation) private readonly compensations: Repository<Compensation>,
   ) {}
 
-  async list(filter: { status?: CompensationStatus; runId?: string }, limit: number, cursor?: string): Promise<{ items: CompensationView[]; nextCursor: string | null }> {
+  async list(
+    filter: { status?: CompensationStatus; runId?: string },
+    limit: number,
+    cursor?: string,
+  ): Promise<{ items: CompensationView[]; nextCursor: string | null }> {
     const where: FindOptionsWhere<Compensation> = {};
     if (filter.status) where.status = filter.status;
     if (cursor) where.id = MoreThan(cursor);
@@ -84,14 +92,23 @@ export class CompensationService {
 
   private async fixStock(em: EntityManager, comp: Compensation, p: StockFinding['params'], now: Date): Promise<Record<string, unknown>> {
     // The stock row lock holds grabs back, and every grab that deducted before it has committed its coupon too, so the count below is exact.
-    const [row]: { init_stock: string; stock: string }[] = await em.query(`SELECT init_stock, stock FROM coupon_stock WHERE coupon_id = ? FOR UPDATE`, [p.couponId]);
-    const [issued]: { n: string }[] = await em.query(`SELECT COUNT(*) AS n FROM user_coupon WHERE coupon_id = ? AND from_stock = 1`, [p.couponId]);
+    const [row]: { init_stock: string; stock: string }[] = await em.query(
+      `SELECT init_stock, stock FROM coupon_stock WHERE coupon_id = ? FOR UPDATE`,
+      [p.couponId],
+    );
+    const [issued]: { n: string }[] = await em.query(`SELECT COUNT(*) AS n FROM user_coupon WHERE coupon_id = ? AND from_stock = 1`, [
+      p.couponId,
+    ]);
     const difference = row ? Number(row.init_stock) - Number(row.stock) - Number(issued.n) : null;
-    if (difference !== p.difference) throw changedSinceRun(`The stock of coupon ${p.couponId}`, { expectedDifference: p.difference, difference });
+    if (difference !== p.difference)
+      throw changedSinceRun(`The stock of coupon ${p.couponId}`, { expectedDifference: p.difference, difference });
     if (comp.action === 'RESTORE_STOCK') {
       await this.stock.restore(em, p.couponId, p.count, now);
     } else if (!(await this.stock.deduct(em, p.couponId, p.count, now))) {
-      throw new AppError('INSUFFICIENT_STOCK', `Only ${row.stock} unit(s) remain, fewer than the ${p.count} to remove`, { couponId: p.couponId, stock: Number(row.stock) });
+      throw new AppError('INSUFFICIENT_STOCK', `Only ${row.stock} unit(s) remain, fewer than the ${p.count} to remove`, {
+        couponId: p.couponId,
+        stock: Number(row.stock),
+      });
     }
     return { done: comp.action, couponId: p.couponId, count: p.count };
   }
@@ -103,7 +120,12 @@ export class CompensationService {
       logIds: facts.log.map((l) => l.id),
       usedRedemptionIds: facts.usedRedemptions.map((r) => r.id),
     };
-    if (!current || current.status !== p.expect.status || !sameIds(current.logIds, p.expect.logIds) || !sameIds(current.usedRedemptionIds, p.expect.usedRedemptionIds)) {
+    if (
+      !current ||
+      current.status !== p.expect.status ||
+      !sameIds(current.logIds, p.expect.logIds) ||
+      !sameIds(current.usedRedemptionIds, p.expect.usedRedemptionIds)
+    ) {
       throw changedSinceRun(`User coupon ${p.userCouponId}`, { expected: p.expect, found: current ?? null });
     }
     const txId = `compensation:${comp.id}`;

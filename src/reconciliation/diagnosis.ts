@@ -174,7 +174,8 @@ export function diagnoseUserCoupon(f: UserCouponFacts): UserCouponFinding | null
   });
 
   const steps: RepairStep[] = [];
-  const plainMove = removed.length === 0 && append.length === 1 && append[0].from === f.status && r.status === f.status && target !== f.status;
+  const plainMove =
+    removed.length === 0 && append.length === 1 && append[0].from === f.status && r.status === f.status && target !== f.status;
   if (plainMove) {
     // The row and its log agree and one legal move is missing: the state machine makes it, log row included.
     steps.push({ op: 'TRANSIT', from: f.status, to: target, txId: append[0].txId });
@@ -251,5 +252,11 @@ export function diagnoseStock(f: StockFacts): StockFinding | null {
     action = 'MANUAL_REVIEW';
     explanation = 'Balanced but negative: more coupons were issued than the initial stock. Only an operator can decide.';
   }
-  return { type: 'STOCK_MISMATCH', couponId: f.couponId, details: { ...f, difference, explanation }, action, params: { ...f, difference, count: Math.abs(difference) } };
+  return {
+    type: 'STOCK_MISMATCH',
+    couponId: f.couponId,
+    details: { ...f, difference, explanation },
+    action,
+    params: { ...f, difference, count: Math.abs(difference) },
+  };
 }

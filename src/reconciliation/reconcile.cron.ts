@@ -15,7 +15,12 @@ export class ReconcileCron implements OnApplicationBootstrap {
 
   onApplicationBootstrap(): void {
     if (!this.config.SCHEDULER_ENABLED) return;
-    const job = CronJob.from({ cronTime: this.config.RECONCILE_CRON, timeZone: this.config.RECONCILE_TIMEZONE, onTick: () => this.tick(), start: false });
+    const job = CronJob.from({
+      cronTime: this.config.RECONCILE_CRON,
+      timeZone: this.config.RECONCILE_TIMEZONE,
+      onTick: () => this.tick(),
+      start: false,
+    });
     this.scheduler.addCronJob('reconcile', job);
     job.start();
   }

@@ -20,7 +20,10 @@ export class ReconciliationController {
 
   @Post()
   @HttpCode(202)
-  @ApiOperation({ summary: 'Start a run in the background (body optional; mode FULL by default). 409 RECONCILIATION_RUNNING while one runs on any instance.' })
+  @ApiOperation({
+    summary:
+      'Start a run in the background (body optional; mode FULL by default). 409 RECONCILIATION_RUNNING while one runs on any instance.',
+  })
   @ApiBody({ type: StartRunDto, required: false })
   @ApiAcceptedResponse({ schema: { properties: { runId: { type: 'string' } } } })
   async start(@CurrentUser() admin: Principal, @Body(new OptionalBodyPipe(StartRunDto)) body: StartRunBody): Promise<{ runId: string }> {

@@ -12,7 +12,11 @@ import type { RunMode } from './reconciliation-run.entity.js';
 const ID = /^[1-9][0-9]{0,18}$/;
 
 export class StartRunDto {
-  @ApiPropertyOptional({ enum: RUN_MODES, default: 'FULL', description: 'INCREMENTAL replays the state log only for coupons changed since the last complete run' })
+  @ApiPropertyOptional({
+    enum: RUN_MODES,
+    default: 'FULL',
+    description: 'INCREMENTAL replays the state log only for coupons changed since the last complete run',
+  })
   @IsOmittable()
   @IsIn(RUN_MODES)
   mode?: RunMode;

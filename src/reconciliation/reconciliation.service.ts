@@ -13,9 +13,18 @@ import { ReconciliationRun, RunMode, RunView, toRunView } from './reconciliation
 
 const runsTotal = counter('reconciliation_runs_total', 'Reconciliation runs finished, by outcome', ['status', 'mode']);
 const inProgress = gauge('reconciliation_run_in_progress', 'Whether this instance is running a reconciliation now');
-const progressChecked = gauge('reconciliation_run_checked_rows', 'Rows audited so far by the current (or last) run on this instance, by audit', ['audit']);
+const progressChecked = gauge(
+  'reconciliation_run_checked_rows',
+  'Rows audited so far by the current (or last) run on this instance, by audit',
+  ['audit'],
+);
 const foundTotal = counter('reconciliation_discrepancies_total', 'Discrepancies recorded as new', ['type']);
-const runDuration = histogram('reconciliation_run_duration_seconds', 'Duration of finished reconciliation runs', ['status'], [0.1, 1, 5, 15, 60, 300, 900, 3600]);
+const runDuration = histogram(
+  'reconciliation_run_duration_seconds',
+  'Duration of finished reconciliation runs',
+  ['status'],
+  [0.1, 1, 5, 15, 60, 300, 900, 3600],
+);
 
 /** User coupon / redemption ids per chunk, and coupons per stock chunk (each counts its coupons' user coupons). */
 export const USER_COUPON_CHUNK = 5000;
@@ -74,8 +83,14 @@ export class ReconciliationService implements BeforeApplicationShutdown {
     try {
       const [lock]: { got: string | number | null }[] = await q.query(`SELECT GET_LOCK(?, 0) AS got`, [this.lockName]);
       if (Number(lock.got) !== 1) {
-        const [running]: { id: string }[] = await q.query(`SELECT id FROM reconciliation_run WHERE status = 'RUNNING' ORDER BY id DESC LIMIT 1`);
-        throw new AppError('RECONCILIATION_RUNNING', 'A reconciliation run is already in progress', running ? { runId: running.id } : undefined);
+        const [running]: { id: string }[] = await q.query(
+          `SELECT id FROM reconciliation_run WHERE status = 'RUNNING' ORDER BY id DESC LIMIT 1`,
+        );
+        throw new AppError(
+          'RECONCILIATION_RUNNING',
+          'A reconciliation run is already in progress',
+          running ? { runId: running.id } : undefined,
+        );
       }
       runId = await this.recordStart(q, mode, triggeredBy);
     } catch (err) {
@@ -95,7 +110,8 @@ export class ReconciliationService implements BeforeApplicationShutdown {
     try {
       await this.runNow('INCREMENTAL', 'cron');
     } catch (err) {
-      if (err instanceof AppError && err.code === 'RECONCILIATION_RUNNING') this.logger.log('Scheduled reconciliation skipped: another run is in progress');
+      if (err instanceof AppError && err.code === 'RECONCILIATION_RUNNING')
+        this.logger.log('Scheduled reconciliation skipped: another run is in progress');
       else this.logger.error(`Scheduled reconciliation could not start: ${(err as Error).message}`);
     }
   }
@@ -109,7 +125,10 @@ export class ReconciliationService implements BeforeApplicationShutdown {
   async get(runId: string): Promise<RunView & { byType: Partial<Record<DiscrepancyType, number>> }> {
     const run = await this.runs.findOneBy({ id: runId });
     if (!run) throw new AppError('RUN_NOT_FOUND', `No reconciliation run ${runId}`, { runId });
-    const counts: { type: DiscrepancyType; n: string }[] = await this.dataSource.query(`SELECT type, COUNT(*) AS n FROM discrepancy WHERE run_id = ? GROUP BY type`, [runId]);
+    const counts: { type: DiscrepancyType; n: string }[] = await this.dataSource.query(
+      `SELECT type, COUNT(*) AS n FROM discrepancy WHERE run_id = ? GROUP BY type`,
+      [runId],
+    );
     return { ...toRunView(run), byType: Object.fromEntries(counts.map((c) => [c.type, Number(c.n)])) };
   }
 
@@ -133,11 +152,10 @@ export class ReconciliationService implements BeforeApplicationShutdown {
       this.logger.warn(`Marked ${died.affectedRows} dead reconciliation run(s) FAILED`);
       runsTotal.inc({ status: 'FAILED', mode: 'unknown' }, died.affectedRows);
     }
-    const res = (await q.query(`INSERT INTO reconciliation_run (status, mode, triggered_by, started_at, checked, discrepancies) VALUES ('RUNNING', ?, ?, ?, 0, 0)`, [
-      mode,
-      triggeredBy.slice(0, 64),
-      now,
-    ])) as { insertId: number | string };
+    const res = (await q.query(
+      `INSERT INTO reconciliation_run (status, mode, triggered_by, started_at, checked, discrepancies) VALUES ('RUNNING', ?, ?, ?, 0, 0)`,
+      [mode, triggeredBy.slice(0, 64), now],
+    )) as { insertId: number | string };
     return String(res.insertId);
   }
 
@@ -165,15 +183,21 @@ export class ReconciliationService implements BeforeApplicationShutdown {
         for (const f of chunk.findings) if (await this.record(runId, f)) totals.found++;
         if (Date.now() - lastSave >= PROGRESS_SAVE_MS) {
           lastSave = Date.now();
-          await this.dataSource.query(`UPDATE reconciliation_run SET checked = ?, discrepancies = ? WHERE id = ?`, [totals.checked, totals.found, runId]);
+          await this.dataSource.query(`UPDATE reconciliation_run SET checked = ?, discrepancies = ? WHERE id = ?`, [
+            totals.checked,
+            totals.found,
+            runId,
+          ]);
         }
         if (Date.now() - lastLog >= PROGRESS_LOG_MS) {
           lastLog = Date.now();
-          this.logger.log(`Reconciliation run ${runId}: ${audit} audit, ${totals.checked} rows checked, ${totals.found} discrepancies so far`);
+          this.logger.log(
+            `Reconciliation run ${runId}: ${audit} audit, ${totals.checked} rows checked, ${totals.found} discrepancies so far`,
+          );
         }
       };
 
-      for (let after = '0'; ; ) {
+      for (let after = '0'; ;) {
         const chunk = await this.snapshot(q, () => this.audits.stockChunk(q, after, COUPON_CHUNK));
         await step('stock', chunk);
         if (chunk.lastCouponId === null) break;
@@ -195,16 +219,14 @@ export class ReconciliationService implements BeforeApplicationShutdown {
       this.logger.error(`Reconciliation run ${runId} failed: ${error}`);
     }
     try {
-      await this.dataSource.query(`UPDATE reconciliation_run SET status = ?, finished_at = ?, checked = ?, discrepancies = ?, error = ? WHERE id = ?`, [
-        status,
-        new Date(),
-        totals.checked,
-        totals.found,
-        error,
-        runId,
-      ]);
+      await this.dataSource.query(
+        `UPDATE reconciliation_run SET status = ?, finished_at = ?, checked = ?, discrepancies = ?, error = ? WHERE id = ?`,
+        [status, new Date(), totals.checked, totals.found, error, runId],
+      );
     } catch (err) {
-      this.logger.error(`Reconciliation run ${runId} could not record its end (${(err as Error).message}); the next run will mark it FAILED`);
+      this.logger.error(
+        `Reconciliation run ${runId} could not record its end (${(err as Error).message}); the next run will mark it FAILED`,
+      );
     } finally {
       await this.releaseLock(q);
       inProgress.set(0);
@@ -212,11 +234,23 @@ export class ReconciliationService implements BeforeApplicationShutdown {
     const seconds = (Date.now() - started) / 1000;
     runsTotal.inc({ status, mode });
     runDuration.observe({ status }, seconds);
-    this.logger.log(`Reconciliation run ${runId} ${status} in ${seconds.toFixed(1)} s: ${totals.checked} rows checked, ${totals.found} new discrepancies`);
+    this.logger.log(
+      `Reconciliation run ${runId} ${status} in ${seconds.toFixed(1)} s: ${totals.checked} rows checked, ${totals.found} new discrepancies`,
+    );
     const finished = await this.runs.findOneBy({ id: runId }).catch(() => null);
     return finished
       ? toRunView(finished)
-      : { id: runId, status, mode, triggeredBy: '', startedAt: new Date(started).toISOString(), finishedAt: null, checked: totals.checked, discrepancies: totals.found, error };
+      : {
+          id: runId,
+          status,
+          mode,
+          triggeredBy: '',
+          startedAt: new Date(started).toISOString(),
+          finishedAt: null,
+          checked: totals.checked,
+          discrepancies: totals.found,
+          error,
+        };
   }
 
   /** Runs `fn` in a read-only transaction whose reads all see one snapshot. */
@@ -240,13 +274,23 @@ export class ReconciliationService implements BeforeApplicationShutdown {
 
   /** Writes a finding and its PENDING compensation; false when the same entity already has an open discrepancy. */
   private async record(runId: string, f: Finding): Promise<boolean> {
-    const openKey = f.type === 'STOCK_MISMATCH' ? `coupon:${f.couponId}` : f.couponId === null ? `redemption:${f.redemptionId}` : `uc:${f.userCouponId}`;
+    const openKey =
+      f.type === 'STOCK_MISMATCH' ? `coupon:${f.couponId}` : f.couponId === null ? `redemption:${f.redemptionId}` : `uc:${f.userCouponId}`;
     try {
       await this.tx.inTransaction(async (em) => {
         const now = new Date();
         const res = (await em.query(
           `INSERT INTO discrepancy (run_id, type, coupon_id, user_coupon_id, redemption_id, details, open_key, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)`,
-          [runId, f.type, f.couponId, 'userCouponId' in f ? f.userCouponId : null, 'redemptionId' in f ? f.redemptionId : null, JSON.stringify(f.details), openKey, now],
+          [
+            runId,
+            f.type,
+            f.couponId,
+            'userCouponId' in f ? f.userCouponId : null,
+            'redemptionId' in f ? f.redemptionId : null,
+            JSON.stringify(f.details),
+            openKey,
+            now,
+          ],
         )) as { insertId: number | string };
         await em.query(`INSERT INTO compensation (discrepancy_id, action, params, status, created_at) VALUES (?, ?, ?, 'PENDING', ?)`, [
           String(res.insertId),

@@ -13,7 +13,11 @@ export class RedemptionController {
 
   /** 201 on first use; a repeat of the same (orderNo, userCouponId) answers 200 with firstUse: false. */
   @Post()
-  async redeem(@Body() dto: RedeemDto, @CurrentUser() principal: Principal, @Res({ passthrough: true }) reply: FastifyReply): Promise<RedemptionView> {
+  async redeem(
+    @Body() dto: RedeemDto,
+    @CurrentUser() principal: Principal,
+    @Res({ passthrough: true }) reply: FastifyReply,
+  ): Promise<RedemptionView> {
     const { redemption, firstUse } = await this.redemptions.redeem(principal, dto);
     void reply.status(firstUse ? 201 : 200);
     return toRedemptionView(redemption, firstUse);

@@ -9,27 +9,47 @@ const idAsString = ({ value }: { value: unknown }) => (typeof value === 'number'
 const PRINTABLE = /^[^\p{C}]+$/u;
 
 export class RedeemDto {
-  @ApiProperty({ example: '1024' }) @Transform(idAsString) @IsString() @Matches(ID, { message: 'userCouponId must be an id' })
+  @ApiProperty({ example: '1024' })
+  @Transform(idAsString)
+  @IsString()
+  @Matches(ID, { message: 'userCouponId must be an id' })
   userCouponId!: string;
 
-  @ApiProperty({ minLength: 1, maxLength: 64 }) @IsString() @Length(1, 64) @Matches(PRINTABLE, { message: 'orderNo must be printable' })
+  @ApiProperty({ minLength: 1, maxLength: 64 })
+  @IsString()
+  @Length(1, 64)
+  @Matches(PRINTABLE, { message: 'orderNo must be printable' })
   orderNo!: string;
 
-  @ApiProperty({ minimum: 0 }) @IsInt() @Min(0) @Max(1_000_000_000_000)
+  @ApiProperty({ minimum: 0 })
+  @IsInt()
+  @Min(0)
+  @Max(1_000_000_000_000)
   orderAmountCents!: number;
 
   @ApiPropertyOptional({ description: 'Required for a service token; for a user token absent or equal to the token subject' })
-  @IsOmittable() @IsString() @Matches(USER_ID_PATTERN, { message: 'userId must be 1-64 of [A-Za-z0-9_.:-]' })
+  @IsOmittable()
+  @IsString()
+  @Matches(USER_ID_PATTERN, { message: 'userId must be 1-64 of [A-Za-z0-9_.:-]' })
   userId?: string;
 }
 
 export class RefundDto {
-  @ApiProperty({ example: '1024' }) @Transform(idAsString) @IsString() @Matches(ID, { message: 'userCouponId must be an id' })
+  @ApiProperty({ example: '1024' })
+  @Transform(idAsString)
+  @IsString()
+  @Matches(ID, { message: 'userCouponId must be an id' })
   userCouponId!: string;
 
-  @ApiProperty() @IsString() @Length(1, 64) @Matches(PRINTABLE, { message: 'orderNo must be printable' })
+  @ApiProperty()
+  @IsString()
+  @Length(1, 64)
+  @Matches(PRINTABLE, { message: 'orderNo must be printable' })
   orderNo!: string;
 
-  @ApiProperty() @IsString() @Length(1, 64) @Matches(PRINTABLE, { message: 'refundNo must be printable' })
+  @ApiProperty()
+  @IsString()
+  @Length(1, 64)
+  @Matches(PRINTABLE, { message: 'refundNo must be printable' })
   refundNo!: string;
 }

@@ -70,7 +70,11 @@ export class RedemptionService {
   ) {}
 
   redeem(principal: Principal, dto: RedeemDto): Promise<{ redemption: Redemption; firstUse: boolean }> {
-    return measured('redeem', () => this.doRedeem(this.actingFor(principal, dto.userId), dto), (r) => (r.firstUse ? 'USED' : 'REPLAYED'));
+    return measured(
+      'redeem',
+      () => this.doRedeem(this.actingFor(principal, dto.userId), dto),
+      (r) => (r.firstUse ? 'USED' : 'REPLAYED'),
+    );
   }
 
   /** A service acts for the user it names; a user only for themself. */
@@ -98,10 +102,13 @@ export class RedemptionService {
       const status = effectiveStatus(uc, now);
       if (status === 'VOID') throw new AppError('COUPON_VOID', 'This coupon was voided');
       if (status === 'EXPIRED') throw new AppError('COUPON_EXPIRED', 'This coupon has expired', { expiresAt: uc.expiresAt.toISOString() });
-      if (uc.validFrom > now) throw new AppError('COUPON_NOT_YET_VALID', 'This coupon is not valid yet', { validFrom: uc.validFrom.toISOString() });
+      if (uc.validFrom > now)
+        throw new AppError('COUPON_NOT_YET_VALID', 'This coupon is not valid yet', { validFrom: uc.validFrom.toISOString() });
       const coupon = await em.findOneByOrFail(Coupon, { id: uc.couponId });
       if (dto.orderAmountCents < coupon.thresholdCents) {
-        throw new AppError('THRESHOLD_NOT_MET', `Orders from ${coupon.thresholdCents} cents qualify`, { thresholdCents: coupon.thresholdCents });
+        throw new AppError('THRESHOLD_NOT_MET', `Orders from ${coupon.thresholdCents} cents qualify`, {
+          thresholdCents: coupon.thresholdCents,
+        });
       }
       const redemption = Object.assign(new Redemption(), {
         userCouponId: uc.id,
@@ -130,7 +137,11 @@ export class RedemptionService {
   }
 
   refund(dto: RefundDto): Promise<{ refund: Refund; replacement: UserCoupon | null; replayed: boolean }> {
-    return measured('refund', () => this.doRefund(dto), (r) => (r.replayed ? 'REPLAYED' : 'REFUNDED'));
+    return measured(
+      'refund',
+      () => this.doRefund(dto),
+      (r) => (r.replayed ? 'REPLAYED' : 'REFUNDED'),
+    );
   }
 
   private async doRefund(dto: RefundDto): Promise<{ refund: Refund; replacement: UserCoupon | null; replayed: boolean }> {

@@ -1,5 +1,13 @@
 import { Body, Controller, Get, Headers, HttpCode, Param, Post, Res } from '@nestjs/common';
-import { ApiBearerAuth, ApiConflictResponse, ApiHeader, ApiNotFoundResponse, ApiOkResponse, ApiTags, ApiUnprocessableEntityResponse } from '@nestjs/swagger';
+import {
+  ApiBearerAuth,
+  ApiConflictResponse,
+  ApiHeader,
+  ApiNotFoundResponse,
+  ApiOkResponse,
+  ApiTags,
+  ApiUnprocessableEntityResponse,
+} from '@nestjs/swagger';
 import type { FastifyReply } from 'fastify';
 import { CurrentUser, RequireRoles } from '../auth/principal.js';
 import type { Principal } from '../auth/principal.js';
@@ -20,7 +28,11 @@ export class AdminUserCouponController {
   @ApiOkResponse({ description: 'The voided UserCoupon' })
   @ApiNotFoundResponse({ description: 'USER_COUPON_NOT_FOUND' })
   @ApiConflictResponse({ description: 'ILLEGAL_TRANSITION: already USED or VOID' })
-  void(@Param('userCouponId', IdPipe) id: string, @Body() dto: VoidUserCouponDto, @CurrentUser() admin: Principal): Promise<UserCouponView> {
+  void(
+    @Param('userCouponId', IdPipe) id: string,
+    @Body() dto: VoidUserCouponDto,
+    @CurrentUser() admin: Principal,
+  ): Promise<UserCouponView> {
     return this.admin.voidUserCoupon(id, dto.reason, admin.userId);
   }
 
@@ -40,7 +52,11 @@ export class AdminUserCouponController {
     @CurrentUser() admin: Principal,
     @Res({ passthrough: true }) reply: FastifyReply,
   ): Promise<UserCouponView> {
-    const { userCoupon, replayed } = await this.admin.reissue(dto, admin.userId, key === undefined ? undefined : checkIdempotencyKey(key, 'Idempotency-Key', REISSUE_KEY_MAX));
+    const { userCoupon, replayed } = await this.admin.reissue(
+      dto,
+      admin.userId,
+      key === undefined ? undefined : checkIdempotencyKey(key, 'Idempotency-Key', REISSUE_KEY_MAX),
+    );
     if (replayed) void reply.header('Idempotent-Replayed', 'true');
     return userCoupon;
   }

@@ -10,29 +10,42 @@ const idToString = ({ value }: { value: unknown }) => (typeof value === 'number'
 
 export class VoidUserCouponDto {
   @ApiProperty({ minLength: 1, maxLength: 255, description: 'Why the coupon is voided; written to the state log' })
-  @IsString() @Length(1, 255) @Matches(/\S/, { message: 'reason must not be blank' })
+  @IsString()
+  @Length(1, 255)
+  @Matches(/\S/, { message: 'reason must not be blank' })
   reason!: string;
 }
 
 export class ReissueUserCouponDto {
   @ApiProperty({ example: '1024', description: 'The coupon template to issue from' })
-  @Transform(idToString) @IsString() @Matches(ID_PATTERN, { message: 'couponId must be a positive integer id' })
+  @Transform(idToString)
+  @IsString()
+  @Matches(ID_PATTERN, { message: 'couponId must be a positive integer id' })
   couponId!: string;
 
   @ApiProperty({ pattern: USER_ID_PATTERN.source })
-  @IsString() @Matches(USER_ID_PATTERN, { message: 'userId must be 1-64 of [A-Za-z0-9_.:-]' })
+  @IsString()
+  @Matches(USER_ID_PATTERN, { message: 'userId must be 1-64 of [A-Za-z0-9_.:-]' })
   userId!: string;
 
   @ApiProperty({ minLength: 1, maxLength: 255 })
-  @IsString() @Length(1, 255) @Matches(/\S/, { message: 'reason must not be blank' })
+  @IsString()
+  @Length(1, 255)
+  @Matches(/\S/, { message: 'reason must not be blank' })
   reason!: string;
 
   @ApiProperty({ description: 'true: takes one unit of the coupon stock (409 SOLD_OUT when none is left); false: stock-neutral' })
   @IsBoolean()
   fromStock!: boolean;
 
-  @ApiPropertyOptional({ example: '2048', description: "The user's coupon this one replaces (must belong to the same user); it is not voided by the reissue" })
-  @IsOmittable() @Transform(idToString) @IsString() @Matches(ID_PATTERN, { message: 'replacesUserCouponId must be a positive integer id' })
+  @ApiPropertyOptional({
+    example: '2048',
+    description: "The user's coupon this one replaces (must belong to the same user); it is not voided by the reissue",
+  })
+  @IsOmittable()
+  @Transform(idToString)
+  @IsString()
+  @Matches(ID_PATTERN, { message: 'replacesUserCouponId must be a positive integer id' })
   replacesUserCouponId?: string;
 }
 
@@ -60,7 +73,11 @@ export class UserCouponHistoryView {
   @ApiProperty({ type: [TransitionView] })
   transitions!: TransitionView[];
 
-  @ApiProperty({ enum: USER_COUPON_STATUSES, nullable: true, description: 'Where replaying the log from issuance ends (or stops, at the first inconsistent step)' })
+  @ApiProperty({
+    enum: USER_COUPON_STATUSES,
+    nullable: true,
+    description: 'Where replaying the log from issuance ends (or stops, at the first inconsistent step)',
+  })
   replayedStatus!: string | null;
 
   @ApiProperty({ description: 'Every step legal and continuing from the previous one, ending at the stored status' })

@@ -37,8 +37,14 @@ export interface ReissueResult {
 
 /** The reissue an earlier request with this key made, if it asked for the same thing. */
 function replayReissue(earlier: UserCoupon, dto: ReissueUserCouponDto): ReissueResult {
-  if (earlier.couponId !== dto.couponId || earlier.fromStock !== dto.fromStock || earlier.replacesUserCouponId !== (dto.replacesUserCouponId ?? null)) {
-    throw new AppError('IDEMPOTENCY_KEY_REUSED', 'This Idempotency-Key was already used for a different reissue to this user', { userCouponId: earlier.id });
+  if (
+    earlier.couponId !== dto.couponId ||
+    earlier.fromStock !== dto.fromStock ||
+    earlier.replacesUserCouponId !== (dto.replacesUserCouponId ?? null)
+  ) {
+    throw new AppError('IDEMPOTENCY_KEY_REUSED', 'This Idempotency-Key was already used for a different reissue to this user', {
+      userCouponId: earlier.id,
+    });
   }
   return { userCoupon: toUserCouponView(earlier), replayed: true };
 }
@@ -126,7 +132,13 @@ export class AdminUserCouponService {
       const replayed = replay(log.map((l) => ({ from: l.fromStatus, to: l.toStatus })));
       return {
         userCoupon: toUserCouponView(uc),
-        transitions: log.map((l) => ({ from: l.fromStatus, to: l.toStatus, txId: l.txId, reason: l.reason, at: l.createdAt.toISOString() })),
+        transitions: log.map((l) => ({
+          from: l.fromStatus,
+          to: l.toStatus,
+          txId: l.txId,
+          reason: l.reason,
+          at: l.createdAt.toISOString(),
+        })),
         replayedStatus: replayed.status,
         consistent: replayed.legal && replayed.status === uc.status,
       };
@@ -138,7 +150,9 @@ export class AdminUserCouponService {
    * TypeORM's mysql driver writes a shared lock as FOR SHARE, which MariaDB does not accept.
    */
   private async lock(em: EntityManager, userCouponId: string, mode: 'shared' | 'exclusive'): Promise<UserCoupon> {
-    const locked = (await em.query(`SELECT id FROM user_coupon WHERE id = ? ${mode === 'shared' ? 'LOCK IN SHARE MODE' : 'FOR UPDATE'}`, [userCouponId])) as unknown[];
+    const locked = (await em.query(`SELECT id FROM user_coupon WHERE id = ? ${mode === 'shared' ? 'LOCK IN SHARE MODE' : 'FOR UPDATE'}`, [
+      userCouponId,
+    ])) as unknown[];
     const uc = locked.length === 1 ? await em.findOneBy(UserCoupon, { id: userCouponId }) : null;
     if (!uc) throw notFound(userCouponId);
     return uc;

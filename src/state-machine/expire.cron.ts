@@ -31,7 +31,10 @@ export class ExpireCron implements OnModuleInit, OnModuleDestroy {
   }
 
   tick(): Promise<void> {
-    return (this.running = this.expiry.runExclusive({ signal: this.stopping.signal }).then(() => undefined, (err: unknown) => this.logger.error(`Expiry sweep failed: ${String(err)}`)));
+    return (this.running = this.expiry.runExclusive({ signal: this.stopping.signal }).then(
+      () => undefined,
+      (err: unknown) => this.logger.error(`Expiry sweep failed: ${String(err)}`),
+    ));
   }
 
   async onModuleDestroy(): Promise<void> {

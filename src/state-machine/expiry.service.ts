@@ -10,8 +10,16 @@ import { writeLog } from './state-machine.service.js';
 
 const rowsExpired = counter('expiry_sweep_rows_total', 'User coupons moved UNUSED -> EXPIRED by the expiry sweep', []);
 const runs = counter('expiry_sweep_runs_total', 'Expiry sweep runs by outcome (skipped: another instance held the lock)', ['outcome']);
-const duration = histogram('expiry_sweep_duration_seconds', 'Duration of one expiry sweep run', ['outcome'], [0.01, 0.05, 0.1, 0.5, 1, 5, 15, 60, 300]);
-const lastSuccess = gauge('expiry_sweep_last_complete_timestamp_seconds', 'When an expiry sweep last reached the end of the expired coupons');
+const duration = histogram(
+  'expiry_sweep_duration_seconds',
+  'Duration of one expiry sweep run',
+  ['outcome'],
+  [0.01, 0.05, 0.1, 0.5, 1, 5, 15, 60, 300],
+);
+const lastSuccess = gauge(
+  'expiry_sweep_last_complete_timestamp_seconds',
+  'When an expiry sweep last reached the end of the expired coupons',
+);
 
 export interface SweepOptions {
   /** The cut-off: coupons with expires_at <= now expire. Fixed for the whole run so it ends. */
@@ -54,7 +62,13 @@ export class ExpiryService {
    */
   async runExclusive(opts: SweepOptions = {}): Promise<SweepResult | null> {
     const c = this.config;
-    const conn = await mysql.createConnection({ host: c.DB_HOST, port: c.DB_PORT, user: c.DB_USER, password: c.DB_PASSWORD, connectTimeout: 5000 });
+    const conn = await mysql.createConnection({
+      host: c.DB_HOST,
+      port: c.DB_PORT,
+      user: c.DB_USER,
+      password: c.DB_PASSWORD,
+      connectTimeout: 5000,
+    });
     try {
       const [rows] = await conn.query<mysql.RowDataPacket[]>('SELECT GET_LOCK(?, 0) AS got', [expiryLockName(c.DB_NAME)]);
       if (Number(rows[0]?.got) !== 1) {

@@ -5,7 +5,11 @@ import { counter } from '../common/metrics.js';
 import { execute } from '../database/transaction.service.js';
 import { isLegal, UserCouponStatus } from './transitions.js';
 
-const transitions = counter('user_coupon_transitions_total', 'User coupon status transitions written, by from/to (a transaction rolled back afterwards still counts)', ['from', 'to']);
+const transitions = counter(
+  'user_coupon_transitions_total',
+  'User coupon status transitions written, by from/to (a transaction rolled back afterwards still counts)',
+  ['from', 'to'],
+);
 
 export interface LogRow {
   userCouponId: string;
@@ -33,7 +37,15 @@ export class StateMachineService {
    * the current status (0 rows: someone else moved it first, STATUS_CONFLICT), and a log row in
    * the same transaction.
    */
-  async transit(em: EntityManager, userCouponId: string, from: UserCouponStatus, to: UserCouponStatus, txId: string, reason?: string | null, at = new Date()): Promise<void> {
+  async transit(
+    em: EntityManager,
+    userCouponId: string,
+    from: UserCouponStatus,
+    to: UserCouponStatus,
+    txId: string,
+    reason?: string | null,
+    at = new Date(),
+  ): Promise<void> {
     if (!isLegal(from, to)) {
       throw new AppError('ILLEGAL_TRANSITION', `A coupon cannot move from ${from} to ${to}`, { userCouponId, from, to });
     }

@@ -26,7 +26,8 @@ describe('transitions table', () => {
   });
 });
 
-const steps = (...path: (UserCouponStatus | null)[]): LogStep[] => path.slice(1).map((to, i) => ({ from: path[i], to: to as UserCouponStatus }));
+const steps = (...path: (UserCouponStatus | null)[]): LogStep[] =>
+  path.slice(1).map((to, i) => ({ from: path[i], to: to as UserCouponStatus }));
 
 describe('replay', () => {
   it('gives null for an empty log', () => {
@@ -55,11 +56,14 @@ describe('replay', () => {
     expect(replay([{ from: 'UNUSED', to: 'USED' }])).toEqual({ status: null, lastConsistentIndex: -1, legal: false });
   });
 
-  it.each(allPairs.filter((p) => p.from !== null && !LEGAL.has(key(p.from, p.to))))('refuses the illegal step $from -> $to after reaching $from', ({ from, to }) => {
-    const path = from === 'UNUSED' ? steps(null, 'UNUSED') : steps(null, 'UNUSED', from);
-    const r = replay([...path, { from, to }]);
-    expect(r).toEqual({ status: from, lastConsistentIndex: path.length - 1, legal: false });
-  });
+  it.each(allPairs.filter((p) => p.from !== null && !LEGAL.has(key(p.from, p.to))))(
+    'refuses the illegal step $from -> $to after reaching $from',
+    ({ from, to }) => {
+      const path = from === 'UNUSED' ? steps(null, 'UNUSED') : steps(null, 'UNUSED', from);
+      const r = replay([...path, { from, to }]);
+      expect(r).toEqual({ status: from, lastConsistentIndex: path.length - 1, legal: false });
+    },
+  );
 
   it('refuses a second issuance', () => {
     expect(replay(steps(null, 'UNUSED', 'USED').concat({ from: null, to: 'UNUSED' })).legal).toBe(false);

@@ -10,12 +10,24 @@ import { execute } from '../database/transaction.service.js';
 @Injectable()
 export class StockService {
   async create(em: EntityManager, couponId: string, initStock: number, at: Date): Promise<void> {
-    await em.query(`INSERT INTO coupon_stock (coupon_id, init_stock, stock, updated_at) VALUES (?, ?, ?, ?)`, [couponId, initStock, initStock, at]);
+    await em.query(`INSERT INTO coupon_stock (coupon_id, init_stock, stock, updated_at) VALUES (?, ?, ?, ?)`, [
+      couponId,
+      initStock,
+      initStock,
+      at,
+    ]);
   }
 
   /** Takes `count` units if that many remain. Returns false (and changes nothing) otherwise. */
   async deduct(em: EntityManager, couponId: string, count: number, at = new Date()): Promise<boolean> {
-    return (await execute(em, `UPDATE coupon_stock SET stock = stock - ?, updated_at = ? WHERE coupon_id = ? AND stock >= ?`, [count, at, couponId, count])) === 1;
+    return (
+      (await execute(em, `UPDATE coupon_stock SET stock = stock - ?, updated_at = ? WHERE coupon_id = ? AND stock >= ?`, [
+        count,
+        at,
+        couponId,
+        count,
+      ])) === 1
+    );
   }
 
   /**

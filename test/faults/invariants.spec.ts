@@ -23,20 +23,32 @@ describe('invariant checker', () => {
     fdb = await createFaultDatabase();
     server = await startServer({ dbName: fdb.name });
     const admin = adminToken();
-    const coupon = await call(server.url, 'POST', '/admin/coupons', { token: admin, body: couponBody({ totalStock: 10, perUserLimit: 2, returnOnRefund: true }) });
+    const coupon = await call(server.url, 'POST', '/admin/coupons', {
+      token: admin,
+      body: couponBody({ totalStock: 10, perUserLimit: 2, returnOnRefund: true }),
+    });
     expect(coupon.status).toBe(201);
     ids.coupon = coupon.body.id as string;
     const grab = async (user: string, key: string) => {
-      const r = await call(server.url, 'POST', `/coupons/${ids.coupon}/grab`, { token: tokenFor(user), headers: { 'idempotency-key': key } });
+      const r = await call(server.url, 'POST', `/coupons/${ids.coupon}/grab`, {
+        token: tokenFor(user),
+        headers: { 'idempotency-key': key },
+      });
       expect(r.status).toBe(201);
       return r.body.id as string;
     };
     ids.unused = await grab('alice', 'a-1');
     ids.used = await grab('alice', 'a-2');
     ids.bobs = await grab('bob', 'b-1');
-    const redeemed = await call(server.url, 'POST', '/redemptions', { token: tokenFor('alice'), body: { userCouponId: ids.used, orderNo: 'O-1', orderAmountCents: 100_000 } });
+    const redeemed = await call(server.url, 'POST', '/redemptions', {
+      token: tokenFor('alice'),
+      body: { userCouponId: ids.used, orderNo: 'O-1', orderAmountCents: 100_000 },
+    });
     expect(redeemed.status).toBe(201);
-    const refund = await call(server.url, 'POST', '/redemptions/refunds', { token: serviceToken(), body: { userCouponId: ids.used, orderNo: 'O-1', refundNo: 'R-1' } });
+    const refund = await call(server.url, 'POST', '/redemptions/refunds', {
+      token: serviceToken(),
+      body: { userCouponId: ids.used, orderNo: 'O-1', refundNo: 'R-1' },
+    });
     expect(refund.status).toBe(201);
     ids.replacement = refund.body.replacementUserCoupon?.id as string;
   });
@@ -52,7 +64,11 @@ describe('invariant checker', () => {
   const now = `UTC_TIMESTAMP(3)`;
   const corruptions: [string, string, () => string[]][] = [
     ['stock not matching the coupons issued', 'stock', () => [`UPDATE coupon_stock SET stock = stock - 1 WHERE coupon_id = ${ids.coupon}`]],
-    ['negative stock', 'stock', () => [`UPDATE coupon_stock SET stock = -1, init_stock = init_stock - stock - 1 WHERE coupon_id = ${ids.coupon}`]],
+    [
+      'negative stock',
+      'stock',
+      () => [`UPDATE coupon_stock SET stock = -1, init_stock = init_stock - stock - 1 WHERE coupon_id = ${ids.coupon}`],
+    ],
     [
       'a user over the per-user limit',
       'per-user limit',
@@ -62,26 +78,60 @@ describe('invariant checker', () => {
         `INSERT INTO user_coupon_state_log (user_coupon_id, from_status, to_status, tx_id, created_at) VALUES (LAST_INSERT_ID(), NULL, 'UNUSED', 'x', ${now})`,
       ],
     ],
-    ['USED without a redemption', 'used/redemption', () => [`UPDATE user_coupon SET status = 'USED', used_at = ${now} WHERE id = ${ids.unused}`]],
+    [
+      'USED without a redemption',
+      'used/redemption',
+      () => [`UPDATE user_coupon SET status = 'USED', used_at = ${now} WHERE id = ${ids.unused}`],
+    ],
     [
       'a redemption of a coupon that is not USED',
       'used/redemption',
-      () => [`INSERT INTO redemption (user_coupon_id, order_no, user_id, order_amount_cents, discount_cents, status, used_at) VALUES (${ids.unused}, 'X-1', 'alice', 1, 1, 'USED', ${now})`],
+      () => [
+        `INSERT INTO redemption (user_coupon_id, order_no, user_id, order_amount_cents, discount_cents, status, used_at) VALUES (${ids.unused}, 'X-1', 'alice', 1, 1, 'USED', ${now})`,
+      ],
     ],
     [
       'a redemption of a coupon that does not exist',
       'orphan redemption',
-      () => [`INSERT INTO redemption (user_coupon_id, order_no, user_id, order_amount_cents, discount_cents, status, used_at) VALUES (987654321, 'X-2', 'alice', 1, 1, 'USED', ${now})`],
+      () => [
+        `INSERT INTO redemption (user_coupon_id, order_no, user_id, order_amount_cents, discount_cents, status, used_at) VALUES (987654321, 'X-2', 'alice', 1, 1, 'USED', ${now})`,
+      ],
     ],
-    ['a redemption recorded for another user', 'redemption owner', () => [`UPDATE redemption SET user_id = 'mallory' WHERE user_coupon_id = ${ids.used}`]],
-    ['a status change without its log row', 'log', () => [`DELETE FROM user_coupon_state_log WHERE user_coupon_id = ${ids.used} AND to_status = 'USED'`]],
-    ['an illegal step in the log', 'log', () => [`INSERT INTO user_coupon_state_log (user_coupon_id, from_status, to_status, tx_id, created_at) VALUES (${ids.used}, 'USED', 'UNUSED', 'x', ${now})`]],
+    [
+      'a redemption recorded for another user',
+      'redemption owner',
+      () => [`UPDATE redemption SET user_id = 'mallory' WHERE user_coupon_id = ${ids.used}`],
+    ],
+    [
+      'a status change without its log row',
+      'log',
+      () => [`DELETE FROM user_coupon_state_log WHERE user_coupon_id = ${ids.used} AND to_status = 'USED'`],
+    ],
+    [
+      'an illegal step in the log',
+      'log',
+      () => [
+        `INSERT INTO user_coupon_state_log (user_coupon_id, from_status, to_status, tx_id, created_at) VALUES (${ids.used}, 'USED', 'UNUSED', 'x', ${now})`,
+      ],
+    ],
     ['a coupon with no issuance log row', 'log', () => [`DELETE FROM user_coupon_state_log WHERE user_coupon_id = ${ids.bobs}`]],
     ['USED without used_at', 'used_at', () => [`UPDATE user_coupon SET used_at = NULL WHERE id = ${ids.used}`]],
-    ['a grabbed coupon marked as not from stock', 'source/from_stock', () => [`UPDATE user_coupon SET from_stock = 0 WHERE id = ${ids.bobs}`]],
+    [
+      'a grabbed coupon marked as not from stock',
+      'source/from_stock',
+      () => [`UPDATE user_coupon SET from_stock = 0 WHERE id = ${ids.bobs}`],
+    ],
     ['a refund return coupon without its refund', 'refund return without refund', () => [`DELETE FROM refund WHERE refund_no = 'R-1'`]],
-    ['a refund of a redemption that does not exist', 'refund', () => [`UPDATE refund SET redemption_id = 987654321 WHERE refund_no = 'R-1'`]],
-    ['a refund whose replacement is missing', 'refund', () => [`UPDATE refund SET replacement_user_coupon_id = 987654321 WHERE refund_no = 'R-1'`]],
+    [
+      'a refund of a redemption that does not exist',
+      'refund',
+      () => [`UPDATE refund SET redemption_id = 987654321 WHERE refund_no = 'R-1'`],
+    ],
+    [
+      'a refund whose replacement is missing',
+      'refund',
+      () => [`UPDATE refund SET replacement_user_coupon_id = 987654321 WHERE refund_no = 'R-1'`],
+    ],
   ];
 
   it.each(corruptions)('finds %s', async (_, label, statements) => {
@@ -102,10 +152,11 @@ describe('invariant checker', () => {
   it('npm run check:invariants exits 0 on a sound database and 1, listing the violations, on a damaged one', async () => {
     const script = join(ROOT, 'node_modules/.cache/coupon-engine-faults/scripts/check-invariants.js');
     const env = { ...process.env, DB_NAME: 'not_this_one' };
-    const run = () => promisify(execFile)(process.execPath, [script, '--db', fdb.name], { env }).then(
-      (r) => ({ code: 0, stdout: r.stdout }),
-      (e: { code: number; stdout: string }) => ({ code: e.code, stdout: e.stdout }),
-    );
+    const run = () =>
+      promisify(execFile)(process.execPath, [script, '--db', fdb.name], { env }).then(
+        (r) => ({ code: 0, stdout: r.stdout }),
+        (e: { code: number; stdout: string }) => ({ code: e.code, stdout: e.stdout }),
+      );
     expect(await run()).toEqual({ code: 0, stdout: '' });
     await fdb.db.query(`UPDATE coupon_stock SET stock = stock + 5 WHERE coupon_id = ?`, [ids.coupon]);
     try {

@@ -65,10 +65,15 @@ describe('KILL CONNECTION of the server’s database connections during grabs an
 
   it('the pool recovers by itself: health, a new grab, and replays of everything answer at once', async () => {
     expect((await callUntilAnswered(server.url, 'GET', '/health')).status).toBe(200);
-    const fresh = await call(server.url, 'POST', `/coupons/${load.couponId}/grab`, { token: tokenFor('after-the-storm'), headers: { 'idempotency-key': 'fresh-1' } });
+    const fresh = await call(server.url, 'POST', `/coupons/${load.couponId}/grab`, {
+      token: tokenFor('after-the-storm'),
+      headers: { 'idempotency-key': 'fresh-1' },
+    });
     expect(fresh.status).toBe(201);
     expect(await load.replayAcknowledged()).toEqual([]);
-    expect(await count(fdb.db, `SELECT COUNT(*) AS n FROM user_coupon WHERE status = 'USED'`)).toBe(await count(fdb.db, `SELECT COUNT(*) AS n FROM redemption`));
+    expect(await count(fdb.db, `SELECT COUNT(*) AS n FROM user_coupon WHERE status = 'USED'`)).toBe(
+      await count(fdb.db, `SELECT COUNT(*) AS n FROM redemption`),
+    );
     expect(await checkInvariants(fdb.db)).toEqual([]);
   });
 });

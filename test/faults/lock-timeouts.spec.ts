@@ -22,13 +22,24 @@ describe('lock-wait timeouts and deadlocks', () => {
   let fdb: FaultDatabase;
   let server: Server;
   let couponId: string;
-  const figures = { requests: 0, faults: 0, deadlocks: 0, serverWasVictim: 0, lockWaitTimeouts: 0, violations: 0, acknowledgedWritesLost: 0 };
+  const figures = {
+    requests: 0,
+    faults: 0,
+    deadlocks: 0,
+    serverWasVictim: 0,
+    lockWaitTimeouts: 0,
+    violations: 0,
+    acknowledgedWritesLost: 0,
+  };
 
   beforeAll(async () => {
     await buildServer();
     fdb = await createFaultDatabase();
     server = await startServer({ dbName: fdb.name, lockWaitTimeout: LOCK_WAIT_S, env: { DB_TX_RETRIES: String(TX_RETRIES) } });
-    const created = await call(server.url, 'POST', '/admin/coupons', { token: adminToken(), body: couponBody({ totalStock: 1000, perUserLimit: 5 }) });
+    const created = await call(server.url, 'POST', '/admin/coupons', {
+      token: adminToken(),
+      body: couponBody({ totalStock: 1000, perUserLimit: 5 }),
+    });
     expect(created.status).toBe(201);
     couponId = created.body.id as string;
   });
@@ -140,7 +151,12 @@ describe('lock-wait timeouts and deadlocks', () => {
    * the server's INSERT waits for it while holding its own lock, then asks for that lock: a cycle,
    * which InnoDB breaks by rolling one side back. Checks that it really was a deadlock.
    */
-  async function deadlock(take: [string, unknown[]], send: () => Promise<Reply>, serverInsert: string, want: [string, unknown[]]): Promise<Reply> {
+  async function deadlock(
+    take: [string, unknown[]],
+    send: () => Promise<Reply>,
+    serverInsert: string,
+    want: [string, unknown[]],
+  ): Promise<Reply> {
     const retriesBefore = await retriesOf(1213);
     const rival = await session();
     let sessionWasVictim = false;
@@ -167,40 +183,49 @@ describe('lock-wait timeouts and deadlocks', () => {
     return reply;
   }
 
-  it.each(Array.from({ length: DEADLOCK_ROUNDS }, (_, i) => i + 1))('deadlock %i on a grab: one side is rolled back and retried, exactly one coupon results', async (round) => {
-    const user = `deadlocked-${round}`;
-    const key = `dl-${round}`;
-    const stockBefore = await stock();
-    const reply = await deadlock(
-      [
-        `INSERT INTO user_coupon (coupon_id, user_id, status, source, from_stock, idempotency_key, issued_at, valid_from, expires_at, updated_at)
+  it.each(Array.from({ length: DEADLOCK_ROUNDS }, (_, i) => i + 1))(
+    'deadlock %i on a grab: one side is rolled back and retried, exactly one coupon results',
+    async (round) => {
+      const user = `deadlocked-${round}`;
+      const key = `dl-${round}`;
+      const stockBefore = await stock();
+      const reply = await deadlock(
+        [
+          `INSERT INTO user_coupon (coupon_id, user_id, status, source, from_stock, idempotency_key, issued_at, valid_from, expires_at, updated_at)
          VALUES (?, ?, 'UNUSED', 'GRAB', 1, ?, UTC_TIMESTAMP(3), UTC_TIMESTAMP(3), UTC_TIMESTAMP(3) + INTERVAL 1 DAY, UTC_TIMESTAMP(3))`,
-        [couponId, user, key],
-      ],
-      () => grab(user, key),
-      `INSERT INTO user_coupon%'${key}'%`,
-      [`SELECT stock FROM coupon_stock WHERE coupon_id = ? FOR UPDATE`, [couponId]],
-    );
-    expect(reply.status).toBe(201);
-    expect(await issuedTo(user)).toBe(1);
-    expect(await stock()).toBe(stockBefore - 1);
-  });
+          [couponId, user, key],
+        ],
+        () => grab(user, key),
+        `INSERT INTO user_coupon%'${key}'%`,
+        [`SELECT stock FROM coupon_stock WHERE coupon_id = ? FOR UPDATE`, [couponId]],
+      );
+      expect(reply.status).toBe(201);
+      expect(await issuedTo(user)).toBe(1);
+      expect(await stock()).toBe(stockBefore - 1);
+    },
+  );
 
-  it.each(Array.from({ length: DEADLOCK_ROUNDS }, (_, i) => i + 1))('deadlock %i on a redemption: one side is rolled back and retried, exactly one redemption results', async (round) => {
-    const user = `rdl-${round}`;
-    const issued = await grab(user, `rdl-key-${round}`);
-    expect(issued.status).toBe(201);
-    const orderNo = `RDL-${round}`;
-    const reply = await deadlock(
-      [`INSERT INTO redemption (user_coupon_id, order_no, user_id, order_amount_cents, discount_cents, status, used_at) VALUES (?, ?, ?, 1, 1, 'USED', UTC_TIMESTAMP(3))`, [issued.body.id, orderNo, user]],
-      () => redeem(user, issued.body.id as string, orderNo),
-      `INSERT INTO%redemption%'${orderNo}'%`,
-      [`SELECT id FROM user_coupon WHERE id = ? FOR UPDATE`, [issued.body.id]],
-    );
-    expect([reply.status, reply.body.firstUse]).toEqual([201, true]);
-    expect(await count(fdb.db, `SELECT COUNT(*) AS n FROM redemption WHERE user_coupon_id = ?`, [issued.body.id])).toBe(1);
-    expect(await count(fdb.db, `SELECT COUNT(*) AS n FROM user_coupon WHERE id = ? AND status = 'USED'`, [issued.body.id])).toBe(1);
-  });
+  it.each(Array.from({ length: DEADLOCK_ROUNDS }, (_, i) => i + 1))(
+    'deadlock %i on a redemption: one side is rolled back and retried, exactly one redemption results',
+    async (round) => {
+      const user = `rdl-${round}`;
+      const issued = await grab(user, `rdl-key-${round}`);
+      expect(issued.status).toBe(201);
+      const orderNo = `RDL-${round}`;
+      const reply = await deadlock(
+        [
+          `INSERT INTO redemption (user_coupon_id, order_no, user_id, order_amount_cents, discount_cents, status, used_at) VALUES (?, ?, ?, 1, 1, 'USED', UTC_TIMESTAMP(3))`,
+          [issued.body.id, orderNo, user],
+        ],
+        () => redeem(user, issued.body.id as string, orderNo),
+        `INSERT INTO%redemption%'${orderNo}'%`,
+        [`SELECT id FROM user_coupon WHERE id = ? FOR UPDATE`, [issued.body.id]],
+      );
+      expect([reply.status, reply.body.firstUse]).toEqual([201, true]);
+      expect(await count(fdb.db, `SELECT COUNT(*) AS n FROM redemption WHERE user_coupon_id = ?`, [issued.body.id])).toBe(1);
+      expect(await count(fdb.db, `SELECT COUNT(*) AS n FROM user_coupon WHERE id = ? AND status = 'USED'`, [issued.body.id])).toBe(1);
+    },
+  );
 
   it('leaves the database consistent', async () => {
     expect(await checkInvariants(fdb.db)).toEqual([]);

@@ -15,18 +15,44 @@ type Status = 'UNUSED' | 'USED' | 'EXPIRED' | 'VOID';
 
 /** The coupon templates the clients play with, each with a behaviour the model must predict. */
 const TEMPLATES: { name: string; body: CouponInput; scarce: boolean; born: Status; notYetValid: boolean }[] = [
-  { name: 'scarce, returned on refund', body: { totalStock: 30, perUserLimit: 2, returnOnRefund: true }, scarce: true, born: 'UNUSED', notYetValid: false },
-  { name: 'plenty, not returned', body: { totalStock: 100_000, perUserLimit: 3, returnOnRefund: false }, scarce: false, born: 'UNUSED', notYetValid: false },
+  {
+    name: 'scarce, returned on refund',
+    body: { totalStock: 30, perUserLimit: 2, returnOnRefund: true },
+    scarce: true,
+    born: 'UNUSED',
+    notYetValid: false,
+  },
+  {
+    name: 'plenty, not returned',
+    body: { totalStock: 100_000, perUserLimit: 3, returnOnRefund: false },
+    scarce: false,
+    born: 'UNUSED',
+    notYetValid: false,
+  },
   {
     name: 'expired when issued',
-    body: { totalStock: 100_000, perUserLimit: 2, returnOnRefund: true, validity: { type: 'FIXED', startAt: new Date(Date.now() - 2 * HOUR).toISOString(), endAt: new Date(Date.now() - HOUR).toISOString() } },
+    body: {
+      totalStock: 100_000,
+      perUserLimit: 2,
+      returnOnRefund: true,
+      validity: { type: 'FIXED', startAt: new Date(Date.now() - 2 * HOUR).toISOString(), endAt: new Date(Date.now() - HOUR).toISOString() },
+    },
     scarce: false,
     born: 'EXPIRED',
     notYetValid: false,
   },
   {
     name: 'not valid yet',
-    body: { totalStock: 100_000, perUserLimit: 2, returnOnRefund: false, validity: { type: 'FIXED', startAt: new Date(Date.now() + 24 * HOUR).toISOString(), endAt: new Date(Date.now() + 48 * HOUR).toISOString() } },
+    body: {
+      totalStock: 100_000,
+      perUserLimit: 2,
+      returnOnRefund: false,
+      validity: {
+        type: 'FIXED',
+        startAt: new Date(Date.now() + 24 * HOUR).toISOString(),
+        endAt: new Date(Date.now() + 48 * HOUR).toISOString(),
+      },
+    },
     scarce: false,
     born: 'UNUSED',
     notYetValid: true,
@@ -43,9 +69,32 @@ type Command =
   | { t: 'reconcile' };
 
 const command: fc.Arbitrary<Command> = fc.oneof(
-  { weight: 5, arbitrary: fc.record({ t: fc.constant('grab' as const), template: fc.nat(TEMPLATES.length - 1), reuseKey: fc.option(fc.nat(), { freq: 4 }) }) },
-  { weight: 4, arbitrary: fc.record({ t: fc.constant('redeem' as const), pick: fc.nat(), cents: fc.constantFrom(THRESHOLD / 2, THRESHOLD * 2), reuseOrder: fc.option(fc.nat(), { freq: 3 }) }) },
-  { weight: 2, arbitrary: fc.record({ t: fc.constant('refund' as const), pick: fc.nat(), reuseRefund: fc.option(fc.nat(), { freq: 3 }), redeemed: fc.boolean() }) },
+  {
+    weight: 5,
+    arbitrary: fc.record({
+      t: fc.constant('grab' as const),
+      template: fc.nat(TEMPLATES.length - 1),
+      reuseKey: fc.option(fc.nat(), { freq: 4 }),
+    }),
+  },
+  {
+    weight: 4,
+    arbitrary: fc.record({
+      t: fc.constant('redeem' as const),
+      pick: fc.nat(),
+      cents: fc.constantFrom(THRESHOLD / 2, THRESHOLD * 2),
+      reuseOrder: fc.option(fc.nat(), { freq: 3 }),
+    }),
+  },
+  {
+    weight: 2,
+    arbitrary: fc.record({
+      t: fc.constant('refund' as const),
+      pick: fc.nat(),
+      reuseRefund: fc.option(fc.nat(), { freq: 3 }),
+      redeemed: fc.boolean(),
+    }),
+  },
   { weight: 1, arbitrary: fc.record({ t: fc.constant('void' as const), pick: fc.nat() }) },
   { weight: 1, arbitrary: fc.record({ t: fc.constant('read' as const), pick: fc.nat() }) },
   { weight: 1, arbitrary: fc.constant({ t: 'reconcile' as const }) },
@@ -88,7 +137,15 @@ describe('randomized model test: concurrent clients against an in-memory model',
   let server: Server;
   let templateIds: string[];
   const soldOutSeen = new Set<number>();
-  const figures = { requests: 0, faults: 0, violations: 0, acknowledgedWritesLost: 0, commands: 0, reconcileRunsDuringLoad: 0, discrepanciesDuringLoad: 0 };
+  const figures = {
+    requests: 0,
+    faults: 0,
+    violations: 0,
+    acknowledgedWritesLost: 0,
+    commands: 0,
+    reconcileRunsDuringLoad: 0,
+    discrepanciesDuringLoad: 0,
+  };
 
   beforeAll(async () => {
     await buildServer();
@@ -125,7 +182,8 @@ describe('randomized model test: concurrent clients against an in-memory model',
         const earlier = m.keys.get(key);
         const r = await send('POST', `/coupons/${templateIds[c.template]}/grab`, token, undefined, { 'idempotency-key': key });
         if (earlier?.id) {
-          if (earlier.template !== c.template) return check(r, r.status === 422 && r.body.code === 'IDEMPOTENCY_KEY_REUSED', `grab reusing ${key} for another coupon`);
+          if (earlier.template !== c.template)
+            return check(r, r.status === 422 && r.body.code === 'IDEMPOTENCY_KEY_REUSED', `grab reusing ${key} for another coupon`);
           return check(r, r.status === 201 && r.body.id === earlier.id && r.headers['idempotent-replayed'] === 'true', `replay of ${key}`);
         }
         const t = TEMPLATES[c.template];
@@ -139,7 +197,8 @@ describe('randomized model test: concurrent clients against an in-memory model',
           m.keys.set(key, { template: c.template, id: null });
           return check(r, r.status === 409 && r.body.code === 'USER_LIMIT_REACHED', `grab over the limit with ${key}`);
         }
-        if (r.status !== 201 || r.body.status !== t.born || r.body.source !== 'GRAB') return check(r, false, `grab of ${t.name} with ${key}`);
+        if (r.status !== 201 || r.body.status !== t.born || r.body.source !== 'GRAB')
+          return check(r, false, `grab of ${t.name} with ${key}`);
         m.keys.set(key, { template: c.template, id: r.body.id as string });
         m.coupons.push({ id: r.body.id as string, template: c.template, status: t.born, source: 'GRAB' });
         return null;
@@ -151,10 +210,27 @@ describe('randomized model test: concurrent clients against an in-memory model',
         const orderNo = reused?.orderNo ?? m.fresh('order');
         const r = await send('POST', '/redemptions', token, { userCouponId: uc.id, orderNo, orderAmountCents: c.cents });
         const prior = m.redemptions.get(`${orderNo}/${uc.id}`);
-        if (prior) return check(r, r.status === 200 && r.body.redemptionId === prior && r.body.firstUse === false, `repeat of order ${orderNo} on ${uc.id}`);
-        const refusal: Record<Status, string | null> = { USED: 'COUPON_ALREADY_USED', VOID: 'COUPON_VOID', EXPIRED: 'COUPON_EXPIRED', UNUSED: null };
-        const code = refusal[uc.status] ?? (TEMPLATES[uc.template].notYetValid ? 'COUPON_NOT_YET_VALID' : c.cents < THRESHOLD ? 'THRESHOLD_NOT_MET' : null);
-        if (code) return check(r, r.body.code === code && r.status === (code === 'THRESHOLD_NOT_MET' ? 422 : 409), `redeem of ${uc.status} ${uc.id}, expected ${code}`);
+        if (prior)
+          return check(
+            r,
+            r.status === 200 && r.body.redemptionId === prior && r.body.firstUse === false,
+            `repeat of order ${orderNo} on ${uc.id}`,
+          );
+        const refusal: Record<Status, string | null> = {
+          USED: 'COUPON_ALREADY_USED',
+          VOID: 'COUPON_VOID',
+          EXPIRED: 'COUPON_EXPIRED',
+          UNUSED: null,
+        };
+        const code =
+          refusal[uc.status] ??
+          (TEMPLATES[uc.template].notYetValid ? 'COUPON_NOT_YET_VALID' : c.cents < THRESHOLD ? 'THRESHOLD_NOT_MET' : null);
+        if (code)
+          return check(
+            r,
+            r.body.code === code && r.status === (code === 'THRESHOLD_NOT_MET' ? 422 : 409),
+            `redeem of ${uc.status} ${uc.id}, expected ${code}`,
+          );
         if (r.status !== 201 || r.body.firstUse !== true) return check(r, false, `redeem of ${uc.id}`);
         uc.status = 'USED';
         m.redemptions.set(`${orderNo}/${uc.id}`, r.body.redemptionId as string);
@@ -176,12 +252,21 @@ describe('randomized model test: concurrent clients against an in-memory model',
             ? check(r, r.status === 201 && r.body.replacementUserCoupon?.id === prior.replacementId, `replay of refund ${refundNo}`)
             : check(r, r.status === 422 && r.body.code === 'IDEMPOTENCY_KEY_REUSED', `refund ${refundNo} reused for another order`);
         }
-        if (!m.redemptions.has(`${orderNo}/${uc.id}`)) return check(r, r.status === 409 && r.body.code === 'NOT_REDEEMED', `refund of unredeemed ${uc.id}`);
+        if (!m.redemptions.has(`${orderNo}/${uc.id}`))
+          return check(r, r.status === 409 && r.body.code === 'NOT_REDEEMED', `refund of unredeemed ${uc.id}`);
         const earlierReplacement = m.refundedRedemptions.get(`${orderNo}/${uc.id}`);
-        if (earlierReplacement) return check(r, r.status === 201 && r.body.replacementUserCoupon?.id === earlierReplacement, `second refund of ${orderNo}`);
-        if (!TEMPLATES[uc.template].body.returnOnRefund) return check(r, r.status === 409 && r.body.code === 'REFUND_RETURN_DISABLED', `refund of ${uc.id} without return`);
+        if (earlierReplacement)
+          return check(r, r.status === 201 && r.body.replacementUserCoupon?.id === earlierReplacement, `second refund of ${orderNo}`);
+        if (!TEMPLATES[uc.template].body.returnOnRefund)
+          return check(r, r.status === 409 && r.body.code === 'REFUND_RETURN_DISABLED', `refund of ${uc.id} without return`);
         const replacement = r.body.replacementUserCoupon as { id: string; status: string; source: string } | null | undefined;
-        if (r.status !== 201 || !replacement || replacement.source !== 'REFUND_RETURN' || replacement.status !== TEMPLATES[uc.template].born) return check(r, false, `refund ${refundNo}`);
+        if (
+          r.status !== 201 ||
+          !replacement ||
+          replacement.source !== 'REFUND_RETURN' ||
+          replacement.status !== TEMPLATES[uc.template].born
+        )
+          return check(r, false, `refund ${refundNo}`);
         m.refunds.set(refundNo, { couponId: uc.id, orderNo, replacementId: replacement.id });
         m.refundedRedemptions.set(`${orderNo}/${uc.id}`, replacement.id);
         m.coupons.push({ id: replacement.id, template: uc.template, status: TEMPLATES[uc.template].born, source: 'REFUND_RETURN' });
@@ -191,7 +276,8 @@ describe('randomized model test: concurrent clients against an in-memory model',
         const uc = pick(m.coupons, c.pick);
         if (!uc) return null;
         const r = await send('POST', `/admin/user-coupons/${uc.id}/void`, adminToken(), { reason: 'model test' });
-        if (uc.status === 'USED' || uc.status === 'VOID') return check(r, r.status === 409 && r.body.code === 'ILLEGAL_TRANSITION', `void of ${uc.status} ${uc.id}`);
+        if (uc.status === 'USED' || uc.status === 'VOID')
+          return check(r, r.status === 409 && r.body.code === 'ILLEGAL_TRANSITION', `void of ${uc.status} ${uc.id}`);
         if (r.status !== 200 || r.body.status !== 'VOID') return check(r, false, `void of ${uc.id}`);
         uc.status = 'VOID';
         return null;
@@ -220,11 +306,17 @@ describe('randomized model test: concurrent clients against an in-memory model',
       )) as { id: string; status: Status; source: string; past: string | number }[];
       const seen = rows.map((r) => `${r.id}:${r.status === 'UNUSED' && Number(r.past) === 1 ? 'EXPIRED' : r.status}:${r.source}`);
       const modelled = m.coupons.map((c) => `${c.id}:${c.status}:${c.source}`).sort();
-      if (JSON.stringify(seen.sort()) !== JSON.stringify(modelled)) wrong.push(`${m.user}: database ${JSON.stringify(seen)} model ${JSON.stringify(modelled)}`);
-      const redemptions = (await fdb.db.query(`SELECT id, order_no, user_coupon_id FROM redemption WHERE user_id = ?`, [m.user])) as { id: string; order_no: string; user_coupon_id: string }[];
+      if (JSON.stringify(seen.sort()) !== JSON.stringify(modelled))
+        wrong.push(`${m.user}: database ${JSON.stringify(seen)} model ${JSON.stringify(modelled)}`);
+      const redemptions = (await fdb.db.query(`SELECT id, order_no, user_coupon_id FROM redemption WHERE user_id = ?`, [m.user])) as {
+        id: string;
+        order_no: string;
+        user_coupon_id: string;
+      }[];
       const stored = redemptions.map((r) => `${r.order_no}/${r.user_coupon_id}=${r.id}`).sort();
       const expected = [...m.redemptions].map(([k, v]) => `${k}=${v}`).sort();
-      if (JSON.stringify(stored) !== JSON.stringify(expected)) wrong.push(`${m.user}: redemptions ${JSON.stringify(stored)} model ${JSON.stringify(expected)}`);
+      if (JSON.stringify(stored) !== JSON.stringify(expected))
+        wrong.push(`${m.user}: redemptions ${JSON.stringify(stored)} model ${JSON.stringify(expected)}`);
     }
     return wrong;
   }
@@ -232,23 +324,26 @@ describe('randomized model test: concurrent clients against an in-memory model',
   it('every answer matches the model, and so does the database at the end of each run', async () => {
     let run = 0;
     await fc.assert(
-      fc.asyncProperty(fc.array(fc.array(command, { minLength: 40, maxLength: 60 }), { minLength: CLIENTS, maxLength: CLIENTS }), async (programs) => {
-        run++;
-        const models = programs.map((_, i) => new UserModel(`model-${run}-${i}`));
-        const mismatches: string[] = [];
-        await Promise.all(
-          programs.map(async (program, i) => {
-            for (const c of program) {
-              figures.commands++;
-              const wrong = await step(models[i], c);
-              if (wrong) mismatches.push(wrong);
-            }
-          }),
-        );
-        expect(mismatches).toEqual([]);
-        expect(await compare(models)).toEqual([]);
-        return true;
-      }),
+      fc.asyncProperty(
+        fc.array(fc.array(command, { minLength: 40, maxLength: 60 }), { minLength: CLIENTS, maxLength: CLIENTS }),
+        async (programs) => {
+          run++;
+          const models = programs.map((_, i) => new UserModel(`model-${run}-${i}`));
+          const mismatches: string[] = [];
+          await Promise.all(
+            programs.map(async (program, i) => {
+              for (const c of program) {
+                figures.commands++;
+                const wrong = await step(models[i], c);
+                if (wrong) mismatches.push(wrong);
+              }
+            }),
+          );
+          expect(mismatches).toEqual([]);
+          expect(await compare(models)).toEqual([]);
+          return true;
+        },
+      ),
       { numRuns: RUNS, endOnFailure: true },
     );
   });
@@ -274,7 +369,11 @@ describe('randomized model test: concurrent clients against an in-memory model',
       run = await send('GET', `/admin/reconciliation/runs/${started.body.runId}`, adminToken());
     } while (run.body.status === 'RUNNING');
     expect([run.body.status, run.body.discrepancies]).toEqual(['COMPLETED', 0]);
-    figures.discrepanciesDuringLoad = await count(fdb.db, `SELECT COALESCE(SUM(discrepancies), 0) AS n FROM reconciliation_run WHERE id <> ?`, [started.body.runId]);
+    figures.discrepanciesDuringLoad = await count(
+      fdb.db,
+      `SELECT COALESCE(SUM(discrepancies), 0) AS n FROM reconciliation_run WHERE id <> ?`,
+      [started.body.runId],
+    );
     expect(figures.discrepanciesDuringLoad).toBe(0);
     expect(await checkInvariants(fdb.db)).toEqual([]);
   });

@@ -22,7 +22,16 @@ const cronAt = (at: Date) => `${at.getUTCSeconds()} ${at.getUTCMinutes()} ${at.g
 describe('three instances on one database', () => {
   let fdb: FaultDatabase;
   let servers: Server[] = [];
-  const figures = { requests: 0, faults: 0, violations: 0, acknowledgedWritesLost: 0, answered503: 0, expirySweepsComplete: 0, expirySweepsSkipped: 0, reconcileRuns: 0 };
+  const figures = {
+    requests: 0,
+    faults: 0,
+    violations: 0,
+    acknowledgedWritesLost: 0,
+    answered503: 0,
+    expirySweepsComplete: 0,
+    expirySweepsSkipped: 0,
+    reconcileRuns: 0,
+  };
   const env = {
     DB_POOL_SIZE: '10',
     REDIS_URL: process.env.REDIS_URL ?? 'redis://127.0.0.1:6379',
@@ -30,7 +39,8 @@ describe('three instances on one database', () => {
     RATE_LIMIT_PER_SECOND: '1000000',
     RATE_LIMIT_PER_USER_PER_SECOND: '1000',
   };
-  const startAll = (extra: Record<string, string> = {}) => Promise.all(Array.from({ length: INSTANCES }, () => startServer({ dbName: fdb.name, env: { ...env, ...extra } })));
+  const startAll = (extra: Record<string, string> = {}) =>
+    Promise.all(Array.from({ length: INSTANCES }, () => startServer({ dbName: fdb.name, env: { ...env, ...extra } })));
   const stopAll = async () => {
     await Promise.all(servers.map((s) => s.stop()));
     servers = [];
@@ -38,14 +48,22 @@ describe('three instances on one database', () => {
   const on = (i: number) => servers[i % servers.length].url;
   const grab = (i: number, couponId: string, user: string, key: string) => {
     figures.requests++;
-    return call(on(i), 'POST', `/coupons/${couponId}/grab`, { token: tokenFor(user), headers: { 'idempotency-key': key }, timeoutMs: 120_000 });
+    return call(on(i), 'POST', `/coupons/${couponId}/grab`, {
+      token: tokenFor(user),
+      headers: { 'idempotency-key': key },
+      timeoutMs: 120_000,
+    });
   };
   const createCoupon = async (overrides: Parameters<typeof couponBody>[0]) => {
     const created = await call(on(0), 'POST', '/admin/coupons', { token: adminToken(), body: couponBody(overrides) });
     expect(created.status).toBe(201);
     return created.body.id as string;
   };
-  const tally = (replies: Reply[]) => replies.reduce<Record<string, number>>((acc, r) => ({ ...acc, [`${r.status} ${r.body.code ?? ''}`.trim()]: (acc[`${r.status} ${r.body.code ?? ''}`.trim()] ?? 0) + 1 }), {});
+  const tally = (replies: Reply[]) =>
+    replies.reduce<Record<string, number>>(
+      (acc, r) => ({ ...acc, [`${r.status} ${r.body.code ?? ''}`.trim()]: (acc[`${r.status} ${r.body.code ?? ''}`.trim()] ?? 0) + 1 }),
+      {},
+    );
 
   beforeAll(async () => {
     await buildServer();
@@ -92,12 +110,16 @@ describe('three instances on one database', () => {
     const sameKey = await Promise.all(Array.from({ length: 30 }, (_, i) => grab(i, couponId, 'clicker', 'one-key')));
     expect(new Set(sameKey.filter((r) => r.status === 201).map((r) => r.body.id)).size).toBe(1);
     expect(sameKey.every((r) => r.status === 201 || (r.status === 409 && r.body.code === 'IDEMPOTENCY_IN_PROGRESS'))).toBe(true);
-    expect(await count(fdb.db, `SELECT COUNT(*) AS n FROM user_coupon WHERE coupon_id = ? AND user_id IN ('greedy', 'clicker')`, [couponId])).toBe(3);
+    expect(
+      await count(fdb.db, `SELECT COUNT(*) AS n FROM user_coupon WHERE coupon_id = ? AND user_id IN ('greedy', 'clicker')`, [couponId]),
+    ).toBe(3);
   });
 
   it('a reconciliation run requested on all instances at once starts once; the others answer 409 RECONCILIATION_RUNNING', async () => {
     const before = await count(fdb.db, `SELECT COUNT(*) AS n FROM reconciliation_run`);
-    const replies = await Promise.all(servers.map((s) => call(s.url, 'POST', '/admin/reconciliation/runs', { token: adminToken(), body: { mode: 'FULL' } })));
+    const replies = await Promise.all(
+      servers.map((s) => call(s.url, 'POST', '/admin/reconciliation/runs', { token: adminToken(), body: { mode: 'FULL' } })),
+    );
     figures.requests += replies.length;
     expect(tally(replies)).toEqual({ '202': 1, '409 RECONCILIATION_RUNNING': INSTANCES - 1 });
     const runId = replies.find((r) => r.status === 202)?.body.runId as string;
@@ -112,15 +134,27 @@ describe('three instances on one database', () => {
 
   it('the expiry sweep and the reconciliation run, scheduled for the same second on all three, each run once', async () => {
     const validUntil = new Date(Date.now() + 3000);
-    const couponId = await createCoupon({ totalStock: EXPIRING, validity: { type: 'FIXED', startAt: new Date(Date.now() - 3600_000).toISOString(), endAt: validUntil.toISOString() } });
-    const grabbed = await mapConcurrent(Array.from({ length: EXPIRING }, (_, i) => i), 50, (i) => grab(i, couponId, `exp-${i}`, `exp-key-${i}`));
+    const couponId = await createCoupon({
+      totalStock: EXPIRING,
+      validity: { type: 'FIXED', startAt: new Date(Date.now() - 3600_000).toISOString(), endAt: validUntil.toISOString() },
+    });
+    const grabbed = await mapConcurrent(
+      Array.from({ length: EXPIRING }, (_, i) => i),
+      50,
+      (i) => grab(i, couponId, `exp-${i}`, `exp-key-${i}`),
+    );
     expect(tally(grabbed)).toEqual({ '201': EXPIRING });
 
     // Restarted with both jobs due at fixed seconds a little ahead, after the coupons have expired.
     await stopAll();
     const sweepAt = new Date(Math.max(Date.now(), validUntil.getTime()) + 15_000);
     const reconcileAt = new Date(sweepAt.getTime() + 3000);
-    servers = await startAll({ SCHEDULER_ENABLED: 'true', EXPIRE_CRON: cronAt(sweepAt), RECONCILE_CRON: cronAt(reconcileAt), RECONCILE_TIMEZONE: 'UTC' });
+    servers = await startAll({
+      SCHEDULER_ENABLED: 'true',
+      EXPIRE_CRON: cronAt(sweepAt),
+      RECONCILE_CRON: cronAt(reconcileAt),
+      RECONCILE_TIMEZONE: 'UTC',
+    });
     expect(Date.now()).toBeLessThan(sweepAt.getTime() - 1000);
     await sleep(reconcileAt.getTime() - Date.now() + 1500);
 
@@ -130,7 +164,9 @@ describe('three instances on one database', () => {
     )) as { tx_id: string; n: string }[];
     // All 300 expired by one sweep run, each with one log row: no second instance swept any of them.
     expect(expiredLog.map((r) => Number(r.n))).toEqual([EXPIRING]);
-    expect(await count(fdb.db, `SELECT COUNT(*) AS n FROM user_coupon WHERE coupon_id = ? AND status = 'EXPIRED'`, [couponId])).toBe(EXPIRING);
+    expect(await count(fdb.db, `SELECT COUNT(*) AS n FROM user_coupon WHERE coupon_id = ? AND status = 'EXPIRED'`, [couponId])).toBe(
+      EXPIRING,
+    );
     for (const s of servers) {
       const metrics = (await callUntilAnswered(s.url, 'GET', '/metrics')).body.text as string;
       figures.expirySweepsComplete += Number(/^expiry_sweep_runs_total\{outcome="complete"\} (\d+)/m.exec(metrics)?.[1] ?? 0);
@@ -141,7 +177,10 @@ describe('three instances on one database', () => {
 
     let cronRuns: { status: string; discrepancies: string }[] = [];
     for (let i = 0; i < 100; i++) {
-      cronRuns = (await fdb.db.query(`SELECT status, discrepancies FROM reconciliation_run WHERE triggered_by = 'cron'`)) as { status: string; discrepancies: string }[];
+      cronRuns = (await fdb.db.query(`SELECT status, discrepancies FROM reconciliation_run WHERE triggered_by = 'cron'`)) as {
+        status: string;
+        discrepancies: string;
+      }[];
       if (cronRuns.length > 0 && cronRuns.every((r) => r.status !== 'RUNNING')) break;
       await sleep(200);
     }

@@ -75,14 +75,26 @@ describe('MariaDB read-only during load', () => {
         window.off = Date.now();
       }
     })();
-    await Promise.all([outage, ...Array.from({ length: CLIENTS }, (_, c) => load.client(c, until)), ...Array.from({ length: READERS }, (_, r) => reader(r, until))]);
+    await Promise.all([
+      outage,
+      ...Array.from({ length: CLIENTS }, (_, c) => load.client(c, until)),
+      ...Array.from({ length: READERS }, (_, r) => reader(r, until)),
+    ]);
 
     expect(load.unexpected()).toEqual([]);
     expect(load.undecided()).toEqual([]);
     // Every write sent after read_only was on and answered before it was switched off was a 503 with Retry-After.
-    const inside = load.operations.flatMap((op) => op.replies.map((reply) => ({ op, reply }))).filter(({ reply }) => reply.sentAt >= window.on && reply.sentAt + reply.ms <= window.offRequested);
+    const inside = load.operations
+      .flatMap((op) => op.replies.map((reply) => ({ op, reply })))
+      .filter(({ reply }) => reply.sentAt >= window.on && reply.sentAt + reply.ms <= window.offRequested);
     expect(inside.length).toBeGreaterThan(0);
-    expect(inside.filter(({ reply }) => reply.status !== 503 || reply.body.code !== 'SERVICE_UNAVAILABLE' || reply.headers['retry-after'] === undefined).map(({ op, reply }) => `${op.kind} ${op.key}: ${reply.status}`)).toEqual([]);
+    expect(
+      inside
+        .filter(
+          ({ reply }) => reply.status !== 503 || reply.body.code !== 'SERVICE_UNAVAILABLE' || reply.headers['retry-after'] === undefined,
+        )
+        .map(({ op, reply }) => `${op.kind} ${op.key}: ${reply.status}`),
+    ).toEqual([]);
     // Reads never needed the database to be writable.
     expect(reads.length).toBeGreaterThan(0);
     expect(reads.filter((r) => r.status !== 200).map((r) => `${r.status} ${JSON.stringify(r.body)}`)).toEqual([]);

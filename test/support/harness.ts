@@ -39,7 +39,12 @@ export async function createTestDatabase(config: AppConfig): Promise<void> {
 }
 
 export async function dropTestDatabase(config: AppConfig): Promise<void> {
-  const conn = await mysql.createConnection({ host: config.DB_HOST, port: config.DB_PORT, user: config.DB_USER, password: config.DB_PASSWORD });
+  const conn = await mysql.createConnection({
+    host: config.DB_HOST,
+    port: config.DB_PORT,
+    user: config.DB_USER,
+    password: config.DB_PASSWORD,
+  });
   try {
     await conn.query(`DROP DATABASE IF EXISTS \`${config.DB_NAME}\``);
   } finally {

@@ -31,8 +31,16 @@ export async function checkInvariants(db: Queryable): Promise<string[]> {
       HAVING COUNT(*) > c.per_user_limit`),
   );
   // 3. (user, key) and (order, user coupon) unique: enforced by keys; checked in case a key is ever dropped
-  add('idempotency', await db.query(`SELECT user_id, idempotency_key, COUNT(*) n FROM user_coupon WHERE idempotency_key IS NOT NULL GROUP BY user_id, idempotency_key HAVING n > 1`));
-  add('redemption key', await db.query(`SELECT order_no, user_coupon_id, COUNT(*) n FROM redemption GROUP BY order_no, user_coupon_id HAVING n > 1`));
+  add(
+    'idempotency',
+    await db.query(
+      `SELECT user_id, idempotency_key, COUNT(*) n FROM user_coupon WHERE idempotency_key IS NOT NULL GROUP BY user_id, idempotency_key HAVING n > 1`,
+    ),
+  );
+  add(
+    'redemption key',
+    await db.query(`SELECT order_no, user_coupon_id, COUNT(*) n FROM redemption GROUP BY order_no, user_coupon_id HAVING n > 1`),
+  );
   // 4. USED exactly when one USED redemption references it
   add(
     'used/redemption',
@@ -42,13 +50,28 @@ export async function checkInvariants(db: Queryable): Promise<string[]> {
       LEFT JOIN (SELECT user_coupon_id, COUNT(*) n FROM redemption WHERE status = 'USED' GROUP BY user_coupon_id) r ON r.user_coupon_id = uc.id
       WHERE (uc.status = 'USED') <> (COALESCE(r.n, 0) = 1) OR COALESCE(r.n, 0) > 1`),
   );
-  add('orphan redemption', await db.query(`SELECT r.id FROM redemption r LEFT JOIN user_coupon uc ON uc.id = r.user_coupon_id WHERE uc.id IS NULL`));
-  add('redemption owner', await db.query(`SELECT r.id, r.user_id, uc.user_id AS owner FROM redemption r JOIN user_coupon uc ON uc.id = r.user_coupon_id WHERE r.user_id <> uc.user_id`));
-  add('used_at', await db.query(`SELECT id, status, used_at FROM user_coupon WHERE status NOT IN ('UNUSED', 'USED', 'EXPIRED', 'VOID') OR (status = 'USED') <> (used_at IS NOT NULL)`));
+  add(
+    'orphan redemption',
+    await db.query(`SELECT r.id FROM redemption r LEFT JOIN user_coupon uc ON uc.id = r.user_coupon_id WHERE uc.id IS NULL`),
+  );
+  add(
+    'redemption owner',
+    await db.query(
+      `SELECT r.id, r.user_id, uc.user_id AS owner FROM redemption r JOIN user_coupon uc ON uc.id = r.user_coupon_id WHERE r.user_id <> uc.user_id`,
+    ),
+  );
+  add(
+    'used_at',
+    await db.query(
+      `SELECT id, status, used_at FROM user_coupon WHERE status NOT IN ('UNUSED', 'USED', 'EXPIRED', 'VOID') OR (status = 'USED') <> (used_at IS NOT NULL)`,
+    ),
+  );
   // Where a coupon comes from decides whether it took stock; a mismatch would silently break invariant 1.
   add(
     'source/from_stock',
-    await db.query(`SELECT id, source, from_stock FROM user_coupon WHERE source NOT IN ('GRAB', 'REISSUE', 'REFUND_RETURN') OR (source = 'GRAB' AND from_stock = 0) OR (source = 'REFUND_RETURN' AND from_stock = 1)`),
+    await db.query(
+      `SELECT id, source, from_stock FROM user_coupon WHERE source NOT IN ('GRAB', 'REISSUE', 'REFUND_RETURN') OR (source = 'GRAB' AND from_stock = 0) OR (source = 'REFUND_RETURN' AND from_stock = 1)`,
+    ),
   );
   // A refund and its replacement coupon are one transaction: neither may exist without the other.
   add(
@@ -63,7 +86,9 @@ export async function checkInvariants(db: Queryable): Promise<string[]> {
   );
   add(
     'refund return without refund',
-    await db.query(`SELECT uc.id FROM user_coupon uc LEFT JOIN refund f ON f.replacement_user_coupon_id = uc.id WHERE uc.source = 'REFUND_RETURN' AND f.id IS NULL`),
+    await db.query(
+      `SELECT uc.id FROM user_coupon uc LEFT JOIN refund f ON f.replacement_user_coupon_id = uc.id WHERE uc.source = 'REFUND_RETURN' AND f.id IS NULL`,
+    ),
   );
   // 5. the log replays to the current status through legal steps
   const logs: { id: string; status: string; steps: string | null }[] = await db.query(`
@@ -90,8 +115,16 @@ export async function checkInvariants(db: Queryable): Promise<string[]> {
  * Pass `tables` (the keys of an earlier fingerprint) to skip looking them up on every call.
  */
 export async function databaseFingerprint(db: Queryable, tables?: readonly string[]): Promise<Record<string, string>> {
-  const names = tables ?? ((await db.query(`SELECT table_name AS t FROM information_schema.tables WHERE table_schema = DATABASE() ORDER BY table_name`)) as { t: string }[]).map((r) => r.t);
-  const rows = (await db.query(`CHECKSUM TABLE ${names.map((t) => `\`${t}\``).join(', ')}`)) as { Table: string; Checksum: string | number | null }[];
+  const names =
+    tables ??
+    (
+      (await db.query(`SELECT table_name AS t FROM information_schema.tables WHERE table_schema = DATABASE() ORDER BY table_name`)) as {
+        t: string;
+      }[]
+    ).map((r) => r.t);
+  const rows = (await db.query(`CHECKSUM TABLE ${names.map((t) => `\`${t}\``).join(', ')}`)) as {
+    Table: string;
+    Checksum: string | number | null;
+  }[];
   return Object.fromEntries(rows.map((r) => [r.Table.slice(r.Table.indexOf('.') + 1), String(r.Checksum)]));
 }
-

@@ -151,7 +151,17 @@ export class InitialSchema1764460800000 implements MigrationInterface {
   }
 
   async down(q: QueryRunner): Promise<void> {
-    for (const t of ['compensation', 'discrepancy', 'reconciliation_run', 'refund', 'redemption', 'user_coupon_state_log', 'user_coupon', 'coupon_stock', 'coupon']) {
+    for (const t of [
+      'compensation',
+      'discrepancy',
+      'reconciliation_run',
+      'refund',
+      'redemption',
+      'user_coupon_state_log',
+      'user_coupon',
+      'coupon_stock',
+      'coupon',
+    ]) {
       await q.query(`DROP TABLE ${t}`);
     }
   }

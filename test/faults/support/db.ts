@@ -27,7 +27,12 @@ export async function createFaultDatabase(opts: { appUser?: boolean } = {}): Pro
   const suffix = randomBytes(4).toString('hex');
   const config = testConfig({ DB_NAME: `ce_fault_${process.pid}_${suffix}` });
   await createTestDatabase(config);
-  const admin = await mysql.createConnection({ host: config.DB_HOST, port: config.DB_PORT, user: config.DB_USER, password: config.DB_PASSWORD });
+  const admin = await mysql.createConnection({
+    host: config.DB_HOST,
+    port: config.DB_PORT,
+    user: config.DB_USER,
+    password: config.DB_PASSWORD,
+  });
   let appUser: AppUser | undefined;
   if (opts.appUser) {
     appUser = { name: `cef_${suffix}`, password: randomBytes(12).toString('hex') };
@@ -53,7 +58,10 @@ export async function createFaultDatabase(opts: { appUser?: boolean } = {}): Pro
 
 /** KILL CONNECTION on every connection `user` has open to `db`. Returns how many were killed. */
 export async function killConnections(admin: mysql.Connection, db: string, user: string): Promise<number> {
-  const [rows] = await admin.query<mysql.RowDataPacket[]>(`SELECT id FROM information_schema.processlist WHERE db = ? AND user = ?`, [db, user]);
+  const [rows] = await admin.query<mysql.RowDataPacket[]>(`SELECT id FROM information_schema.processlist WHERE db = ? AND user = ?`, [
+    db,
+    user,
+  ]);
   let killed = 0;
   for (const { id } of rows) {
     try {

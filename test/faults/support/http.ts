@@ -55,21 +55,24 @@ export function call(base: string, method: string, path: string, opts: CallOptio
   const elapsed = () => Math.round(performance.now() - started);
   return new Promise((resolve) => {
     const lost = (error: string) => resolve({ status: 0, body: {}, headers: {}, error, sentAt, ms: elapsed() });
-    const req = request({ host: url.hostname, port: url.port, path: url.pathname + url.search, method, headers, agent, timeout: opts.timeoutMs ?? 60_000 }, (res) => {
-      const chunks: Buffer[] = [];
-      res.on('data', (c: Buffer) => chunks.push(c));
-      res.on('error', (e) => lost(e.message));
-      res.on('end', () => {
-        const text = Buffer.concat(chunks).toString('utf8');
-        let body: Body;
-        try {
-          body = text ? (JSON.parse(text) as Body) : {};
-        } catch {
-          body = { text };
-        }
-        resolve({ status: res.statusCode ?? 0, body, headers: res.headers, sentAt, ms: elapsed() });
-      });
-    });
+    const req = request(
+      { host: url.hostname, port: url.port, path: url.pathname + url.search, method, headers, agent, timeout: opts.timeoutMs ?? 60_000 },
+      (res) => {
+        const chunks: Buffer[] = [];
+        res.on('data', (c: Buffer) => chunks.push(c));
+        res.on('error', (e) => lost(e.message));
+        res.on('end', () => {
+          const text = Buffer.concat(chunks).toString('utf8');
+          let body: Body;
+          try {
+            body = text ? (JSON.parse(text) as Body) : {};
+          } catch {
+            body = { text };
+          }
+          resolve({ status: res.statusCode ?? 0, body, headers: res.headers, sentAt, ms: elapsed() });
+        });
+      },
+    );
     req.on('timeout', () => req.destroy(new Error('client timeout')));
     req.on('error', (e: NodeJS.ErrnoException) => lost(e.code ?? e.message));
     req.end(payload);

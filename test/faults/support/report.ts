@@ -16,5 +16,9 @@ export const FIGURES_FILE = join(ROOT, 'node_modules/.cache/coupon-engine-faults
 /** One line per scenario on the console and in FIGURES_FILE, from which docs/reliability.md takes its numbers. */
 export function report(f: Figures): void {
   appendFileSync(FIGURES_FILE, `${JSON.stringify({ at: new Date().toISOString(), ...f })}\n`);
-  console.log(`[faults] ${Object.entries(f).map(([k, v]) => `${k}=${v}`).join(' ')}`);
+  console.log(
+    `[faults] ${Object.entries(f)
+      .map(([k, v]) => `${k}=${v}`)
+      .join(' ')}`,
+  );
 }

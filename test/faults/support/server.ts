@@ -7,7 +7,6 @@ import { TEST_SECRET } from '../../support/harness.js';
 import { call, sleep } from './http.js';
 import { freePort } from '../../support/net.js';
 
-
 export const ROOT = fileURLToPath(new URL('../../..', import.meta.url)).replace(/\/$/, '');
 /**
  * The fault tests run the service as the operator does (`node dist/src/main.js`), from a build of
@@ -54,7 +53,10 @@ export async function buildServer(): Promise<void> {
   mkdirSync(BUILD_DIR, { recursive: true });
   const tsc = join(ROOT, 'node_modules/typescript/bin/tsc');
   try {
-    await promisify(execFile)(process.execPath, [tsc, '-p', join(ROOT, 'tsconfig.build.json'), '--outDir', BUILD_DIR], { cwd: ROOT, maxBuffer: 16 * 1024 * 1024 });
+    await promisify(execFile)(process.execPath, [tsc, '-p', join(ROOT, 'tsconfig.build.json'), '--outDir', BUILD_DIR], {
+      cwd: ROOT,
+      maxBuffer: 16 * 1024 * 1024,
+    });
   } catch (err) {
     if (!existsSync(MAIN)) throw err;
     console.warn(`tsc reported errors, using what it emitted: ${String((err as { stdout?: string }).stdout ?? err).slice(0, 2000)}`);
@@ -91,7 +93,8 @@ process.on('exit', () => {
   for (const child of running) child.kill('SIGKILL');
 });
 
-const exited = (child: ChildProcess) => (child.exitCode !== null || child.signalCode !== null ? Promise.resolve() : new Promise<void>((ok) => child.once('exit', () => ok())));
+const exited = (child: ChildProcess) =>
+  child.exitCode !== null || child.signalCode !== null ? Promise.resolve() : new Promise<void>((ok) => child.once('exit', () => ok()));
 
 let serverSeq = 0;
 
@@ -126,7 +129,8 @@ export async function startServer(opts: ServerOptions): Promise<Server> {
   const url = `http://127.0.0.1:${port}`;
   const deadline = Date.now() + 60_000;
   for (;;) {
-    if (child.exitCode !== null) throw new Error(`server exited with ${child.exitCode} during start; log ${logFile}:\n${readFileSync(logFile, 'utf8').slice(-3000)}`);
+    if (child.exitCode !== null)
+      throw new Error(`server exited with ${child.exitCode} during start; log ${logFile}:\n${readFileSync(logFile, 'utf8').slice(-3000)}`);
     const health = await call(url, 'GET', '/health', { timeoutMs: 2000 });
     if (health.status === 200) break;
     if (Date.now() > deadline) {

@@ -51,7 +51,10 @@ export class GrabAndRedeemWorkload {
   }
 
   private sendRedeem(op: Operation): Promise<Reply> {
-    return call(this.url(), 'POST', '/redemptions', { token: tokenFor(op.user), body: { userCouponId: op.userCouponId, orderNo: op.key, orderAmountCents: ORDER_CENTS } });
+    return call(this.url(), 'POST', '/redemptions', {
+      token: tokenFor(op.user),
+      body: { userCouponId: op.userCouponId, orderNo: op.key, orderAmountCents: ORDER_CENTS },
+    });
   }
 
   /** One client: new user, grab, redeem, again, until `until`. */
@@ -75,7 +78,9 @@ export class GrabAndRedeemWorkload {
   /** Answers outside what an outage allows: 201 (200 for a repeated redemption), 503, or 409 while a duplicate is in flight. */
   unexpected(): string[] {
     return this.operations.flatMap((op) =>
-      op.replies.filter((r) => !(r.status === 201 || r.status === 503 || inProgress(r) || (op.kind === 'redeem' && r.status === 200))).map((r) => `${op.kind} ${op.key}: ${r.status} ${r.error ?? ''} ${JSON.stringify(r.body)}`),
+      op.replies
+        .filter((r) => !(r.status === 201 || r.status === 503 || inProgress(r) || (op.kind === 'redeem' && r.status === 200)))
+        .map((r) => `${op.kind} ${op.key}: ${r.status} ${r.error ?? ''} ${JSON.stringify(r.body)}`),
     );
   }
 
@@ -89,8 +94,13 @@ export class GrabAndRedeemWorkload {
    * the database does not have.
    */
   async verify(db: DataSource): Promise<{ wrong: string[]; lostWrites: number }> {
-    const grabs = (await db.query(`SELECT id, user_id, idempotency_key FROM user_coupon WHERE coupon_id = ? AND source = 'GRAB'`, [this.couponId])) as { id: string; user_id: string; idempotency_key: string }[];
-    const redemptions = (await db.query(`SELECT r.id, r.order_no, r.user_id FROM redemption r JOIN user_coupon uc ON uc.id = r.user_coupon_id WHERE uc.coupon_id = ?`, [this.couponId])) as { id: string; order_no: string; user_id: string }[];
+    const grabs = (await db.query(`SELECT id, user_id, idempotency_key FROM user_coupon WHERE coupon_id = ? AND source = 'GRAB'`, [
+      this.couponId,
+    ])) as { id: string; user_id: string; idempotency_key: string }[];
+    const redemptions = (await db.query(
+      `SELECT r.id, r.order_no, r.user_id FROM redemption r JOIN user_coupon uc ON uc.id = r.user_coupon_id WHERE uc.coupon_id = ?`,
+      [this.couponId],
+    )) as { id: string; order_no: string; user_id: string }[];
     const stored = {
       grab: new Map(grabs.map((r) => [`${r.user_id}/${r.idempotency_key}`, String(r.id)])),
       redeem: new Map(redemptions.map((r) => [`${r.user_id}/${r.order_no}`, String(r.id)])),
@@ -105,8 +115,10 @@ export class GrabAndRedeemWorkload {
         lostWrites++;
         wrong.push(`${op.kind} ${op.key} acknowledged ${[...ids][0]} but the database has ${inDb}`);
       }
-      if (ids.size === 0 && inDb !== undefined) wrong.push(`${op.kind} ${op.key} stored ${inDb} though its definite answer was ${op.replies[op.replies.length - 1].status}`);
-      if (op.kind === 'redeem' && op.replies.filter((r) => ok(r) && r.body.firstUse === true).length > 1) wrong.push(`redeem ${op.key} answered firstUse twice`);
+      if (ids.size === 0 && inDb !== undefined)
+        wrong.push(`${op.kind} ${op.key} stored ${inDb} though its definite answer was ${op.replies[op.replies.length - 1].status}`);
+      if (op.kind === 'redeem' && op.replies.filter((r) => ok(r) && r.body.firstUse === true).length > 1)
+        wrong.push(`redeem ${op.key} answered firstUse twice`);
     }
     const told = (kind: Operation['kind']) => this.operations.filter((o) => o.kind === kind && o.replies.some(ok)).length;
     if (grabs.length !== told('grab')) wrong.push(`${grabs.length} coupons issued, ${told('grab')} acknowledged`);
@@ -122,7 +134,9 @@ export class GrabAndRedeemWorkload {
       .filter((op, i) => {
         const first = op.replies.find(ok) as Reply;
         const r = replays[i];
-        return op.kind === 'grab' ? r.status !== 201 || r.body.id !== first.body.id : r.status !== 200 || r.body.redemptionId !== first.body.redemptionId || r.body.firstUse !== false;
+        return op.kind === 'grab'
+          ? r.status !== 201 || r.body.id !== first.body.id
+          : r.status !== 200 || r.body.redemptionId !== first.body.redemptionId || r.body.firstUse !== false;
       })
       .map((op) => `${op.kind} ${op.key}`);
   }
