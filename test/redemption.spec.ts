@@ -32,6 +32,20 @@ describe('redemption', () => {
   }
   const redeem = (token: string, body: Record<string, unknown>) => request(t.url).post('/redemptions').set(bearer(token)).send(body);
 
+  it('a repeat of (orderNo, userCouponId) with another orderAmountCents is 422 IDEMPOTENCY_KEY_REUSED and changes nothing', async () => {
+    const ucId = await userCoupon('twice');
+    const body = { userCouponId: ucId, orderNo: 'ORD-AMOUNT', orderAmountCents: 20000 };
+    expect((await redeem(tokenFor('twice'), body)).status).toBe(201);
+    const other = await redeem(tokenFor('twice'), { ...body, orderAmountCents: 30000 });
+    expect([other.status, other.body.code, other.body.details]).toEqual([422, 'IDEMPOTENCY_KEY_REUSED', { orderAmountCents: 20000 }]);
+    const viaService = await redeem(serviceToken(), { ...body, orderAmountCents: 19999, userId: 'twice' });
+    expect([viaService.status, viaService.body.code]).toEqual([422, 'IDEMPOTENCY_KEY_REUSED']);
+    const same = await redeem(tokenFor('twice'), body);
+    expect([same.status, same.body.firstUse, same.headers['idempotent-replayed']]).toEqual([200, false, 'true']);
+    expect(await redemptionsOf(ucId)).toBe(1);
+    expect(await usedLogsOf(ucId)).toBe(1);
+  });
+
   it('the same (orderNo, userCouponId) sent 50 times concurrently: one redemption, one USED log row, one 201 and 49 200s', async () => {
     const ucId = await userCoupon('payer');
     const body = { userCouponId: ucId, orderNo: 'ORD-50', orderAmountCents: 20000, userId: 'payer' };
@@ -39,6 +53,9 @@ describe('redemption', () => {
     expect(answers.filter((r) => r.status === 201)).toHaveLength(1);
     expect(answers.filter((r) => r.status === 200)).toHaveLength(49);
     expect(answers.filter((r) => r.status === 200).every((r) => r.body.firstUse === false)).toBe(true);
+    const replayHeaders = answers.map((r) => `${r.status} ${r.headers['idempotent-replayed']}`);
+    expect(replayHeaders.filter((h) => h === '201 undefined')).toHaveLength(1);
+    expect(replayHeaders.filter((h) => h === '200 true')).toHaveLength(49);
     const first = answers.find((r) => r.status === 201)!.body;
     expect(first).toMatchObject({
       userCouponId: ucId,

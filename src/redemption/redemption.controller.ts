@@ -11,7 +11,7 @@ import { RedemptionService, RedemptionView, RefundView, toRedemptionView, toRefu
 export class RedemptionController {
   constructor(private readonly redemptions: RedemptionService) {}
 
-  /** 201 on first use; a repeat of the same (orderNo, userCouponId) answers 200 with firstUse: false. */
+  /** 201 on first use; a repeat of the same (orderNo, userCouponId) answers 200 with firstUse: false and Idempotent-Replayed: true. */
   @Post()
   async redeem(
     @Body() dto: RedeemDto,
@@ -19,7 +19,8 @@ export class RedemptionController {
     @Res({ passthrough: true }) reply: FastifyReply,
   ): Promise<RedemptionView> {
     const { redemption, firstUse } = await this.redemptions.redeem(principal, dto);
-    void reply.status(firstUse ? 201 : 200);
+    if (firstUse) void reply.status(201);
+    else void reply.status(200).header('Idempotent-Replayed', 'true');
     return toRedemptionView(redemption, firstUse);
   }
 

@@ -89,13 +89,13 @@ export class RedemptionService {
 
   private async doRedeem(userId: string, dto: RedeemDto): Promise<{ redemption: Redemption; firstUse: boolean }> {
     const earlier = await this.redemptions.findOneBy({ orderNo: dto.orderNo, userCouponId: dto.userCouponId });
-    if (earlier) return this.replayRedemption(earlier, userId);
+    if (earlier) return this.replayRedemption(earlier, userId, dto);
     return this.tx.inTransaction(async (em) => {
       const uc = await this.lockUserCoupon(em, dto.userCouponId);
       if (!uc || uc.userId !== userId) throw notFound();
       if (uc.status === 'USED') {
         const mine = await em.findOneBy(Redemption, { orderNo: dto.orderNo, userCouponId: uc.id });
-        if (mine) return { redemption: mine, firstUse: false };
+        if (mine) return this.replayRedemption(mine, userId, dto);
         throw new AppError('COUPON_ALREADY_USED', 'This coupon was used on another order');
       }
       const now = new Date();
@@ -127,8 +127,14 @@ export class RedemptionService {
     });
   }
 
-  private replayRedemption(r: Redemption, userId: string): { redemption: Redemption; firstUse: boolean } {
+  /** A repeat is the same request again: asking another amount under the same key is a client bug, not a replay. */
+  private replayRedemption(r: Redemption, userId: string, dto: RedeemDto): { redemption: Redemption; firstUse: boolean } {
     if (r.userId !== userId) throw notFound();
+    if (r.orderAmountCents !== dto.orderAmountCents) {
+      throw new AppError('IDEMPOTENCY_KEY_REUSED', 'This (orderNo, userCouponId) was redeemed with another orderAmountCents', {
+        orderAmountCents: r.orderAmountCents,
+      });
+    }
     return { redemption: r, firstUse: false };
   }
 

@@ -117,6 +117,8 @@ class UserModel {
   /** Idempotency keys used, with the coupon each one issued (null: refused, so nothing is stored under it). */
   readonly keys = new Map<string, { template: number; id: string | null }>();
   readonly redemptions = new Map<string, string>();
+  /** orderAmountCents of each redemption: a repeat naming another amount is refused. */
+  readonly redeemedCents = new Map<string, number>();
   readonly orders: { orderNo: string; couponId: string }[] = [];
   readonly refunds = new Map<string, { couponId: string; orderNo: string; replacementId: string }>();
   readonly refundedRedemptions = new Map<string, string>();
@@ -210,10 +212,16 @@ describe('randomized model test: concurrent clients against an in-memory model',
         const orderNo = reused?.orderNo ?? m.fresh('order');
         const r = await send('POST', '/redemptions', token, { userCouponId: uc.id, orderNo, orderAmountCents: c.cents });
         const prior = m.redemptions.get(`${orderNo}/${uc.id}`);
+        if (prior && m.redeemedCents.get(`${orderNo}/${uc.id}`) !== c.cents)
+          return check(
+            r,
+            r.status === 422 && r.body.code === 'IDEMPOTENCY_KEY_REUSED',
+            `repeat of order ${orderNo} on ${uc.id} with another amount`,
+          );
         if (prior)
           return check(
             r,
-            r.status === 200 && r.body.redemptionId === prior && r.body.firstUse === false,
+            r.status === 200 && r.body.redemptionId === prior && r.body.firstUse === false && r.headers['idempotent-replayed'] === 'true',
             `repeat of order ${orderNo} on ${uc.id}`,
           );
         const refusal: Record<Status, string | null> = {
@@ -234,6 +242,7 @@ describe('randomized model test: concurrent clients against an in-memory model',
         if (r.status !== 201 || r.body.firstUse !== true) return check(r, false, `redeem of ${uc.id}`);
         uc.status = 'USED';
         m.redemptions.set(`${orderNo}/${uc.id}`, r.body.redemptionId as string);
+        m.redeemedCents.set(`${orderNo}/${uc.id}`, c.cents);
         m.orders.push({ orderNo, couponId: uc.id });
         return null;
       }
