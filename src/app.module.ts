@@ -6,11 +6,11 @@ import { ConfigModule } from './config/config.module.js';
 import { CouponModule } from './coupon/coupon.module.js';
 import { DatabaseModule } from './database/database.module.js';
 import { HealthModule } from './health/health.module.js';
+import { LedgerModule } from './ledger/ledger.module.js';
 import { RateLimitModule } from './rate-limit/rate-limit.module.js';
 import { ReconciliationModule } from './reconciliation/reconciliation.module.js';
 import { RedemptionModule } from './redemption/redemption.module.js';
 import { StateMachineModule } from './state-machine/state-machine.module.js';
-import { StockModule } from './stock/stock.module.js';
 
 @Module({})
 export class AppModule {
@@ -25,7 +25,7 @@ export class AppModule {
         AuthModule,
         HealthModule,
         RateLimitModule,
-        StockModule,
+        LedgerModule,
         StateMachineModule,
         CouponModule,
         RedemptionModule,

@@ -1,7 +1,7 @@
 import { AppError } from '../src/common/errors.js';
 import { CouponService } from '../src/coupon/coupon.service.js';
 import { GrabDecision, GrabGroupService } from '../src/coupon/grab-group.service.js';
-import { IssueService } from '../src/coupon/issue.service.js';
+import { IssueService } from '../src/ledger/issue.service.js';
 import { createCoupon, newKey } from './support/factories.js';
 import { startTestApp, TestApp } from './support/harness.js';
 import { checkInvariants } from './support/invariants.js';

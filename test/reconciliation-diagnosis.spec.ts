@@ -1,6 +1,6 @@
 import fc from 'fast-check';
 import { diagnoseStock, diagnoseUserCoupon, legalPath, LogEntry, UserCouponFacts } from '../src/reconciliation/diagnosis.js';
-import { isLegal, USER_COUPON_STATUSES, UserCouponStatus } from '../src/state-machine/transitions.js';
+import { isLegal, USER_COUPON_STATUSES, UserCouponStatus } from '../src/ledger/transitions.js';
 
 const T0 = new Date('2026-01-01T00:00:00Z');
 let nextLogId = 1;

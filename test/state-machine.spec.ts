@@ -1,10 +1,10 @@
 import request from 'supertest';
 import type { EntityManager } from 'typeorm';
 import { AppError } from '../src/common/errors.js';
-import { IssueService } from '../src/coupon/issue.service.js';
+import { IssueService } from '../src/ledger/issue.service.js';
 import { TransactionService } from '../src/database/transaction.service.js';
-import { StateMachineService } from '../src/state-machine/state-machine.service.js';
-import { isLegal, USER_COUPON_STATUSES, UserCouponStatus } from '../src/state-machine/transitions.js';
+import { StateMachineService } from '../src/ledger/state-machine.service.js';
+import { isLegal, USER_COUPON_STATUSES, UserCouponStatus } from '../src/ledger/transitions.js';
 import { createCoupon, CouponView } from './support/factories.js';
 import { adminToken, bearer, serviceToken, startTestApp, TestApp, tokenFor } from './support/harness.js';
 import { checkInvariants } from './support/invariants.js';

@@ -2,7 +2,8 @@ import { Controller, Headers, HttpCode, Module, Param, Post } from '@nestjs/comm
 import { CurrentUser, type Principal } from '../../src/auth/principal.js';
 import { IDEMPOTENCY_KEY_PATTERN, IdPipe, validationFailed } from '../../src/common/validation.js';
 import { CouponModule } from '../../src/coupon/coupon.module.js';
-import { toUserCouponView, UserCouponView } from '../../src/coupon/user-coupon.entity.js';
+import { LedgerModule } from '../../src/ledger/ledger.module.js';
+import { toUserCouponView, UserCouponView } from '../../src/ledger/user-coupon.entity.js';
 import { ReferenceDesigns } from './reference.service.js';
 
 function key(value: string | undefined): string {
@@ -43,5 +44,5 @@ export class ReferenceController {
   }
 }
 
-@Module({ imports: [CouponModule], controllers: [ReferenceController], providers: [ReferenceDesigns] })
+@Module({ imports: [CouponModule, LedgerModule], controllers: [ReferenceController], providers: [ReferenceDesigns] })
 export class ReferenceModule {}

@@ -2,9 +2,9 @@ import { Injectable } from '@nestjs/common';
 import { DataSource } from 'typeorm';
 import { AppError } from '../../src/common/errors.js';
 import { CouponService } from '../../src/coupon/coupon.service.js';
-import { IssueService, soldOutError, validityWindow } from '../../src/coupon/issue.service.js';
-import { UserCoupon } from '../../src/coupon/user-coupon.entity.js';
-import { writeLog } from '../../src/state-machine/state-machine.service.js';
+import { IssueService, soldOutError, validityWindow } from '../../src/ledger/issue.service.js';
+import { UserCoupon } from '../../src/ledger/user-coupon.entity.js';
+import { writeLog } from '../../src/ledger/state-machine.service.js';
 
 type Queryable = Pick<DataSource['manager'], 'query'>;
 

@@ -15,7 +15,7 @@ import {
   ValidateIf,
   ValidateNested,
 } from 'class-validator';
-import { USER_COUPON_STATUSES } from '../state-machine/transitions.js';
+import { USER_COUPON_STATUSES } from '../ledger/transitions.js';
 import { IsOmittable } from '../common/validation.js';
 
 const MAX_CENTS = 1_000_000_000_000;

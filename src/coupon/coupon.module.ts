@@ -1,21 +1,20 @@
 import { Module } from '@nestjs/common';
 import { TypeOrmModule } from '@nestjs/typeorm';
-import { CouponStock } from '../stock/coupon-stock.entity.js';
-import { StockModule } from '../stock/stock.module.js';
+import { CouponStock } from '../ledger/coupon-stock.entity.js';
+import { LedgerModule } from '../ledger/ledger.module.js';
 import { AdminCouponController, CouponController } from './coupon.controller.js';
 import { Coupon } from './coupon.entity.js';
 import { CouponService } from './coupon.service.js';
 import { GrabController } from './grab.controller.js';
 import { GrabGroupService } from './grab-group.service.js';
 import { GrabService } from './grab.service.js';
-import { IssueService } from './issue.service.js';
 import { MyCouponsController } from './my-coupons.controller.js';
-import { UserCoupon } from './user-coupon.entity.js';
+import { UserCoupon } from '../ledger/user-coupon.entity.js';
 
 @Module({
-  imports: [TypeOrmModule.forFeature([Coupon, UserCoupon, CouponStock]), StockModule],
+  imports: [TypeOrmModule.forFeature([Coupon, UserCoupon, CouponStock]), LedgerModule],
   controllers: [CouponController, AdminCouponController, GrabController, MyCouponsController],
-  providers: [IssueService, CouponService, GrabService, GrabGroupService],
-  exports: [IssueService, CouponService, TypeOrmModule],
+  providers: [CouponService, GrabService, GrabGroupService],
+  exports: [CouponService, TypeOrmModule],
 })
 export class CouponModule {}

@@ -5,8 +5,8 @@ import { AppConfig } from '../config/app-config.js';
 import { AppError } from '../common/errors.js';
 import { validationFailed } from '../common/validation.js';
 import { TransactionService } from '../database/transaction.service.js';
-import { CouponStock } from '../stock/coupon-stock.entity.js';
-import { StockService } from '../stock/stock.service.js';
+import { CouponStock } from '../ledger/coupon-stock.entity.js';
+import { StockService } from '../ledger/stock.service.js';
 import { Coupon } from './coupon.entity.js';
 import { CreateCouponDto, PatchCouponDto } from './coupon.dto.js';
 

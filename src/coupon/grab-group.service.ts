@@ -6,8 +6,8 @@ import { AppError } from '../common/errors.js';
 import { histogram } from '../common/metrics.js';
 import { TransactionService } from '../database/transaction.service.js';
 import { Coupon } from './coupon.entity.js';
-import { IssueService, soldOutError } from './issue.service.js';
-import { findByKeys, UserCoupon } from './user-coupon.entity.js';
+import { IssueService, soldOutError } from '../ledger/issue.service.js';
+import { findByKeys, UserCoupon } from '../ledger/user-coupon.entity.js';
 
 const groupSizes = histogram('grab_group_size', 'Grabs decided by one grouped transaction', [], [1, 2, 5, 10, 25, 50, 100, 250, 500, 1000]);
 

@@ -5,7 +5,7 @@ import { CurrentUser, type Principal } from '../auth/principal.js';
 import { AppError } from '../common/errors.js';
 import { checkIdempotencyKey, IdPipe } from '../common/validation.js';
 import { GrabService } from './grab.service.js';
-import { toUserCouponView, UserCouponView } from './user-coupon.entity.js';
+import { toUserCouponView, UserCouponView } from '../ledger/user-coupon.entity.js';
 
 @ApiTags('grab')
 @ApiBearerAuth()

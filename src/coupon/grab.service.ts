@@ -11,8 +11,8 @@ import { Coupon } from './coupon.entity.js';
 import { AppConfig } from '../config/app-config.js';
 import { CouponService } from './coupon.service.js';
 import { GrabGroupService, GrabRequest, identity, keyReused } from './grab-group.service.js';
-import { IssueService, soldOutError } from './issue.service.js';
-import { findByKeys, UserCoupon } from './user-coupon.entity.js';
+import { IssueService, soldOutError } from '../ledger/issue.service.js';
+import { findByKeys, UserCoupon } from '../ledger/user-coupon.entity.js';
 
 const outcomes = counter('grab_outcomes_total', 'Grab answers by result code', ['result']);
 const latency = histogram(

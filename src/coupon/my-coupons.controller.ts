@@ -6,7 +6,7 @@ import { CurrentUser, type Principal } from '../auth/principal.js';
 import { AppError } from '../common/errors.js';
 import { IdPipe } from '../common/validation.js';
 import { MyCouponsQuery } from './coupon.dto.js';
-import { toUserCouponView, UserCoupon, UserCouponView } from './user-coupon.entity.js';
+import { toUserCouponView, UserCoupon, UserCouponView } from '../ledger/user-coupon.entity.js';
 
 @ApiTags('me')
 @ApiBearerAuth()

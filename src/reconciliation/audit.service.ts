@@ -1,6 +1,6 @@
 import { Injectable } from '@nestjs/common';
 import type { EntityManager, QueryRunner } from 'typeorm';
-import { TRANSITIONS, UserCouponStatus } from '../state-machine/transitions.js';
+import { TRANSITIONS, UserCouponStatus } from '../ledger/transitions.js';
 import { diagnoseStock, diagnoseUserCoupon, LogEntry, StockFinding, UserCouponFacts, UserCouponFinding } from './diagnosis.js';
 
 type Queryable = Pick<QueryRunner | EntityManager, 'query'>;

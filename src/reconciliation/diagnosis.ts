@@ -1,4 +1,4 @@
-import { replay, TRANSITIONS, UserCouponStatus } from '../state-machine/transitions.js';
+import { replay, TRANSITIONS, UserCouponStatus } from '../ledger/transitions.js';
 
 export const DISCREPANCY_TYPES = ['STOCK_MISMATCH', 'USED_WITHOUT_REDEMPTION', 'REDEMPTION_WITHOUT_USED', 'LOG_MISMATCH'] as const;
 export type DiscrepancyType = (typeof DISCREPANCY_TYPES)[number];

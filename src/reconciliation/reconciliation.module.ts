@@ -1,7 +1,6 @@
 import { Module } from '@nestjs/common';
 import { TypeOrmModule } from '@nestjs/typeorm';
-import { StateMachineModule } from '../state-machine/state-machine.module.js';
-import { StockModule } from '../stock/stock.module.js';
+import { LedgerModule } from '../ledger/ledger.module.js';
 import { AuditService } from './audit.service.js';
 import { Compensation } from './compensation.entity.js';
 import { CompensationController } from './compensation.controller.js';
@@ -13,7 +12,7 @@ import { ReconciliationController } from './reconciliation.controller.js';
 import { ReconciliationService } from './reconciliation.service.js';
 
 @Module({
-  imports: [TypeOrmModule.forFeature([ReconciliationRun, Discrepancy, Compensation]), StockModule, StateMachineModule],
+  imports: [TypeOrmModule.forFeature([ReconciliationRun, Discrepancy, Compensation]), LedgerModule],
   controllers: [ReconciliationController, CompensationController],
   providers: [AuditService, ReconciliationService, CompensationService, ReconcileCron],
   exports: [ReconciliationService, CompensationService],

@@ -1,13 +1,12 @@
 import { Module } from '@nestjs/common';
 import { TypeOrmModule } from '@nestjs/typeorm';
-import { CouponModule } from '../coupon/coupon.module.js';
-import { StateMachineModule } from '../state-machine/state-machine.module.js';
+import { LedgerModule } from '../ledger/ledger.module.js';
 import { RedemptionController } from './redemption.controller.js';
 import { Redemption, Refund } from './redemption.entity.js';
 import { RedemptionService } from './redemption.service.js';
 
 @Module({
-  imports: [TypeOrmModule.forFeature([Redemption, Refund]), CouponModule, StateMachineModule],
+  imports: [TypeOrmModule.forFeature([Redemption, Refund]), LedgerModule],
   controllers: [RedemptionController],
   providers: [RedemptionService],
   exports: [RedemptionService],

@@ -7,10 +7,10 @@ import { AppError } from '../common/errors.js';
 import { counter } from '../common/metrics.js';
 import { validationFailed } from '../common/validation.js';
 import { Coupon } from '../coupon/coupon.entity.js';
-import { IssueService } from '../coupon/issue.service.js';
-import { effectiveStatus, toUserCouponView, UserCoupon } from '../coupon/user-coupon.entity.js';
+import { IssueService } from '../ledger/issue.service.js';
+import { effectiveStatus, toUserCouponView, UserCoupon } from '../ledger/user-coupon.entity.js';
 import { TransactionService } from '../database/transaction.service.js';
-import { StateMachineService } from '../state-machine/state-machine.service.js';
+import { StateMachineService } from '../ledger/state-machine.service.js';
 import { RedeemDto, RefundDto } from './redemption.dto.js';
 import { Redemption, Refund } from './redemption.entity.js';
 

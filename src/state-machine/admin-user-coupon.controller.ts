@@ -12,7 +12,7 @@ import type { FastifyReply } from 'fastify';
 import { CurrentUser, RequireRoles } from '../auth/principal.js';
 import type { Principal } from '../auth/principal.js';
 import { checkIdempotencyKey, IdPipe } from '../common/validation.js';
-import type { UserCouponView } from '../coupon/user-coupon.entity.js';
+import type { UserCouponView } from '../ledger/user-coupon.entity.js';
 import { ReissueUserCouponDto, UserCouponHistoryView, VoidUserCouponDto } from './admin-user-coupon.dto.js';
 import { AdminUserCouponService, REISSUE_KEY_MAX, UserCouponHistory } from './admin-user-coupon.service.js';
 

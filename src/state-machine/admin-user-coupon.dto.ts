@@ -2,7 +2,7 @@ import { ApiProperty, ApiPropertyOptional } from '@nestjs/swagger';
 import { Transform } from 'class-transformer';
 import { IsBoolean, IsString, Length, Matches } from 'class-validator';
 import { IsOmittable, USER_ID_PATTERN } from '../common/validation.js';
-import { USER_COUPON_STATUSES } from './transitions.js';
+import { USER_COUPON_STATUSES } from '../ledger/transitions.js';
 
 const ID_PATTERN = /^[1-9][0-9]{0,18}$/;
 // Ids travel as strings (API.md); a client sending a plain JSON integer gets the same meaning.

@@ -4,13 +4,13 @@ import { EntityManager } from 'typeorm';
 import { isDuplicateKey } from '../common/db-errors.js';
 import { AppError } from '../common/errors.js';
 import { Coupon } from '../coupon/coupon.entity.js';
-import { IssueService } from '../coupon/issue.service.js';
-import { effectiveStatus, findByKeys, toUserCouponView, UserCoupon, UserCouponView } from '../coupon/user-coupon.entity.js';
+import { IssueService } from '../ledger/issue.service.js';
+import { effectiveStatus, findByKeys, toUserCouponView, UserCoupon, UserCouponView } from '../ledger/user-coupon.entity.js';
 import { TransactionService } from '../database/transaction.service.js';
 import { ReissueUserCouponDto } from './admin-user-coupon.dto.js';
-import { StateLog } from './state-log.entity.js';
-import { StateMachineService } from './state-machine.service.js';
-import { replay, UserCouponStatus } from './transitions.js';
+import { StateLog } from '../ledger/state-log.entity.js';
+import { StateMachineService } from '../ledger/state-machine.service.js';
+import { replay, UserCouponStatus } from '../ledger/transitions.js';
 
 export interface UserCouponHistory {
   userCoupon: UserCouponView;

@@ -6,7 +6,7 @@ import { counter, gauge, histogram } from '../common/metrics.js';
 import { AppConfig } from '../config/app-config.js';
 import { lockName } from '../database/lock-name.js';
 import { execute, TransactionService } from '../database/transaction.service.js';
-import { writeLog } from './state-machine.service.js';
+import { writeLog } from '../ledger/state-machine.service.js';
 
 const rowsExpired = counter('expiry_sweep_rows_total', 'User coupons moved UNUSED -> EXPIRED by the expiry sweep', []);
 const runs = counter('expiry_sweep_runs_total', 'Expiry sweep runs by outcome (skipped: another instance held the lock)', ['outcome']);

@@ -1,5 +1,5 @@
 import { Column, Entity, EntityManager, PrimaryGeneratedColumn } from 'typeorm';
-import type { UserCouponStatus } from '../state-machine/transitions.js';
+import type { UserCouponStatus } from './transitions.js';
 
 export type UserCouponSource = 'GRAB' | 'REISSUE' | 'REFUND_RETURN';
 

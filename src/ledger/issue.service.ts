@@ -1,15 +1,23 @@
 import { Injectable } from '@nestjs/common';
 import { EntityManager } from 'typeorm';
 import { AppError } from '../common/errors.js';
-import { writeLog } from '../state-machine/state-machine.service.js';
-import { StockService } from '../stock/stock.service.js';
-import type { Coupon } from './coupon.entity.js';
+import { writeLog } from './state-machine.service.js';
+import { StockService } from './stock.service.js';
 import { findByKeys, UserCoupon, UserCouponSource } from './user-coupon.entity.js';
 
 const DAY_MS = 86_400_000;
 
+/** What issuing needs of a coupon template (the coupon module's Coupon has these fields). */
+export interface IssuableCoupon {
+  id: string;
+  validityType: 'FIXED' | 'RELATIVE';
+  validityStartAt: Date | null;
+  validityEndAt: Date | null;
+  validityDays: number | null;
+}
+
 export interface IssueInput {
-  coupon: Pick<Coupon, 'id' | 'validityType' | 'validityStartAt' | 'validityEndAt' | 'validityDays'>;
+  coupon: IssuableCoupon;
   userId: string;
   source: UserCouponSource;
   /** Take one unit of stock (grabs, reissues "fromStock"); false for refund returns and stock-neutral reissues. */
