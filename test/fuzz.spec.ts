@@ -16,6 +16,8 @@ type Method = 'get' | 'post' | 'patch';
 interface Route {
   method: Method;
   path: string;
+  /** The query parameters the document declares. */
+  query: string[];
 }
 interface Answer {
   status: number;
@@ -71,6 +73,39 @@ function send(base: URL, req: Sent): Promise<Answer | null> {
     r.end(req.body);
   });
 }
+
+/**
+ * Text whose UTF-16 length, grapheme count and code-point count all differ: combining marks,
+ * variation selectors, emoji ZWJ sequences with skin tones and flags, astral-plane letters.
+ */
+const WIDE_PIECES = [
+  'a\uFE0F',
+  'e\u0301',
+  'o\u0308\u0332',
+  '\u{1F44D}\u{1F3FD}',
+  '\u{1F468}\u200D\u{1F469}\u200D\u{1F467}\u200D\u{1F466}',
+  '\u{1F3F3}\uFE0F\u200D\u{1F308}',
+  '\u{1F1EF}\u{1F1F5}',
+  '\u{1D518}',
+  '\u{20000}',
+  '\u{10FFFF}',
+  '\u200D',
+  '\u0915\u094D\u0937',
+  '字',
+  'a',
+];
+/** Column sizes of the text fields (VARCHAR n): generated texts land on either side of each. */
+const TEXT_LIMITS = [64, 128, 200, 255, 500];
+const codePoints = (s: string) => [...s].length;
+/** Text of about `limit` code points (one piece short, exactly, or just over) built from WIDE_PIECES. */
+const wideText = (limit: number) =>
+  fc
+    .tuple(fc.array(fc.constantFrom(...WIDE_PIECES), { minLength: 1, maxLength: 8 }), fc.integer({ min: -1, max: 1 }))
+    .map(([pieces, offset]) => {
+      let text = '';
+      for (let i = 0; codePoints(text) < limit + offset; i++) text += pieces[i % pieces.length];
+      return text;
+    });
 
 /** Values that break naive code: huge and fractional numbers, wrong types, SQL, unicode, dates out of range. */
 const nastyScalar = fc.oneof(
@@ -138,6 +173,9 @@ const nastyScalar = fc.oneof(
   fc.string({ unit: 'grapheme', maxLength: 80 }),
   fc.string({ unit: 'binary', maxLength: 40 }),
   fc.string({ minLength: 60, maxLength: 300 }),
+  fc.string({ unit: 'grapheme-composite', maxLength: 80 }),
+  fc.string({ unit: 'binary', minLength: 60, maxLength: 300 }),
+  fc.constantFrom(...TEXT_LIMITS).chain((limit) => wideText(limit)),
 );
 const nasty = fc.oneof({ weight: 4, arbitrary: nastyScalar }, { weight: 1, arbitrary: fc.jsonValue({ maxDepth: 3 }) });
 /** Numbers JSON can carry but a JavaScript number cannot represent exactly, sent as raw text. */
@@ -190,8 +228,16 @@ describe('fuzz', () => {
   beforeAll(async () => {
     t = await startTestApp();
     base = new URL(t.url);
-    const doc = (await request(t.url).get('/docs-json')).body as { paths: Record<string, Record<string, unknown>> };
-    routes = Object.entries(doc.paths).flatMap(([path, ops]) => Object.keys(ops).map((method) => ({ method: method as Method, path })));
+    const doc = (await request(t.url).get('/docs-json')).body as {
+      paths: Record<string, Record<string, { parameters?: { in: string; name: string }[] }>>;
+    };
+    routes = Object.entries(doc.paths).flatMap(([path, ops]) =>
+      Object.entries(ops).map(([method, op]) => ({
+        method: method as Method,
+        path,
+        query: (op.parameters ?? []).filter((p) => p.in === 'query').map((p) => p.name),
+      })),
+    );
     const coupon = await createCoupon(t.url, { totalStock: 1_000_000, perUserLimit: 1_000_000, returnOnRefund: true });
     const key = newKey('fuzz');
     const grabbed = await request(t.url)
@@ -318,6 +364,24 @@ describe('fuzz', () => {
         await probe(json(r, JSON.stringify(body)));
       }),
       { numRuns: 700 },
+    );
+  });
+
+  it('bodies: text fields at, just under and just over every column size, in combining, emoji and astral-plane text', async () => {
+    const stringFields = (r: Route) =>
+      leafPaths(exampleOf(r)).filter(
+        (p) => typeof p.split('.').reduce<unknown>((o, k) => (o as Record<string, unknown>)[k], exampleOf(r)) === 'string',
+      );
+    const textRoutes = bodyRoutes().filter((r) => stringFields(r).length > 0);
+    await fc.assert(
+      fc.asyncProperty(fc.nat(), fc.nat(), fc.constantFrom(...TEXT_LIMITS).chain(wideText), async (pick, field, text) => {
+        const r = textRoutes[pick % textRoutes.length];
+        const body = structuredClone(exampleOf(r));
+        const fields = stringFields(r);
+        setPath(body, fields[field % fields.length], text, false);
+        await probe(json(r, JSON.stringify(body)));
+      }),
+      { numRuns: 250 },
     );
   });
 
@@ -581,6 +645,8 @@ describe('fuzz', () => {
         '__proto__[admin]',
         '__proto__',
         'constructor[prototype][admin]',
+        'constructor',
+        'hasOwnProperty',
         'toString',
         '',
       ),
@@ -599,6 +665,10 @@ describe('fuzz', () => {
         '1e400',
         '1.5',
         '20abc',
+        '0x10',
+        '1e2',
+        '+5',
+        ' 5',
         '9223372036854775808',
         '99999999999999999999',
         '',
@@ -617,7 +687,13 @@ describe('fuzz', () => {
         const query = pairs.map(([k, v]) => `${enc(k)}=${enc(v)}`).join('&');
         const req = json(r, undefined);
         req.path = `${urlOf(r)}?${query}`;
-        await probe(req);
+        const a = await probe(req);
+        // Fully encoded, every pair arrives as generated: on a route with query parameters, a prototype name or a limit other than digits must be refused.
+        const loose =
+          encode &&
+          r.query.length > 0 &&
+          pairs.find(([k, v]) => k in Object.prototype || (k === 'limit' && r.query.includes(k) && !/^[0-9]+$/.test(v)));
+        if (a && a.status < 400 && loose) throw new Error(`accepted query field ${loose[0]}=${loose[1]}: ${req.path}`);
       }),
       { numRuns: 400 },
     );
@@ -628,7 +704,7 @@ describe('fuzz', () => {
     const nested = (depth: number) => `{"reason":${'['.repeat(depth)}${']'.repeat(depth)}}`;
 
     it.each([100, 5000, 20_000])('a body field nested %i deep answers 400 VALIDATION_FAILED', async (depth) => {
-      const a = await probe(json({ method: 'post', path: '/admin/user-coupons/{userCouponId}/void' }, nested(depth)));
+      const a = await probe(json({ method: 'post', path: '/admin/user-coupons/{userCouponId}/void', query: [] }, nested(depth)));
       expect([a?.status, a && (JSON.parse(a.text) as { code: string }).code]).toEqual([400, 'VALIDATION_FAILED']);
     });
 

@@ -1,5 +1,6 @@
 import { ArgumentMetadata, Injectable, PipeTransform, ValidationError, ValidationPipe } from '@nestjs/common';
-import { ValidateIf } from 'class-validator';
+import { Transform } from 'class-transformer';
+import { buildMessage, ValidateBy, ValidateIf, ValidationOptions } from 'class-validator';
 import { AppError } from './errors.js';
 
 function flatten(errors: ValidationError[], prefix = ''): Record<string, string[]> {
@@ -41,6 +42,10 @@ export class StrictValidationPipe extends ValidationPipe {
         throw validationFailed({ [metadata.type]: ['must be a JSON object'] });
       }
       if (depthExceeds(value, MAX_DEPTH)) throw validationFailed({ [metadata.type]: [`nested deeper than ${MAX_DEPTH} levels`] });
+      const prototypeNamed = prototypeNamedFields(value);
+      if (prototypeNamed.length > 0) {
+        throw validationFailed(Object.fromEntries(prototypeNamed.map((path) => [path, [`property ${path} should not exist`]])));
+      }
     }
     return super.transform(value, metadata);
   }
@@ -58,6 +63,22 @@ function depthExceeds(value: unknown, limit: number): boolean {
     for (const child of Object.values(v)) stack.push([child, d + 1]);
   }
   return false;
+}
+
+/**
+ * class-validator's whitelist looks field names up in a plain object, so `constructor`,
+ * `hasOwnProperty`, `__proto__` and the other names Object.prototype carries counted as declared
+ * fields and slipped past forbidNonWhitelisted. No DTO declares such a field, so any of them, at
+ * any depth, is an unknown field.
+ */
+const PROTOTYPE_NAMES = new Set(Object.getOwnPropertyNames(Object.prototype));
+
+function prototypeNamedFields(value: unknown, prefix = ''): string[] {
+  if (typeof value !== 'object' || value === null) return [];
+  return Object.entries(value).flatMap(([key, child]) => {
+    const path = prefix ? `${prefix}.${key}` : key;
+    return PROTOTYPE_NAMES.has(key) ? [path] : prototypeNamedFields(child, path);
+  });
 }
 
 const MAX_BIGINT = 9223372036854775807n;
@@ -90,3 +111,52 @@ export function checkIdempotencyKey(key: string | undefined, field: string, maxL
  * only where null means something.
  */
 export const IsOmittable = () => ValidateIf((_object: object, value: unknown) => value !== undefined);
+
+/**
+ * An integer in a query string: plain decimal digits only. Number() (what @Type(() => Number) does)
+ * also reads 0x10 as 16, 1e2 as 100, and accepts +5 and ' 5'; anything but digits stays a string
+ * and fails @IsInt().
+ */
+export const QueryInt = () =>
+  Transform(({ value }: { value: unknown }) => (typeof value === 'string' && /^[0-9]{1,15}$/.test(value) ? Number(value) : value));
+
+/** Unicode code points in `s`, counting stops once past `max` (a lone surrogate counts as one, as it is stored as U+FFFD). */
+function codePointsUpTo(s: string, max: number): number {
+  let n = 0;
+  for (let i = 0; i < s.length && n <= max; i++, n++) {
+    const unit = s.charCodeAt(i);
+    if (unit >= 0xd800 && unit <= 0xdbff && i + 1 < s.length) {
+      const next = s.charCodeAt(i + 1);
+      if (next >= 0xdc00 && next <= 0xdfff) i++;
+    }
+  }
+  return n;
+}
+
+/**
+ * A string of `min`..`max` Unicode code points: the unit utf8mb4 VARCHAR(n) columns count, so a text
+ * that passes always fits a column of `max`. The one length check for every bounded text field:
+ * class-validator's Length/MaxLength count neither code points nor UTF-16 units (a surrogate pair
+ * and a variation selector both count as nothing extra), so 64 "a\uFE0F" passed as 64 characters
+ * and overflowed VARCHAR(64) as a 500.
+ */
+export function TextLength(min: number, max: number, options?: ValidationOptions): PropertyDecorator {
+  return ValidateBy(
+    {
+      name: 'textLength',
+      constraints: [min, max],
+      validator: {
+        validate: (value: unknown) => {
+          if (typeof value !== 'string') return false;
+          const n = codePointsUpTo(value, max);
+          return n >= min && n <= max;
+        },
+        defaultMessage: buildMessage(
+          (each) => `${each}$property must be $constraint1 to $constraint2 characters (Unicode code points)`,
+          options,
+        ),
+      },
+    },
+    options,
+  );
+}

@@ -8,7 +8,6 @@ import {
   IsNotEmptyObject,
   IsOptional,
   IsString,
-  Length,
   Matches,
   Max,
   Min,
@@ -16,7 +15,7 @@ import {
   ValidateNested,
 } from 'class-validator';
 import { USER_COUPON_STATUSES } from '../ledger/transitions.js';
-import { IsOmittable } from '../common/validation.js';
+import { IsOmittable, QueryInt, TextLength } from '../common/validation.js';
 
 const MAX_CENTS = 1_000_000_000_000;
 
@@ -60,7 +59,7 @@ export class DiscountDto {
 export class CreateCouponDto {
   @ApiProperty()
   @IsString()
-  @Length(1, 200)
+  @TextLength(1, 200)
   name!: string;
 
   @ApiProperty({ minimum: 0, maximum: 1e9 })
@@ -139,7 +138,7 @@ export class MyCouponsQuery {
 
   @ApiPropertyOptional({ minimum: 1, maximum: 100, default: 20 })
   @IsOmittable()
-  @Type(() => Number)
+  @QueryInt()
   @IsInt()
   @Min(1)
   @Max(100)

@@ -1,9 +1,8 @@
 import { Injectable } from '@nestjs/common';
 import type { ArgumentMetadata, PipeTransform, Type as ClassType } from '@nestjs/common';
 import { ApiProperty, ApiPropertyOptional } from '@nestjs/swagger';
-import { Type } from 'class-transformer';
-import { IsIn, IsInt, IsString, Matches, Max, MaxLength, Min, MinLength } from 'class-validator';
-import { IsOmittable, StrictValidationPipe } from '../common/validation.js';
+import { IsIn, IsInt, IsString, Matches, Max, Min } from 'class-validator';
+import { IsOmittable, QueryInt, StrictValidationPipe, TextLength } from '../common/validation.js';
 import { COMPENSATION_STATUSES } from './compensation.entity.js';
 import type { CompensationStatus } from './compensation.entity.js';
 import { RUN_MODES } from './reconciliation-run.entity.js';
@@ -25,7 +24,7 @@ export class StartRunDto {
 export class PageQuery {
   @ApiPropertyOptional({ minimum: 1, maximum: 100, default: 20 })
   @IsOmittable()
-  @Type(() => Number)
+  @QueryInt()
   @IsInt()
   @Min(1)
   @Max(100)
@@ -52,8 +51,7 @@ export class ListCompensationsQuery extends PageQuery {
 export class DecisionDto {
   @ApiProperty({ minLength: 1, maxLength: 500 })
   @IsString()
-  @MinLength(1)
-  @MaxLength(500)
+  @TextLength(1, 500)
   reason!: string;
 }
 

@@ -1,7 +1,7 @@
 import { ApiProperty, ApiPropertyOptional } from '@nestjs/swagger';
 import { Transform } from 'class-transformer';
-import { IsInt, IsString, Length, Matches, Max, Min } from 'class-validator';
-import { IsOmittable, USER_ID_PATTERN } from '../common/validation.js';
+import { IsInt, IsString, Matches, Max, Min } from 'class-validator';
+import { IsOmittable, TextLength, USER_ID_PATTERN } from '../common/validation.js';
 
 const ID = /^[1-9][0-9]{0,18}$/;
 /** Ids travel as strings; a client that sends a small integer is accepted too. */
@@ -17,7 +17,7 @@ export class RedeemDto {
 
   @ApiProperty({ minLength: 1, maxLength: 64 })
   @IsString()
-  @Length(1, 64)
+  @TextLength(1, 64)
   @Matches(PRINTABLE, { message: 'orderNo must be printable' })
   orderNo!: string;
 
@@ -43,13 +43,13 @@ export class RefundDto {
 
   @ApiProperty()
   @IsString()
-  @Length(1, 64)
+  @TextLength(1, 64)
   @Matches(PRINTABLE, { message: 'orderNo must be printable' })
   orderNo!: string;
 
   @ApiProperty()
   @IsString()
-  @Length(1, 64)
+  @TextLength(1, 64)
   @Matches(PRINTABLE, { message: 'refundNo must be printable' })
   refundNo!: string;
 }

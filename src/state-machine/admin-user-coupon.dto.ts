@@ -1,7 +1,7 @@
 import { ApiProperty, ApiPropertyOptional } from '@nestjs/swagger';
 import { Transform } from 'class-transformer';
-import { IsBoolean, IsString, Length, Matches } from 'class-validator';
-import { IsOmittable, USER_ID_PATTERN } from '../common/validation.js';
+import { IsBoolean, IsString, Matches } from 'class-validator';
+import { IsOmittable, TextLength, USER_ID_PATTERN } from '../common/validation.js';
 import { USER_COUPON_STATUSES } from '../ledger/transitions.js';
 
 const ID_PATTERN = /^[1-9][0-9]{0,18}$/;
@@ -11,7 +11,7 @@ const idToString = ({ value }: { value: unknown }) => (typeof value === 'number'
 export class VoidUserCouponDto {
   @ApiProperty({ minLength: 1, maxLength: 255, description: 'Why the coupon is voided; written to the state log' })
   @IsString()
-  @Length(1, 255)
+  @TextLength(1, 255)
   @Matches(/\S/, { message: 'reason must not be blank' })
   reason!: string;
 }
@@ -30,7 +30,7 @@ export class ReissueUserCouponDto {
 
   @ApiProperty({ minLength: 1, maxLength: 255 })
   @IsString()
-  @Length(1, 255)
+  @TextLength(1, 255)
   @Matches(/\S/, { message: 'reason must not be blank' })
   reason!: string;
 

@@ -1,0 +1,166 @@
+import request from 'supertest';
+import { couponBody, createCoupon, newKey } from './support/factories.js';
+import { adminToken, bearer, serviceToken, startTestApp, TestApp, tokenFor } from './support/harness.js';
+
+/** Issue 23: what an adversarial review found, one describe per item. */
+
+describe('hardening', () => {
+  let t: TestApp;
+  beforeAll(async () => {
+    t = await startTestApp();
+  });
+  afterAll(async () => {
+    await t.close();
+  });
+
+  const grab = async (user: string, overrides: Parameters<typeof createCoupon>[1] = {}) => {
+    const coupon = await createCoupon(t.url, { discount: { thresholdCents: 0, amountCents: 100 }, returnOnRefund: true, ...overrides });
+    const res = await request(t.url)
+      .post(`/coupons/${coupon.id}/grab`)
+      .set(bearer(tokenFor(user)))
+      .set('Idempotency-Key', newKey());
+    expect(res.status).toBe(201);
+    return { couponId: coupon.id, userCouponId: res.body.id as string };
+  };
+
+  describe('text limits count code points (item 1)', () => {
+    // 64 "a" + VARIATION SELECTOR-16: 128 code points that class-validator's Length counted as 64.
+    const selectors = (n: number) => 'a\uFE0F'.repeat(n);
+    // Astral-plane characters: 2 UTF-16 units each, 1 code point, 1 character of a utf8mb4 column.
+    const astral = (n: number) => '\u{1D518}'.repeat(n);
+    const family = '\u{1F468}\u200D\u{1F469}\u200D\u{1F467}'; // 5 code points, 8 UTF-16 units, one glyph
+
+    it('orderNo of 64 "a\\uFE0F" (128 code points) is 400 on redemption and refund, not a 500', async () => {
+      const { userCouponId } = await grab('text-1');
+      const redeem = await request(t.url)
+        .post('/redemptions')
+        .set(bearer(tokenFor('text-1')))
+        .send({ userCouponId, orderNo: selectors(64), orderAmountCents: 1000 });
+      expect([redeem.status, redeem.body.code, Object.keys(redeem.body.details?.fields ?? {})]).toEqual([
+        400,
+        'VALIDATION_FAILED',
+        ['orderNo'],
+      ]);
+      const refund = await request(t.url)
+        .post('/redemptions/refunds')
+        .set(bearer(serviceToken()))
+        .send({ userCouponId, orderNo: selectors(64), refundNo: selectors(64) });
+      expect([refund.status, Object.keys(refund.body.details?.fields ?? {}).sort()]).toEqual([400, ['orderNo', 'refundNo']]);
+    });
+
+    it('64 astral-plane code points (128 UTF-16 units) are a valid orderNo and refundNo, stored whole', async () => {
+      const { userCouponId } = await grab('text-2');
+      const orderNo = astral(64);
+      const redeem = await request(t.url)
+        .post('/redemptions')
+        .set(bearer(tokenFor('text-2')))
+        .send({ userCouponId, orderNo, orderAmountCents: 1000 });
+      expect(redeem.status).toBe(201);
+      expect(redeem.body.orderNo).toBe(orderNo);
+      const refund = await request(t.url)
+        .post('/redemptions/refunds')
+        .set(bearer(serviceToken()))
+        .send({ userCouponId, orderNo, refundNo: astral(64) });
+      expect(refund.status).toBe(201);
+      const [row] = (await t.db.query('SELECT refund_no AS refundNo FROM refund WHERE order_no = ?', [orderNo])) as { refundNo: string }[];
+      expect(row.refundNo).toBe(astral(64));
+    });
+
+    it('a coupon name is 1-200 code points: 200 emoji sequences of 5 code points are refused, 200 astral characters kept', async () => {
+      const tooLong = await request(t.url)
+        .post('/admin/coupons')
+        .set(bearer(adminToken()))
+        .send({ ...couponBody(), name: family.repeat(40) + 'x' });
+      expect([tooLong.status, Object.keys(tooLong.body.details?.fields ?? {})]).toEqual([400, ['name']]);
+      const selectorName = await request(t.url)
+        .post('/admin/coupons')
+        .set(bearer(adminToken()))
+        .send({ ...couponBody(), name: selectors(101) });
+      expect(selectorName.status).toBe(400);
+      const coupon = await createCoupon(t.url, { name: astral(200) });
+      expect(coupon.name).toBe(astral(200));
+    });
+
+    it('void and reissue reasons are 1-255 code points, combining marks counted', async () => {
+      const { couponId, userCouponId } = await grab('text-3');
+      const combining = 'e\u0301'.repeat(128); // 256 code points, 128 glyphs
+      const voided = await request(t.url)
+        .post(`/admin/user-coupons/${userCouponId}/void`)
+        .set(bearer(adminToken()))
+        .send({ reason: combining });
+      expect([voided.status, Object.keys(voided.body.details?.fields ?? {})]).toEqual([400, ['reason']]);
+      const reissued = await request(t.url)
+        .post('/admin/user-coupons/reissue')
+        .set(bearer(adminToken()))
+        .send({ couponId, userId: 'text-3', reason: selectors(128), fromStock: false });
+      expect([reissued.status, Object.keys(reissued.body.details?.fields ?? {})]).toEqual([400, ['reason']]);
+      const ok = await request(t.url)
+        .post('/admin/user-coupons/reissue')
+        .set(bearer(adminToken()))
+        .send({ couponId, userId: 'text-3', reason: astral(255), fromStock: false });
+      expect(ok.status).toBe(201);
+    });
+  });
+
+  describe('strict parsing (item 4)', () => {
+    it.each(['constructor', '__proto__', 'hasOwnProperty', 'toString', 'valueOf', 'isPrototypeOf'])(
+      'a query field named %s is 400 VALIDATION_FAILED',
+      async (name) => {
+        const res = await request(t.url)
+          .get(`/me/coupons?${name}=1`)
+          .set(bearer(tokenFor('parse-1')));
+        expect([res.status, res.body.code, Object.keys(res.body.details?.fields ?? {})]).toEqual([400, 'VALIDATION_FAILED', [name]]);
+      },
+    );
+
+    it.each([
+      ['constructor', '{"constructor": 1, "reason": "x"}'],
+      ['hasOwnProperty', '{"reason": "x", "hasOwnProperty": 1}'],
+      ['validity.toString', null],
+    ])('a body field named %s is 400 VALIDATION_FAILED', async (field, text) => {
+      const { userCouponId } = await grab('parse-2');
+      const res = text
+        ? await request(t.url)
+            .post(`/admin/user-coupons/${userCouponId}/void`)
+            .set(bearer(adminToken()))
+            .set('content-type', 'application/json')
+            .send(text)
+        : await request(t.url)
+            .post('/admin/coupons')
+            .set(bearer(adminToken()))
+            .send({
+              ...couponBody(),
+              validity: { type: 'RELATIVE', days: 7, toString: 'x' },
+            });
+      expect([res.status, res.body.code, Object.keys(res.body.details?.fields ?? {})]).toEqual([400, 'VALIDATION_FAILED', [field]]);
+      const [{ status }] = (await t.db.query('SELECT status FROM user_coupon WHERE id = ?', [userCouponId])) as { status: string }[];
+      expect(status).toBe('UNUSED');
+    });
+
+    it.each(['0x10', '1e2', '+5', ' 5', '5 ', '5.0', '0b11', '0o7', '', '-0'])('limit=%j is 400', async (limit) => {
+      const res = await request(t.url)
+        .get(`/me/coupons?limit=${encodeURIComponent(limit)}`)
+        .set(bearer(tokenFor('parse-3')));
+      expect([res.status, Object.keys(res.body.details?.fields ?? {})]).toEqual([400, ['limit']]);
+    });
+
+    it('plain decimal limits still work, on user and admin lists', async () => {
+      expect(
+        (
+          await request(t.url)
+            .get('/me/coupons?limit=5')
+            .set(bearer(tokenFor('parse-3')))
+        ).status,
+      ).toBe(200);
+      expect(
+        (
+          await request(t.url)
+            .get('/me/coupons?limit=05')
+            .set(bearer(tokenFor('parse-3')))
+        ).status,
+      ).toBe(200);
+      expect((await request(t.url).get('/admin/reconciliation/runs?limit=100').set(bearer(adminToken()))).status).toBe(200);
+      expect((await request(t.url).get('/admin/reconciliation/runs?limit=1e2').set(bearer(adminToken()))).status).toBe(400);
+    });
+  });
+});
