@@ -1,6 +1,6 @@
 import 'reflect-metadata';
 import { randomUUID } from 'node:crypto';
-import { STATUS_CODES } from 'node:http';
+import { type IncomingMessage, STATUS_CODES } from 'node:http';
 import type { Socket } from 'node:net';
 import { NestFactory } from '@nestjs/core';
 import { FastifyAdapter, NestFastifyApplication } from '@nestjs/platform-fastify';
@@ -15,6 +15,14 @@ import { StrictValidationPipe } from './common/validation.js';
 
 export const BODY_LIMIT_BYTES = 64 * 1024;
 
+const CLIENT_REQUEST_ID = /^[A-Za-z0-9._:-]{1,128}$/;
+
+/** The client's X-Request-Id when it is 1-128 of [A-Za-z0-9._:-] (two of them arrive joined by ", ", so refused), else a new one. */
+function requestIdOf(req: IncomingMessage): string {
+  const id = req.headers['x-request-id'];
+  return typeof id === 'string' && CLIENT_REQUEST_ID.test(id) ? id : randomUUID();
+}
+
 /** Requests too broken to reach the router (garbled request line, oversized headers) still get the one error body. */
 function clientErrorHandler(err: Error & { code?: string }, socket: Socket): void {
   if (err.code === 'ECONNRESET' || socket.destroyed) return;
@@ -27,7 +35,7 @@ function clientErrorHandler(err: Error & { code?: string }, socket: Socket): voi
   const body = JSON.stringify({ code, message });
   if (socket.writable) {
     socket.write(
-      `HTTP/1.1 ${status} ${STATUS_CODES[status]}\r\nContent-Length: ${Buffer.byteLength(body)}\r\nContent-Type: application/json; charset=utf-8\r\nConnection: close\r\n\r\n${body}`,
+      `HTTP/1.1 ${status} ${STATUS_CODES[status]}\r\nContent-Length: ${Buffer.byteLength(body)}\r\nContent-Type: application/json; charset=utf-8\r\nX-Request-Id: ${randomUUID()}\r\nConnection: close\r\n\r\n${body}`,
     );
   }
   socket.destroy(err);
@@ -42,8 +50,9 @@ export async function createApp(
   const adapter = new FastifyAdapter({
     bodyLimit: BODY_LIMIT_BYTES,
     loggerInstance: pino,
-    requestIdHeader: 'x-request-id',
-    genReqId: () => randomUUID(),
+    // Fastify would take any x-request-id verbatim (8 KB, markup) into every answer and log line.
+    requestIdHeader: false,
+    genReqId: requestIdOf,
     routerOptions: { maxParamLength: 512 },
     clientErrorHandler,
     // The router's own refusals (bad percent-encoding, a path parameter over 512 characters) are

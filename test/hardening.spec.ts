@@ -1,8 +1,34 @@
+import { request as httpRequest, IncomingHttpHeaders } from 'node:http';
+import { connect } from 'node:net';
 import request from 'supertest';
 import { couponBody, createCoupon, newKey } from './support/factories.js';
 import { adminToken, bearer, serviceToken, startTestApp, TestApp, tokenFor } from './support/harness.js';
 
 /** Issue 23: what an adversarial review found, one describe per item. */
+
+/** A GET with raw header lines (repeats included), which supertest would merge. */
+function rawGet(
+  base: string,
+  path: string,
+  headerLines: string[],
+): Promise<{ status: number; headers: IncomingHttpHeaders; body: string }> {
+  const url = new URL(base);
+  return new Promise((resolve, reject) => {
+    const headers: string[] = ['Host', url.host];
+    for (const line of headerLines) {
+      const i = line.indexOf(':');
+      headers.push(line.slice(0, i).trim(), line.slice(i + 1).trim());
+    }
+    const req = httpRequest({ host: url.hostname, port: url.port, path, method: 'GET', headers }, (res) => {
+      let body = '';
+      res.setEncoding('utf8');
+      res.on('data', (c: string) => (body += c));
+      res.on('end', () => resolve({ status: res.statusCode ?? 0, headers: res.headers, body }));
+    });
+    req.on('error', reject);
+    req.end();
+  });
+}
 
 describe('hardening', () => {
   let t: TestApp;
@@ -161,6 +187,56 @@ describe('hardening', () => {
       ).toBe(200);
       expect((await request(t.url).get('/admin/reconciliation/runs?limit=100').set(bearer(adminToken()))).status).toBe(200);
       expect((await request(t.url).get('/admin/reconciliation/runs?limit=1e2').set(bearer(adminToken()))).status).toBe(400);
+    });
+  });
+
+  describe('request ids (item 5)', () => {
+    const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/;
+    const idOf = async (sent: string | undefined, path = '/coupons/1') => {
+      const req = request(t.url).get(path);
+      if (sent !== undefined) void req.set('X-Request-Id', sent);
+      return (await req).headers['x-request-id'] as string;
+    };
+
+    it.each(['abc', 'A-Z.a_z:0-9', 'x'.repeat(128), 'trace:4bf92f3577b34da6a3ce929d0e0e4736'])(
+      'a client id %j is kept and echoed',
+      async (id) => {
+        expect(await idOf(id)).toBe(id);
+      },
+    );
+
+    it.each([
+      ['<script>', '<script>alert(1)</script>'],
+      ['8 KB', 'a'.repeat(8192)],
+      ['129 characters', 'x'.repeat(129)],
+      ['a space', 'a b'],
+      ['a slash', 'a/b'],
+      ['latin-1', 'caf\u00e9'],
+      ['empty', ''],
+    ])('a client id with %s is replaced by a generated one', async (_, id) => {
+      const echoed = await idOf(id);
+      expect(echoed).toMatch(UUID);
+    });
+
+    it('every answer carries one: no header, an error, an unknown route, two headers', async () => {
+      expect(await idOf(undefined)).toMatch(UUID);
+      expect(await idOf(undefined, '/no/such/route')).toMatch(UUID);
+      const unauthenticated = await request(t.url).get('/me/coupons').set('X-Request-Id', 'req-401');
+      expect([unauthenticated.status, unauthenticated.headers['x-request-id']]).toEqual([401, 'req-401']);
+      const twice = await rawGet(t.url, '/coupons/1', ['X-Request-Id: one', 'X-Request-Id: two']);
+      expect([twice.status, twice.headers['x-request-id']]).toEqual([404, expect.stringMatching(UUID)]);
+      // Too broken to reach the router (a header line without a colon): answered on the socket, still with an id.
+      const raw = await new Promise<string>((resolve, reject) => {
+        const socket = connect(Number(new URL(t.url).port), '127.0.0.1', () =>
+          socket.write('GET /coupons/1 HTTP/1.1\r\nHost: x\r\nBad Header\r\n\r\n'),
+        );
+        let text = '';
+        socket.on('data', (c) => (text += c.toString()));
+        socket.on('close', () => resolve(text));
+        socket.on('error', reject);
+      });
+      expect(raw).toMatch(/^HTTP\/1\.1 400 /);
+      expect(raw).toMatch(/\r\nX-Request-Id: [0-9a-f-]{36}\r\n/);
     });
   });
 });
