@@ -19,7 +19,7 @@ describe('migrations', () => {
   const tables = async () =>
     (
       (await ds.query(
-        `SELECT table_name AS t FROM information_schema.tables WHERE table_schema = ? AND table_name <> 'migrations' ORDER BY 1`,
+        `SELECT table_name AS t FROM information_schema.tables WHERE table_schema = ? AND table_name NOT IN ('migrations', 'job_lease') ORDER BY 1`,
         [config.DB_NAME],
       )) as { t: string }[]
     ).map((r) => r.t);

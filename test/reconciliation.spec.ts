@@ -1,10 +1,10 @@
 import request from 'supertest';
 import type { AppConfig } from '../src/config/app-config.js';
-import { ReconciliationService } from '../src/reconciliation/reconciliation.service.js';
+import { RECONCILIATION_LEASE, ReconciliationService } from '../src/reconciliation/reconciliation.service.js';
 import { createCoupon, CouponInput, newKey } from './support/factories.js';
 import { adminToken, bearer, serviceToken, startTestApp, TestApp, tokenFor } from './support/harness.js';
 import { checkInvariants } from './support/invariants.js';
-import { lockName } from '../src/database/lock-name.js';
+import { tryAcquireLease } from '../src/database/lease.js';
 
 interface CompensationBody {
   id: string;
@@ -238,15 +238,14 @@ describe('reconciliation', () => {
     throw new Error(`run ${runId} did not finish`);
   }
 
-  it('a run holding the lock on another connection (another instance) makes a trigger 409; a dead RUNNING run is marked FAILED by the next start', async () => {
-    const other = t.db.createQueryRunner();
+  it('a run holding the lease from another instance makes a trigger 409; a dead RUNNING run is marked FAILED by the next start', async () => {
+    const other = await tryAcquireLease(t.db, RECONCILIATION_LEASE, { ttlMs: 60_000, retries: 2 });
+    expect(other).not.toBeNull();
     try {
-      await other.query(`SELECT GET_LOCK(?, 0)`, [lockName('reconcile', t.config.DB_NAME)]);
       const busy = await request(t.url).post('/admin/reconciliation/runs').set(admin()).send({ mode: 'FULL' });
       expect([busy.status, busy.body.code]).toEqual([409, 'RECONCILIATION_RUNNING']);
     } finally {
-      await other.query(`SELECT RELEASE_LOCK(?)`, [lockName('reconcile', t.config.DB_NAME)]);
-      await other.release();
+      await other?.release();
     }
     const dead = await sql(
       `INSERT INTO reconciliation_run (status, mode, triggered_by, started_at) VALUES ('RUNNING', 'FULL', 'crashed', NOW(3))`,

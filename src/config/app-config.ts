@@ -59,6 +59,13 @@ export class AppConfig {
   @Max(20)
   DB_TX_RETRIES: number = 3;
 
+  /** How long a job's lease (src/database/lease.ts) lasts without renewal: how soon another instance takes over a job whose holder died. */
+  @Transform(toInt)
+  @IsInt()
+  @Min(1000)
+  @Max(600_000)
+  LEASE_TTL_MS: number = 30_000;
+
   @IsString()
   @MinLength(16)
   JWT_SECRET: string = DEFAULT_JWT_SECRET;

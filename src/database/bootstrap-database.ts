@@ -2,7 +2,7 @@ import mysql from 'mysql2/promise';
 import { DataSource } from 'typeorm';
 import type { AppConfig } from '../config/app-config.js';
 import { dataSourceOptions } from './data-source-options.js';
-import { lockName } from './lock-name.js';
+import { acquireLease, ensureLeaseTable } from './lease.js';
 
 export class DatabaseUnreachableError extends Error {}
 
@@ -32,22 +32,29 @@ export async function ensureDatabase(c: DbConfig): Promise<void> {
   }
 }
 
+/** How long a starting instance waits for another one's migrations before giving up. */
+const MIGRATE_WAIT_MS = 120_000;
+
 /**
- * Applies pending migrations under a named lock, so several instances starting at once migrate
- * exactly once.
+ * Applies pending migrations under the `migrate` lease, so several instances starting at once
+ * (on one server or on several Galera nodes) migrate exactly once; the others wait, then find
+ * nothing pending. The lease table has to exist before the first migration, so it is created here
+ * (CREATE TABLE IF NOT EXISTS: instances racing on it all succeed; on Galera the DDL is totally
+ * ordered across nodes, so the later ones are no-ops).
  */
-export async function migrate(c: DbConfig): Promise<string[]> {
+export async function migrate(c: DbConfig & Pick<AppConfig, 'LEASE_TTL_MS' | 'DB_TX_RETRIES'>): Promise<string[]> {
   const ds = new DataSource({ ...dataSourceOptions(c), poolSize: 2 });
   await ds.initialize();
-  const runner = ds.createQueryRunner();
   try {
-    await runner.connect();
-    await runner.query(`SELECT GET_LOCK(?, 60)`, [lockName('migrate', c.DB_NAME)]);
-    const done = await ds.runMigrations({ transaction: 'each' });
-    await runner.query(`SELECT RELEASE_LOCK(?)`, [lockName('migrate', c.DB_NAME)]);
-    return done.map((m) => m.name);
+    await ensureLeaseTable(ds);
+    const lease = await acquireLease(ds, 'migrate', { ttlMs: c.LEASE_TTL_MS, retries: c.DB_TX_RETRIES }, MIGRATE_WAIT_MS);
+    try {
+      const done = await ds.runMigrations({ transaction: 'each' });
+      return done.map((m) => m.name);
+    } finally {
+      await lease.release();
+    }
   } finally {
-    await runner.release();
     await ds.destroy();
   }
 }

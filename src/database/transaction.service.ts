@@ -4,14 +4,29 @@ import { AppConfig } from '../config/app-config.js';
 import { isRetryableTxError } from '../common/db-errors.js';
 import { counter } from '../common/metrics.js';
 
-const retries = counter('db_transaction_retries_total', 'Transactions retried after a deadlock or lock-wait timeout', ['errno']);
+const retriesTotal = counter('db_transaction_retries_total', 'Transactions retried after a deadlock or lock-wait timeout', ['errno']);
 
 /**
  * The one way to run a transaction. READ COMMITTED, so a statement that waited on a row lock sees
- * what the lock holder committed; a deadlock (1213) or lock-wait timeout (1205) rolls the whole
- * attempt back and runs `fn` again in a fresh transaction, at most DB_TX_RETRIES times. `fn` must
- * therefore have no side effects outside the EntityManager it is given.
+ * what the lock holder committed; a deadlock (1213, also Galera's certification failure at COMMIT)
+ * or lock-wait timeout (1205) rolls the whole attempt back and runs `fn` again in a fresh
+ * transaction, at most `retries` times. `fn` must therefore have no side effects outside the
+ * EntityManager it is given. For code without Nest (bootstrap, leases); the app injects
+ * TransactionService.
  */
+export async function runTransaction<T>(dataSource: DataSource, retries: number, fn: (em: EntityManager) => Promise<T>): Promise<T> {
+  for (let attempt = 0; ; attempt++) {
+    try {
+      return await dataSource.transaction('READ COMMITTED', fn);
+    } catch (err) {
+      if (!isRetryableTxError(err) || attempt >= retries) throw err;
+      retriesTotal.inc({ errno: String((err as { driverError?: { errno?: number } }).driverError?.errno ?? '') });
+      await new Promise((r) => setTimeout(r, 5 * 2 ** attempt + Math.random() * 10));
+    }
+  }
+}
+
+/** runTransaction with DB_TX_RETRIES on the app's pool. */
 @Injectable()
 export class TransactionService {
   constructor(
@@ -19,16 +34,8 @@ export class TransactionService {
     private readonly config: AppConfig,
   ) {}
 
-  async inTransaction<T>(fn: (em: EntityManager) => Promise<T>): Promise<T> {
-    for (let attempt = 0; ; attempt++) {
-      try {
-        return await this.dataSource.transaction('READ COMMITTED', fn);
-      } catch (err) {
-        if (!isRetryableTxError(err) || attempt >= this.config.DB_TX_RETRIES) throw err;
-        retries.inc({ errno: String((err as { driverError?: { errno?: number } }).driverError?.errno ?? '') });
-        await new Promise((r) => setTimeout(r, 5 * 2 ** attempt + Math.random() * 10));
-      }
-    }
+  inTransaction<T>(fn: (em: EntityManager) => Promise<T>): Promise<T> {
+    return runTransaction(this.dataSource, this.config.DB_TX_RETRIES, fn);
   }
 }
 

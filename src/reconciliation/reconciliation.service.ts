@@ -1,11 +1,11 @@
 import { BeforeApplicationShutdown, Injectable, Logger } from '@nestjs/common';
 import { InjectRepository } from '@nestjs/typeorm';
-import { DataSource, LessThan, QueryRunner, Repository } from 'typeorm';
+import { DataSource, EntityManager, LessThan, QueryRunner, Repository } from 'typeorm';
 import { AppConfig } from '../config/app-config.js';
 import { isDuplicateKey } from '../common/db-errors.js';
 import { AppError } from '../common/errors.js';
 import { counter, gauge, histogram } from '../common/metrics.js';
-import { lockName } from '../database/lock-name.js';
+import { Lease, LeaseService } from '../database/lease.js';
 import { TransactionService } from '../database/transaction.service.js';
 import { AuditService, ChunkResult, Finding } from './audit.service.js';
 import { DiscrepancyType } from './diagnosis.js';
@@ -35,11 +35,14 @@ const PROGRESS_LOG_MS = 10_000;
 /** How often the run row's counts are brought up to date while it runs (each write is a commit). */
 const PROGRESS_SAVE_MS = 1_000;
 
+export const RECONCILIATION_LEASE = 'reconcile';
+
 /**
- * Runs the audits. One run at a time across every instance: the run holds a MySQL named lock
- * (GET_LOCK) on a connection of its own for its whole length, and reads its chunks on that same
- * connection; if the process or the connection dies, MySQL releases the lock and the next start
- * marks the orphaned RUNNING row FAILED.
+ * Runs the audits. One run at a time across every instance (and every Galera node): the run holds
+ * the `reconcile` lease for its whole length; if its process dies, the lease expires
+ * (LEASE_TTL_MS) and the next start marks the orphaned RUNNING row FAILED. A run that loses its
+ * lease stops at its next chunk, FAILED. Every write of a run goes through the retry wrapper, since
+ * on Galera any of them can meet a certification failure (1213).
  */
 @Injectable()
 export class ReconciliationService implements BeforeApplicationShutdown {
@@ -55,14 +58,11 @@ export class ReconciliationService implements BeforeApplicationShutdown {
     private readonly config: AppConfig,
     private readonly audits: AuditService,
     @InjectRepository(ReconciliationRun) private readonly runs: Repository<ReconciliationRun>,
+    private readonly leases: LeaseService,
   ) {}
 
-  private get lockName(): string {
-    return lockName('reconcile', this.config.DB_NAME);
-  }
-
   /**
-   * Takes the lock and records a RUNNING run, then audits in the background. Resolves once the run
+   * Takes the lease and records a RUNNING run, then audits in the background. Resolves once the run
    * is recorded (its id is final); `done` resolves with the finished run and never rejects.
    */
   async start(mode: RunMode, triggeredBy: string): Promise<{ runId: string; done: Promise<RunView> }> {
@@ -78,26 +78,25 @@ export class ReconciliationService implements BeforeApplicationShutdown {
   }
 
   private async open(mode: RunMode, triggeredBy: string): Promise<{ runId: string; done: Promise<RunView> }> {
-    const q = this.dataSource.createQueryRunner();
+    const lease = await this.leases.tryAcquire(RECONCILIATION_LEASE);
+    if (!lease) {
+      const [running]: { id: string }[] = await this.dataSource.query(
+        `SELECT id FROM reconciliation_run WHERE status = 'RUNNING' ORDER BY id DESC LIMIT 1`,
+      );
+      throw new AppError(
+        'RECONCILIATION_RUNNING',
+        'A reconciliation run is already in progress',
+        running ? { runId: running.id } : undefined,
+      );
+    }
     let runId: string;
     try {
-      const [lock]: { got: string | number | null }[] = await q.query(`SELECT GET_LOCK(?, 0) AS got`, [this.lockName]);
-      if (Number(lock.got) !== 1) {
-        const [running]: { id: string }[] = await q.query(
-          `SELECT id FROM reconciliation_run WHERE status = 'RUNNING' ORDER BY id DESC LIMIT 1`,
-        );
-        throw new AppError(
-          'RECONCILIATION_RUNNING',
-          'A reconciliation run is already in progress',
-          running ? { runId: running.id } : undefined,
-        );
-      }
-      runId = await this.recordStart(q, mode, triggeredBy);
+      runId = await this.tx.inTransaction((em) => this.recordStart(em, mode, triggeredBy));
     } catch (err) {
-      await this.releaseLock(q);
+      await lease.release();
       throw err;
     }
-    return { runId, done: this.execute(runId, q, mode) };
+    return { runId, done: this.execute(runId, lease, mode) };
   }
 
   /** Starts a run and waits for it to finish. */
@@ -141,25 +140,26 @@ export class ReconciliationService implements BeforeApplicationShutdown {
     await Promise.all(this.inFlight);
   }
 
-  private async recordStart(q: QueryRunner, mode: RunMode, triggeredBy: string): Promise<string> {
+  private async recordStart(em: EntityManager, mode: RunMode, triggeredBy: string): Promise<string> {
     const now = new Date();
-    // We hold the lock, so any run still RUNNING lost its lock: its process or connection died.
-    const died = (await q.query(`UPDATE reconciliation_run SET status = 'FAILED', finished_at = ?, error = ? WHERE status = 'RUNNING'`, [
+    // We hold the lease, so any run still RUNNING lost its lease: its process died or it stopped renewing.
+    const died = (await em.query(`UPDATE reconciliation_run SET status = 'FAILED', finished_at = ?, error = ? WHERE status = 'RUNNING'`, [
       now,
-      'Died: its process or database connection ended before it finished (found by the next run)',
+      'Died: its process ended or it lost its lease before it finished (found by the next run)',
     ])) as { affectedRows?: number };
     if (died.affectedRows) {
       this.logger.warn(`Marked ${died.affectedRows} dead reconciliation run(s) FAILED`);
       runsTotal.inc({ status: 'FAILED', mode: 'unknown' }, died.affectedRows);
     }
-    const res = (await q.query(
+    const res = (await em.query(
       `INSERT INTO reconciliation_run (status, mode, triggered_by, started_at, checked, discrepancies) VALUES ('RUNNING', ?, ?, ?, 0, 0)`,
       [mode, triggeredBy.slice(0, 64), now],
     )) as { insertId: number | string };
     return String(res.insertId);
   }
 
-  private async execute(runId: string, q: QueryRunner, requested: RunMode): Promise<RunView> {
+  private async execute(runId: string, lease: Lease, requested: RunMode): Promise<RunView> {
+    const q = this.dataSource.createQueryRunner();
     inProgress.set(1);
     progressChecked.reset();
     const started = Date.now();
@@ -172,22 +172,21 @@ export class ReconciliationService implements BeforeApplicationShutdown {
       if (mode === 'INCREMENTAL' && !since) {
         // Nothing complete to be incremental from: this run checks everything.
         mode = 'FULL';
-        await this.dataSource.query(`UPDATE reconciliation_run SET mode = 'FULL' WHERE id = ?`, [runId]);
+        await this.tx.inTransaction((em) => em.query(`UPDATE reconciliation_run SET mode = 'FULL' WHERE id = ?`, [runId]));
       }
       this.logger.log(`Reconciliation run ${runId} started (${mode}${since ? `, log audit since ${since.toISOString()}` : ''})`);
       let [lastLog, lastSave] = [Date.now(), Date.now()];
       const step = async (audit: string, chunk: ChunkResult) => {
         if (this.closing) throw new Error('Interrupted: the instance shut down');
+        if (lease.signal.aborted) throw lease.signal.reason as Error;
         totals.checked += chunk.checked;
         progressChecked.inc({ audit }, chunk.checked);
         for (const f of chunk.findings) if (await this.record(runId, f)) totals.found++;
         if (Date.now() - lastSave >= PROGRESS_SAVE_MS) {
           lastSave = Date.now();
-          await this.dataSource.query(`UPDATE reconciliation_run SET checked = ?, discrepancies = ? WHERE id = ?`, [
-            totals.checked,
-            totals.found,
-            runId,
-          ]);
+          await this.tx.inTransaction((em) =>
+            em.query(`UPDATE reconciliation_run SET checked = ?, discrepancies = ? WHERE id = ?`, [totals.checked, totals.found, runId]),
+          );
         }
         if (Date.now() - lastLog >= PROGRESS_LOG_MS) {
           lastLog = Date.now();
@@ -219,16 +218,23 @@ export class ReconciliationService implements BeforeApplicationShutdown {
       this.logger.error(`Reconciliation run ${runId} failed: ${error}`);
     }
     try {
-      await this.dataSource.query(
-        `UPDATE reconciliation_run SET status = ?, finished_at = ?, checked = ?, discrepancies = ?, error = ? WHERE id = ?`,
-        [status, new Date(), totals.checked, totals.found, error, runId],
+      await this.tx.inTransaction((em) =>
+        em.query(`UPDATE reconciliation_run SET status = ?, finished_at = ?, checked = ?, discrepancies = ?, error = ? WHERE id = ?`, [
+          status,
+          new Date(),
+          totals.checked,
+          totals.found,
+          error,
+          runId,
+        ]),
       );
     } catch (err) {
       this.logger.error(
         `Reconciliation run ${runId} could not record its end (${(err as Error).message}); the next run will mark it FAILED`,
       );
     } finally {
-      await this.releaseLock(q);
+      await this.releaseConnection(q);
+      await lease.release();
       inProgress.set(0);
     }
     const seconds = (Date.now() - started) / 1000;
@@ -309,12 +315,7 @@ export class ReconciliationService implements BeforeApplicationShutdown {
   }
 
   /** Never throws: a run's background promise must not reject. */
-  private async releaseLock(q: QueryRunner): Promise<void> {
-    try {
-      await q.query(`SELECT RELEASE_LOCK(?)`, [this.lockName]);
-    } catch {
-      // A broken connection has already dropped the lock with it.
-    }
+  private async releaseConnection(q: QueryRunner): Promise<void> {
     try {
       await q.release();
     } catch (err) {

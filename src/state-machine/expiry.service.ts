@@ -1,15 +1,14 @@
 import { randomUUID } from 'node:crypto';
 import { Injectable, Logger } from '@nestjs/common';
-import mysql from 'mysql2/promise';
 import { EntityManager } from 'typeorm';
 import { counter, gauge, histogram } from '../common/metrics.js';
 import { AppConfig } from '../config/app-config.js';
-import { lockName } from '../database/lock-name.js';
+import { LeaseService } from '../database/lease.js';
 import { execute, TransactionService } from '../database/transaction.service.js';
 import { writeLog } from '../ledger/state-machine.service.js';
 
 const rowsExpired = counter('expiry_sweep_rows_total', 'User coupons moved UNUSED -> EXPIRED by the expiry sweep', []);
-const runs = counter('expiry_sweep_runs_total', 'Expiry sweep runs by outcome (skipped: another instance held the lock)', ['outcome']);
+const runs = counter('expiry_sweep_runs_total', 'Expiry sweep runs by outcome (skipped: another instance held the lease)', ['outcome']);
 const duration = histogram(
   'expiry_sweep_duration_seconds',
   'Duration of one expiry sweep run',
@@ -38,7 +37,7 @@ export interface SweepResult {
   durationMs: number;
 }
 
-export const expiryLockName = (dbName: string) => lockName('expire', dbName);
+export const EXPIRY_LEASE = 'expire';
 
 /**
  * Moves UNUSED coupons past their expiry to EXPIRED, in batches of EXPIRE_BATCH_SIZE, each batch
@@ -53,33 +52,22 @@ export class ExpiryService {
   constructor(
     private readonly tx: TransactionService,
     private readonly config: AppConfig,
+    private readonly leases: LeaseService,
   ) {}
 
   /**
-   * The sweep, if no other instance (or overlapping run of this one) is sweeping. The lock lives on
-   * a connection of its own, outside the pool, and ends with it: a crashed run cannot leave it taken.
-   * Returns null when skipped.
+   * The sweep, if no other instance (or overlapping run of this one) is sweeping: it runs under the
+   * `expire` lease, and stops at the next batch if the lease is lost. Returns null when skipped.
    */
   async runExclusive(opts: SweepOptions = {}): Promise<SweepResult | null> {
-    const c = this.config;
-    const conn = await mysql.createConnection({
-      host: c.DB_HOST,
-      port: c.DB_PORT,
-      user: c.DB_USER,
-      password: c.DB_PASSWORD,
-      connectTimeout: 5000,
-    });
-    try {
-      const [rows] = await conn.query<mysql.RowDataPacket[]>('SELECT GET_LOCK(?, 0) AS got', [expiryLockName(c.DB_NAME)]);
-      if (Number(rows[0]?.got) !== 1) {
-        runs.inc({ outcome: 'skipped' });
-        this.logger.debug('Expiry sweep skipped: another run holds the lock');
-        return null;
-      }
-      return await this.sweep(opts);
-    } finally {
-      await conn.end().catch(() => conn.destroy());
+    const result = await this.leases.runExclusive(EXPIRY_LEASE, (lost) =>
+      this.sweep({ ...opts, signal: opts.signal ? AbortSignal.any([opts.signal, lost]) : lost }),
+    );
+    if (result === null) {
+      runs.inc({ outcome: 'skipped' });
+      this.logger.debug('Expiry sweep skipped: another run holds the lease');
     }
+    return result;
   }
 
   async sweep(opts: SweepOptions = {}): Promise<SweepResult> {
