@@ -6,6 +6,7 @@ export const ER_LOCK_DEADLOCK = 1213;
 /** Errors that mean "the database is not available for this write right now", never the client's fault. */
 const OUTAGE_ERRNOS = new Set([
   1040, // too many connections
+  1047, // Galera: WSREP has not yet prepared node for application use (not synced, or not in the primary component)
   1053, // server shutdown in progress
   1203, // user has too many connections
   1205, // lock wait timeout (after retries)
@@ -28,6 +29,8 @@ const OUTAGE_CODES = new Set([
   'PROTOCOL_CONNECTION_LOST',
   'PROTOCOL_SEQUENCE_TIMEOUT',
   'POOL_CLOSED',
+  'POOL_NONEONLINE', // every DB_HOSTS host failed its last connection attempt
+  'POOL_NOEXIST',
   'ER_CON_COUNT_ERROR',
 ]);
 

@@ -37,6 +37,17 @@ export class AppConfig {
   @Max(65535)
   DB_PORT: number = 3306;
 
+  /**
+   * Several database hosts for failover (`h1:3306,h2:3306,h3:3306`): new connections go to the
+   * first host in this order that accepts them, so list this instance's own node first. Set, it
+   * replaces DB_HOST and DB_PORT. See docs/cluster.md.
+   */
+  @IsOptional()
+  @Matches(/^[A-Za-z0-9._-]+:\d{1,5}(,[A-Za-z0-9._-]+:\d{1,5}){0,15}$/, {
+    message: 'DB_HOSTS must be 1-16 comma-separated host:port entries, e.g. db1:3306,db2:3306',
+  })
+  DB_HOSTS?: string = undefined;
+
   @IsString()
   DB_USER: string = 'root';
 
@@ -151,8 +162,29 @@ export function loadConfig(env: Record<string, string | undefined> = process.env
     const lines = errors.map((e) => `${e.property}: ${Object.values(e.constraints ?? {}).join(', ')}`);
     throw new ConfigError(`Invalid configuration:\n  ${lines.join('\n  ')}`);
   }
+  if (config.DB_HOSTS !== undefined) {
+    const hosts = databaseHosts(config);
+    const bad = hosts.filter((h) => h.port < 1 || h.port > 65535).map((h) => `${h.host}:${h.port}`);
+    if (bad.length > 0) throw new ConfigError(`Invalid configuration:\n  DB_HOSTS: port out of 1-65535 in ${bad.join(', ')}`);
+    if (new Set(hosts.map((h) => `${h.host}:${h.port}`)).size !== hosts.length)
+      throw new ConfigError('Invalid configuration:\n  DB_HOSTS: a host:port is listed twice');
+  }
   if (config.NODE_ENV === 'production' && config.JWT_SECRET === DEFAULT_JWT_SECRET) {
     throw new ConfigError('Refusing to start in production with the default JWT_SECRET: set JWT_SECRET to a long random string.');
   }
   return config;
+}
+
+export interface DatabaseHost {
+  host: string;
+  port: number;
+}
+
+/** The database hosts in order of preference: DB_HOSTS, or the single DB_HOST:DB_PORT. */
+export function databaseHosts(c: Pick<AppConfig, 'DB_HOSTS' | 'DB_HOST' | 'DB_PORT'>): DatabaseHost[] {
+  if (c.DB_HOSTS === undefined) return [{ host: c.DB_HOST, port: c.DB_PORT }];
+  return c.DB_HOSTS.split(',').map((entry) => {
+    const [host, port] = entry.split(':');
+    return { host, port: Number(port) };
+  });
 }

@@ -1,6 +1,6 @@
 import mysql from 'mysql2/promise';
 import { DataSource } from 'typeorm';
-import type { AppConfig } from '../config/app-config.js';
+import { type AppConfig, databaseHosts } from '../config/app-config.js';
 import { dataSourceOptions } from './data-source-options.js';
 import { acquireLease, ensureLeaseTable } from './lease.js';
 
@@ -8,21 +8,24 @@ export class DatabaseUnreachableError extends Error {}
 
 type DbConfig = Parameters<typeof dataSourceOptions>[0];
 
-/** Creates the database if it is missing. Fails with one readable line when MySQL cannot be reached. */
+/**
+ * Creates the database if it is missing, on the first of the hosts that answers (DB_HOSTS: a
+ * Galera cluster replicates it to the others). Fails with one readable line when none can be reached.
+ */
 export async function ensureDatabase(c: DbConfig): Promise<void> {
-  let conn: mysql.Connection;
-  try {
-    conn = await mysql.createConnection({
-      host: c.DB_HOST,
-      port: c.DB_PORT,
-      user: c.DB_USER,
-      password: c.DB_PASSWORD,
-      connectTimeout: 5000,
-    });
-  } catch (err) {
-    const reason = (err as { code?: string; message?: string }).code ?? (err as Error).message;
+  let conn: mysql.Connection | undefined;
+  const failures: string[] = [];
+  for (const { host, port } of databaseHosts(c)) {
+    try {
+      conn = await mysql.createConnection({ host, port, user: c.DB_USER, password: c.DB_PASSWORD, connectTimeout: 5000 });
+      break;
+    } catch (err) {
+      failures.push(`${host}:${port} (${(err as { code?: string; message?: string }).code ?? (err as Error).message})`);
+    }
+  }
+  if (!conn) {
     throw new DatabaseUnreachableError(
-      `Cannot reach MySQL at ${c.DB_HOST}:${c.DB_PORT} as ${c.DB_USER} (${reason}). Start one with \`docker compose up -d mysql\`, or set DB_HOST/DB_PORT/DB_USER/DB_PASSWORD.`,
+      `Cannot reach MySQL at ${failures.join(', ')} as ${c.DB_USER}. Start one with \`docker compose up -d mysql\`, or set DB_HOST/DB_PORT (or DB_HOSTS)/DB_USER/DB_PASSWORD.`,
     );
   }
   try {

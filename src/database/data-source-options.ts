@@ -1,13 +1,18 @@
 import type { MysqlDataSourceOptions } from 'typeorm/driver/mysql/MysqlDataSourceOptions.js';
-import type { AppConfig } from '../config/app-config.js';
+import { type AppConfig, databaseHosts } from '../config/app-config.js';
+import { failoverDriver } from './failover-pool.js';
 import { migrations } from './migrations/index.js';
 
-type DbConfig = Pick<AppConfig, 'DB_HOST' | 'DB_PORT' | 'DB_USER' | 'DB_PASSWORD' | 'DB_NAME' | 'DB_POOL_SIZE'>;
+type DbConfig = Pick<AppConfig, 'DB_HOSTS' | 'DB_HOST' | 'DB_PORT' | 'DB_USER' | 'DB_PASSWORD' | 'DB_NAME' | 'DB_POOL_SIZE'>;
 
-/** One definition of how to reach MySQL, used by the app, the migration CLI, the tests and the benchmarks. */
+/**
+ * One definition of how to reach MySQL, used by the app, the migration CLI, the tests and the
+ * benchmarks. With DB_HOSTS, connections fail over between the hosts (failover-pool.ts).
+ */
 export function dataSourceOptions(c: DbConfig): MysqlDataSourceOptions {
   return {
     type: 'mysql',
+    ...(c.DB_HOSTS !== undefined ? { driver: failoverDriver(databaseHosts(c)) } : {}),
     host: c.DB_HOST,
     port: c.DB_PORT,
     username: c.DB_USER,
