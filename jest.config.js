@@ -14,7 +14,7 @@ export default {
   },
   transformIgnorePatterns: ['/node_modules/(?!content-disposition/)'],
   testMatch: ['<rootDir>/test/**/*.spec.ts', '<rootDir>/src/**/*.spec.ts'],
-  testPathIgnorePatterns: ['/node_modules/', '/test/faults/'],
+  testPathIgnorePatterns: ['/node_modules/', '/test/faults/', '/test/galera/'],
   testTimeout: 60000,
   maxWorkers: 2,
 };

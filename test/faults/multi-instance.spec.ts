@@ -4,15 +4,12 @@ import { checkInvariants } from '../support/invariants.js';
 import { count, createFaultDatabase, FaultDatabase } from './support/db.js';
 import { call, callUntilAnswered, mapConcurrent, Reply, sleep } from './support/http.js';
 import { report } from './support/report.js';
-import { buildServer, Server, startServer } from './support/server.js';
+import { buildServer, cronAt, Server, startServer } from './support/server.js';
 
 const INSTANCES = 3;
 const GRABS = 5000;
 const STOCK = 1000;
 const EXPIRING = 300;
-
-/** Six-field cron expression (UTC) that fires once, at the second `at` falls in. */
-const cronAt = (at: Date) => `${at.getUTCSeconds()} ${at.getUTCMinutes()} ${at.getUTCHours()} * * *`;
 
 /**
  * Three server processes on one database, sharing rate-limit buckets through Redis: 5,000 grabs

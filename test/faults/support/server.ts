@@ -67,6 +67,9 @@ export async function buildServer(): Promise<void> {
   writeFileSync(marker, new Date().toISOString());
 }
 
+/** Six-field cron expression (UTC) that fires once, at the second `at` falls in. */
+export const cronAt = (at: Date) => `${at.getUTCSeconds()} ${at.getUTCMinutes()} ${at.getUTCHours()} * * *`;
+
 export interface ServerOptions {
   dbName: string;
   dbUser?: string;

@@ -1,0 +1,217 @@
+import mysql from 'mysql2/promise';
+import { migrations } from '../../src/database/migrations/index.js';
+import { couponBody } from '../support/factories.js';
+import { adminToken, tokenFor } from '../support/harness.js';
+import { checkInvariants } from '../support/invariants.js';
+import { call, callUntilAnswered, Reply, sleep } from '../faults/support/http.js';
+import { report } from '../faults/support/report.js';
+import { buildServer, cronAt, Server, startServer } from '../faults/support/server.js';
+import { GaleraCluster, startGaleraCluster } from './support/galera.js';
+
+const INSTANCES = 3;
+
+/**
+ * The service on a 3-node MariaDB Galera cluster: one instance per node (its DB_HOSTS starts at its
+ * own node and lists the others after it), all writing (multi-writer). Checked on the nodes
+ * themselves with causal reads (wsrep_sync_wait), so "present" means replicated.
+ */
+describe('three instances on a three-node Galera cluster', () => {
+  let cluster: GaleraCluster;
+  let servers: Server[] = [];
+  const dbName = `ce_galera_${process.pid}`;
+  const nodeConns: mysql.Connection[] = [];
+  const figures = {
+    requests: 0,
+    faults: 0,
+    violations: 0,
+    acknowledgedWritesLost: 0,
+    answered503: 0,
+    answersLost: 0,
+    oversold: 0,
+    expirySweepsComplete: 0,
+    expirySweepsSkipped: 0,
+    reconcileCronRuns: 0,
+  };
+
+  /** rows of a query on node `n` (0-based), after every write the cluster acknowledged has been applied there. */
+  const onNode = async <T = Record<string, unknown>>(n: number, sql: string, params: unknown[] = []): Promise<T[]> =>
+    (await nodeConns[n].query<mysql.RowDataPacket[]>(sql, params))[0] as T[];
+  const asQueryable = (n: number) => ({
+    query: <T>(sql: string, params?: unknown[]) => onNode(n, sql, params ?? []) as unknown as Promise<T>,
+  });
+  const countOn = async (n: number, sql: string, params: unknown[] = []) => Number((await onNode<{ n: string }>(n, sql, params))[0].n);
+
+  const startAll = (extra: Record<string, string> = {}) =>
+    Promise.all(
+      Array.from({ length: INSTANCES }, (_, i) =>
+        startServer({ dbName, env: { DB_HOSTS: cluster.hostsFrom(i), DB_POOL_SIZE: '10', LEASE_TTL_MS: '5000', ...extra } }),
+      ),
+    );
+  const stopAll = async () => {
+    await Promise.all(servers.map((s) => s.stop()));
+    servers = [];
+  };
+  const on = (i: number) => servers[i % servers.length].url;
+  const createCoupon = async (overrides: Parameters<typeof couponBody>[0]) => {
+    const created = await callUntilAnswered(on(0), 'POST', '/admin/coupons', { token: adminToken(), body: couponBody(overrides) });
+    expect(created.status).toBe(201);
+    return created.body.id as string;
+  };
+  /** A grab retried with its key, as API.md asks of clients, until it has a definite answer (not 503, not lost). */
+  const grabUntilAnswered = async (instance: number, couponId: string, user: string, key: string) => {
+    for (let attempt = 0; ; attempt++) {
+      figures.requests++;
+      const r = await call(on(instance), 'POST', `/coupons/${couponId}/grab`, {
+        token: tokenFor(user),
+        headers: { 'idempotency-key': key },
+        timeoutMs: 60_000,
+      });
+      if ((r.status !== 503 && r.status !== 0) || attempt >= 40) return { reply: r, instance, attempts: attempt + 1 };
+      if (r.status === 503) figures.answered503++;
+      else figures.answersLost++;
+      await sleep(250);
+    }
+  };
+  const tally = (replies: Reply[]) =>
+    replies.reduce<Record<string, number>>((acc, r) => {
+      const k = `${r.status} ${r.body.code ?? ''}`.trim();
+      return { ...acc, [k]: (acc[k] ?? 0) + 1 };
+    }, {});
+
+  beforeAll(async () => {
+    await buildServer();
+    cluster = await startGaleraCluster(INSTANCES);
+    for (let n = 0; n < INSTANCES; n++) nodeConns.push(await cluster.connect(n));
+  });
+  afterAll(async () => {
+    try {
+      const survivors = cluster ? cluster.nodes.map((node, i) => (node.alive ? i : -1)).filter((i) => i >= 0) : [];
+      for (const n of survivors) figures.violations += (await checkInvariants(asQueryable(n))).length;
+      report({ scenario: 'galera: three instances on three nodes', ...figures });
+    } finally {
+      await stopAll();
+      await Promise.all(nodeConns.map((c) => c.end().catch(() => c.destroy())));
+      await cluster?.stop();
+    }
+  });
+
+  it('three instances starting at once, one per node, apply the migrations once', async () => {
+    servers = await startAll();
+    expect(await countOn(0, `SELECT COUNT(*) AS n FROM \`${dbName}\`.migrations`)).toBe(migrations.length);
+    await Promise.all(nodeConns.map((c) => c.query(`USE \`${dbName}\``)));
+    expect(await onNode(1, `SELECT name, holder FROM job_lease`)).toEqual([{ name: 'migrate', holder: null }]);
+    for (const s of servers) expect((await call(s.url, 'GET', '/health')).status).toBe(200);
+  });
+
+  it('3,000 grabs of 1,000 stock over the three nodes issue exactly 1,000, on every node', async () => {
+    const couponId = await createCoupon({ totalStock: 1000 });
+    const results = await Promise.all(Array.from({ length: 3000 }, (_, i) => grabUntilAnswered(i, couponId, `g-${i}`, `g-key-${i}`)));
+    const replies = results.map((r) => r.reply);
+    expect(tally(replies)).toEqual({ '201': 1000, '409 SOLD_OUT': 2000 });
+    const ids = new Set(replies.filter((r) => r.status === 201).map((r) => String(r.body.id)));
+    expect(ids.size).toBe(1000);
+    for (let n = 0; n < INSTANCES; n++) {
+      const stored = await onNode<{ id: string }>(n, `SELECT id FROM user_coupon WHERE coupon_id = ?`, [couponId]);
+      expect(stored.length).toBe(1000);
+      figures.acknowledgedWritesLost += [...ids].filter((id) => !stored.some((s) => String(s.id) === id)).length;
+      expect(await countOn(n, `SELECT stock AS n FROM coupon_stock WHERE coupon_id = ?`, [couponId])).toBe(0);
+    }
+    expect(figures.acknowledgedWritesLost).toBe(0);
+    expect(await checkInvariants(asQueryable(2))).toEqual([]);
+  });
+
+  it('a reconciliation requested on the three instances at once starts once', async () => {
+    const replies = await Promise.all(
+      servers.map((s) => call(s.url, 'POST', '/admin/reconciliation/runs', { token: adminToken(), body: { mode: 'FULL' } })),
+    );
+    figures.requests += replies.length;
+    expect(tally(replies)).toEqual({ '202': 1, '409 RECONCILIATION_RUNNING': INSTANCES - 1 });
+    const runId = replies.find((r) => r.status === 202)?.body.runId as string;
+    let run: Reply;
+    do {
+      await sleep(200);
+      run = await call(on(1), 'GET', `/admin/reconciliation/runs/${runId}`, { token: adminToken() });
+    } while (run.body.status === 'RUNNING');
+    expect([run.body.status, run.body.discrepancies]).toEqual(['COMPLETED', 0]);
+    expect(await countOn(2, `SELECT COUNT(*) AS n FROM reconciliation_run`)).toBe(1);
+  });
+
+  it('the expiry sweep and the reconciliation cron, due at the same second on all three instances, each run once', async () => {
+    const validUntil = new Date(Date.now() + 3000);
+    const couponId = await createCoupon({
+      totalStock: 300,
+      validity: { type: 'FIXED', startAt: new Date(Date.now() - 3600_000).toISOString(), endAt: validUntil.toISOString() },
+    });
+    const grabbed = await Promise.all(Array.from({ length: 300 }, (_, i) => grabUntilAnswered(i, couponId, `e-${i}`, `e-key-${i}`)));
+    expect(tally(grabbed.map((g) => g.reply))).toEqual({ '201': 300 });
+
+    await stopAll();
+    const sweepAt = new Date(Math.max(Date.now(), validUntil.getTime()) + 15_000);
+    const reconcileAt = new Date(sweepAt.getTime() + 3000);
+    servers = await startAll({ SCHEDULER_ENABLED: 'true', EXPIRE_CRON: cronAt(sweepAt), RECONCILE_CRON: cronAt(reconcileAt) });
+    expect(Date.now()).toBeLessThan(sweepAt.getTime() - 1000);
+    await sleep(reconcileAt.getTime() - Date.now() + 1500);
+
+    const expiredLog = await onNode<{ tx_id: string; n: string }>(
+      1,
+      `SELECT l.tx_id, COUNT(*) AS n FROM user_coupon_state_log l JOIN user_coupon uc ON uc.id = l.user_coupon_id
+       WHERE uc.coupon_id = ? AND l.to_status = 'EXPIRED' GROUP BY l.tx_id`,
+      [couponId],
+    );
+    expect(expiredLog.map((r) => Number(r.n))).toEqual([300]);
+    for (const s of servers) {
+      const metrics = (await callUntilAnswered(s.url, 'GET', '/metrics')).body.text as string;
+      figures.expirySweepsComplete += Number(/^expiry_sweep_runs_total\{outcome="complete"\} (\d+)/m.exec(metrics)?.[1] ?? 0);
+      figures.expirySweepsSkipped += Number(/^expiry_sweep_runs_total\{outcome="skipped"\} (\d+)/m.exec(metrics)?.[1] ?? 0);
+    }
+    expect([figures.expirySweepsComplete, figures.expirySweepsSkipped]).toEqual([1, INSTANCES - 1]);
+
+    let cronRuns: { status: string; discrepancies: string }[] = [];
+    for (let i = 0; i < 150; i++) {
+      cronRuns = await onNode(0, `SELECT status, discrepancies FROM reconciliation_run WHERE triggered_by = 'cron'`);
+      if (cronRuns.length > 0 && cronRuns.every((r) => r.status !== 'RUNNING')) break;
+      await sleep(200);
+    }
+    figures.reconcileCronRuns = cronRuns.length;
+    expect(cronRuns.map((r) => [r.status, Number(r.discrepancies)])).toEqual([['COMPLETED', 0]]);
+  });
+
+  it('a node killed mid-burst: every acknowledged grab is on the survivors, nothing oversold, its instance keeps answering', async () => {
+    const STOCK = 2000;
+    const couponId = await createCoupon({ totalStock: STOCK });
+    const victim = 2;
+    let answered = 0;
+    let killedAt = 0;
+    const killer = (async () => {
+      while (answered < 300) await sleep(5);
+      killedAt = Date.now();
+      figures.faults++;
+      await cluster.nodes[victim].kill();
+    })();
+    const results = await Promise.all(
+      Array.from({ length: 3000 }, async (_, i) => {
+        const r = await grabUntilAnswered(i, couponId, `k-${i}`, `k-key-${i}`);
+        answered++;
+        return { ...r, at: Date.now() };
+      }),
+    );
+    await killer;
+    const replies = results.map((r) => r.reply);
+    expect(tally(replies)).toEqual({ '201': STOCK, '409 SOLD_OUT': 3000 - STOCK });
+    // The instance whose node died kept answering, through the other nodes.
+    const fromVictimAfter = results.filter((r) => r.instance % INSTANCES === victim && r.at > killedAt + 1000 && r.reply.status === 201);
+    expect(fromVictimAfter.length).toBeGreaterThan(0);
+    const ids = new Set(replies.filter((r) => r.status === 201).map((r) => String(r.body.id)));
+    for (const n of [0, 1]) {
+      const stored = await onNode<{ id: string }>(n, `SELECT id FROM user_coupon WHERE coupon_id = ?`, [couponId]);
+      const lost = [...ids].filter((id) => !stored.some((s) => String(s.id) === id)).length;
+      figures.acknowledgedWritesLost += lost;
+      expect(lost).toBe(0);
+      figures.oversold += Math.max(0, stored.length - STOCK);
+      expect(stored.length).toBe(STOCK);
+      expect(await countOn(n, `SELECT stock AS n FROM coupon_stock WHERE coupon_id = ?`, [couponId])).toBe(0);
+      expect(await checkInvariants(asQueryable(n))).toEqual([]);
+    }
+    for (const s of servers) expect((await callUntilAnswered(s.url, 'GET', '/health')).status).toBe(200);
+  });
+});
