@@ -1,8 +1,9 @@
+import { createHmac } from 'node:crypto';
 import { request as httpRequest, IncomingHttpHeaders } from 'node:http';
 import { connect } from 'node:net';
 import request from 'supertest';
 import { couponBody, createCoupon, newKey } from './support/factories.js';
-import { adminToken, bearer, serviceToken, startTestApp, TestApp, tokenFor } from './support/harness.js';
+import { adminToken, bearer, serviceToken, startTestApp, TEST_SECRET, TestApp, testConfig, tokenFor } from './support/harness.js';
 
 /** Issue 23: what an adversarial review found, one describe per item. */
 
@@ -237,6 +238,49 @@ describe('hardening', () => {
       });
       expect(raw).toMatch(/^HTTP\/1\.1 400 /);
       expect(raw).toMatch(/\r\nX-Request-Id: [0-9a-f-]{36}\r\n/);
+    });
+  });
+
+  describe('token rules (item 6)', () => {
+    const handSigned = (payload: Record<string, unknown>) => {
+      const b64 = (v: unknown) => Buffer.from(JSON.stringify(v)).toString('base64url');
+      const input = `${b64({ alg: 'HS256', typ: 'JWT' })}.${b64(payload)}`;
+      return `${input}.${createHmac('sha256', TEST_SECRET).update(input).digest('base64url')}`;
+    };
+    const now = () => Math.floor(Date.now() / 1000);
+    const status = async (token: string) => {
+      const res = await request(t.url).get('/me/coupons').set(bearer(token));
+      return [res.status, res.body.code];
+    };
+
+    it('a well-formed token is accepted (the control)', async () => {
+      expect(await status(handSigned({ sub: 'tok-1', exp: now() + 3600, iat: now() }))).toEqual([200, undefined]);
+    });
+
+    it.each([
+      ['exp 1e300', { exp: 1e300 }],
+      ['exp 32 days ahead', { exp: now() + 32 * 86_400 }],
+      ['iat 2 minutes ahead', { exp: now() + 3600, iat: now() + 120 }],
+      ['nbf 2 minutes ahead', { exp: now() + 3600, nbf: now() + 120 }],
+    ])('%s is 401 UNAUTHENTICATED', async (_, claims) => {
+      expect(await status(handSigned({ sub: 'tok-1', ...claims }))).toEqual([401, 'UNAUTHENTICATED']);
+    });
+
+    it('two Authorization headers are 401, even when both carry the same valid token', async () => {
+      const token = handSigned({ sub: 'tok-1', exp: now() + 3600 });
+      const once = await rawGet(t.url, '/me/coupons', [`Authorization: Bearer ${token}`]);
+      expect(once.status).toBe(200);
+      for (const second of [`Bearer ${token}`, 'Bearer x', '']) {
+        const twice = await rawGet(t.url, '/me/coupons', [`Authorization: Bearer ${token}`, `authorization: ${second}`]);
+        expect([twice.status, (JSON.parse(twice.body) as { code: string }).code]).toEqual([401, 'UNAUTHENTICATED']);
+      }
+    });
+
+    it('JWT_MAX_TTL_SECONDS is validated at boot and sets the limit', async () => {
+      expect(() => testConfig({ JWT_MAX_TTL_SECONDS: '0' })).toThrow(/JWT_MAX_TTL_SECONDS/);
+      expect(() => testConfig({ JWT_MAX_TTL_SECONDS: 'forever' })).toThrow(/JWT_MAX_TTL_SECONDS/);
+      expect(testConfig().JWT_MAX_TTL_SECONDS).toBe(31 * 86_400);
+      expect(testConfig({ JWT_MAX_TTL_SECONDS: '600' }).JWT_MAX_TTL_SECONDS).toBe(600);
     });
   });
 });

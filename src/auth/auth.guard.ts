@@ -1,9 +1,23 @@
 import { CanActivate, ExecutionContext, Injectable } from '@nestjs/common';
 import { Reflector } from '@nestjs/core';
+import type { FastifyRequest } from 'fastify';
 import { AppConfig } from '../config/app-config.js';
 import { AppError } from '../common/errors.js';
 import { verifyToken } from './jwt.js';
 import { Principal, PUBLIC_KEY, Role, ROLES_KEY } from './principal.js';
+
+/**
+ * The token of the request's one `Authorization: Bearer` header, else null. Node keeps only the first
+ * of two Authorization headers, so a second one (which a proxy or another hop may have read instead)
+ * is looked for in the raw headers and refuses the request.
+ */
+export function bearerToken(request: FastifyRequest): string | null {
+  const raw = request.raw.rawHeaders;
+  let seen = 0;
+  for (let i = 0; i < raw.length; i += 2) if (raw[i].length === 13 && raw[i].toLowerCase() === 'authorization') seen++;
+  if (seen !== 1) return null;
+  return /^Bearer ([A-Za-z0-9_\-.=]+)$/.exec(request.headers.authorization ?? '')?.[1] ?? null;
+}
 
 @Injectable()
 export class AuthGuard implements CanActivate {
@@ -15,9 +29,9 @@ export class AuthGuard implements CanActivate {
   canActivate(context: ExecutionContext): boolean {
     const targets = [context.getHandler(), context.getClass()];
     if (this.reflector.getAllAndOverride<boolean>(PUBLIC_KEY, targets)) return true;
-    const request = context.switchToHttp().getRequest<{ headers: Record<string, string | undefined>; principal?: Principal }>();
-    const match = /^Bearer ([A-Za-z0-9_\-.=]+)$/.exec(request.headers.authorization ?? '');
-    const principal = match ? verifyToken(this.config.JWT_SECRET, match[1]) : null;
+    const request = context.switchToHttp().getRequest<FastifyRequest & { principal?: Principal }>();
+    const token = bearerToken(request);
+    const principal = token ? verifyToken(this.config.JWT_SECRET, token, this.config.JWT_MAX_TTL_SECONDS) : null;
     if (!principal) throw new AppError('UNAUTHENTICATED', 'A valid bearer token is required');
     request.principal = principal;
     const required = this.reflector.getAllAndOverride<Role[] | undefined>(ROLES_KEY, targets);

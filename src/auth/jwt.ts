@@ -14,7 +14,8 @@ const verifiers = new Map<string, Verify>();
 function verifierFor(secret: string): Verify {
   let verify = verifiers.get(secret);
   if (!verify) {
-    verify = createVerifier({ key: secret, algorithms: ['HS256'], requiredClaims: ['exp'] });
+    // nbf is checked below with the same clock skew as iat; fast-jwt's clockTolerance would also stretch exp.
+    verify = createVerifier({ key: secret, algorithms: ['HS256'], requiredClaims: ['exp'], ignoreNotBefore: true });
     verifiers.set(secret, verify);
   }
   return verify;
@@ -35,8 +36,17 @@ export function signToken(secret: string, userId: string, roles: Role[] = [], ex
   return signerFor(secret, expiresInSeconds)({ sub: userId, roles });
 }
 
-/** Verifies an HS256 token as API.md requires: signed, `exp` present and not passed, `sub` a valid user id. Returns null when any of that fails. */
-export function verifyToken(secret: string, token: string): Principal | null {
+/** How far ahead of this server's clock a token's iat or nbf may lie (the issuer's clock may run fast). */
+export const CLOCK_SKEW_SECONDS = 60;
+
+const isTime = (v: unknown): v is number => typeof v === 'number' && Number.isFinite(v);
+
+/**
+ * Verifies an HS256 token as API.md requires: signed, `exp` present, not passed and at most
+ * `maxTtlSeconds` ahead (an exp of 1e300 is a token valid forever), `iat` and `nbf` (when present)
+ * at most CLOCK_SKEW_SECONDS ahead, `sub` a valid user id. Returns null when any of that fails.
+ */
+export function verifyToken(secret: string, token: string, maxTtlSeconds: number): Principal | null {
   let payload: unknown;
   try {
     payload = verifierFor(secret)(token);
@@ -44,8 +54,11 @@ export function verifyToken(secret: string, token: string): Principal | null {
     return null;
   }
   if (typeof payload !== 'object' || payload === null) return null;
-  const { sub, roles, exp } = payload as { sub?: unknown; roles?: unknown; exp?: unknown };
-  if (typeof exp !== 'number' || typeof sub !== 'string' || !USER_ID_PATTERN.test(sub)) return null;
+  const { sub, roles, exp, iat, nbf } = payload as { sub?: unknown; roles?: unknown; exp?: unknown; iat?: unknown; nbf?: unknown };
+  const now = Date.now() / 1000;
+  if (!isTime(exp) || exp > now + maxTtlSeconds) return null;
+  for (const t of [iat, nbf]) if (t !== undefined && (!isTime(t) || t > now + CLOCK_SKEW_SECONDS)) return null;
+  if (typeof sub !== 'string' || !USER_ID_PATTERN.test(sub)) return null;
   if (roles !== undefined && (!Array.isArray(roles) || !roles.every((r) => ROLES.includes(r as Role)))) return null;
   return { userId: sub, roles: (roles as Role[] | undefined) ?? [] };
 }

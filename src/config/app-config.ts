@@ -81,6 +81,13 @@ export class AppConfig {
   @MinLength(16)
   JWT_SECRET: string = DEFAULT_JWT_SECRET;
 
+  /** Tokens whose exp lies further ahead are refused: a token must not be valid (nearly) forever. */
+  @Transform(toInt)
+  @IsInt()
+  @Min(60)
+  @Max(10 * 366 * 86_400)
+  JWT_MAX_TTL_SECONDS: number = 31 * 86_400;
+
   /** Initialised (to undefined) so that loadConfig() knows the name and reads it from the environment. */
   @IsString()
   @IsOptional()
