@@ -4,16 +4,13 @@ import { AppError } from '../../src/common/errors.js';
 import { CouponService } from '../../src/coupon/coupon.service.js';
 import { IssueService, soldOutError, validityWindow } from '../../src/ledger/issue.service.js';
 import { UserCoupon } from '../../src/ledger/user-coupon.entity.js';
-import { writeLog } from '../../src/ledger/state-machine.service.js';
+import { writeLog } from '../../src/ledger/state-log.js';
+import { countGrabbed } from '../../src/ledger/user-coupons.js';
 
 type Queryable = Pick<DataSource['manager'], 'query'>;
 
 async function grabbedBy(db: Queryable, couponId: string, userId: string): Promise<number> {
-  const [{ n }] = (await db.query(`SELECT COUNT(*) AS n FROM user_coupon WHERE coupon_id = ? AND user_id = ? AND source = 'GRAB'`, [
-    couponId,
-    userId,
-  ])) as { n: string }[];
-  return Number(n);
+  return (await countGrabbed(db, couponId, [userId])).get(userId) ?? 0;
 }
 
 const limitReached = (limit: number) =>

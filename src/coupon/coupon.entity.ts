@@ -4,7 +4,7 @@ import { bigintAsNumber } from '../database/transformers.js';
 export type CouponStatus = 'ACTIVE' | 'PAUSED';
 export type ValidityType = 'FIXED' | 'RELATIVE';
 
-/** A coupon template: the campaign. Its stock lives in coupon_stock, owned by the stock module. */
+/** A coupon template: the campaign. Its stock lives in coupon_stock, owned by the ledger module. */
 @Entity('coupon')
 export class Coupon {
   @PrimaryGeneratedColumn({ type: 'bigint', unsigned: true })

@@ -1,6 +1,5 @@
 import { Module } from '@nestjs/common';
 import { TypeOrmModule } from '@nestjs/typeorm';
-import { CouponStock } from '../ledger/coupon-stock.entity.js';
 import { LedgerModule } from '../ledger/ledger.module.js';
 import { AdminCouponController, CouponController } from './coupon.controller.js';
 import { Coupon } from './coupon.entity.js';
@@ -9,10 +8,9 @@ import { GrabController } from './grab.controller.js';
 import { GrabGroupService } from './grab-group.service.js';
 import { GrabService } from './grab.service.js';
 import { MyCouponsController } from './my-coupons.controller.js';
-import { UserCoupon } from '../ledger/user-coupon.entity.js';
 
 @Module({
-  imports: [TypeOrmModule.forFeature([Coupon, UserCoupon, CouponStock]), LedgerModule],
+  imports: [TypeOrmModule.forFeature([Coupon]), LedgerModule],
   controllers: [CouponController, AdminCouponController, GrabController, MyCouponsController],
   providers: [CouponService, GrabService, GrabGroupService],
   exports: [CouponService, TypeOrmModule],

@@ -5,8 +5,8 @@ import { AppConfig } from '../config/app-config.js';
 import { AppError } from '../common/errors.js';
 import { validationFailed } from '../common/validation.js';
 import { TransactionService } from '../database/transaction.service.js';
-import { CouponStock } from '../ledger/coupon-stock.entity.js';
-import { StockService } from '../ledger/stock.service.js';
+import { StockRow, StockService } from '../ledger/stock.service.js';
+import { countByStatus } from '../ledger/user-coupons.js';
 import { Coupon } from './coupon.entity.js';
 import { CreateCouponDto, PatchCouponDto } from './coupon.dto.js';
 
@@ -20,7 +20,7 @@ function instant(field: string, value: string): Date {
   return new Date(t);
 }
 
-export function toCouponView(c: Coupon, s: Pick<CouponStock, 'initStock' | 'stock'>) {
+export function toCouponView(c: Coupon, s: StockRow) {
   return {
     id: c.id,
     name: c.name,
@@ -61,7 +61,6 @@ export class CouponService {
 
   constructor(
     @InjectRepository(Coupon) private readonly coupons: Repository<Coupon>,
-    @InjectRepository(CouponStock) private readonly stocks: Repository<CouponStock>,
     private readonly tx: TransactionService,
     private readonly stock: StockService,
     private readonly config: AppConfig,
@@ -156,29 +155,14 @@ export class CouponService {
   }
 
   async view(id: string): Promise<CouponView> {
-    const [coupon, stock] = await Promise.all([this.coupons.findOneBy({ id }), this.stocks.findOneBy({ couponId: id })]);
+    const [coupon, stock] = await Promise.all([this.coupons.findOneBy({ id }), this.stock.find(this.coupons.manager, id)]);
     if (!coupon || !stock) throw new AppError('COUPON_NOT_FOUND', `Coupon ${id} does not exist`);
     return toCouponView(coupon, stock);
   }
 
   /** Counts by status as clients see it: an UNUSED coupon past its expiry counts as expired. */
-  async counts(id: string): Promise<Record<'issued' | 'unused' | 'used' | 'expired' | 'void', number>> {
-    const [row] = (await this.coupons.query(
-      `SELECT COUNT(*) AS issued,
-              COALESCE(SUM(status = 'UNUSED' AND expires_at > ?), 0) AS unused,
-              COALESCE(SUM(status = 'USED'), 0) AS used,
-              COALESCE(SUM(status = 'EXPIRED' OR (status = 'UNUSED' AND expires_at <= ?)), 0) AS expired,
-              COALESCE(SUM(status = 'VOID'), 0) AS void
-       FROM user_coupon WHERE coupon_id = ?`,
-      [new Date(), new Date(), id],
-    )) as Record<string, string>[];
-    return {
-      issued: Number(row.issued),
-      unused: Number(row.unused),
-      used: Number(row.used),
-      expired: Number(row.expired),
-      void: Number(row.void),
-    };
+  counts(id: string) {
+    return countByStatus(this.coupons.manager, id);
   }
 
   async patch(id: string, dto: PatchCouponDto): Promise<CouponView> {

@@ -7,7 +7,9 @@ import { histogram } from '../common/metrics.js';
 import { TransactionService } from '../database/transaction.service.js';
 import { Coupon } from './coupon.entity.js';
 import { IssueService, soldOutError } from '../ledger/issue.service.js';
-import { findByKeys, UserCoupon } from '../ledger/user-coupon.entity.js';
+import { StockService } from '../ledger/stock.service.js';
+import { UserCoupon } from '../ledger/user-coupon.entity.js';
+import { countGrabbed, findByKeys } from '../ledger/user-coupons.js';
 
 const groupSizes = histogram('grab_group_size', 'Grabs decided by one grouped transaction', [], [1, 2, 5, 10, 25, 50, 100, 250, 500, 1000]);
 
@@ -44,6 +46,7 @@ export class GrabGroupService {
   constructor(
     private readonly tx: TransactionService,
     private readonly issuer: IssueService,
+    private readonly stock: StockService,
     private readonly config: AppConfig,
   ) {}
 
@@ -93,16 +96,11 @@ export class GrabGroupService {
 
   /** Runs inside the group's transaction; pure with respect to everything but `em`, so a retry recomputes it all. */
   private async decide(em: EntityManager, coupon: Coupon, group: GrabRequest[]): Promise<GrabDecision[]> {
-    const [locked] = (await em.query(`SELECT stock FROM coupon_stock WHERE coupon_id = ? FOR UPDATE`, [coupon.id])) as { stock: string }[];
-    let remaining = Number(locked?.stock ?? 0);
+    let remaining = (await this.stock.lock(em, coupon.id))?.stock ?? 0;
     const earlier = await findByKeys(em, group);
     const byIdentity = new Map(earlier.map((uc) => [identity({ userId: uc.userId, key: uc.idempotencyKey as string }), uc]));
     const users = [...new Set(group.map((r) => r.userId))];
-    const counted = (await em.query(
-      `SELECT user_id, COUNT(*) AS n FROM user_coupon WHERE coupon_id = ? AND source = 'GRAB' AND user_id IN (${users.map(() => '?').join(', ')}) GROUP BY user_id`,
-      [coupon.id, ...users],
-    )) as { user_id: string; n: string }[];
-    const held = new Map(counted.map((c) => [c.user_id, Number(c.n)]));
+    const held = await countGrabbed(em, coupon.id, users);
 
     // First pass: who gets a coupon. Requests repeating a key (earlier, or earlier in this group) replay it.
     const plan: (AppError | 'GRANT' | 'REPLAY')[] = [];

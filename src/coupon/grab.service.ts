@@ -1,7 +1,6 @@
 import { Injectable } from '@nestjs/common';
 import DataLoader from 'dataloader';
-import { InjectRepository } from '@nestjs/typeorm';
-import { Repository } from 'typeorm';
+import { DataSource } from 'typeorm';
 import { isDuplicateKey } from '../common/db-errors.js';
 import { AppError } from '../common/errors.js';
 import { counter, histogram } from '../common/metrics.js';
@@ -12,7 +11,8 @@ import { AppConfig } from '../config/app-config.js';
 import { CouponService } from './coupon.service.js';
 import { GrabGroupService, GrabRequest, identity, keyReused } from './grab-group.service.js';
 import { IssueService, soldOutError } from '../ledger/issue.service.js';
-import { findByKeys, UserCoupon } from '../ledger/user-coupon.entity.js';
+import { UserCoupon } from '../ledger/user-coupon.entity.js';
+import { countGrabbed, findByKeys } from '../ledger/user-coupons.js';
 
 const outcomes = counter('grab_outcomes_total', 'Grab answers by result code', ['result']);
 const latency = histogram(
@@ -43,7 +43,7 @@ export class GrabService {
    */
   private readonly keys = new DataLoader<GrabRequest, UserCoupon | null, string>(
     async (requests) => {
-      const found = await findByKeys(this.userCoupons.manager, requests);
+      const found = await findByKeys(this.dataSource.manager, requests);
       const byIdentity = new Map(found.map((uc) => [identity({ userId: uc.userId, key: uc.idempotencyKey as string }), uc]));
       return requests.map((r) => byIdentity.get(identity(r)) ?? null);
     },
@@ -52,7 +52,7 @@ export class GrabService {
   );
 
   constructor(
-    @InjectRepository(UserCoupon) private readonly userCoupons: Repository<UserCoupon>,
+    private readonly dataSource: DataSource,
     private readonly coupons: CouponService,
     private readonly issuer: IssueService,
     private readonly tx: TransactionService,
@@ -133,11 +133,7 @@ export class GrabService {
     const userCoupon = await this.tx.inTransaction(async (em) => {
       const uc = await this.issuer.issue(em, { coupon, userId, source: 'GRAB', fromStock: true, idempotencyKey: key, txId: `grab:${key}` });
       // Counted after our own insert, still under the stock row lock every grab of this coupon takes.
-      const [{ n }] = (await em.query(`SELECT COUNT(*) AS n FROM user_coupon WHERE coupon_id = ? AND user_id = ? AND source = 'GRAB'`, [
-        coupon.id,
-        userId,
-      ])) as { n: string }[];
-      if (Number(n) > coupon.perUserLimit) {
+      if (((await countGrabbed(em, coupon.id, [userId])).get(userId) ?? 0) > coupon.perUserLimit) {
         throw new AppError('USER_LIMIT_REACHED', `At most ${coupon.perUserLimit} of this coupon per user`, {
           perUserLimit: coupon.perUserLimit,
         });

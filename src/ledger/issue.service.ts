@@ -1,9 +1,10 @@
 import { Injectable } from '@nestjs/common';
 import { EntityManager } from 'typeorm';
 import { AppError } from '../common/errors.js';
-import { writeLog } from './state-machine.service.js';
+import { writeLog } from './state-log.js';
 import { StockService } from './stock.service.js';
-import { findByKeys, UserCoupon, UserCouponSource } from './user-coupon.entity.js';
+import { UserCoupon, UserCouponSource } from './user-coupon.entity.js';
+import { findByKeys, insertUserCoupons } from './user-coupons.js';
 
 const DAY_MS = 86_400_000;
 
@@ -39,14 +40,6 @@ export function validityWindow(coupon: IssueInput['coupon'], now: Date): { valid
   return { validFrom: now, expiresAt: new Date(now.getTime() + (coupon.validityDays as number) * DAY_MS) };
 }
 
-/**
- * Issuing a user coupon, whatever the reason: optional stock deduction, the row, and its
- * `null -> UNUSED` log row, all in the caller's transaction.
- */
-const INSERT_COLUMNS =
-  'INSERT INTO user_coupon (coupon_id, user_id, status, source, from_stock, idempotency_key, replaces_user_coupon_id, reason, issued_at, valid_from, expires_at, used_at, updated_at) VALUES ';
-const ROW_PLACEHOLDERS = `(?, ?, 'UNUSED', ?, ?, ?, ?, ?, ?, ?, ?, NULL, ?)`;
-
 function newUserCoupon(input: IssueInput, now: Date): UserCoupon {
   return Object.assign(new UserCoupon(), {
     couponId: input.coupon.id,
@@ -64,20 +57,6 @@ function newUserCoupon(input: IssueInput, now: Date): UserCoupon {
   });
 }
 
-const rowParams = (uc: UserCoupon) => [
-  uc.couponId,
-  uc.userId,
-  uc.source,
-  uc.fromStock,
-  uc.idempotencyKey,
-  uc.replacesUserCouponId,
-  uc.reason,
-  uc.issuedAt,
-  uc.validFrom,
-  uc.expiresAt,
-  uc.updatedAt,
-];
-
 /**
  * Issuing user coupons, whatever the reason: the stock deduction (when they come from stock), the
  * rows, and their `null -> UNUSED` log rows, all in the caller's transaction.
@@ -90,8 +69,7 @@ export class IssueService {
     const now = input.now ?? new Date();
     if (input.fromStock && !(await this.stock.deduct(em, input.coupon.id, 1, now))) throw soldOutError(input.coupon.id);
     const uc = newUserCoupon(input, now);
-    const res = (await em.query(INSERT_COLUMNS + ROW_PLACEHOLDERS, rowParams(uc))) as { insertId: number | string };
-    uc.id = String(res.insertId);
+    uc.id = await insertUserCoupons(em, [uc]);
     await writeLog(em, [
       { userCouponId: uc.id, from: null, to: 'UNUSED', txId: input.txId, reason: input.reason ?? input.source, at: now },
     ]);
@@ -113,7 +91,7 @@ export class IssueService {
     const rows = grabs.map((g) =>
       newUserCoupon({ coupon, userId: g.userId, source: 'GRAB', fromStock: true, idempotencyKey: g.key, txId: '' }, now),
     );
-    await em.query(INSERT_COLUMNS + rows.map(() => ROW_PLACEHOLDERS).join(', '), rows.flatMap(rowParams));
+    await insertUserCoupons(em, rows);
     const issued = await findByKeys(em, grabs);
     await writeLog(
       em,

@@ -1,34 +1,9 @@
 import { Injectable } from '@nestjs/common';
 import { EntityManager } from 'typeorm';
 import { AppError } from '../common/errors.js';
-import { counter } from '../common/metrics.js';
-import { execute } from '../database/transaction.service.js';
+import { writeLog } from './state-log.js';
 import { isLegal, UserCouponStatus } from './transitions.js';
-
-const transitions = counter(
-  'user_coupon_transitions_total',
-  'User coupon status transitions written, by from/to (a transaction rolled back afterwards still counts)',
-  ['from', 'to'],
-);
-
-export interface LogRow {
-  userCouponId: string;
-  from: UserCouponStatus | null;
-  to: UserCouponStatus;
-  txId: string;
-  reason?: string | null;
-  at: Date;
-}
-
-/** Writes state-log rows. Every status change and every issuance goes through here, inside the caller's transaction. */
-export async function writeLog(em: EntityManager, rows: readonly LogRow[]): Promise<void> {
-  if (rows.length === 0) return;
-  await em.query(
-    `INSERT INTO user_coupon_state_log (user_coupon_id, from_status, to_status, tx_id, reason, created_at) VALUES ${rows.map(() => '(?, ?, ?, ?, ?, ?)').join(', ')}`,
-    rows.flatMap((r) => [r.userCouponId, r.from, r.to, r.txId.slice(0, 191), r.reason?.slice(0, 255) ?? null, r.at]),
-  );
-  for (const r of rows) transitions.inc({ from: r.from ?? 'null', to: r.to });
-}
+import { setStatus } from './user-coupons.js';
 
 @Injectable()
 export class StateMachineService {
@@ -46,17 +21,33 @@ export class StateMachineService {
     reason?: string | null,
     at = new Date(),
   ): Promise<void> {
-    if (!isLegal(from, to)) {
-      throw new AppError('ILLEGAL_TRANSITION', `A coupon cannot move from ${from} to ${to}`, { userCouponId, from, to });
+    await this.transitAll(em, [userCouponId], from, to, txId, reason, at);
+  }
+
+  /**
+   * The same move for several coupons (the expiry sweep's batch, rows the caller has locked): all
+   * of them or, if any is no longer `from`, none (STATUS_CONFLICT rolls the caller back).
+   */
+  async transitAll(
+    em: EntityManager,
+    ids: readonly string[],
+    from: UserCouponStatus,
+    to: UserCouponStatus,
+    txId: string,
+    reason?: string | null,
+    at = new Date(),
+  ): Promise<void> {
+    const details = ids.length === 1 ? { userCouponId: ids[0], from, to } : { from, to };
+    if (!isLegal(from, to)) throw new AppError('ILLEGAL_TRANSITION', `A coupon cannot move from ${from} to ${to}`, details);
+    if (ids.length === 0) return;
+    const changed = await setStatus(em, ids, from, to, at);
+    if (changed !== ids.length) {
+      const what = ids.length === 1 ? `User coupon ${ids[0]} is` : `${ids.length - changed} of ${ids.length} user coupons are`;
+      throw new AppError('STATUS_CONFLICT', `${what} no longer ${from}`, details);
     }
-    const changed = await execute(
+    await writeLog(
       em,
-      `UPDATE user_coupon SET status = ?, used_at = IF(? = 'USED', ?, used_at), updated_at = ? WHERE id = ? AND status = ?`,
-      [to, to, at, at, userCouponId, from],
+      ids.map((userCouponId) => ({ userCouponId, from, to, txId, reason, at })),
     );
-    if (changed !== 1) {
-      throw new AppError('STATUS_CONFLICT', `User coupon ${userCouponId} is no longer ${from}`, { userCouponId, from, to });
-    }
-    await writeLog(em, [{ userCouponId, from, to, txId, reason, at }]);
   }
 }

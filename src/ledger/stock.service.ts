@@ -2,9 +2,18 @@ import { Injectable } from '@nestjs/common';
 import { EntityManager } from 'typeorm';
 import { AppError } from '../common/errors.js';
 import { execute } from '../database/transaction.service.js';
+import { CouponStock } from './coupon-stock.entity.js';
+
+type Queryable = Pick<EntityManager, 'query'>;
+export type StockRow = Pick<CouponStock, 'initStock' | 'stock'>;
+
+async function readStock(em: Queryable, sql: string, couponId: string): Promise<StockRow | null> {
+  const [r] = (await em.query(sql, [couponId])) as { init_stock: string; stock: string }[];
+  return r ? { initStock: Number(r.init_stock), stock: Number(r.stock) } : null;
+}
 
 /**
- * The only code that changes coupon_stock. Every change is one conditional UPDATE whose affected-row
+ * Every statement on coupon_stock. Every change is one conditional UPDATE whose affected-row
  * count says whether it happened; nothing here reads a counter and writes it back.
  */
 @Injectable()
@@ -46,5 +55,17 @@ export class StockService {
   /** Puts units back (reconciliation's approved "restore stock"): remaining stock only. */
   async restore(em: EntityManager, couponId: string, count: number, at = new Date()): Promise<void> {
     await execute(em, `UPDATE coupon_stock SET stock = stock + ?, updated_at = ? WHERE coupon_id = ?`, [count, at, couponId]);
+  }
+
+  async find(em: Queryable, couponId: string): Promise<StockRow | null> {
+    return readStock(em, `SELECT init_stock, stock FROM coupon_stock WHERE coupon_id = ?`, couponId);
+  }
+
+  /**
+   * Locks the stock row (FOR UPDATE) and reads it: every grab of the coupon, grouped or not, waits
+   * for the holder, so what the holder reads about the coupon's grabs cannot change under it.
+   */
+  async lock(em: Queryable, couponId: string): Promise<StockRow | null> {
+    return readStock(em, `SELECT init_stock, stock FROM coupon_stock WHERE coupon_id = ? FOR UPDATE`, couponId);
   }
 }

@@ -1,4 +1,4 @@
-import { Column, Entity, EntityManager, PrimaryGeneratedColumn } from 'typeorm';
+import { Column, Entity, PrimaryGeneratedColumn } from 'typeorm';
 import type { UserCouponStatus } from './transitions.js';
 
 export type UserCouponSource = 'GRAB' | 'REISSUE' | 'REFUND_RETURN';
@@ -68,53 +68,3 @@ export function toUserCouponView(uc: UserCoupon, now = new Date()) {
   };
 }
 export type UserCouponView = ReturnType<typeof toUserCouponView>;
-
-interface UserCouponRow {
-  id: string | number;
-  coupon_id: string | number;
-  user_id: string;
-  status: UserCouponStatus;
-  source: UserCouponSource;
-  from_stock: number;
-  idempotency_key: string | null;
-  replaces_user_coupon_id: string | number | null;
-  reason: string | null;
-  issued_at: Date;
-  valid_from: Date;
-  expires_at: Date;
-  used_at: Date | null;
-  updated_at: Date;
-}
-
-/**
- * The user coupons issued under these (user, idempotency key) pairs, in one query. Plain SQL: on
- * the grab path, building a 500-branch OR through the query builder cost more than the query.
- */
-export async function findByKeys(
-  em: Pick<EntityManager, 'query'>,
-  pairs: readonly { userId: string; key: string }[],
-): Promise<UserCoupon[]> {
-  if (pairs.length === 0) return [];
-  const rows = (await em.query(
-    `SELECT * FROM user_coupon WHERE (user_id, idempotency_key) IN (${pairs.map(() => '(?, ?)').join(', ')})`,
-    pairs.flatMap((p) => [p.userId, p.key]),
-  )) as UserCouponRow[];
-  return rows.map((r) =>
-    Object.assign(new UserCoupon(), {
-      id: String(r.id),
-      couponId: String(r.coupon_id),
-      userId: r.user_id,
-      status: r.status,
-      source: r.source,
-      fromStock: Boolean(r.from_stock),
-      idempotencyKey: r.idempotency_key,
-      replacesUserCouponId: r.replaces_user_coupon_id === null ? null : String(r.replaces_user_coupon_id),
-      reason: r.reason,
-      issuedAt: r.issued_at,
-      validFrom: r.valid_from,
-      expiresAt: r.expires_at,
-      usedAt: r.used_at,
-      updatedAt: r.updated_at,
-    }),
-  );
-}

@@ -5,8 +5,10 @@ import { isDuplicateKey } from '../common/db-errors.js';
 import { AppError } from '../common/errors.js';
 import { counter } from '../common/metrics.js';
 import { execute, TransactionService } from '../database/transaction.service.js';
-import { StateMachineService, writeLog } from '../ledger/state-machine.service.js';
+import { StateMachineService } from '../ledger/state-machine.service.js';
+import { removeLogRows, writeLog } from '../ledger/state-log.js';
 import { StockService } from '../ledger/stock.service.js';
+import { countFromStock, setStatus } from '../ledger/user-coupons.js';
 import { loadUserCouponFacts } from './audit.service.js';
 import { Compensation, CompensationStatus, CompensationView, toCompensationView } from './compensation.entity.js';
 import type { RepairParams, RepairStep, StockFinding } from './diagnosis.js';
@@ -92,22 +94,17 @@ export class CompensationService {
 
   private async fixStock(em: EntityManager, comp: Compensation, p: StockFinding['params'], now: Date): Promise<Record<string, unknown>> {
     // The stock row lock holds grabs back, and every grab that deducted before it has committed its coupon too, so the count below is exact.
-    const [row]: { init_stock: string; stock: string }[] = await em.query(
-      `SELECT init_stock, stock FROM coupon_stock WHERE coupon_id = ? FOR UPDATE`,
-      [p.couponId],
-    );
-    const [issued]: { n: string }[] = await em.query(`SELECT COUNT(*) AS n FROM user_coupon WHERE coupon_id = ? AND from_stock = 1`, [
-      p.couponId,
-    ]);
-    const difference = row ? Number(row.init_stock) - Number(row.stock) - Number(issued.n) : null;
-    if (difference !== p.difference)
+    const row = await this.stock.lock(em, p.couponId);
+    const issued = await countFromStock(em, p.couponId);
+    const difference = row ? row.initStock - row.stock - issued : null;
+    if (!row || difference !== p.difference)
       throw changedSinceRun(`The stock of coupon ${p.couponId}`, { expectedDifference: p.difference, difference });
     if (comp.action === 'RESTORE_STOCK') {
       await this.stock.restore(em, p.couponId, p.count, now);
     } else if (!(await this.stock.deduct(em, p.couponId, p.count, now))) {
       throw new AppError('INSUFFICIENT_STOCK', `Only ${row.stock} unit(s) remain, fewer than the ${p.count} to remove`, {
         couponId: p.couponId,
-        stock: Number(row.stock),
+        stock: row.stock,
       });
     }
     return { done: comp.action, couponId: p.couponId, count: p.count };
@@ -146,7 +143,7 @@ export class CompensationService {
       case 'REMOVE_LOG': {
         // The rows leave the log but not the record: they are kept in this compensation's result.
         const removed = facts.log.filter((l) => s.logIds.includes(l.id));
-        await em.query(`DELETE FROM user_coupon_state_log WHERE user_coupon_id = ? AND id IN (?)`, [userCouponId, s.logIds]);
+        await removeLogRows(em, userCouponId, s.logIds);
         return { op: s.op, removed };
       }
       case 'APPEND_LOG': {
@@ -163,12 +160,8 @@ export class CompensationService {
       }
       case 'SET_STATUS': {
         // Not a lifecycle move (the log already records this status, or is rewritten to in this same repair), so not through transit().
-        const changed = await execute(
-          em,
-          `UPDATE user_coupon SET status = ?, used_at = IF(? = 'USED', COALESCE(used_at, ?), NULL), updated_at = ? WHERE id = ? AND status = ?`,
-          [s.to, s.to, ctx.now, ctx.now, userCouponId, s.from],
-        );
-        if (changed !== 1) throw changedSinceRun(`User coupon ${userCouponId}`, { expectedStatus: s.from });
+        if ((await setStatus(em, [userCouponId], s.from, s.to, ctx.now)) !== 1)
+          throw changedSinceRun(`User coupon ${userCouponId}`, { expectedStatus: s.from });
         return { op: s.op, from: s.from, to: s.to };
       }
       case 'TRANSIT':

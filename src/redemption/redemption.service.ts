@@ -9,6 +9,7 @@ import { validationFailed } from '../common/validation.js';
 import { Coupon } from '../coupon/coupon.entity.js';
 import { IssueService } from '../ledger/issue.service.js';
 import { effectiveStatus, toUserCouponView, UserCoupon } from '../ledger/user-coupon.entity.js';
+import { findUserCoupon, lockUserCoupon } from '../ledger/user-coupons.js';
 import { TransactionService } from '../database/transaction.service.js';
 import { StateMachineService } from '../ledger/state-machine.service.js';
 import { RedeemDto, RefundDto } from './redemption.dto.js';
@@ -91,7 +92,7 @@ export class RedemptionService {
     const earlier = await this.redemptions.findOneBy({ orderNo: dto.orderNo, userCouponId: dto.userCouponId });
     if (earlier) return this.replayRedemption(earlier, userId, dto);
     return this.tx.inTransaction(async (em) => {
-      const uc = await this.lockUserCoupon(em, dto.userCouponId);
+      const uc = await lockUserCoupon(em, dto.userCouponId, 'exclusive');
       if (!uc || uc.userId !== userId) throw notFound();
       if (uc.status === 'USED') {
         const mine = await em.findOneBy(Redemption, { orderNo: dto.orderNo, userCouponId: uc.id });
@@ -138,10 +139,6 @@ export class RedemptionService {
     return { redemption: r, firstUse: false };
   }
 
-  private lockUserCoupon(em: EntityManager, id: string): Promise<UserCoupon | null> {
-    return em.createQueryBuilder(UserCoupon, 'uc').setLock('pessimistic_write').where('uc.id = :id', { id }).getOne();
-  }
-
   refund(dto: RefundDto): Promise<{ refund: Refund; replacement: UserCoupon | null; replayed: boolean }> {
     return measured(
       'refund',
@@ -165,7 +162,7 @@ export class RedemptionService {
 
   private refundOnce(dto: RefundDto): Promise<{ refund: Refund; replacement: UserCoupon | null; replayed: boolean }> {
     return this.tx.inTransaction(async (em) => {
-      const uc = await this.lockUserCoupon(em, dto.userCouponId);
+      const uc = await lockUserCoupon(em, dto.userCouponId, 'exclusive');
       if (!uc) throw notFound();
       const redemption = await em.findOneBy(Redemption, { orderNo: dto.orderNo, userCouponId: uc.id });
       if (!redemption) throw new AppError('NOT_REDEEMED', 'This coupon was not redeemed on this order');
@@ -201,7 +198,7 @@ export class RedemptionService {
     if (r.refundNo === dto.refundNo && (r.userCouponId !== dto.userCouponId || r.orderNo !== dto.orderNo)) {
       throw new AppError('IDEMPOTENCY_KEY_REUSED', 'This refundNo was already used for another order or coupon');
     }
-    const replacement = r.replacementUserCouponId ? await em.findOneBy(UserCoupon, { id: r.replacementUserCouponId }) : null;
+    const replacement = r.replacementUserCouponId ? await findUserCoupon(em, r.replacementUserCouponId) : null;
     return { refund: r, replacement, replayed: true };
   }
 }

@@ -5,10 +5,11 @@ import { isDuplicateKey } from '../common/db-errors.js';
 import { AppError } from '../common/errors.js';
 import { Coupon } from '../coupon/coupon.entity.js';
 import { IssueService } from '../ledger/issue.service.js';
-import { effectiveStatus, findByKeys, toUserCouponView, UserCoupon, UserCouponView } from '../ledger/user-coupon.entity.js';
+import { effectiveStatus, toUserCouponView, UserCoupon, UserCouponView } from '../ledger/user-coupon.entity.js';
+import { findByKeys, findUserCoupon, lockUserCoupon } from '../ledger/user-coupons.js';
 import { TransactionService } from '../database/transaction.service.js';
 import { ReissueUserCouponDto } from './admin-user-coupon.dto.js';
-import { StateLog } from '../ledger/state-log.entity.js';
+import { findLog } from '../ledger/state-log.js';
 import { StateMachineService } from '../ledger/state-machine.service.js';
 import { replay, UserCouponStatus } from '../ledger/transitions.js';
 
@@ -96,7 +97,7 @@ export class AdminUserCouponService {
         const coupon = await em.findOneBy(Coupon, { id: dto.couponId });
         if (!coupon) throw new AppError('COUPON_NOT_FOUND', `Coupon ${dto.couponId} does not exist`, { couponId: dto.couponId });
         if (dto.replacesUserCouponId !== undefined) {
-          const replaced = await em.findOneBy(UserCoupon, { id: dto.replacesUserCouponId });
+          const replaced = await findUserCoupon(em, dto.replacesUserCouponId);
           // Another user's coupon is "not found" for this user, as on GET /me/coupons/:id.
           if (!replaced || replaced.userId !== dto.userId) throw notFound(dto.replacesUserCouponId);
         }
@@ -128,7 +129,7 @@ export class AdminUserCouponService {
   history(userCouponId: string): Promise<UserCouponHistory> {
     return this.tx.inTransaction(async (em) => {
       const uc = await this.lock(em, userCouponId, 'shared');
-      const log = await em.find(StateLog, { where: { userCouponId }, order: { id: 'ASC' } });
+      const log = await findLog(em, userCouponId);
       const replayed = replay(log.map((l) => ({ from: l.fromStatus, to: l.toStatus })));
       return {
         userCoupon: toUserCouponView(uc),
@@ -145,15 +146,8 @@ export class AdminUserCouponService {
     });
   }
 
-  /**
-   * Locks the row, then reads it (READ COMMITTED: the read sees the latest commit). Raw SQL because
-   * TypeORM's mysql driver writes a shared lock as FOR SHARE, which MariaDB does not accept.
-   */
   private async lock(em: EntityManager, userCouponId: string, mode: 'shared' | 'exclusive'): Promise<UserCoupon> {
-    const locked = (await em.query(`SELECT id FROM user_coupon WHERE id = ? ${mode === 'shared' ? 'LOCK IN SHARE MODE' : 'FOR UPDATE'}`, [
-      userCouponId,
-    ])) as unknown[];
-    const uc = locked.length === 1 ? await em.findOneBy(UserCoupon, { id: userCouponId }) : null;
+    const uc = await lockUserCoupon(em, userCouponId, mode);
     if (!uc) throw notFound(userCouponId);
     return uc;
   }

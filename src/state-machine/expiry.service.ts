@@ -4,8 +4,9 @@ import { EntityManager } from 'typeorm';
 import { counter, gauge, histogram } from '../common/metrics.js';
 import { AppConfig } from '../config/app-config.js';
 import { LeaseService } from '../database/lease.js';
-import { execute, TransactionService } from '../database/transaction.service.js';
-import { writeLog } from '../ledger/state-machine.service.js';
+import { TransactionService } from '../database/transaction.service.js';
+import { StateMachineService } from '../ledger/state-machine.service.js';
+import { lockExpired } from '../ledger/user-coupons.js';
 
 const rowsExpired = counter('expiry_sweep_rows_total', 'User coupons moved UNUSED -> EXPIRED by the expiry sweep', []);
 const runs = counter('expiry_sweep_runs_total', 'Expiry sweep runs by outcome (skipped: another instance held the lease)', ['outcome']);
@@ -51,6 +52,7 @@ export class ExpiryService {
 
   constructor(
     private readonly tx: TransactionService,
+    private readonly stateMachine: StateMachineService,
     private readonly config: AppConfig,
     private readonly leases: LeaseService,
   ) {}
@@ -112,29 +114,11 @@ export class ExpiryService {
   /**
    * One batch. SKIP LOCKED leaves alone any coupon a redemption or void holds right now, and the
    * locks taken here make those wait and then see EXPIRED; so the rows locked are exactly the rows
-   * the compare-and-set changes, and each gets one log row.
+   * the transition changes, and each gets one log row.
    */
   async expireBatch(em: EntityManager, now: Date, size: number, txId: string): Promise<number> {
-    const locked = (await em.query(
-      `SELECT id FROM user_coupon WHERE status = 'UNUSED' AND expires_at <= ? ORDER BY expires_at, id LIMIT ? FOR UPDATE SKIP LOCKED`,
-      [now, size],
-    )) as { id: string }[];
-    if (locked.length === 0) return 0;
-    const ids = locked.map((r) => String(r.id));
-    const at = new Date();
-    const changed = await execute(
-      em,
-      `UPDATE user_coupon SET status = 'EXPIRED', updated_at = ? WHERE id IN (${ids.map(() => '?').join(', ')}) AND status = 'UNUSED' AND expires_at <= ?`,
-      [at, ...ids, now],
-    );
-    if (changed !== ids.length) {
-      // Cannot happen while the rows are locked; if it ever does, logging the batch would be a lie.
-      throw new Error(`Expiry batch changed ${changed} of ${ids.length} locked coupons; rolled back`);
-    }
-    await writeLog(
-      em,
-      ids.map((id) => ({ userCouponId: id, from: 'UNUSED' as const, to: 'EXPIRED' as const, txId, reason: 'expired', at })),
-    );
+    const ids = await lockExpired(em, now, size);
+    await this.stateMachine.transitAll(em, ids, 'UNUSED', 'EXPIRED', txId, 'expired');
     return ids.length;
   }
 }

@@ -1,0 +1,184 @@
+import { EntityManager, getMetadataArgsStorage } from 'typeorm';
+import { execute } from '../database/transaction.service.js';
+import type { UserCouponStatus } from './transitions.js';
+import { UserCoupon } from './user-coupon.entity.js';
+
+/**
+ * Every statement on user_coupon. Plain SQL with the EntityManager of the caller's transaction: on
+ * the grab path, building a 500-branch OR through the query builder cost more than the query.
+ */
+
+type Queryable = Pick<EntityManager, 'query'>;
+
+interface ColumnMap {
+  property: keyof UserCoupon;
+  name: string;
+  /** The driver answers BIGINT as a string or (insertId) a number, and BOOLEAN as 0/1. */
+  read: (v: unknown) => unknown;
+}
+
+/** The columns as the entity declares them: the one list the INSERT and the row mapper are built from. */
+const COLUMNS: readonly ColumnMap[] = getMetadataArgsStorage()
+  .filterColumns(UserCoupon)
+  .map((c) => ({
+    property: c.propertyName as keyof UserCoupon,
+    name: c.options.name ?? c.propertyName,
+    read:
+      c.options.type === 'bigint'
+        ? (v: unknown) => (v === null ? null : String(v))
+        : c.options.type === 'boolean'
+          ? (v: unknown) => Boolean(v)
+          : (v: unknown) => v,
+  }));
+/** The id is generated. */
+const INSERTED = COLUMNS.filter((c) => c.property !== 'id');
+const INSERT = `INSERT INTO user_coupon (${INSERTED.map((c) => c.name).join(', ')}) VALUES `;
+const ROW = `(${INSERTED.map(() => '?').join(', ')})`;
+
+export function toUserCoupon(row: Record<string, unknown>): UserCoupon {
+  const uc = new UserCoupon();
+  for (const c of COLUMNS) (uc as unknown as Record<string, unknown>)[c.property] = c.read(row[c.name]);
+  return uc;
+}
+
+/** One multi-row INSERT. Returns the first row's id; the others are not guaranteed consecutive. */
+export async function insertUserCoupons(em: Queryable, rows: readonly Omit<UserCoupon, 'id'>[]): Promise<string> {
+  const res = (await em.query(
+    INSERT + rows.map(() => ROW).join(', '),
+    rows.flatMap((uc) => INSERTED.map((c) => uc[c.property as keyof typeof uc])),
+  )) as { insertId: number | string };
+  return String(res.insertId);
+}
+
+/** The user coupons issued under these (user, idempotency key) pairs, in one query. */
+export async function findByKeys(em: Queryable, pairs: readonly { userId: string; key: string }[]): Promise<UserCoupon[]> {
+  if (pairs.length === 0) return [];
+  const rows = (await em.query(
+    `SELECT * FROM user_coupon WHERE (user_id, idempotency_key) IN (${pairs.map(() => '(?, ?)').join(', ')})`,
+    pairs.flatMap((p) => [p.userId, p.key]),
+  )) as Record<string, unknown>[];
+  return rows.map(toUserCoupon);
+}
+
+export async function findUserCoupon(em: Queryable, id: string): Promise<UserCoupon | null> {
+  const [row] = (await em.query(`SELECT * FROM user_coupon WHERE id = ?`, [id])) as Record<string, unknown>[];
+  return row ? toUserCoupon(row) : null;
+}
+
+/**
+ * Locks the row and reads it in one statement (a locking read sees the latest commit). Raw SQL
+ * because TypeORM's mysql driver writes a shared lock as FOR SHARE, which MariaDB does not accept.
+ */
+export async function lockUserCoupon(em: Queryable, id: string, mode: 'shared' | 'exclusive'): Promise<UserCoupon | null> {
+  const [row] = (await em.query(`SELECT * FROM user_coupon WHERE id = ? ${mode === 'shared' ? 'LOCK IN SHARE MODE' : 'FOR UPDATE'}`, [
+    id,
+  ])) as Record<string, unknown>[];
+  return row ? toUserCoupon(row) : null;
+}
+
+/** How many coupons of this coupon each of these users has grabbed (users with none are absent). */
+export async function countGrabbed(em: Queryable, couponId: string, userIds: readonly string[]): Promise<Map<string, number>> {
+  const rows = (await em.query(
+    `SELECT user_id, COUNT(*) AS n FROM user_coupon WHERE coupon_id = ? AND source = 'GRAB' AND user_id IN (${userIds.map(() => '?').join(', ')}) GROUP BY user_id`,
+    [couponId, ...userIds],
+  )) as { user_id: string; n: string }[];
+  return new Map(rows.map((r) => [r.user_id, Number(r.n)]));
+}
+
+/** User coupons of this coupon that took a unit of its stock. */
+export async function countFromStock(em: Queryable, couponId: string): Promise<number> {
+  const [{ n }] = (await em.query(`SELECT COUNT(*) AS n FROM user_coupon WHERE coupon_id = ? AND from_stock = 1`, [couponId])) as {
+    n: string;
+  }[];
+  return Number(n);
+}
+
+/** Counts by status as clients see it: an UNUSED coupon past its expiry counts as expired. */
+export async function countByStatus(
+  em: Queryable,
+  couponId: string,
+  now = new Date(),
+): Promise<Record<'issued' | 'unused' | 'used' | 'expired' | 'void', number>> {
+  const [row] = (await em.query(
+    `SELECT COUNT(*) AS issued,
+            COALESCE(SUM(status = 'UNUSED' AND expires_at > ?), 0) AS unused,
+            COALESCE(SUM(status = 'USED'), 0) AS used,
+            COALESCE(SUM(status = 'EXPIRED' OR (status = 'UNUSED' AND expires_at <= ?)), 0) AS expired,
+            COALESCE(SUM(status = 'VOID'), 0) AS void
+     FROM user_coupon WHERE coupon_id = ?`,
+    [now, now, couponId],
+  )) as Record<string, string>[];
+  return {
+    issued: Number(row.issued),
+    unused: Number(row.unused),
+    used: Number(row.used),
+    expired: Number(row.expired),
+    void: Number(row.void),
+  };
+}
+
+/**
+ * A user's coupons, newest first, ids below `beforeId`, at most `limit`. `status` filters by the
+ * status clients see (an UNUSED coupon past expiry is EXPIRED).
+ */
+export async function listForUser(
+  em: Queryable,
+  userId: string,
+  q: { status?: UserCouponStatus; beforeId?: string; limit: number },
+  now = new Date(),
+): Promise<UserCoupon[]> {
+  const where = ['user_id = ?'];
+  const params: unknown[] = [userId];
+  if (q.status === 'UNUSED') {
+    where.push(`status = 'UNUSED' AND expires_at > ?`);
+    params.push(now);
+  } else if (q.status === 'EXPIRED') {
+    where.push(`(status = 'EXPIRED' OR (status = 'UNUSED' AND expires_at <= ?))`);
+    params.push(now);
+  } else if (q.status) {
+    where.push('status = ?');
+    params.push(q.status);
+  }
+  if (q.beforeId) {
+    where.push('id < ?');
+    params.push(q.beforeId);
+  }
+  const rows = (await em.query(`SELECT * FROM user_coupon WHERE ${where.join(' AND ')} ORDER BY id DESC LIMIT ?`, [
+    ...params,
+    q.limit,
+  ])) as Record<string, unknown>[];
+  return rows.map(toUserCoupon);
+}
+
+/**
+ * The one status write: a compare-and-set on the current status of each row. It always sets
+ * updated_at (the incremental reconciliation finds changed coupons by it), and keeps used_at set
+ * exactly while the status is USED (a use keeps the time it already has). Returns the rows changed.
+ * Lifecycle moves come through transit(), which checks the table and logs them.
+ */
+export function setStatus(
+  em: EntityManager,
+  ids: readonly string[],
+  from: UserCouponStatus,
+  to: UserCouponStatus,
+  at: Date,
+): Promise<number> {
+  return execute(
+    em,
+    `UPDATE user_coupon SET status = ?, used_at = IF(? = 'USED', COALESCE(used_at, ?), NULL), updated_at = ?
+     WHERE id IN (${ids.map(() => '?').join(', ')}) AND status = ?`,
+    [to, to, at, at, ...ids, from],
+  );
+}
+
+/**
+ * Locks up to `size` UNUSED coupons past their expiry, oldest expiry first. SKIP LOCKED leaves alone
+ * any coupon a redemption or void holds right now; those settle it themselves.
+ */
+export async function lockExpired(em: Queryable, now: Date, size: number): Promise<string[]> {
+  const rows = (await em.query(
+    `SELECT id FROM user_coupon WHERE status = 'UNUSED' AND expires_at <= ? ORDER BY expires_at, id LIMIT ? FOR UPDATE SKIP LOCKED`,
+    [now, size],
+  )) as { id: string }[];
+  return rows.map((r) => String(r.id));
+}

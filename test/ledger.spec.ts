@@ -1,0 +1,79 @@
+import { DataSource } from 'typeorm';
+import { TransactionService } from '../src/database/transaction.service.js';
+import { IssueService } from '../src/ledger/issue.service.js';
+import { StateMachineService } from '../src/ledger/state-machine.service.js';
+import { findLog, logAfter } from '../src/ledger/state-log.js';
+import { UserCoupon } from '../src/ledger/user-coupon.entity.js';
+import { findUserCoupon, setStatus } from '../src/ledger/user-coupons.js';
+import { createCoupon, CouponView } from './support/factories.js';
+import { startTestApp, TestApp } from './support/harness.js';
+
+describe('ledger repository functions', () => {
+  let t: TestApp;
+  let tx: TransactionService;
+  let coupon: CouponView;
+  let seq = 0;
+
+  beforeAll(async () => {
+    t = await startTestApp();
+    tx = t.app.get(TransactionService);
+    coupon = await createCoupon(t.url, { totalStock: 100 });
+  });
+  afterAll(() => t.close());
+
+  const couponRef = () => ({
+    id: coupon.id,
+    validityType: 'RELATIVE' as const,
+    validityDays: 7,
+    validityStartAt: null,
+    validityEndAt: null,
+  });
+  const issue = (extra: { replacesUserCouponId?: string; idempotencyKey?: string } = {}) =>
+    tx.inTransaction((em) =>
+      t.app.get(IssueService).issue(em, {
+        coupon: couponRef(),
+        userId: `ledger-user-${++seq}`,
+        source: 'REISSUE',
+        fromStock: seq % 2 === 0,
+        reason: `reason ${seq}`,
+        txId: `test:${seq}`,
+        ...extra,
+      }),
+    );
+
+  it('writes and reads every column the entity declares, as TypeORM reads them', async () => {
+    const first = await issue();
+    const key = `reissue:k-${seq}`;
+    const uc = await issue({ replacesUserCouponId: first.id, idempotencyKey: key });
+    const manager = t.app.get(DataSource).manager;
+    const byTypeorm = await manager.findOneByOrFail(UserCoupon, { id: uc.id });
+    const byLedger = await findUserCoupon(manager, uc.id);
+    expect(byLedger).toEqual(byTypeorm);
+    expect(byLedger).toMatchObject({ replacesUserCouponId: first.id, idempotencyKey: key, fromStock: uc.fromStock, reason: uc.reason });
+  });
+
+  it('setStatus always moves updated_at and keeps used_at set exactly while USED', async () => {
+    const { id, updatedAt } = await issue();
+    const used = new Date(updatedAt.getTime() + 1000);
+    const back = new Date(updatedAt.getTime() + 2000);
+    await tx.inTransaction((em) => setStatus(em, [id], 'UNUSED', 'USED', used));
+    expect(await findUserCoupon(t.db.manager, id)).toMatchObject({ status: 'USED', usedAt: used, updatedAt: used });
+    await tx.inTransaction((em) => setStatus(em, [id], 'USED', 'UNUSED', back));
+    expect(await findUserCoupon(t.db.manager, id)).toMatchObject({ status: 'UNUSED', usedAt: null, updatedAt: back });
+    expect(await tx.inTransaction((em) => setStatus(em, [id], 'USED', 'VOID', back))).toBe(0);
+  });
+
+  it('logAfter pages through the state log in id order', async () => {
+    const a = await issue();
+    await tx.inTransaction((em) => t.app.get(StateMachineService).transit(em, a.id, 'UNUSED', 'VOID', 'test:void'));
+    const b = await issue();
+    const [issuedA] = await findLog(t.db.manager, a.id);
+    const after = await logAfter(t.db.manager, String(Number(issuedA.id) - 1), 2);
+    expect(after.map((l) => [l.userCouponId, l.fromStatus, l.toStatus, l.txId])).toEqual([
+      [a.id, null, 'UNUSED', issuedA.txId],
+      [a.id, 'UNUSED', 'VOID', 'test:void'],
+    ]);
+    const next = await logAfter(t.db.manager, after[1].id, 10);
+    expect(next.map((l) => [l.userCouponId, l.toStatus])).toEqual([[b.id, 'UNUSED']]);
+  });
+});
