@@ -83,6 +83,11 @@ export async function createApp(
     done();
   });
 
+  if (config.DOCS_ENABLED) setupDocs(app);
+  return app;
+}
+
+function setupDocs(app: NestFastifyApplication): void {
   const doc = new DocumentBuilder()
     .setTitle('coupon-engine')
     .setDescription('Flash-sale coupons: grab, redeem, reconcile. Error body: {code, message, details?}.')
@@ -90,5 +95,4 @@ export async function createApp(
     .addBearerAuth()
     .build();
   SwaggerModule.setup('docs', app, SwaggerModule.createDocument(app, doc), { jsonDocumentUrl: 'docs-json' });
-  return app;
 }

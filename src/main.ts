@@ -6,7 +6,7 @@ async function main(): Promise<void> {
   const config = loadConfig();
   await prepareDatabase(config);
   const app = await createApp(config);
-  await app.listen({ port: config.PORT, host: '0.0.0.0' });
+  await app.listen({ port: config.PORT, host: config.HOST });
 }
 
 main().catch((err: unknown) => {

@@ -283,4 +283,62 @@ describe('hardening', () => {
       expect(testConfig({ JWT_MAX_TTL_SECONDS: '600' }).JWT_MAX_TTL_SECONDS).toBe(600);
     });
   });
+
+  describe('exposure (item 7)', () => {
+    const METRICS_TOKEN = 'metrics-token-0123456789';
+    let locked: TestApp;
+    beforeAll(async () => {
+      locked = await startTestApp({ METRICS_TOKEN, DOCS_ENABLED: 'false' });
+    });
+    afterAll(async () => {
+      await locked.close();
+    });
+
+    it('without METRICS_TOKEN /metrics is open, and /docs and /docs-json are served by default', async () => {
+      expect((await request(t.url).get('/metrics')).status).toBe(200);
+      expect((await request(t.url).get('/docs-json')).status).toBe(200);
+      expect((await request(t.url).get('/docs')).status).toBe(200);
+    });
+
+    it('with METRICS_TOKEN /metrics needs it as a bearer token, else 401 in the error format', async () => {
+      for (const auth of [
+        undefined,
+        'Bearer wrong-token-0123456789',
+        `Bearer ${METRICS_TOKEN}x`,
+        METRICS_TOKEN,
+        `Bearer ${adminToken()}`,
+      ]) {
+        const req = request(locked.url).get('/metrics');
+        if (auth !== undefined) void req.set('Authorization', auth);
+        const res = await req;
+        expect([auth, res.status, res.body.code]).toEqual([auth, 401, 'UNAUTHENTICATED']);
+      }
+      const twice = await rawGet(locked.url, '/metrics', [
+        `Authorization: Bearer ${METRICS_TOKEN}`,
+        `Authorization: Bearer ${METRICS_TOKEN}`,
+      ]);
+      expect(twice.status).toBe(401);
+      const ok = await request(locked.url).get('/metrics').set('Authorization', `Bearer ${METRICS_TOKEN}`);
+      expect([ok.status, ok.text]).toEqual([200, expect.stringContaining('# TYPE')]);
+    });
+
+    it('DOCS_ENABLED=false: /docs and /docs-json are 404 NOT_FOUND, the API still serves', async () => {
+      for (const path of ['/docs', '/docs-json']) {
+        const res = await request(locked.url).get(path);
+        expect([path, res.status, res.body.code]).toEqual([path, 404, 'NOT_FOUND']);
+      }
+      expect((await request(locked.url).get('/health')).status).toBe(200);
+    });
+
+    it('HOST, METRICS_TOKEN and DOCS_ENABLED are validated at boot', () => {
+      expect(testConfig().HOST).toBe('0.0.0.0');
+      for (const host of ['127.0.0.1', '::', '::1', 'localhost', 'api.internal']) expect(testConfig({ HOST: host }).HOST).toBe(host);
+      for (const host of ['', 'not a host', '0.0.0.0:3000', 'http://x']) expect(() => testConfig({ HOST: host })).toThrow(/HOST/);
+      expect(() => testConfig({ METRICS_TOKEN: 'short' })).toThrow(/METRICS_TOKEN/);
+      expect(() => testConfig({ METRICS_TOKEN: 'has spaces in it 0123456789' })).toThrow(/METRICS_TOKEN/);
+      expect(() => testConfig({ DOCS_ENABLED: 'maybe' })).toThrow(/DOCS_ENABLED/);
+      expect(testConfig({ DOCS_ENABLED: 'false' }).DOCS_ENABLED).toBe(false);
+      expect(testConfig().DOCS_ENABLED).toBe(true);
+    });
+  });
 });

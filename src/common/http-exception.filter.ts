@@ -51,6 +51,8 @@ export class HttpExceptionFilter implements ExceptionFilter {
     const e = toAppError(exception);
     const reply = host.switchToHttp().getResponse<FastifyReply>();
     if (e.headers) void reply.headers(e.headers);
+    // The body is JSON even when the route declared another type for its success (GET /metrics).
+    void reply.type('application/json; charset=utf-8');
     void reply.status(e.status).send({ code: e.code, message: e.message, ...(e.details ? { details: e.details } : {}) });
   }
 }

@@ -1,5 +1,28 @@
 import { plainToInstance, Transform } from 'class-transformer';
-import { IsBoolean, IsIn, IsInt, IsOptional, IsString, Matches, Max, Min, MinLength, validateSync } from 'class-validator';
+import {
+  IsBoolean,
+  IsIn,
+  IsInt,
+  isFQDN,
+  isIP,
+  IsOptional,
+  IsString,
+  Matches,
+  Max,
+  Min,
+  MinLength,
+  ValidateBy,
+  validateSync,
+} from 'class-validator';
+
+const IsListenHost = () =>
+  ValidateBy({
+    name: 'isListenHost',
+    validator: {
+      validate: (v: unknown) => typeof v === 'string' && (isIP(v) || isFQDN(v, { require_tld: false })),
+      defaultMessage: () => 'HOST must be an IP address or a host name',
+    },
+  });
 
 export const DEFAULT_JWT_SECRET = 'dev-only-insecure-secret-change-me';
 
@@ -27,6 +50,10 @@ export class AppConfig {
   @Min(0)
   @Max(65535)
   PORT: number = 3000;
+
+  /** The listening address: 0.0.0.0 (all IPv4 interfaces), :: (all), 127.0.0.1 (this machine only), or a host name. */
+  @IsListenHost()
+  HOST: string = '0.0.0.0';
 
   @IsString()
   DB_HOST: string = '127.0.0.1';
@@ -87,6 +114,16 @@ export class AppConfig {
   @Min(60)
   @Max(10 * 366 * 86_400)
   JWT_MAX_TTL_SECONDS: number = 31 * 86_400;
+
+  /** When set, GET /metrics needs `Authorization: Bearer <METRICS_TOKEN>`. */
+  @Matches(/^[A-Za-z0-9._~+/=-]{16,512}$/, { message: 'METRICS_TOKEN must be 16-512 of [A-Za-z0-9._~+/=-]' })
+  @IsOptional()
+  METRICS_TOKEN?: string = undefined;
+
+  /** Serve the OpenAPI UI at /docs and the document at /docs-json (on by default in every environment). */
+  @Transform(toBool)
+  @IsBoolean()
+  DOCS_ENABLED: boolean = true;
 
   /** Initialised (to undefined) so that loadConfig() knows the name and reads it from the environment. */
   @IsString()

@@ -1,7 +1,12 @@
-import { Controller, Get, Header } from '@nestjs/common';
+import { timingSafeEqual } from 'node:crypto';
+import { Controller, Get, Header, Req } from '@nestjs/common';
 import { ApiExcludeEndpoint } from '@nestjs/swagger';
 import { HealthCheck, HealthCheckService, TypeOrmHealthIndicator } from '@nestjs/terminus';
+import type { FastifyRequest } from 'fastify';
+import { bearerToken } from '../auth/auth.guard.js';
 import { Public } from '../auth/principal.js';
+import { AppError } from '../common/errors.js';
+import { AppConfig } from '../config/app-config.js';
 import { registry } from '../common/metrics.js';
 
 @Controller()
@@ -10,6 +15,7 @@ export class HealthController {
   constructor(
     private readonly health: HealthCheckService,
     private readonly db: TypeOrmHealthIndicator,
+    private readonly config: AppConfig,
   ) {}
 
   /** 200 when the database answers, 503 otherwise (terminus throws ServiceUnavailableException). */
@@ -22,7 +28,15 @@ export class HealthController {
   @Get('metrics')
   @ApiExcludeEndpoint()
   @Header('Content-Type', registry.contentType)
-  metrics(): Promise<string> {
+  metrics(@Req() request: FastifyRequest): Promise<string> {
+    const expected = this.config.METRICS_TOKEN;
+    if (expected !== undefined) {
+      const token = Buffer.from(bearerToken(request) ?? '');
+      const wanted = Buffer.from(expected);
+      if (token.length !== wanted.length || !timingSafeEqual(token, wanted)) {
+        throw new AppError('UNAUTHENTICATED', '/metrics needs Authorization: Bearer <METRICS_TOKEN>');
+      }
+    }
     return registry.metrics();
   }
 }
