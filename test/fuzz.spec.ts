@@ -282,7 +282,9 @@ describe('fuzz', () => {
     const runId = (JSON.parse(a.text) as { runId?: string }).runId;
     for (let i = 0; i < 200; i++) {
       const run = await request(t.url).get(`/admin/reconciliation/runs/${runId}`).set(bearer(adminToken()));
-      if (run.body.status !== 'RUNNING') return;
+      // The run's lease is released just after its status is written: wait for that write too.
+      const [lease] = (await t.db.query(`SELECT holder FROM job_lease WHERE holder IS NOT NULL LIMIT 1`)) as unknown[];
+      if (run.body.status !== 'RUNNING' && !lease) return;
       await new Promise((r) => setTimeout(r, 50));
     }
     throw new Error(`reconciliation run ${runId} did not finish`);
