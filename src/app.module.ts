@@ -11,6 +11,7 @@ import { RateLimitModule } from './rate-limit/rate-limit.module.js';
 import { ReconciliationModule } from './reconciliation/reconciliation.module.js';
 import { RedemptionModule } from './redemption/redemption.module.js';
 import { StateMachineModule } from './state-machine/state-machine.module.js';
+import { WebhooksModule } from './webhooks/webhooks.module.js';
 
 @Module({})
 export class AppModule {
@@ -30,6 +31,7 @@ export class AppModule {
         CouponModule,
         RedemptionModule,
         ReconciliationModule,
+        WebhooksModule,
         ...extra,
       ],
     };

@@ -35,6 +35,10 @@ describe('migrations', () => {
       'refund',
       'user_coupon',
       'user_coupon_state_log',
+      'webhook_delivery',
+      'webhook_delivery_attempt',
+      'webhook_endpoint',
+      'webhook_relay_cursor',
     ]);
     const engines = (await ds.query(`SELECT DISTINCT engine, table_collation FROM information_schema.tables WHERE table_schema = ?`, [
       config.DB_NAME,
@@ -52,7 +56,7 @@ describe('migrations', () => {
     expect(await tables()).toEqual([]);
     const applied = await ds.runMigrations({ transaction: 'each' });
     expect(applied.map((m) => m.name)).toEqual(migrations.map((m) => new m().name));
-    expect(await tables()).toHaveLength(9);
+    expect(await tables()).toHaveLength(13);
     expect(await ds.showMigrations()).toBe(false);
   });
 });

@@ -193,6 +193,58 @@ export class AppConfig {
 
   @IsIn(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'])
   LOG_LEVEL: string = 'info';
+
+  /** Run the webhook relay on this instance (one instance at a time relays; the others stand by). */
+  @Transform(toBool)
+  @IsBoolean()
+  WEBHOOK_RELAY_ENABLED: boolean = true;
+
+  /** Comma-separated hosts webhook URLs may name (`hooks.example.com`, `*.example.com`); unset: any host. */
+  @IsString()
+  @IsOptional()
+  WEBHOOK_ALLOWED_HOSTS?: string = undefined;
+
+  /** How long one delivery attempt may take before it counts as failed. */
+  @Transform(toInt)
+  @IsInt()
+  @Min(100)
+  @Max(60_000)
+  WEBHOOK_TIMEOUT_MS: number = 10_000;
+
+  /** Seconds to wait before each retry; after the last one the delivery is FAILED. The default spans 31.7 hours. */
+  @Matches(/^\d{1,6}(,\d{1,6}){0,49}$/, { message: 'WEBHOOK_RETRY_DELAYS must be a comma-separated list of whole seconds' })
+  WEBHOOK_RETRY_DELAYS: string = '5,30,120,600,1800,3600,7200,14400,28800,28800,28800';
+
+  /** Deliveries in a row that must fail every retry before their endpoint is disabled. */
+  @Transform(toInt)
+  @IsInt()
+  @Min(1)
+  @Max(1000)
+  WEBHOOK_DISABLE_AFTER_FAILURES: number = 5;
+
+  /** How often the relay looks for new state-log rows and due deliveries when nothing woke it. */
+  @Transform(toInt)
+  @IsInt()
+  @Min(10)
+  @Max(10_000)
+  WEBHOOK_POLL_MS: number = 200;
+
+  /** Concurrent deliveries per endpoint. */
+  @Transform(toInt)
+  @IsInt()
+  @Min(1)
+  @Max(1000)
+  WEBHOOK_MAX_IN_FLIGHT: number = 100;
+
+  /**
+   * Only when information_schema.innodb_trx cannot be read (no PROCESS privilege): how long a gap in
+   * the state-log ids is waited for, i.e. the longest a transaction writing the log may stay open.
+   */
+  @Transform(toInt)
+  @IsInt()
+  @Min(1)
+  @Max(86_400)
+  WEBHOOK_GAP_MAX_AGE_SECONDS: number = 600;
 }
 
 export class ConfigError extends Error {}
@@ -213,6 +265,9 @@ export function loadConfig(env: Record<string, string | undefined> = process.env
     if (new Set(hosts.map((h) => `${h.host}:${h.port}`)).size !== hosts.length)
       throw new ConfigError('Invalid configuration:\n  DB_HOSTS: a host:port is listed twice');
   }
+  if (config.NODE_ENV === 'production' && retryDelays(config).reduce((a, b) => a + b, 0) < 86_400) {
+    throw new ConfigError('WEBHOOK_RETRY_DELAYS must add up to at least 86400 seconds (24 hours) in production.');
+  }
   if (config.NODE_ENV === 'production' && config.JWT_SECRET === DEFAULT_JWT_SECRET) {
     throw new ConfigError('Refusing to start in production with the default JWT_SECRET: set JWT_SECRET to a long random string.');
   }
@@ -231,4 +286,9 @@ export function databaseHosts(c: Pick<AppConfig, 'DB_HOSTS' | 'DB_HOST' | 'DB_PO
     const [host, port] = entry.split(':');
     return { host, port: Number(port) };
   });
+}
+
+/** WEBHOOK_RETRY_DELAYS in seconds. */
+export function retryDelays(config: Pick<AppConfig, 'WEBHOOK_RETRY_DELAYS'>): number[] {
+  return config.WEBHOOK_RETRY_DELAYS.split(',').map(Number);
 }

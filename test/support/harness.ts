@@ -20,6 +20,7 @@ export function testConfig(overrides: Record<string, string> = {}): AppConfig {
     JWT_SECRET: TEST_SECRET,
     LOG_LEVEL: 'warn',
     SCHEDULER_ENABLED: 'false',
+    WEBHOOK_RELAY_ENABLED: 'false',
     RATE_LIMIT_ENABLED: 'false',
     NODE_ENV: 'test',
     DB_POOL_SIZE: '20',

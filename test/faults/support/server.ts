@@ -118,6 +118,7 @@ export async function startServer(opts: ServerOptions): Promise<Server> {
     JWT_SECRET: TEST_SECRET,
     LOG_LEVEL: 'warn',
     SCHEDULER_ENABLED: 'false',
+    WEBHOOK_RELAY_ENABLED: 'false',
     RATE_LIMIT_ENABLED: 'false',
     ...(opts.lockWaitTimeout !== undefined ? { FAULT_LOCK_WAIT_TIMEOUT: String(opts.lockWaitTimeout) } : {}),
     ...opts.env,

@@ -1,0 +1,228 @@
+import { Logger } from '@nestjs/common';
+import type { DataSource, EntityManager } from 'typeorm';
+import { errnoOf } from '../common/db-errors.js';
+import { counter, gauge } from '../common/metrics.js';
+import type { AppConfig } from '../config/app-config.js';
+import type { TransactionService } from '../database/transaction.service.js';
+import { buildEvent, type LogEntry } from './events.js';
+import { logRowsAfter, logRowsByIds } from './state-log-feed.js';
+import { enabledEndpoints, subscribedTypes } from './webhook.store.js';
+
+const eventsCreated = counter(
+  'webhook_events_created_total',
+  'Deliveries created by the relay (one per event and subscribed endpoint)',
+  [],
+);
+const openGaps = gauge(
+  'webhook_relay_open_gaps',
+  'State-log ids the relay has seen skipped and still waits for (their transaction may yet commit)',
+);
+
+const BATCH = 2000;
+/** How many open gaps one pass re-reads; the rest wait for the next pass. */
+const GAP_CHECK = 1000;
+/**
+ * information_schema.innodb_trx is a cache refreshed at most every 100 ms, and trx_started has whole
+ * seconds: a gap is judged only once the cache certainly postdates the read that revealed it.
+ */
+const GAP_SETTLE_SECONDS = 2;
+
+/** Ids lo..hi (inclusive) missing from the log when a read at DB time `seenAt` (unix seconds) showed a higher id. */
+interface Gap {
+  lo: bigint;
+  hi: bigint;
+  seenAt: number;
+}
+
+/**
+ * Turns committed state-log rows into deliveries, exactly one per (endpoint, log row), and keeps a
+ * durable cursor so that a restart rereads only what may not have been turned yet.
+ *
+ * Why the cursor is not simply "the highest id read": ids are taken from AUTO_INCREMENT when a row is
+ * inserted, but transactions commit in any order, so a read can see row 12 committed while row 11
+ * belongs to a transaction still open, which commits a moment later; and a rolled-back transaction
+ * leaves its ids missing forever. A relay that read "id > cursor" and then moved the cursor past 12
+ * would never see 11. So every missing id below the highest id read is an open gap: the rows above it
+ * are turned into deliveries at once (a later row of the same coupon cannot commit before an earlier
+ * one, since each change of a coupon holds its row lock until commit, so per-coupon order is safe),
+ * but the durable cursor stays below the lowest open gap. A gap closes when its row shows up, or when
+ * no transaction that could have written it is still open: every transaction open in this database
+ * (innodb_trx joined to processlist) started after the read that revealed the gap, so the writer of
+ * that id has ended, and a reread after that check sees its row if it committed. Without the PROCESS
+ * privilege innodb_trx cannot be read and a gap closes after WEBHOOK_GAP_MAX_AGE_SECONDS, the longest
+ * a transaction writing the log may stay open. Turning a row twice is harmless: (endpoint_id,
+ * log_id) is unique and the insert is a no-op on a duplicate, so rereads after a crash, a re-read
+ * gap, or two relays during a lease hand-over still give one delivery per endpoint and row.
+ */
+export class FanOut {
+  private readonly logger = new Logger(FanOut.name);
+  /** The highest id read in this process (null: start again from the durable cursor). */
+  private scanned: bigint | null = null;
+  private gaps: Gap[] = [];
+  /** The cursor as this process last wrote (or read) it. */
+  private durable: string | null = null;
+  private trxUnreadableLogged = false;
+
+  constructor(
+    private readonly dataSource: DataSource,
+    private readonly tx: TransactionService,
+    private readonly config: AppConfig,
+  ) {}
+
+  /** Forget the in-memory position (a new leadership term starts from the durable cursor). */
+  reset(): void {
+    this.scanned = null;
+    this.gaps = [];
+    this.durable = null;
+    openGaps.set(0);
+  }
+
+  /** The highest log id read so far in this leadership term, if any. */
+  get position(): string | null {
+    return this.scanned === null ? null : String(this.scanned);
+  }
+
+  /**
+   * One pass: reread open gaps, read new rows, create their deliveries and move the cursor, the
+   * last two in one transaction. Returns how many deliveries were created and whether more rows wait.
+   */
+  async pass(): Promise<{ created: number; more: boolean }> {
+    const db = this.dataSource.manager;
+    if (this.scanned === null) this.durable = await readCursor(db);
+    const scanned = this.scanned ?? BigInt(this.durable as string);
+    let gaps = this.scanned === null ? [] : [...this.gaps];
+    const entries: LogEntry[] = [];
+
+    if (gaps.length > 0) {
+      const settledBefore = await this.settledBefore(db);
+      const checked = gapIds(gaps, GAP_CHECK);
+      const found = await logRowsByIds(db, checked);
+      entries.push(...found);
+      const foundIds = found.map((e) => BigInt(e.id));
+      const lastChecked = BigInt(checked[checked.length - 1]);
+      // A gap closes only when every id in it was reread after the check that settled it.
+      gaps = gaps.flatMap((g) => splitGap(g, foundIds)).filter((g) => !(g.seenAt < settledBefore && g.hi <= lastChecked));
+    }
+
+    const rows = await logRowsAfter(db, String(scanned), BATCH);
+    let next = scanned;
+    if (rows.length > 0) {
+      let seenAt: number | undefined;
+      for (const r of rows) {
+        const id = BigInt(r.id);
+        if (id > next + 1n) gaps.push({ lo: next + 1n, hi: id - 1n, seenAt: (seenAt ??= await dbNow(db)) });
+        next = id;
+      }
+      entries.push(...rows);
+    }
+
+    const cursor = gaps.length > 0 ? String(gaps[0].lo - 1n) : String(next);
+    const created =
+      entries.length === 0 && cursor === this.durable
+        ? 0
+        : await this.tx.inTransaction(async (em) => {
+            const n = await createDeliveries(em, entries);
+            await em.query(
+              `UPDATE webhook_relay_cursor SET log_id = ?, updated_at = UTC_TIMESTAMP(3) WHERE name = 'relay' AND log_id < ?`,
+              [cursor, cursor],
+            );
+            return n;
+          });
+    // Only after the commit: a failed pass leaves the in-memory position where it was.
+    this.scanned = next;
+    this.gaps = gaps;
+    this.durable = cursor;
+    eventsCreated.inc(created);
+    openGaps.set(gaps.reduce((n, g) => n + Number(g.hi - g.lo + 1n), 0));
+    return { created, more: rows.length === BATCH };
+  }
+
+  /**
+   * Gaps seen before this DB time (unix seconds) can no longer be filled: no transaction open in
+   * this database started at or before then. Read before the gaps are reread.
+   */
+  private async settledBefore(db: EntityManager): Promise<number> {
+    try {
+      const [r] = (await db.query(
+        `SELECT UNIX_TIMESTAMP() AS now, UNIX_TIMESTAMP(MIN(t.trx_started)) AS oldest
+         FROM information_schema.innodb_trx t JOIN information_schema.processlist p ON p.id = t.trx_mysql_thread_id
+         WHERE p.db = DATABASE()`,
+      )) as { now: string | number; oldest: string | number | null }[];
+      const now = Math.floor(Number(r.now));
+      return Math.min(now - GAP_SETTLE_SECONDS + 1, r.oldest === null ? Infinity : Math.floor(Number(r.oldest)));
+    } catch (err) {
+      // 1227: no PROCESS privilege.
+      if (errnoOf(err) !== 1227) throw err;
+      if (!this.trxUnreadableLogged) {
+        this.trxUnreadableLogged = true;
+        this.logger.warn(
+          `information_schema.innodb_trx is not readable (grant PROCESS): state-log gaps are waited for ${this.config.WEBHOOK_GAP_MAX_AGE_SECONDS} s`,
+        );
+      }
+      return (await dbNow(db)) - this.config.WEBHOOK_GAP_MAX_AGE_SECONDS + 1;
+    }
+  }
+}
+
+export async function readCursor(db: Pick<EntityManager, 'query'>): Promise<string> {
+  const [r] = (await db.query(`SELECT log_id FROM webhook_relay_cursor WHERE name = 'relay'`)) as { log_id: string }[];
+  return String(r?.log_id ?? 0);
+}
+
+async function dbNow(db: Pick<EntityManager, 'query'>): Promise<number> {
+  const [r] = (await db.query(`SELECT UNIX_TIMESTAMP() AS now`)) as { now: string | number }[];
+  return Math.floor(Number(r.now));
+}
+
+/** The first `max` ids of the gaps, in order. */
+function gapIds(gaps: readonly Gap[], max: number): string[] {
+  const ids: string[] = [];
+  for (const g of gaps) {
+    for (let id = g.lo; id <= g.hi && ids.length < max; id++) ids.push(String(id));
+    if (ids.length >= max) break;
+  }
+  return ids;
+}
+
+/** The parts of a gap not covered by rows that showed up (`found` holds only ids that were missing). */
+function splitGap(g: Gap, found: readonly bigint[]): Gap[] {
+  const parts: Gap[] = [];
+  let lo = g.lo;
+  for (const id of found) {
+    if (id < g.lo || id > g.hi) continue;
+    if (id > lo) parts.push({ ...g, lo, hi: id - 1n });
+    lo = id + 1n;
+  }
+  if (lo <= g.hi) parts.push({ ...g, lo });
+  return parts;
+}
+
+/** One delivery per entry and enabled endpoint subscribed to its type; an existing (endpoint, log id) is left as it is. */
+async function createDeliveries(em: EntityManager, entries: readonly LogEntry[]): Promise<number> {
+  if (entries.length === 0) return 0;
+  // Shared locks: an endpoint deleted meanwhile waits for this commit, then deletes these deliveries too.
+  const endpoints = await enabledEndpoints(em, true);
+  if (endpoints.length === 0) return 0;
+  const now = new Date();
+  const values: unknown[][] = [];
+  for (const e of entries) {
+    const event = buildEvent(e);
+    if (event === null) continue;
+    const payload = JSON.stringify(event);
+    for (const ep of endpoints) {
+      if (subscribedTypes(ep).includes(event.type)) values.push([ep.id, e.id, e.userCouponId, event.type, payload, e.at, now, now]);
+    }
+  }
+  let created = 0;
+  for (let i = 0; i < values.length; i += 500) {
+    const chunk = values.slice(i, i + 500);
+    const res = (await em.query(
+      `INSERT INTO webhook_delivery (endpoint_id, log_id, user_coupon_id, event_type, payload, event_at, status, attempts, next_attempt_at, created_at)
+       VALUES ${chunk.map(() => `(?, ?, ?, ?, ?, ?, 'PENDING', 0, ?, ?)`).join(', ')} ON DUPLICATE KEY UPDATE id = id`,
+      chunk.flat(),
+    )) as { affectedRows: number };
+    // A no-op duplicate counts 0 affected rows, an insert 1.
+    created += res.affectedRows;
+  }
+  return created;
+}

@@ -1,0 +1,164 @@
+import { Injectable, Logger, OnApplicationBootstrap, OnModuleDestroy } from '@nestjs/common';
+import mysql from 'mysql2/promise';
+import { DataSource } from 'typeorm';
+import { gauge } from '../common/metrics.js';
+import { AppConfig } from '../config/app-config.js';
+import { lockName } from '../database/lock-name.js';
+import { TransactionService } from '../database/transaction.service.js';
+import { FanOut, readCursor } from './fan-out.js';
+import { Sender } from './sender.js';
+import { firstRowAtAfter } from './state-log-feed.js';
+
+const pending = gauge('webhook_events_pending', 'Deliveries not yet delivered nor given up (on the relaying instance; 0 on the others)');
+const lag = gauge(
+  'webhook_relay_lag_seconds',
+  'Age of the oldest event not yet attempted: a state-log row not read yet, or a delivery never tried (on the relaying instance)',
+);
+const leading = gauge('webhook_relay_leader', '1 on the instance that relays webhooks, 0 on the others');
+
+export const relayLockName = (dbName: string) => lockName('webhook-relay', dbName);
+
+/** How often a stand-by instance tries to become the relay, and the relay checks it still is. */
+const LEADER_CHECK_MS = 1000;
+const GAUGE_EVERY_MS = 1000;
+
+const sleep = (ms: number, signal: AbortSignal) =>
+  new Promise<void>((resolve) => {
+    if (signal.aborted) return resolve();
+    const t = setTimeout(done, ms);
+    function done() {
+      clearTimeout(t);
+      signal.removeEventListener('abort', done);
+      resolve();
+    }
+    signal.addEventListener('abort', done, { once: true });
+  });
+
+/**
+ * The webhook relay: fan-out (state log -> deliveries) and sending, on one instance at a time. Like
+ * the expiry sweep, the instance that holds a GET_LOCK on a connection of its own relays; the lock
+ * goes with that connection, so when the relay's process dies (kill -9 included) another instance
+ * takes over within a second or so, starting from the durable cursor and the PENDING deliveries.
+ * Nothing here runs inside a business transaction: a slow receiver costs the grab path nothing.
+ */
+@Injectable()
+export class WebhookRelay implements OnApplicationBootstrap, OnModuleDestroy {
+  private readonly logger = new Logger(WebhookRelay.name);
+  private readonly stopping = new AbortController();
+  private running: Promise<void> = Promise.resolve();
+  readonly fanOut: FanOut;
+  readonly sender: Sender;
+  private wakeUp: (() => void) | null = null;
+  private woken = false;
+
+  constructor(
+    private readonly dataSource: DataSource,
+    tx: TransactionService,
+    private readonly config: AppConfig,
+  ) {
+    this.fanOut = new FanOut(dataSource, tx, config);
+    this.sender = new Sender(dataSource, tx, config, () => this.wake());
+  }
+
+  onApplicationBootstrap(): void {
+    if (this.config.WEBHOOK_RELAY_ENABLED) this.running = this.lead();
+  }
+
+  async onModuleDestroy(): Promise<void> {
+    this.stopping.abort();
+    await this.running;
+  }
+
+  /** Run the loop early (new rows or outcomes are waiting). */
+  wake(): void {
+    this.woken = true;
+    this.wakeUp?.();
+  }
+
+  private async lead(): Promise<void> {
+    const c = this.config;
+    while (!this.stopping.signal.aborted) {
+      let conn: mysql.Connection | undefined;
+      try {
+        conn = await mysql.createConnection({
+          host: c.DB_HOST,
+          port: c.DB_PORT,
+          user: c.DB_USER,
+          password: c.DB_PASSWORD,
+          connectTimeout: 5000,
+        });
+        const [rows] = await conn.query<mysql.RowDataPacket[]>('SELECT GET_LOCK(?, 0) AS got', [relayLockName(c.DB_NAME)]);
+        if (Number(rows[0]?.got) === 1) await this.relayWhileHeld(conn);
+      } catch (err) {
+        this.logger.warn(`Webhook relay: ${(err as Error).message}`);
+      } finally {
+        await conn?.end().catch(() => conn?.destroy());
+      }
+      await sleep(LEADER_CHECK_MS, this.stopping.signal);
+    }
+  }
+
+  private async relayWhileHeld(conn: mysql.Connection): Promise<void> {
+    const lost = new AbortController();
+    const stop = () => lost.abort();
+    this.stopping.signal.addEventListener('abort', stop, { once: true });
+    conn.on('error', stop);
+    const check = setInterval(() => void conn.query('DO 1').catch(stop), LEADER_CHECK_MS);
+    this.logger.log('Webhook relay: this instance relays');
+    leading.set(1);
+    try {
+      await this.run(lost.signal);
+    } finally {
+      clearInterval(check);
+      this.stopping.signal.removeEventListener('abort', stop);
+      leading.set(0);
+      pending.set(0);
+      lag.set(0);
+    }
+  }
+
+  /** The relay loop, until `signal`: attempts in flight are then abandoned (they stay PENDING). */
+  async run(signal: AbortSignal): Promise<void> {
+    this.fanOut.reset();
+    let gaugesAt = 0;
+    let failing = false;
+    while (!signal.aborted) {
+      this.woken = false;
+      let more: boolean;
+      try {
+        await this.sender.flush();
+        more = (await this.fanOut.pass()).more;
+        await this.sender.dispatch(signal);
+        if (Date.now() - gaugesAt >= GAUGE_EVERY_MS) {
+          gaugesAt = Date.now();
+          await this.updateGauges();
+        }
+        if (failing) this.logger.log('Webhook relay: database reachable again');
+        failing = false;
+      } catch (err) {
+        if (!failing) this.logger.warn(`Webhook relay pass failed, retrying: ${(err as Error).message}`);
+        failing = true;
+        await sleep(1000, signal);
+        continue;
+      }
+      if (more || this.woken) continue;
+      await new Promise<void>((resolve) => {
+        this.wakeUp = resolve;
+        void sleep(this.config.WEBHOOK_POLL_MS, signal).then(resolve);
+      });
+      this.wakeUp = null;
+    }
+    await this.sender.flush().catch(() => undefined);
+  }
+
+  private async updateGauges(): Promise<void> {
+    const db = this.dataSource.manager;
+    const [p] = (await db.query(
+      `SELECT COUNT(*) AS n, MIN(IF(attempts = 0, event_at, NULL)) AS oldest FROM webhook_delivery WHERE status = 'PENDING'`,
+    )) as { n: string; oldest: Date | null }[];
+    pending.set(Number(p.n));
+    const unread = await firstRowAtAfter(db, this.fanOut.position ?? (await readCursor(db)));
+    const oldest = Math.min(p.oldest?.getTime() ?? Infinity, unread?.getTime() ?? Infinity);
+    lag.set(Number.isFinite(oldest) ? Math.max(0, (Date.now() - oldest) / 1000) : 0);
+  }
+}

@@ -1,0 +1,216 @@
+import { Logger } from '@nestjs/common';
+import { Webhook } from 'standardwebhooks';
+import type { DataSource, EntityManager } from 'typeorm';
+import { counter, gauge } from '../common/metrics.js';
+import { type AppConfig, retryDelays } from '../config/app-config.js';
+import { execute, type TransactionService } from '../database/transaction.service.js';
+import { eventId } from './events.js';
+import { hostAllowed, parseAllowedHosts } from './url-policy.js';
+import { type EndpointRow, enabledEndpoints } from './webhook.store.js';
+
+const delivered = counter('webhook_events_delivered_total', 'Deliveries answered 2xx', []);
+const retried = counter('webhook_events_retried_total', 'Delivery attempts that failed and were scheduled again', []);
+const failed = counter('webhook_events_failed_total', 'Deliveries given up after their last retry', []);
+const disabled = counter('webhook_endpoints_disabled_total', 'Endpoints disabled after deliveries in a row failed every retry', []);
+const attemptsInFlight = gauge('webhook_deliveries_in_flight', 'Delivery attempts waiting for an answer');
+
+interface Due {
+  id: string;
+  log_id: string;
+  payload: string;
+  attempts: number;
+}
+
+interface Outcome {
+  deliveryId: string;
+  endpointId: string;
+  attempts: number;
+  at: Date;
+  durationMs: number;
+  statusCode: number | null;
+  error: string | null;
+}
+
+const ok = (o: Outcome) => o.statusCode !== null && o.statusCode >= 200 && o.statusCode < 300;
+
+/**
+ * Sends due deliveries, each attempt a POST signed per Standard Webhooks, outside any transaction;
+ * their outcomes are written back in batches. A delivery is due when it is PENDING, its time has
+ * come, and no earlier event of the same user coupon is still PENDING for that endpoint (in flight
+ * or waiting for a retry): so one coupon's events arrive in log order and a failing event holds back
+ * only its own coupon's later events. An attempt stays "in flight" in memory until its outcome is
+ * written, so it is never sent twice by this process; after a crash it is PENDING and sent again
+ * with the same webhook-id.
+ */
+export class Sender {
+  private readonly logger = new Logger(Sender.name);
+  /** Per endpoint, the deliveries whose attempt has not been written back yet. */
+  private readonly inFlight = new Map<string, Set<string>>();
+  private outcomes: Outcome[] = [];
+  private readonly signers = new Map<string, Webhook>();
+  private readonly delays: number[];
+  private readonly allowedHosts: string[];
+
+  constructor(
+    private readonly dataSource: DataSource,
+    private readonly tx: TransactionService,
+    private readonly config: AppConfig,
+    private readonly wake: () => void,
+  ) {
+    this.delays = retryDelays(config);
+    this.allowedHosts = parseAllowedHosts(config.WEBHOOK_ALLOWED_HOSTS);
+  }
+
+  get idle(): boolean {
+    return this.outcomes.length === 0 && [...this.inFlight.values()].every((s) => s.size === 0);
+  }
+
+  /** Starts the attempts that are due and fit in each endpoint's WEBHOOK_MAX_IN_FLIGHT. */
+  async dispatch(signal: AbortSignal): Promise<void> {
+    const now = new Date();
+    for (const ep of await enabledEndpoints(this.dataSource.manager)) {
+      const busy = this.inFlight.get(String(ep.id)) ?? new Set<string>();
+      this.inFlight.set(String(ep.id), busy);
+      const free = this.config.WEBHOOK_MAX_IN_FLIGHT - busy.size;
+      if (free <= 0) continue;
+      const skip = [...busy];
+      const due = (await this.dataSource.query(
+        `SELECT d.id, d.log_id, d.payload, d.attempts FROM webhook_delivery d
+         WHERE d.endpoint_id = ? AND d.status = 'PENDING' AND d.next_attempt_at <= ?
+           ${skip.length > 0 ? `AND d.id NOT IN (${skip.map(() => '?').join(', ')})` : ''}
+           AND NOT EXISTS (SELECT 1 FROM webhook_delivery p WHERE p.endpoint_id = d.endpoint_id
+             AND p.user_coupon_id = d.user_coupon_id AND p.log_id < d.log_id AND p.status = 'PENDING')
+         ORDER BY d.next_attempt_at, d.id LIMIT ?`,
+        [ep.id, now, ...skip, free],
+      )) as Due[];
+      for (const d of due) {
+        busy.add(String(d.id));
+        attemptsInFlight.inc();
+        void this.attempt(ep, d, signal).then((o) => {
+          attemptsInFlight.dec();
+          if (o === null) busy.delete(String(d.id));
+          else this.outcomes.push(o);
+          this.wake();
+        });
+      }
+    }
+  }
+
+  /** One POST. Null when the relay stopped mid-attempt: the delivery stays PENDING and is sent again. */
+  private async attempt(ep: EndpointRow, d: Due, signal: AbortSignal): Promise<Outcome | null> {
+    const at = new Date();
+    const started = performance.now();
+    const outcome = (statusCode: number | null, error: string | null): Outcome => ({
+      deliveryId: String(d.id),
+      endpointId: String(ep.id),
+      attempts: Number(d.attempts) + 1,
+      at,
+      durationMs: Math.round(performance.now() - started),
+      statusCode,
+      error,
+    });
+    // The allow-list may have been tightened since the endpoint was saved.
+    if (!hostAllowed(new URL(ep.url).hostname, this.allowedHosts)) return outcome(null, 'host not in WEBHOOK_ALLOWED_HOSTS');
+    const id = eventId(String(d.log_id));
+    let signer = this.signers.get(ep.secret);
+    if (!signer) this.signers.set(ep.secret, (signer = new Webhook(ep.secret)));
+    try {
+      const res = await fetch(ep.url, {
+        method: 'POST',
+        headers: {
+          'content-type': 'application/json',
+          'user-agent': 'coupon-engine-webhooks',
+          'webhook-id': id,
+          'webhook-timestamp': String(Math.floor(at.getTime() / 1000)),
+          'webhook-signature': signer.sign(id, at, d.payload),
+        },
+        body: d.payload,
+        // A redirect could lead anywhere, past the allow-list: it is an answer like any other non-2xx.
+        redirect: 'manual',
+        signal: AbortSignal.any([signal, AbortSignal.timeout(this.config.WEBHOOK_TIMEOUT_MS)]),
+      });
+      await res.body?.cancel();
+      return outcome(res.status, res.status >= 200 && res.status < 300 ? null : `HTTP ${res.status}`);
+    } catch (err) {
+      if (signal.aborted) return null;
+      const e = err as Error & { cause?: { code?: string } };
+      const error = e.name === 'TimeoutError' ? `no answer within ${this.config.WEBHOOK_TIMEOUT_MS} ms` : (e.cause?.code ?? e.message);
+      return outcome(null, error.slice(0, 255));
+    }
+  }
+
+  /** Writes back the outcomes that came in; on a database error they are kept and written next time. */
+  async flush(): Promise<void> {
+    if (this.outcomes.length === 0) return;
+    const batch = this.outcomes;
+    this.outcomes = [];
+    const now = new Date();
+    let disabledNow: { id: string; reason: string }[];
+    try {
+      await this.tx.inTransaction((em) => this.writeDeliveries(em, batch, now));
+      disabledNow = await this.tx.inTransaction((em) => this.writeEndpoints(em, batch, now));
+    } catch (err) {
+      this.outcomes = batch.concat(this.outcomes);
+      throw err;
+    }
+    for (const o of batch) this.inFlight.get(o.endpointId)?.delete(o.deliveryId);
+    for (const d of disabledNow) {
+      disabled.inc();
+      this.logger.warn(`Webhook ${d.id} disabled: ${d.reason}`);
+    }
+  }
+
+  private async writeDeliveries(em: EntityManager, batch: readonly Outcome[], now: Date): Promise<void> {
+    await em.query(
+      `INSERT INTO webhook_delivery_attempt (delivery_id, attempted_at, status_code, error, duration_ms) VALUES ${batch.map(() => '(?, ?, ?, ?, ?)').join(', ')}`,
+      batch.flatMap((o) => [o.deliveryId, o.at, o.statusCode, o.error, o.durationMs]),
+    );
+    const done = batch.filter(ok);
+    for (const code of new Set(done.map((o) => o.statusCode))) {
+      const ids = done.filter((o) => o.statusCode === code).map((o) => o.deliveryId);
+      await em.query(
+        `UPDATE webhook_delivery SET status = 'DELIVERED', attempts = attempts + 1, last_status_code = ?, last_error = NULL,
+         next_attempt_at = NULL, delivered_at = ? WHERE id IN (${ids.map(() => '?').join(', ')}) AND status = 'PENDING'`,
+        [code, now, ...ids],
+      );
+    }
+    delivered.inc(done.length);
+    for (const o of batch.filter((x) => !ok(x))) {
+      const delay = this.delays[o.attempts - 1];
+      const giveUp = delay === undefined;
+      // Up to a tenth more, so deliveries that failed together do not all come back in the same instant.
+      const next = giveUp ? null : new Date(now.getTime() + delay * 1000 * (1 + Math.random() / 10));
+      await em.query(
+        `UPDATE webhook_delivery SET status = ?, attempts = attempts + 1, last_status_code = ?, last_error = ?, next_attempt_at = ?
+         WHERE id = ? AND status = 'PENDING'`,
+        [giveUp ? 'FAILED' : 'PENDING', o.statusCode, o.error, next, o.deliveryId],
+      );
+      (giveUp ? failed : retried).inc();
+    }
+  }
+
+  /**
+   * A success resets the endpoint's count of deliveries failed in a row; a delivery given up adds
+   * one, and at WEBHOOK_DISABLE_AFTER_FAILURES the endpoint is disabled, with the reason on it.
+   */
+  private async writeEndpoints(em: EntityManager, batch: readonly Outcome[], now: Date): Promise<{ id: string; reason: string }[]> {
+    const disabledNow: { id: string; reason: string }[] = [];
+    for (const endpointId of new Set(batch.map((o) => o.endpointId))) {
+      const mine = batch.filter((o) => o.endpointId === endpointId);
+      const givenUp = mine.filter((o) => !ok(o) && this.delays[o.attempts - 1] === undefined);
+      if (mine.some(ok)) await em.query(`UPDATE webhook_endpoint SET failed_in_row = 0 WHERE id = ? AND failed_in_row <> 0`, [endpointId]);
+      if (givenUp.length === 0) continue;
+      const last = givenUp[givenUp.length - 1];
+      const limit = this.config.WEBHOOK_DISABLE_AFTER_FAILURES;
+      const reason = `${limit} deliveries in a row failed every retry (last: ${last.statusCode === null ? last.error : `HTTP ${last.statusCode}`})`;
+      await em.query(`UPDATE webhook_endpoint SET failed_in_row = failed_in_row + ? WHERE id = ?`, [givenUp.length, endpointId]);
+      const changed = await execute(
+        em,
+        `UPDATE webhook_endpoint SET enabled = 0, disabled_reason = ?, disabled_at = ?, updated_at = ? WHERE id = ? AND enabled = 1 AND failed_in_row >= ?`,
+        [reason.slice(0, 255), now, now, endpointId, limit],
+      );
+      if (changed === 1) disabledNow.push({ id: endpointId, reason });
+    }
+    return disabledNow;
+  }
+}

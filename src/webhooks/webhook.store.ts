@@ -1,0 +1,65 @@
+import type { EntityManager } from 'typeorm';
+import { EVENT_TYPES, type EventType } from './events.js';
+import type { DeliveryStatus, WebhookView } from './webhook.dto.js';
+
+type Db = Pick<EntityManager, 'query'>;
+
+export interface EndpointRow {
+  id: string;
+  url: string;
+  events: string | null;
+  description: string | null;
+  secret: string;
+  enabled: number;
+  failed_in_row: number;
+  disabled_reason: string | null;
+  disabled_at: Date | null;
+  created_at: Date;
+  updated_at: Date;
+}
+
+/** Stored as a comma list; NULL means every type, including types added later. */
+export const subscribedTypes = (row: Pick<EndpointRow, 'events'>): readonly EventType[] =>
+  row.events === null ? EVENT_TYPES : (row.events.split(',') as EventType[]);
+
+export function toWebhookView(r: EndpointRow): WebhookView {
+  return {
+    id: String(r.id),
+    url: r.url,
+    events: [...subscribedTypes(r)],
+    description: r.description,
+    enabled: Boolean(r.enabled),
+    disabledReason: r.disabled_reason,
+    disabledAt: r.disabled_at?.toISOString() ?? null,
+    failedInRow: Number(r.failed_in_row),
+    createdAt: r.created_at.toISOString(),
+    updatedAt: r.updated_at.toISOString(),
+  };
+}
+
+export async function findEndpoint(db: Db, id: string, lock = false): Promise<EndpointRow | undefined> {
+  const rows = (await db.query(`SELECT * FROM webhook_endpoint WHERE id = ?${lock ? ' FOR UPDATE' : ''}`, [id])) as EndpointRow[];
+  return rows[0];
+}
+
+export async function enabledEndpoints(db: Db, shareLock = false): Promise<EndpointRow[]> {
+  return (await db.query(
+    `SELECT * FROM webhook_endpoint WHERE enabled = 1 ORDER BY id${shareLock ? ' LOCK IN SHARE MODE' : ''}`,
+  )) as EndpointRow[];
+}
+
+export interface DeliveryRow {
+  id: string;
+  endpoint_id: string;
+  log_id: string;
+  user_coupon_id: string;
+  event_type: EventType;
+  payload: string;
+  status: DeliveryStatus;
+  attempts: number;
+  next_attempt_at: Date | null;
+  last_status_code: number | null;
+  last_error: string | null;
+  created_at: Date;
+  delivered_at: Date | null;
+}

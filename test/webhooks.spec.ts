@@ -1,0 +1,412 @@
+import request from 'supertest';
+import { loadConfig, retryDelays } from '../src/config/app-config.js';
+import { ExpiryService } from '../src/state-machine/expiry.service.js';
+import { eventType } from '../src/webhooks/events.js';
+import { checkWebhookUrl, parseAllowedHosts } from '../src/webhooks/url-policy.js';
+import { createCoupon, newKey } from './support/factories.js';
+import { adminToken, bearer, startTestApp, TestApp, tokenFor } from './support/harness.js';
+import { WebhookReceiver } from './support/webhook-receiver.js';
+
+const admin = () => bearer(adminToken());
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+
+describe('webhook URL policy and event types (no database)', () => {
+  const code = (f: () => unknown) => {
+    try {
+      f();
+      return 'accepted';
+    } catch (err) {
+      return (err as { code: string }).code;
+    }
+  };
+
+  it('takes http and https URLs without credentials, and only listed hosts when an allow-list is set', () => {
+    expect(checkWebhookUrl('https://hooks.example.com/x?y=1', [])).toBe('https://hooks.example.com/x?y=1');
+    for (const bad of [
+      'ftp://example.com/',
+      'file:///etc/passwd',
+      'javascript:alert(1)',
+      'not a url',
+      '/relative',
+      'https://user:pw@example.com/',
+      'http://user@example.com/',
+    ]) {
+      expect([bad, code(() => checkWebhookUrl(bad, []))]).toEqual([bad, 'VALIDATION_FAILED']);
+    }
+    const allowed = parseAllowedHosts(' hooks.example.com, *.partner.test ');
+    expect(code(() => checkWebhookUrl('https://hooks.example.com/a', allowed))).toBe('accepted');
+    expect(code(() => checkWebhookUrl('https://a.b.partner.test/a', allowed))).toBe('accepted');
+    expect(code(() => checkWebhookUrl('https://HOOKS.example.com/a', allowed))).toBe('accepted');
+    for (const bad of [
+      'http://127.0.0.1/',
+      'http://localhost:8080/',
+      'https://partner.test/',
+      'https://evilpartner.test/',
+      'https://hooks.example.com.evil.io/',
+    ]) {
+      expect([bad, code(() => checkWebhookUrl(bad, allowed))]).toEqual([bad, 'WEBHOOK_URL_NOT_ALLOWED']);
+    }
+  });
+
+  it('maps every transition of the lifecycle to its event type, LOCKED -> UNUSED as released', () => {
+    expect(eventType(null, 'UNUSED')).toBe('user_coupon.issued');
+    expect(eventType('UNUSED', 'LOCKED')).toBe('user_coupon.locked');
+    expect(eventType('LOCKED', 'UNUSED')).toBe('user_coupon.released');
+    expect(eventType('LOCKED', 'USED')).toBe('user_coupon.used');
+    expect(eventType('UNUSED', 'USED')).toBe('user_coupon.used');
+    expect(eventType('LOCKED', 'EXPIRED')).toBe('user_coupon.expired');
+    expect(eventType('EXPIRED', 'VOID')).toBe('user_coupon.voided');
+  });
+
+  it('retries by default first within 10 s and for at least 24 hours; production refuses a shorter schedule', () => {
+    const delays = retryDelays(loadConfig({}));
+    expect(delays[0]).toBeLessThanOrEqual(10);
+    expect(delays.reduce((a, b) => a + b, 0)).toBeGreaterThanOrEqual(86_400);
+    expect(() => loadConfig({ NODE_ENV: 'production', JWT_SECRET: 'x'.repeat(32), WEBHOOK_RETRY_DELAYS: '1,1' })).toThrow(/24 hours/);
+    expect(() => loadConfig({ WEBHOOK_RETRY_DELAYS: '1,,2' })).toThrow(/WEBHOOK_RETRY_DELAYS/);
+  });
+});
+
+describe('webhooks', () => {
+  let t: TestApp;
+  let rx: WebhookReceiver;
+  let webhookId: string;
+
+  beforeAll(async () => {
+    t = await startTestApp({
+      WEBHOOK_RELAY_ENABLED: 'true',
+      WEBHOOK_POLL_MS: '50',
+      WEBHOOK_TIMEOUT_MS: '1000',
+      WEBHOOK_RETRY_DELAYS: '1,1,1',
+      WEBHOOK_DISABLE_AFTER_FAILURES: '2',
+    });
+    rx = await new WebhookReceiver().start();
+  });
+  afterAll(async () => {
+    await t?.close();
+    await rx?.close();
+  });
+  afterEach(() => {
+    expect(rx.badSignatures).toBe(0);
+  });
+
+  const createHook = async (url: string, body: Record<string, unknown> = {}) => {
+    const res = await request(t.url)
+      .post('/admin/webhooks')
+      .set(admin())
+      .send({ url, ...body });
+    expect(res.status).toBe(201);
+    return res.body as { id: string; secret: string; events: string[]; enabled: boolean };
+  };
+  const grab = async (couponId: string, user: string) => {
+    const res = await request(t.url)
+      .post(`/coupons/${couponId}/grab`)
+      .set(bearer(tokenFor(user)))
+      .set('Idempotency-Key', newKey());
+    expect(res.status).toBe(201);
+    return res.body.id as string;
+  };
+  const deliveries = async (id: string, query = '') => {
+    const res = await request(t.url).get(`/admin/webhooks/${id}/deliveries${query}`).set(admin());
+    expect(res.status).toBe(200);
+    return res.body as { items: Record<string, unknown>[]; nextCursor: string | null };
+  };
+  const logIds = async (ucIds: string[]) =>
+    (
+      (await t.db.query(
+        `SELECT id FROM user_coupon_state_log WHERE user_coupon_id IN (${ucIds.map(() => '?').join(',')}) ORDER BY id`,
+        ucIds,
+      )) as {
+        id: string;
+      }[]
+    ).map((r) => `evt_${r.id}`);
+  /** The delivery of this user coupon's latest event once its outcome is written. */
+  const settledDelivery = async (hookId: string, uc: string) => {
+    const deadline = Date.now() + 10_000;
+    for (;;) {
+      const item = (await deliveries(hookId)).items.find((d) => d.userCouponId === uc);
+      if ((item && item.status !== 'PENDING') || Date.now() > deadline) return item;
+      await sleep(50);
+    }
+  };
+  const forCoupons = (ucIds: string[]) => rx.accepted.filter((r) => ucIds.includes(String(r.event.data.userCoupon.id)));
+
+  it('creates, lists, reads, changes and deletes endpoints; the secret is shown once; bad input is 400/404/403', async () => {
+    const created = await createHook(rx.url, { description: 'crm' });
+    expect(created).toMatchObject({
+      url: rx.url,
+      enabled: true,
+      description: 'crm',
+      events: expect.arrayContaining(['user_coupon.issued', 'user_coupon.voided']),
+    });
+    expect(created.events).toHaveLength(6);
+    expect(created.secret).toMatch(/^whsec_[A-Za-z0-9+/]{43}=$/);
+    const got = await request(t.url).get(`/admin/webhooks/${created.id}`).set(admin());
+    expect(got.status).toBe(200);
+    expect(got.body.secret).toBeUndefined();
+    const list = await request(t.url).get('/admin/webhooks').set(admin());
+    expect(list.body.map((w: { id: string }) => w.id)).toContain(created.id);
+    expect(list.body.every((w: Record<string, unknown>) => w.secret === undefined)).toBe(true);
+
+    const patched = await request(t.url)
+      .patch(`/admin/webhooks/${created.id}`)
+      .set(admin())
+      .send({ events: ['user_coupon.used'], enabled: false, url: 'https://hooks.example.com/x' });
+    expect(patched.status).toBe(200);
+    expect(patched.body).toMatchObject({ events: ['user_coupon.used'], enabled: false, url: 'https://hooks.example.com/x' });
+
+    for (const body of [{}, { url: 'ftp://x/' }, { events: [] }, { events: ['user_coupon.nope'] }, { enabled: 'yes' }, { secret: 'x' }]) {
+      const res = await request(t.url).patch(`/admin/webhooks/${created.id}`).set(admin()).send(body);
+      expect([JSON.stringify(body), res.status, res.body.code]).toEqual([JSON.stringify(body), 400, 'VALIDATION_FAILED']);
+    }
+    for (const body of [
+      {},
+      { url: 'http://u:p@example.com/' },
+      { url: 'gopher://example.com/' },
+      { url: 5 },
+      { url: rx.url, events: 'all' },
+      { url: rx.url, extra: 1 },
+    ]) {
+      const res = await request(t.url).post('/admin/webhooks').set(admin()).send(body);
+      expect([JSON.stringify(body), res.status, res.body.code]).toEqual([JSON.stringify(body), 400, 'VALIDATION_FAILED']);
+    }
+    expect(
+      (
+        await request(t.url)
+          .post('/admin/webhooks')
+          .set(bearer(tokenFor('mallory')))
+          .send({ url: rx.url })
+      ).status,
+    ).toBe(403);
+    expect((await request(t.url).get('/admin/webhooks/999999').set(admin())).body.code).toBe('WEBHOOK_NOT_FOUND');
+    expect((await request(t.url).get('/admin/webhooks/abc').set(admin())).status).toBe(400);
+
+    expect((await request(t.url).delete(`/admin/webhooks/${created.id}`).set(admin())).status).toBe(204);
+    expect((await request(t.url).get(`/admin/webhooks/${created.id}`).set(admin())).status).toBe(404);
+    expect((await request(t.url).delete(`/admin/webhooks/${created.id}`).set(admin())).status).toBe(404);
+  });
+
+  it('every kind of change produces its signed event exactly once, with the coupon as it was at that step', async () => {
+    const hook = await createHook(rx.url);
+    webhookId = hook.id;
+    rx.secret = hook.secret;
+    const coupon = await createCoupon(t.url, { totalStock: 10 });
+    const [used, voided, expired] = [await grab(coupon.id, 'wh-a'), await grab(coupon.id, 'wh-b'), await grab(coupon.id, 'wh-c')];
+    const redeemed = await request(t.url)
+      .post('/redemptions')
+      .set(bearer(tokenFor('wh-a')))
+      .send({ userCouponId: used, orderNo: 'WH-1', orderAmountCents: 20000 });
+    expect(redeemed.status).toBe(201);
+    expect((await request(t.url).post(`/admin/user-coupons/${voided}/void`).set(admin()).send({ reason: 'fraud' })).status).toBe(200);
+    await t.db.query(`UPDATE user_coupon SET expires_at = ? WHERE id = ?`, [new Date(Date.now() - 1000), expired]);
+    expect((await t.app.get(ExpiryService).sweep()).expired).toBe(1);
+    expect((await request(t.url).post(`/admin/user-coupons/${expired}/void`).set(admin()).send({ reason: 'cleanup' })).status).toBe(200);
+
+    const ids = [used, voided, expired];
+    const expected = await logIds(ids);
+    expect(expected).toHaveLength(7);
+    await rx.waitFor(() => forCoupons(ids).length >= 7);
+    await sleep(300);
+    const got = forCoupons(ids);
+    expect(got.map((r) => r.webhookId).sort()).toEqual([...expected].sort());
+    expect(got.every((r) => r.attempt === 1 && r.event.id === r.webhookId)).toBe(true);
+    const byCoupon = (id: string) =>
+      got.filter((r) => r.event.data.userCoupon.id === id).map((r) => `${r.event.type}:${r.event.data.userCoupon.status}`);
+    expect(byCoupon(used)).toEqual(['user_coupon.issued:UNUSED', 'user_coupon.used:USED']);
+    expect(byCoupon(voided)).toEqual(['user_coupon.issued:UNUSED', 'user_coupon.voided:VOID']);
+    expect(byCoupon(expired)).toEqual(['user_coupon.issued:UNUSED', 'user_coupon.expired:EXPIRED', 'user_coupon.voided:VOID']);
+    const use = got.find((r) => r.event.type === 'user_coupon.used');
+    expect(use?.event.data).toMatchObject({
+      from: 'UNUSED',
+      to: 'USED',
+      txId: 'order:WH-1',
+      userCoupon: { userId: 'wh-a', couponId: coupon.id, source: 'GRAB' },
+    });
+    expect(use?.event.data.userCoupon.usedAt).toEqual(expect.any(String));
+    expect(got.find((r) => r.event.type === 'user_coupon.issued')?.event.data.userCoupon.usedAt).toBeNull();
+    expect(got.find((r) => r.event.data.reason === 'fraud')?.event.type).toBe('user_coupon.voided');
+
+    const page = await deliveries(hook.id, '?status=DELIVERED&limit=2');
+    expect(page.items).toHaveLength(2);
+    expect(page.items[0]).toMatchObject({
+      status: 'DELIVERED',
+      attemptCount: 1,
+      lastStatusCode: 200,
+      nextAttemptAt: null,
+      attempts: [{ statusCode: 200 }],
+    });
+    expect(page.nextCursor).toEqual(expect.any(String));
+    const next = await deliveries(hook.id, `?status=DELIVERED&limit=100&cursor=${page.nextCursor}`);
+    expect(next.items.length).toBe(5);
+    expect((await request(t.url).get(`/admin/webhooks/${hook.id}/deliveries?status=NOPE`).set(admin())).status).toBe(400);
+  });
+
+  it('a receiver answering 500 gets the event again on the retry, with the same webhook-id, and the attempts are listed', async () => {
+    rx.answer = (r) => (r.attempt === 1 ? 500 : 200);
+    const coupon = await createCoupon(t.url);
+    const uc = await grab(coupon.id, 'wh-retry');
+    await rx.waitFor(() => forCoupons([uc]).length === 1);
+    const tries = rx.received.filter((r) => r.event.data.userCoupon.id === uc);
+    expect(tries.map((r) => [r.attempt, r.status])).toEqual([
+      [1, 500],
+      [2, 200],
+    ]);
+    expect(tries[0].webhookId).toBe(tries[1].webhookId);
+    expect(tries[1].at - tries[0].at).toBeGreaterThanOrEqual(900);
+    const item = await settledDelivery(webhookId, uc);
+    expect(item).toMatchObject({ status: 'DELIVERED', attemptCount: 2, lastStatusCode: 200 });
+    expect((item?.attempts as { statusCode: number }[]).map((a) => a.statusCode)).toEqual([500, 200]);
+    rx.answer = () => 200;
+  });
+
+  it('a receiver that does not answer within WEBHOOK_TIMEOUT_MS counts as failed and is retried', async () => {
+    rx.answer = (r) => (r.attempt === 1 ? 'hang' : 200);
+    const coupon = await createCoupon(t.url);
+    const uc = await grab(coupon.id, 'wh-timeout');
+    await rx.waitFor(() => forCoupons([uc]).length === 1, 15_000);
+    const item = await settledDelivery(webhookId, uc);
+    expect(item).toMatchObject({ status: 'DELIVERED', attemptCount: 2 });
+    const [first] = item?.attempts as { statusCode: number | null; error: string; durationMs: number }[];
+    expect(first).toMatchObject({ statusCode: null, error: 'no answer within 1000 ms' });
+    expect(first.durationMs).toBeGreaterThanOrEqual(950);
+    rx.answer = () => 200;
+  });
+
+  it('a failing event holds back later events of its own coupon only, and per-coupon order holds under concurrency', async () => {
+    // Half the events fail their first attempt and some their second (never more: the test app gives
+    // up after three retries); answers come back in random order.
+    rx.answer = async (r) => {
+      await sleep(Math.random() * 30);
+      return (r.attempt === 1 && Math.random() < 0.5) || (r.attempt === 2 && Math.random() < 0.3) ? 503 : 200;
+    };
+    const coupon = await createCoupon(t.url, { totalStock: 60 });
+    const ucs = await Promise.all(Array.from({ length: 60 }, (_, i) => grab(coupon.id, `wh-order-${i}`)));
+    await Promise.all(
+      ucs.map(async (uc, i) => {
+        if (i % 3 === 0) {
+          const res = await request(t.url)
+            .post('/redemptions')
+            .set(bearer(tokenFor(`wh-order-${i}`)))
+            .send({ userCouponId: uc, orderNo: `WHO-${i}`, orderAmountCents: 20000 });
+          expect(res.status).toBe(201);
+        } else {
+          expect((await request(t.url).post(`/admin/user-coupons/${uc}/void`).set(admin()).send({ reason: 'order test' })).status).toBe(
+            200,
+          );
+        }
+      }),
+    );
+    const expected = await logIds(ucs);
+    expect(expected).toHaveLength(120);
+    await rx.waitFor(() => new Set(forCoupons(ucs).map((r) => r.webhookId)).size === 120, 45_000);
+    for (const uc of ucs) {
+      const accepted = forCoupons([uc]).map((r) => Number(r.webhookId.slice(4)));
+      expect(accepted).toEqual([...accepted].sort((a, b) => a - b));
+      expect(new Set(accepted).size).toBe(2);
+    }
+    expect(rx.received.some((r) => r.status === 503)).toBe(true);
+    rx.answer = () => 200;
+  });
+
+  it('every committed log row becomes one event although transactions commit out of id order and rolled-back ids never fill', async () => {
+    const coupon = await createCoupon(t.url, { totalStock: 100 });
+    const ucs = await Promise.all(Array.from({ length: 40 }, (_, i) => grab(coupon.id, `wh-gap-${i}`)));
+    await rx.waitFor(() => forCoupons(ucs).length === 40);
+    const [{ top: before }] = (await t.db.query(`SELECT MAX(id) AS top FROM user_coupon_state_log`)) as { top: string }[];
+
+    // One transaction inserts its log row first (taking the lower id) and commits last.
+    const held = t.db.createQueryRunner();
+    await held.startTransaction('READ COMMITTED');
+    await held.query(`SELECT id FROM user_coupon WHERE id = ? FOR UPDATE`, [ucs[0]]);
+    await held.query(
+      `INSERT INTO user_coupon_state_log (user_coupon_id, from_status, to_status, tx_id, reason, created_at) VALUES (?, 'UNUSED', 'VOID', 'held', NULL, NOW(3))`,
+      [ucs[0]],
+    );
+    const [{ heldId }] = (await held.query(`SELECT LAST_INSERT_ID() AS heldId`)) as { heldId: string }[];
+    // Then, concurrently, 39 transactions on other coupons commit or roll back after random delays.
+    const outcomes = await Promise.all(
+      ucs.slice(1).map(async (uc, i) => {
+        const qr = t.db.createQueryRunner();
+        await qr.startTransaction('READ COMMITTED');
+        await qr.query(`SELECT id FROM user_coupon WHERE id = ? FOR UPDATE`, [uc]);
+        await qr.query(
+          `INSERT INTO user_coupon_state_log (user_coupon_id, from_status, to_status, tx_id, reason, created_at) VALUES (?, 'UNUSED', 'VOID', ?, NULL, NOW(3))`,
+          [uc, `gap-${i}`],
+        );
+        await sleep(Math.random() * 400);
+        const commit = i % 3 !== 0;
+        if (commit) await qr.commitTransaction();
+        else await qr.rollbackTransaction();
+        await qr.release();
+        return commit;
+      }),
+    );
+    const committedLater = outcomes.filter(Boolean).length;
+    await rx.waitFor(() => rx.accepted.filter((r) => BigInt(r.webhookId.slice(4)) > BigInt(before)).length === committedLater);
+    const cursor = async () => BigInt(((await t.db.query(`SELECT log_id FROM webhook_relay_cursor`)) as { log_id: string }[])[0].log_id);
+    // The durable cursor must not pass the row that is still uncommitted.
+    expect(await cursor()).toBeLessThan(BigInt(heldId));
+    expect(rx.accepted.some((r) => r.webhookId === `evt_${heldId}`)).toBe(false);
+
+    await held.commitTransaction();
+    await held.release();
+    await rx.waitFor(() => rx.accepted.some((r) => r.webhookId === `evt_${heldId}`));
+    const committed = (
+      (await t.db.query(`SELECT id FROM user_coupon_state_log WHERE id > ? ORDER BY id`, [before])) as { id: string }[]
+    ).map((r) => `evt_${r.id}`);
+    expect(committed).toHaveLength(committedLater + 1);
+    await sleep(300);
+    const after = rx.accepted.filter((r) => BigInt(r.webhookId.slice(4)) > BigInt(before)).map((r) => r.webhookId);
+    expect([...after].sort()).toEqual([...committed].sort());
+    const [{ n }] = (await t.db.query(`SELECT COUNT(*) AS n FROM webhook_delivery WHERE log_id > ?`, [before])) as { n: string }[];
+    expect(Number(n)).toBe(committed.length);
+    // Once nothing that could fill the rolled-back ids is open any more, the cursor passes them.
+    const max = BigInt(committed[committed.length - 1].slice(4));
+    const deadline = Date.now() + 15_000;
+    while ((await cursor()) < max && Date.now() < deadline) await sleep(100);
+    expect(await cursor()).toBe(max);
+  });
+
+  it('gives a delivery up after its last retry and disables an endpoint whose deliveries keep failing, and says so', async () => {
+    const dead = await new WebhookReceiver().start();
+    dead.answer = () => 500;
+    const hook = await createHook(dead.url, { events: ['user_coupon.issued'] });
+    dead.secret = hook.secret;
+    const coupon = await createCoupon(t.url);
+    await grab(coupon.id, 'wh-dead-1');
+    await grab(coupon.id, 'wh-dead-2');
+    const deadline = Date.now() + 20_000;
+    let view: Record<string, unknown> = {};
+    while (Date.now() < deadline) {
+      view = (await request(t.url).get(`/admin/webhooks/${hook.id}`).set(admin())).body;
+      if (view.enabled === false) break;
+      await sleep(200);
+    }
+    expect(view).toMatchObject({
+      enabled: false,
+      failedInRow: 2,
+      disabledReason: expect.stringMatching(/^2 deliveries in a row failed every retry \(last: HTTP 500\)$/),
+    });
+    const failed = await deliveries(hook.id, '?status=FAILED');
+    expect(failed.items).toHaveLength(2);
+    expect(failed.items[0]).toMatchObject({ attemptCount: 4, lastStatusCode: 500, nextAttemptAt: null });
+    expect(dead.received).toHaveLength(8);
+    const metrics = (await request(t.url).get('/metrics')).text;
+    for (const name of [
+      'webhook_events_pending',
+      'webhook_relay_lag_seconds',
+      'webhook_events_delivered_total',
+      'webhook_events_retried_total',
+    ]) {
+      expect(metrics).toMatch(new RegExp(`^${name} \\d`, 'm'));
+    }
+    expect(Number(/^webhook_events_failed_total (\d+)/m.exec(metrics)?.[1])).toBeGreaterThanOrEqual(2);
+    expect(Number(/^webhook_endpoints_disabled_total (\d+)/m.exec(metrics)?.[1])).toBeGreaterThanOrEqual(1);
+    // Re-enabled by an operator: the count starts again.
+    const on = await request(t.url).patch(`/admin/webhooks/${hook.id}`).set(admin()).send({ enabled: true });
+    expect(on.body).toMatchObject({ enabled: true, failedInRow: 0, disabledReason: null });
+    await request(t.url).delete(`/admin/webhooks/${hook.id}`).set(admin());
+    expect(dead.badSignatures).toBe(0);
+    await dead.close();
+  });
+});
