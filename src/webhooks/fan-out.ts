@@ -5,7 +5,7 @@ import { counter, gauge } from '../common/metrics.js';
 import type { AppConfig } from '../config/app-config.js';
 import type { TransactionService } from '../database/transaction.service.js';
 import { buildEvent, type LogEntry } from './events.js';
-import { logRowsAfter, logRowsByIds } from './state-log-feed.js';
+import { logRowsAfter, logRowsByIds } from '../ledger/state-log-feed.js';
 import { enabledEndpoints, subscribedTypes } from './webhook.store.js';
 
 const eventsCreated = counter(

@@ -1,13 +1,12 @@
 import { Injectable, Logger, OnApplicationBootstrap, OnModuleDestroy } from '@nestjs/common';
-import mysql from 'mysql2/promise';
 import { DataSource } from 'typeorm';
 import { gauge } from '../common/metrics.js';
 import { AppConfig } from '../config/app-config.js';
-import { lockName } from '../database/lock-name.js';
+import { LeaseService } from '../database/lease.js';
 import { TransactionService } from '../database/transaction.service.js';
 import { FanOut, readCursor } from './fan-out.js';
 import { Sender } from './sender.js';
-import { firstRowAtAfter } from './state-log-feed.js';
+import { firstRowAtAfter } from '../ledger/state-log-feed.js';
 
 const pending = gauge('webhook_events_pending', 'Deliveries not yet delivered nor given up (on the relaying instance; 0 on the others)');
 const lag = gauge(
@@ -16,9 +15,9 @@ const lag = gauge(
 );
 const leading = gauge('webhook_relay_leader', '1 on the instance that relays webhooks, 0 on the others');
 
-export const relayLockName = (dbName: string) => lockName('webhook-relay', dbName);
+export const RELAY_LEASE = 'webhook-relay';
 
-/** How often a stand-by instance tries to become the relay, and the relay checks it still is. */
+/** How often a stand-by instance tries to become the relay. */
 const LEADER_CHECK_MS = 1000;
 const GAUGE_EVERY_MS = 1000;
 
@@ -35,10 +34,11 @@ const sleep = (ms: number, signal: AbortSignal) =>
   });
 
 /**
- * The webhook relay: fan-out (state log -> deliveries) and sending, on one instance at a time. Like
- * the expiry sweep, the instance that holds a GET_LOCK on a connection of its own relays; the lock
- * goes with that connection, so when the relay's process dies (kill -9 included) another instance
- * takes over within a second or so, starting from the durable cursor and the PENDING deliveries.
+ * The webhook relay: fan-out (state log -> deliveries) and sending, on one instance at a time: the
+ * holder of the `webhook-relay` job lease, like the expiry sweep's. When the relay's process dies
+ * (kill -9 included) it stops renewing, and within LEASE_TTL_MS another instance takes over,
+ * starting from the durable cursor and the PENDING deliveries. Should two overlap (a holder stalled
+ * past its lease), fan-out stays exactly-once by its unique key and a send may repeat, same id.
  * Nothing here runs inside a business transaction: a slow receiver costs the grab path nothing.
  */
 @Injectable()
@@ -55,6 +55,7 @@ export class WebhookRelay implements OnApplicationBootstrap, OnModuleDestroy {
     private readonly dataSource: DataSource,
     tx: TransactionService,
     private readonly config: AppConfig,
+    private readonly leases: LeaseService,
   ) {
     this.fanOut = new FanOut(dataSource, tx, config);
     this.sender = new Sender(dataSource, tx, config, () => this.wake());
@@ -76,41 +77,29 @@ export class WebhookRelay implements OnApplicationBootstrap, OnModuleDestroy {
   }
 
   private async lead(): Promise<void> {
-    const c = this.config;
     while (!this.stopping.signal.aborted) {
-      let conn: mysql.Connection | undefined;
       try {
-        conn = await mysql.createConnection({
-          host: c.DB_HOST,
-          port: c.DB_PORT,
-          user: c.DB_USER,
-          password: c.DB_PASSWORD,
-          connectTimeout: 5000,
-        });
-        const [rows] = await conn.query<mysql.RowDataPacket[]>('SELECT GET_LOCK(?, 0) AS got', [relayLockName(c.DB_NAME)]);
-        if (Number(rows[0]?.got) === 1) await this.relayWhileHeld(conn);
+        const lease = await this.leases.tryAcquire(RELAY_LEASE);
+        if (lease) {
+          try {
+            await this.relayWhileHeld(AbortSignal.any([lease.signal, this.stopping.signal]));
+          } finally {
+            await lease.release();
+          }
+        }
       } catch (err) {
         this.logger.warn(`Webhook relay: ${(err as Error).message}`);
-      } finally {
-        await conn?.end().catch(() => conn?.destroy());
       }
       await sleep(LEADER_CHECK_MS, this.stopping.signal);
     }
   }
 
-  private async relayWhileHeld(conn: mysql.Connection): Promise<void> {
-    const lost = new AbortController();
-    const stop = () => lost.abort();
-    this.stopping.signal.addEventListener('abort', stop, { once: true });
-    conn.on('error', stop);
-    const check = setInterval(() => void conn.query('DO 1').catch(stop), LEADER_CHECK_MS);
+  private async relayWhileHeld(signal: AbortSignal): Promise<void> {
     this.logger.log('Webhook relay: this instance relays');
     leading.set(1);
     try {
-      await this.run(lost.signal);
+      await this.run(signal);
     } finally {
-      clearInterval(check);
-      this.stopping.signal.removeEventListener('abort', stop);
       leading.set(0);
       pending.set(0);
       lag.set(0);

@@ -1,7 +1,7 @@
 import { applyDecorators } from '@nestjs/common';
 import { ApiProperty, ApiPropertyOptional } from '@nestjs/swagger';
-import { ArrayMaxSize, ArrayMinSize, ArrayUnique, IsArray, IsBoolean, IsIn, IsString, Length, MaxLength } from 'class-validator';
-import { IsOmittable } from '../common/validation.js';
+import { ArrayMaxSize, ArrayMinSize, ArrayUnique, IsArray, IsBoolean, IsIn } from 'class-validator';
+import { IsOmittable, TextLength } from '../common/validation.js';
 import { PageQuery } from '../reconciliation/reconciliation.dto.js';
 import { EVENT_TYPES, type EventType } from './events.js';
 import { URL_MAX_LENGTH } from './url-policy.js';
@@ -29,8 +29,7 @@ const EVENTS_DOC = { enum: EVENT_TYPES, isArray: true, description: 'Event types
 
 export class CreateWebhookDto {
   @ApiProperty(URL_DOC)
-  @IsString()
-  @Length(1, URL_MAX_LENGTH)
+  @TextLength(1, URL_MAX_LENGTH)
   url!: string;
 
   @ApiPropertyOptional({ ...EVENTS_DOC, description: 'Event types to receive; every type (present and future) when left out' })
@@ -39,16 +38,14 @@ export class CreateWebhookDto {
 
   @ApiPropertyOptional({ maxLength: 255 })
   @IsOmittable()
-  @IsString()
-  @MaxLength(255)
+  @TextLength(0, 255)
   description?: string;
 }
 
 export class UpdateWebhookDto {
   @ApiPropertyOptional(URL_DOC)
   @IsOmittable()
-  @IsString()
-  @Length(1, URL_MAX_LENGTH)
+  @TextLength(1, URL_MAX_LENGTH)
   url?: string;
 
   @ApiPropertyOptional(EVENTS_DOC)

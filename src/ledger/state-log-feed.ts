@@ -1,5 +1,5 @@
 import type { EntityManager } from 'typeorm';
-import type { LogEntry } from './events.js';
+import type { LogEntry } from '../webhooks/events.js';
 
 interface FeedRow {
   id: string;
