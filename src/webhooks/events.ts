@@ -1,3 +1,5 @@
+import type { LogEntry } from '../ledger/state-log.js';
+
 export const EVENT_TYPES = [
   'user_coupon.issued',
   'user_coupon.locked',
@@ -7,30 +9,6 @@ export const EVENT_TYPES = [
   'user_coupon.voided',
 ] as const;
 export type EventType = (typeof EVENT_TYPES)[number];
-
-/**
- * One state-log row with the columns of its user coupon that never change after issuance. The
- * status and usedAt of the coupon "as it was at that step" follow from the row itself: the status is
- * the row's `to`, and only a move to USED sets usedAt (USED is final).
- */
-export interface LogEntry {
-  id: string;
-  userCouponId: string;
-  from: string | null;
-  to: string;
-  txId: string;
-  reason: string | null;
-  at: Date;
-  coupon: {
-    couponId: string;
-    userId: string;
-    source: string;
-    issuedAt: Date;
-    validFrom: Date;
-    expiresAt: Date;
-    usedAt: Date | null;
-  } | null;
-}
 
 /**
  * The event type of a transition. Statuses are compared as strings so that states added to the

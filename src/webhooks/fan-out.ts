@@ -4,8 +4,8 @@ import { errnoOf } from '../common/db-errors.js';
 import { counter, gauge } from '../common/metrics.js';
 import type { AppConfig } from '../config/app-config.js';
 import type { TransactionService } from '../database/transaction.service.js';
-import { buildEvent, type LogEntry } from './events.js';
-import { logRowsAfter, logRowsByIds } from '../ledger/state-log-feed.js';
+import { type LogEntry, logRowsAfter, logRowsByIds } from '../ledger/state-log.js';
+import { buildEvent } from './events.js';
 import { enabledEndpoints, subscribedTypes } from './webhook.store.js';
 
 const eventsCreated = counter(

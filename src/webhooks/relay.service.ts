@@ -6,7 +6,7 @@ import { LeaseService } from '../database/lease.js';
 import { TransactionService } from '../database/transaction.service.js';
 import { FanOut, readCursor } from './fan-out.js';
 import { Sender } from './sender.js';
-import { firstRowAtAfter } from '../ledger/state-log-feed.js';
+import { firstRowAtAfter } from '../ledger/state-log.js';
 
 const pending = gauge('webhook_events_pending', 'Deliveries not yet delivered nor given up (on the relaying instance; 0 on the others)');
 const lag = gauge(
