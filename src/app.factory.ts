@@ -12,6 +12,7 @@ import { HttpExceptionFilter } from './common/http-exception.filter.js';
 import { createPino, PinoNestLogger } from './common/logger.js';
 import { httpDuration } from './common/metrics.js';
 import { StrictValidationPipe } from './common/validation.js';
+import { serveConsole } from './console/serve-console.js';
 
 export const BODY_LIMIT_BYTES = 64 * 1024;
 
@@ -84,6 +85,7 @@ export async function createApp(
   });
 
   if (config.DOCS_ENABLED) setupDocs(app);
+  await serveConsole(app);
   return app;
 }
 

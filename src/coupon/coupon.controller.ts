@@ -1,9 +1,11 @@
-import { Body, Controller, Get, HttpCode, Param, Patch, Post } from '@nestjs/common';
-import { ApiBearerAuth, ApiTags } from '@nestjs/swagger';
+import { Body, Controller, Get, HttpCode, Param, Patch, Post, Query } from '@nestjs/common';
+import { ApiBearerAuth, ApiNotFoundResponse, ApiOkResponse, ApiOperation, ApiTags } from '@nestjs/swagger';
 import { Public, RequireRoles } from '../auth/principal.js';
 import { IdPipe } from '../common/validation.js';
-import { CreateCouponDto, PatchCouponDto, StockDeltaDto } from './coupon.dto.js';
+import { PageQuery } from '../reconciliation/reconciliation.dto.js';
+import { CouponSeriesView, CreateCouponDto, PatchCouponDto, SeriesQuery, StockDeltaDto } from './coupon.dto.js';
 import { CouponService, CouponView } from './coupon.service.js';
+import { GrabSeries, SERIES_SECONDS } from './grab-series.js';
 
 @ApiTags('coupons')
 @Controller()
@@ -22,7 +24,32 @@ export class CouponController {
 @RequireRoles('admin')
 @Controller('admin/coupons')
 export class AdminCouponController {
-  constructor(private readonly coupons: CouponService) {}
+  constructor(
+    private readonly coupons: CouponService,
+    private readonly series: GrabSeries,
+  ) {}
+
+  @Get()
+  @ApiOperation({
+    summary: 'Coupons, newest first, each with its counts by status (one indexed count per coupon: for lists, not for polling)',
+  })
+  async list(@Query() query: PageQuery) {
+    const { items, nextCursor } = await this.coupons.list(query.limit ?? 20, query.cursor);
+    return { items: await Promise.all(items.map(async (c) => ({ ...c, counts: await this.coupons.counts(c.id) }))), nextCursor };
+  }
+
+  @Get(':couponId/series')
+  @ApiOperation({
+    summary:
+      'Live view for polling: remaining stock (one primary-key read) and grab outcomes per second over the last seconds, counted in this instance’s memory',
+  })
+  @ApiOkResponse({ type: CouponSeriesView })
+  @ApiNotFoundResponse({ description: 'COUPON_NOT_FOUND' })
+  async liveSeries(@Param('couponId', IdPipe) id: string, @Query() query: SeriesQuery): Promise<CouponSeriesView> {
+    const live = await this.coupons.live(id);
+    const window = this.series.read(id, query.seconds ?? SERIES_SECONDS);
+    return { couponId: id, ...live, ...window, from: new Date(window.from * 1000).toISOString() };
+  }
 
   @Post()
   @HttpCode(201)

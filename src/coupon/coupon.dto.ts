@@ -16,6 +16,7 @@ import {
 } from 'class-validator';
 import { USER_COUPON_STATUSES } from '../ledger/transitions.js';
 import { IsOmittable, QueryInt, TextLength } from '../common/validation.js';
+import { SERIES_SECONDS } from './grab-series.js';
 
 const MAX_CENTS = 1_000_000_000_000;
 
@@ -148,4 +149,42 @@ export class MyCouponsQuery {
   @IsOmittable()
   @Matches(/^[1-9][0-9]{0,18}$/, { message: 'cursor must be a nextCursor value' })
   cursor?: string;
+}
+
+export class SeriesQuery {
+  @ApiPropertyOptional({ minimum: 10, maximum: SERIES_SECONDS, default: SERIES_SECONDS })
+  @IsOmittable()
+  @QueryInt()
+  @IsInt()
+  @Min(10)
+  @Max(SERIES_SECONDS)
+  seconds?: number;
+}
+
+export class CouponSeriesView {
+  @ApiProperty()
+  couponId!: string;
+
+  @ApiProperty({ enum: ['ACTIVE', 'PAUSED'] })
+  status!: 'ACTIVE' | 'PAUSED';
+
+  @ApiProperty()
+  initStock!: number;
+
+  @ApiProperty()
+  remainingStock!: number;
+
+  @ApiProperty({ description: 'ISO 8601 UTC of the first second; point i is that second plus i' })
+  from!: string;
+
+  @ApiProperty({ description: 'Points per outcome' })
+  seconds!: number;
+
+  @ApiProperty({
+    description:
+      'Outcome (ISSUED, REPLAYED, or the error code: SOLD_OUT, USER_LIMIT_REACHED, RATE_LIMITED, ...) -> grabs answered per second; outcomes with no grab in the window are absent',
+    additionalProperties: { type: 'array', items: { type: 'integer' } },
+    example: { ISSUED: [0, 12, 40], SOLD_OUT: [0, 0, 7] },
+  })
+  outcomes!: Record<string, number[]>;
 }

@@ -6,13 +6,14 @@ import { Coupon } from './coupon.entity.js';
 import { CouponService } from './coupon.service.js';
 import { GrabController } from './grab.controller.js';
 import { GrabGroupService } from './grab-group.service.js';
+import { GrabSeries } from './grab-series.js';
 import { GrabService } from './grab.service.js';
-import { MyCouponsController } from './my-coupons.controller.js';
+import { AdminUserCouponsController, MyCouponsController } from './my-coupons.controller.js';
 
 @Module({
   imports: [TypeOrmModule.forFeature([Coupon]), LedgerModule],
-  controllers: [CouponController, AdminCouponController, GrabController, MyCouponsController],
-  providers: [CouponService, GrabService, GrabGroupService],
+  controllers: [CouponController, AdminCouponController, GrabController, MyCouponsController, AdminUserCouponsController],
+  providers: [CouponService, GrabService, GrabGroupService, GrabSeries],
   exports: [CouponService, TypeOrmModule],
 })
 export class CouponModule {}

@@ -1,6 +1,6 @@
 import { Injectable } from '@nestjs/common';
 import { InjectRepository } from '@nestjs/typeorm';
-import { Repository } from 'typeorm';
+import { LessThan, Repository } from 'typeorm';
 import { AppConfig } from '../config/app-config.js';
 import { AppError } from '../common/errors.js';
 import { validationFailed } from '../common/validation.js';
@@ -158,6 +158,26 @@ export class CouponService {
     const [coupon, stock] = await Promise.all([this.coupons.findOneBy({ id }), this.stock.find(this.coupons.manager, id)]);
     if (!coupon || !stock) throw new AppError('COUPON_NOT_FOUND', `Coupon ${id} does not exist`);
     return toCouponView(coupon, stock);
+  }
+
+  /** Newest first, each with its stock; `nextCursor` is the last id of the page. */
+  async list(limit: number, cursor?: string): Promise<{ items: CouponView[]; nextCursor: string | null }> {
+    const rows = await this.coupons.find({ where: cursor ? { id: LessThan(cursor) } : {}, order: { id: 'DESC' }, take: limit + 1 });
+    const page = rows.slice(0, limit);
+    const stocks = await Promise.all(page.map((c) => this.stock.find(this.coupons.manager, c.id)));
+    return {
+      // Coupon and stock row are created in one transaction: a coupon without one is not listed.
+      items: page.flatMap((c, i) => (stocks[i] ? [toCouponView(c, stocks[i])] : [])),
+      nextCursor: rows.length > limit ? page[page.length - 1].id : null,
+    };
+  }
+
+  /** What a live page polls: the template from the grab path's cache and one primary-key read of the stock row. */
+  async live(id: string): Promise<{ status: Coupon['status']; initStock: number; remainingStock: number }> {
+    const coupon = await this.template(id);
+    const stock = await this.stock.find(this.coupons.manager, id);
+    if (!stock) throw new AppError('COUPON_NOT_FOUND', `Coupon ${id} does not exist`);
+    return { status: coupon.status, initStock: stock.initStock, remainingStock: stock.stock };
   }
 
   /** Counts by status as clients see it: an UNUSED coupon past its expiry counts as expired. */

@@ -10,6 +10,7 @@ import { Coupon } from './coupon.entity.js';
 import { AppConfig } from '../config/app-config.js';
 import { CouponService } from './coupon.service.js';
 import { GrabGroupService, GrabRequest, identity, keyReused } from './grab-group.service.js';
+import { GrabSeries } from './grab-series.js';
 import { IssueService, soldOutError } from '../ledger/issue.service.js';
 import { UserCoupon } from '../ledger/user-coupon.entity.js';
 import { countGrabbed, findByKeys } from '../ledger/user-coupons.js';
@@ -59,6 +60,7 @@ export class GrabService {
     private readonly rateLimit: RateLimitService,
     private readonly groups: GrabGroupService,
     private readonly config: AppConfig,
+    private readonly series: GrabSeries,
   ) {}
 
   async grab(userId: string, couponId: string, key: string): Promise<GrabResult> {
@@ -73,6 +75,8 @@ export class GrabService {
       throw err;
     } finally {
       outcomes.inc({ result });
+      // Unknown ids are not tracked: a scan of made-up ids would push real campaigns out of the series.
+      if (result !== 'COUPON_NOT_FOUND') this.series.record(couponId, result);
       latency.observe({ result }, Number(process.hrtime.bigint() - started) / 1e9);
     }
   }

@@ -1,12 +1,26 @@
 import { Controller, Get, Param, Query } from '@nestjs/common';
-import { ApiBearerAuth, ApiTags } from '@nestjs/swagger';
+import { ApiBearerAuth, ApiOperation, ApiTags } from '@nestjs/swagger';
 import { DataSource } from 'typeorm';
-import { CurrentUser, type Principal } from '../auth/principal.js';
+import { CurrentUser, RequireRoles, type Principal } from '../auth/principal.js';
 import { AppError } from '../common/errors.js';
-import { IdPipe } from '../common/validation.js';
+import { IdPipe, USER_ID_PATTERN, validationFailed } from '../common/validation.js';
 import { toUserCouponView, UserCouponView } from '../ledger/user-coupon.entity.js';
 import { findUserCoupon, listForUser } from '../ledger/user-coupons.js';
 import { MyCouponsQuery } from './coupon.dto.js';
+
+interface UserCouponPage {
+  items: UserCouponView[];
+  nextCursor: string | null;
+}
+
+/** Newest first. `status` filters by the status clients see (an UNUSED coupon past expiry is EXPIRED). */
+async function pageOfUserCoupons(dataSource: DataSource, userId: string, q: MyCouponsQuery): Promise<UserCouponPage> {
+  const limit = q.limit ?? 20;
+  const now = new Date();
+  const rows = await listForUser(dataSource.manager, userId, { status: q.status, beforeId: q.cursor, limit: limit + 1 }, now);
+  const page = rows.slice(0, limit);
+  return { items: page.map((uc) => toUserCouponView(uc, now)), nextCursor: rows.length > limit ? page[page.length - 1].id : null };
+}
 
 @ApiTags('me')
 @ApiBearerAuth()
@@ -14,14 +28,9 @@ import { MyCouponsQuery } from './coupon.dto.js';
 export class MyCouponsController {
   constructor(private readonly dataSource: DataSource) {}
 
-  /** Newest first. `status` filters by the status clients see (an UNUSED coupon past expiry is EXPIRED). */
   @Get()
-  async list(@Query() q: MyCouponsQuery, @CurrentUser() user: Principal): Promise<{ items: UserCouponView[]; nextCursor: string | null }> {
-    const limit = q.limit ?? 20;
-    const now = new Date();
-    const rows = await listForUser(this.dataSource.manager, user.userId, { status: q.status, beforeId: q.cursor, limit: limit + 1 }, now);
-    const page = rows.slice(0, limit);
-    return { items: page.map((uc) => toUserCouponView(uc, now)), nextCursor: rows.length > limit ? page[page.length - 1].id : null };
+  list(@Query() q: MyCouponsQuery, @CurrentUser() user: Principal): Promise<UserCouponPage> {
+    return pageOfUserCoupons(this.dataSource, user.userId, q);
   }
 
   /** Another user's coupon is 404 too, so ids leak nothing. */
@@ -30,5 +39,20 @@ export class MyCouponsController {
     const uc = await findUserCoupon(this.dataSource.manager, id);
     if (!uc || uc.userId !== user.userId) throw new AppError('USER_COUPON_NOT_FOUND', 'No such coupon of yours');
     return toUserCouponView(uc);
+  }
+}
+
+@ApiTags('admin')
+@ApiBearerAuth()
+@RequireRoles('admin')
+@Controller('admin/users')
+export class AdminUserCouponsController {
+  constructor(private readonly dataSource: DataSource) {}
+
+  @Get(':userId/coupons')
+  @ApiOperation({ summary: "A user's coupons, as GET /me/coupons shows them to that user (an unknown user has an empty list)" })
+  list(@Param('userId') userId: string, @Query() q: MyCouponsQuery): Promise<UserCouponPage> {
+    if (!USER_ID_PATTERN.test(userId)) throw validationFailed({ userId: ['must be 1-64 of [A-Za-z0-9_.:-]'] });
+    return pageOfUserCoupons(this.dataSource, userId, q);
   }
 }

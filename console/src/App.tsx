@@ -1,0 +1,131 @@
+import { useEffect, useState } from 'react';
+import { App as AntApp, ConfigProvider, Layout, Menu, Segmented, Space, Typography, Button, theme } from 'antd';
+import { AuditOutlined, LogoutOutlined, SafetyCertificateOutlined, ShopOutlined, UserOutlined } from '@ant-design/icons';
+import enUS from 'antd/locale/en_US';
+import zhCN from 'antd/locale/zh_CN';
+import dayjs from 'dayjs';
+import 'dayjs/locale/zh-cn';
+import { Navigate, Route, Routes, useLocation, useNavigate } from 'react-router-dom';
+import { setUnauthenticatedListener } from './api';
+import { clearToken, readClaims, storedToken, storeToken, takeTokenFromLocation, tokenProblem } from './auth';
+import { useI18n, type Lang, type MessageKey } from './i18n';
+import { CampaignLive } from './pages/CampaignLive';
+import { Campaigns } from './pages/Campaigns';
+import { Compensations } from './pages/Compensations';
+import { Reconciliation } from './pages/Reconciliation';
+import { SignIn } from './pages/SignIn';
+import { UserCoupons } from './pages/UserCoupons';
+
+/** The token from the address bar, else this tab's stored one; an unusable token signs out with its reason. */
+function initialSession(): { token: string | null; notice: MessageKey | null } {
+  const token = takeTokenFromLocation() ?? storedToken();
+  if (token === null) return { token: null, notice: null };
+  const problem = tokenProblem(token);
+  if (problem) {
+    clearToken();
+    return { token: null, notice: problem === 'expired' ? 'tokenExpired' : problem === 'notAdmin' ? 'tokenNotAdmin' : 'tokenMalformed' };
+  }
+  storeToken(token);
+  return { token, notice: null };
+}
+
+const NAV: { key: string; icon: React.ReactNode; label: MessageKey }[] = [
+  { key: '/campaigns', icon: <ShopOutlined />, label: 'navCampaigns' },
+  { key: '/users', icon: <UserOutlined />, label: 'navUsers' },
+  { key: '/reconciliation', icon: <AuditOutlined />, label: 'navReconciliation' },
+  { key: '/compensations', icon: <SafetyCertificateOutlined />, label: 'navCompensations' },
+];
+
+export function App() {
+  const { lang, setLang, t } = useI18n();
+  const [session, setSession] = useState(initialSession);
+  const navigate = useNavigate();
+  const location = useLocation();
+
+  useEffect(() => {
+    dayjs.locale(lang === 'zh-CN' ? 'zh-cn' : 'en');
+    document.documentElement.lang = lang;
+    document.title = t('appTitle');
+  }, [lang, t]);
+
+  const signOut = (notice: MessageKey | null) => {
+    clearToken();
+    setSession({ token: null, notice });
+  };
+  useEffect(() => setUnauthenticatedListener(() => setSession({ token: null, notice: 'sessionEnded' })), []);
+
+  // Back to sign-in the moment the token expires, not at the next failed request.
+  const exp = session.token ? readClaims(session.token)?.exp : undefined;
+  useEffect(() => {
+    if (exp === undefined) return;
+    const timer = setTimeout(() => signOut('tokenExpired'), Math.max(0, exp * 1000 - Date.now()));
+    return () => clearTimeout(timer);
+  }, [exp]);
+
+  const languageSwitch = (
+    <Segmented<Lang>
+      data-testid="language"
+      value={lang}
+      onChange={setLang}
+      options={[
+        { label: 'English', value: 'en' },
+        { label: '中文', value: 'zh-CN' },
+      ]}
+    />
+  );
+
+  const content = !session.token ? (
+    <SignIn
+      notice={session.notice}
+      languageSwitch={languageSwitch}
+      onSignIn={(token) => {
+        storeToken(token);
+        setSession({ token, notice: null });
+      }}
+    />
+  ) : (
+    <Layout style={{ minHeight: '100vh' }}>
+      <Layout.Sider breakpoint="lg" collapsedWidth={0} width={220} theme="dark">
+        <div style={{ color: '#fff', fontSize: 18, fontWeight: 600, padding: '18px 24px' }}>{t('appTitle')}</div>
+        <Menu
+          theme="dark"
+          mode="inline"
+          selectedKeys={NAV.filter((n) => location.pathname.startsWith(n.key)).map((n) => n.key)}
+          items={NAV.map((n) => ({ key: n.key, icon: n.icon, label: t(n.label) }))}
+          onClick={(e) => navigate(e.key)}
+        />
+      </Layout.Sider>
+      <Layout>
+        <Layout.Header style={{ background: '#fff', padding: '0 24px', display: 'flex', justifyContent: 'flex-end', alignItems: 'center' }}>
+          <Space size="large">
+            <Typography.Text type="secondary">{t('signedInAs', { user: readClaims(session.token)?.sub ?? '?' })}</Typography.Text>
+            {languageSwitch}
+            <Button icon={<LogoutOutlined />} onClick={() => signOut(null)}>
+              {t('signOut')}
+            </Button>
+          </Space>
+        </Layout.Header>
+        <Layout.Content style={{ padding: 24 }}>
+          <Routes>
+            <Route path="/campaigns" element={<Campaigns />} />
+            <Route path="/campaigns/:couponId" element={<CampaignLive />} />
+            <Route path="/users" element={<UserCoupons />} />
+            <Route path="/reconciliation" element={<Reconciliation />} />
+            <Route path="/reconciliation/:runId" element={<Reconciliation />} />
+            <Route path="/compensations" element={<Compensations />} />
+            <Route path="*" element={<Navigate to="/campaigns" replace />} />
+          </Routes>
+        </Layout.Content>
+      </Layout>
+    </Layout>
+  );
+
+  return (
+    <ConfigProvider
+      locale={lang === 'zh-CN' ? zhCN : enUS}
+      theme={{ algorithm: theme.defaultAlgorithm, token: { colorPrimary: '#d4380d' } }}
+    >
+      <AntApp>{content}</AntApp>
+    </ConfigProvider>
+  );
+}

@@ -1,0 +1,14 @@
+import dayjs from 'dayjs';
+
+export const yuan = (cents: number) => (cents / 100).toFixed(cents % 100 === 0 ? 0 : 2);
+export const time = (iso: string | null | undefined) => (iso ? dayjs(iso).format('YYYY-MM-DD HH:mm:ss') : '—');
+export const shortTime = (iso: string) => dayjs(iso).format('MM-DD HH:mm');
+
+export type Phase = 'notStarted' | 'running' | 'ended' | 'soldOut';
+
+/** Where a campaign stands for an operator: before, during or after its grab window, or out of stock. */
+export function phase(c: { grabStartAt: string; grabEndAt: string; remainingStock: number }, now = Date.now()): Phase {
+  if (now < Date.parse(c.grabStartAt)) return 'notStarted';
+  if (now >= Date.parse(c.grabEndAt)) return 'ended';
+  return c.remainingStock === 0 ? 'soldOut' : 'running';
+}

@@ -1,0 +1,190 @@
+import { useEffect, useMemo, useRef, useState } from 'react';
+import { Badge, Button, Card, Col, Descriptions, Row, Space, Statistic, Typography } from 'antd';
+import { ArrowLeftOutlined, ReloadOutlined } from '@ant-design/icons';
+import type { EChartsOption } from 'echarts';
+import dayjs from 'dayjs';
+import { Link, useParams } from 'react-router-dom';
+import { get, type Coupon, type Series } from '../api';
+import { Chart } from '../chart';
+import { time, yuan } from '../format';
+import { usePoll } from '../hooks';
+import { label, useI18n, type Translate } from '../i18n';
+import { PauseButton, StatusTags, StockBar } from './Campaigns';
+import { StockModal } from './StockModal';
+
+const POLL_MS = 1000;
+/** The counts are a real count on the server: refreshed now and then, never every second. */
+const COUNTS_MS = 10_000;
+const WINDOW_SECONDS = 300;
+const COLORS: Record<string, string> = {
+  ISSUED: '#52c41a',
+  REPLAYED: '#1677ff',
+  SOLD_OUT: '#f5222d',
+  USER_LIMIT_REACHED: '#fa8c16',
+  RATE_LIMITED: '#722ed1',
+  COUPON_PAUSED: '#8c8c8c',
+  GRAB_NOT_STARTED: '#bfbfbf',
+  GRAB_ENDED: '#595959',
+};
+const ORDER = Object.keys(COLORS);
+
+function describeDiscount(c: Coupon, t: Translate): string {
+  const d = c.discount;
+  if (d.type === 'PERCENT') return t('percentDesc', { percent: d.percentOff ?? 0, threshold: yuan(d.thresholdCents) });
+  return t('discountDesc', { amount: yuan(d.amountCents ?? 0), threshold: yuan(d.thresholdCents) });
+}
+
+function chartOption(series: Series, stockTrail: [number, number][], t: Translate): EChartsOption {
+  const from = Date.parse(series.from);
+  const x = Array.from({ length: series.seconds }, (_, i) => from + i * 1000);
+  const outcomes = Object.keys(series.outcomes).sort((a, b) => (ORDER.indexOf(a) + 1 || 99) - (ORDER.indexOf(b) + 1 || 99));
+  return {
+    animation: false,
+    tooltip: { trigger: 'axis' },
+    legend: { top: 0 },
+    grid: { left: 56, right: 64, top: 40, bottom: 32 },
+    xAxis: { type: 'time', min: from, max: x[x.length - 1], axisLabel: { formatter: (v: number) => dayjs(v).format('HH:mm:ss') } },
+    yAxis: [
+      { type: 'value', name: t('grabsAxis'), minInterval: 1 },
+      { type: 'value', name: t('remaining'), min: 0, max: series.initStock || undefined, splitLine: { show: false } },
+    ],
+    series: [
+      ...outcomes.map((o) => ({
+        name: label(t, o),
+        type: 'bar' as const,
+        stack: 'grabs',
+        barCategoryGap: '10%',
+        itemStyle: { color: COLORS[o] ?? '#d9d9d9' },
+        data: series.outcomes[o].map((n, i) => [x[i], n]),
+      })),
+      {
+        name: t('remaining'),
+        type: 'line' as const,
+        yAxisIndex: 1,
+        showSymbol: false,
+        step: 'end' as const,
+        lineStyle: { width: 2, color: '#d4380d' },
+        itemStyle: { color: '#d4380d' },
+        data: stockTrail.filter(([at]) => at >= from),
+      },
+    ],
+  };
+}
+
+export function CampaignLive() {
+  const { couponId = '' } = useParams();
+  const { t } = useI18n();
+  const [stockOpen, setStockOpen] = useState(false);
+  const detail = usePoll(() => get<Coupon>(`/admin/coupons/${couponId}`), [couponId], COUNTS_MS);
+  const live = usePoll(() => get<Series>(`/admin/coupons/${couponId}/series?seconds=${WINDOW_SECONDS}`), [couponId], POLL_MS);
+
+  // Remaining stock as sampled by this page since it opened (the server keeps no stock history).
+  const trail = useRef<[number, number][]>([]);
+  const [, redraw] = useState(0);
+  useEffect(() => {
+    if (!live.data) return;
+    trail.current = [...trail.current.filter(([at]) => at > Date.now() - WINDOW_SECONDS * 1000), [Date.now(), live.data.remainingStock]];
+    redraw((n) => n + 1);
+  }, [live.data]);
+
+  const option = useMemo(() => (live.data ? chartOption(live.data, trail.current, t) : null), [live.data, t]);
+  const recent = useMemo(() => {
+    if (!live.data) return 0;
+    return Object.values(live.data.outcomes).reduce((sum, points) => sum + points.slice(-5).reduce((a, b) => a + b, 0), 0);
+  }, [live.data]);
+
+  const coupon = detail.data;
+  // The live numbers are newer than the detail's: show them on the detail too.
+  const current =
+    coupon && live.data
+      ? { ...coupon, status: live.data.status, remainingStock: live.data.remainingStock, initStock: live.data.initStock }
+      : coupon;
+
+  return (
+    <Space orientation="vertical" size="large" style={{ width: '100%' }}>
+      <Space>
+        <Link to="/campaigns">
+          <Button icon={<ArrowLeftOutlined />}>{t('back')}</Button>
+        </Link>
+        <Typography.Title level={3} style={{ margin: 0 }} data-testid="live-title">
+          {coupon ? `#${coupon.id} ${coupon.name}` : `#${couponId}`}
+        </Typography.Title>
+        {current && <StatusTags coupon={current} t={t} />}
+        {current && <PauseButton coupon={current} onDone={() => void detail.reload()} />}
+        {current && (
+          <Button size="small" onClick={() => setStockOpen(true)}>
+            {t('adjustStock')}
+          </Button>
+        )}
+      </Space>
+      {detail.error && <Typography.Text type="danger">{detail.error.message}</Typography.Text>}
+      <Row gutter={16}>
+        <Col span={6}>
+          <Card>
+            <Statistic title={t('remaining')} value={live.data?.remainingStock ?? '—'} data-testid="live-remaining" />
+          </Card>
+        </Col>
+        <Col span={6}>
+          <Card>
+            <Statistic title={t('initStock')} value={live.data?.initStock ?? '—'} />
+          </Card>
+        </Col>
+        <Col span={6}>
+          <Card>
+            <Statistic title={t('lastSecond')} value={recent} data-testid="live-recent" />
+          </Card>
+        </Col>
+        <Col span={6}>
+          <Card style={{ height: '100%' }}>
+            <Typography.Text type="secondary">{t('stock')}</Typography.Text>
+            {live.data && <StockBar coupon={live.data} t={t} />}
+            <div style={{ marginTop: 8 }}>
+              {live.error ? (
+                <Badge status="error" text={t('stalled', { message: live.error.message })} />
+              ) : (
+                <Badge status="processing" text={t('refreshing')} />
+              )}
+            </div>
+          </Card>
+        </Col>
+      </Row>
+      <Card title={t('grabsPerSecond', { minutes: WINDOW_SECONDS / 60 })}>
+        {option && <Chart option={option} height={340} testId="live-chart" />}
+      </Card>
+      {coupon && (
+        <Card
+          title={t('countsTitle')}
+          extra={
+            <Space>
+              <Typography.Text type="secondary">{t('countsNote')}</Typography.Text>
+              <Button size="small" icon={<ReloadOutlined />} onClick={() => void detail.reload()} />
+            </Space>
+          }
+        >
+          <Row gutter={16} style={{ marginBottom: 24 }}>
+            {(['issued', 'unused', 'locked', 'used', 'expired', 'void'] as const).map((k) => (
+              <Col span={4} key={k}>
+                <Statistic title={t(k)} value={coupon.counts?.[k] ?? 0} />
+              </Col>
+            ))}
+          </Row>
+          <Descriptions size="small" column={2} bordered>
+            <Descriptions.Item label={t('discountAmount')}>{describeDiscount(coupon, t)}</Descriptions.Item>
+            <Descriptions.Item label={t('perUserLimit')}>{t('perUserDesc', { n: coupon.perUserLimit })}</Descriptions.Item>
+            <Descriptions.Item label={t('grabWindow')}>
+              {time(coupon.grabStartAt)} → {time(coupon.grabEndAt)}
+            </Descriptions.Item>
+            <Descriptions.Item label={t('validity')}>
+              {coupon.validity.type === 'RELATIVE'
+                ? t('validityRelativeDesc', { days: coupon.validity.days })
+                : t('validityFixedDesc', { start: time(coupon.validity.startAt), end: time(coupon.validity.endAt) })}
+            </Descriptions.Item>
+            <Descriptions.Item label={t('rateLimit')}>{coupon.rateLimitPerSecond ?? t('rateLimitHelp')}</Descriptions.Item>
+            <Descriptions.Item label={t('returnOnRefund')}>{coupon.returnOnRefund ? '✓' : '—'}</Descriptions.Item>
+          </Descriptions>
+        </Card>
+      )}
+      <StockModal coupon={stockOpen && coupon ? coupon : null} onClose={() => setStockOpen(false)} onDone={() => void detail.reload()} />
+    </Space>
+  );
+}

@@ -1,0 +1,172 @@
+import { useState } from 'react';
+import { App, Button, Card, Progress, Space, Table, Tag, Tooltip, Typography } from 'antd';
+import { LineChartOutlined, PauseCircleOutlined, PlayCircleOutlined, PlusOutlined, ReloadOutlined } from '@ant-design/icons';
+import { Link } from 'react-router-dom';
+import { get, patch, type Coupon, type Page } from '../api';
+import { phase, shortTime } from '../format';
+import { usePoll } from '../hooks';
+import { useI18n, type Translate } from '../i18n';
+import { CreateCampaign } from './CreateCampaign';
+import { StockModal } from './StockModal';
+
+/** Counts are real counts on the server: the list refreshes every 10 s, the live page polls the cheap series instead. */
+const LIST_REFRESH_MS = 10_000;
+
+const PHASE_COLOR = { notStarted: 'default', running: 'green', ended: 'default', soldOut: 'red' } as const;
+
+export function StatusTags({ coupon, t }: { coupon: Coupon; t: Translate }) {
+  const p = phase(coupon);
+  return (
+    <Space size={4} wrap>
+      {coupon.status === 'PAUSED' ? <Tag color="orange">{t('PAUSED')}</Tag> : <Tag color={PHASE_COLOR[p]}>{t(p)}</Tag>}
+    </Space>
+  );
+}
+
+export function StockBar({ coupon, t }: { coupon: Pick<Coupon, 'initStock' | 'remainingStock'>; t: Translate }) {
+  const percent = coupon.initStock === 0 ? 0 : (coupon.remainingStock / coupon.initStock) * 100;
+  return (
+    <Tooltip title={t('remainingOf', { remaining: coupon.remainingStock, total: coupon.initStock })}>
+      <div data-testid="stock-bar" data-remaining={coupon.remainingStock}>
+        <Progress
+          percent={Math.round(percent * 10) / 10}
+          strokeColor={percent > 50 ? '#52c41a' : percent > 15 ? '#faad14' : '#f5222d'}
+          format={() => `${coupon.remainingStock.toLocaleString()} / ${coupon.initStock.toLocaleString()}`}
+          size="small"
+        />
+      </div>
+    </Tooltip>
+  );
+}
+
+/** Pause or resume, as a button that reports what it did. */
+export function PauseButton({ coupon, onDone }: { coupon: Coupon; onDone(c: Coupon): void }) {
+  const { t } = useI18n();
+  const { message } = App.useApp();
+  const [busy, setBusy] = useState(false);
+  const pausing = coupon.status === 'ACTIVE';
+  return (
+    <Button
+      size="small"
+      loading={busy}
+      icon={pausing ? <PauseCircleOutlined /> : <PlayCircleOutlined />}
+      onClick={async () => {
+        setBusy(true);
+        try {
+          const c = await patch<Coupon>(`/admin/coupons/${coupon.id}`, { status: pausing ? 'PAUSED' : 'ACTIVE' });
+          void message.success(t(pausing ? 'paused' : 'resumed', { name: c.name }));
+          onDone(c);
+        } catch (err) {
+          void message.error((err as Error).message);
+        } finally {
+          setBusy(false);
+        }
+      }}
+    >
+      {t(pausing ? 'pause' : 'resume')}
+    </Button>
+  );
+}
+
+export function Campaigns() {
+  const { t } = useI18n();
+  const [creating, setCreating] = useState(false);
+  const [stockOf, setStockOf] = useState<Coupon | null>(null);
+  const [pages, setPages] = useState(1);
+  const list = usePoll(
+    async () => {
+      const items: Coupon[] = [];
+      let cursor: string | null = null;
+      for (let i = 0; i < pages; i++) {
+        const page: Page<Coupon> = await get(`/admin/coupons?limit=20${cursor ? `&cursor=${cursor}` : ''}`);
+        items.push(...page.items);
+        cursor = page.nextCursor;
+        if (!cursor) break;
+      }
+      return { items, more: cursor !== null };
+    },
+    [pages],
+    LIST_REFRESH_MS,
+  );
+
+  return (
+    <Card
+      title={t('campaigns')}
+      extra={
+        <Space>
+          <Button icon={<ReloadOutlined />} onClick={() => void list.reload()} loading={list.loading}>
+            {t('refresh')}
+          </Button>
+          <Button type="primary" icon={<PlusOutlined />} onClick={() => setCreating(true)} data-testid="new-campaign">
+            {t('newCampaign')}
+          </Button>
+        </Space>
+      }
+    >
+      {list.error && <Typography.Text type="danger">{list.error.message}</Typography.Text>}
+      <Table<Coupon>
+        rowKey="id"
+        size="middle"
+        dataSource={list.data?.items}
+        loading={list.loading && !list.data}
+        pagination={false}
+        locale={{ emptyText: t('noCampaigns') }}
+        columns={[
+          { title: t('id'), dataIndex: 'id', width: 60 },
+          {
+            title: t('name'),
+            dataIndex: 'name',
+            ellipsis: true,
+            render: (name: string, c) => (
+              <Space orientation="vertical" size={0}>
+                <Link to={`/campaigns/${c.id}`} data-testid={`campaign-${c.id}`}>
+                  {name}
+                </Link>
+                <Typography.Text type="secondary" style={{ fontSize: 12 }}>
+                  {t('grabWindow')}: {shortTime(c.grabStartAt)} → {shortTime(c.grabEndAt)}
+                </Typography.Text>
+              </Space>
+            ),
+          },
+          { title: t('status'), key: 'status', width: 100, render: (_, c) => <StatusTags coupon={c} t={t} /> },
+          { title: t('stock'), key: 'stock', width: 220, render: (_, c) => <StockBar coupon={c} t={t} /> },
+          { title: t('issued'), key: 'issued', align: 'right', width: 80, render: (_, c) => c.counts?.issued ?? '—' },
+          { title: t('used'), key: 'used', align: 'right', width: 70, render: (_, c) => c.counts?.used ?? '—' },
+          { title: t('locked'), key: 'locked', align: 'right', width: 70, render: (_, c) => c.counts?.locked ?? 0 },
+          {
+            title: t('actions'),
+            key: 'actions',
+            width: 230,
+            render: (_, c) => (
+              <Space size={4}>
+                <Link to={`/campaigns/${c.id}`}>
+                  <Button size="small" icon={<LineChartOutlined />}>
+                    {t('live')}
+                  </Button>
+                </Link>
+                <PauseButton coupon={c} onDone={() => void list.reload()} />
+                <Button size="small" onClick={() => setStockOf(c)}>
+                  {t('adjustStock')}
+                </Button>
+              </Space>
+            ),
+          },
+        ]}
+      />
+      {list.data?.more && (
+        <div style={{ textAlign: 'center', marginTop: 16 }}>
+          <Button onClick={() => setPages((p) => p + 1)}>{t('loadMore')}</Button>
+        </div>
+      )}
+      <CreateCampaign
+        open={creating}
+        onClose={() => setCreating(false)}
+        onCreated={() => {
+          setCreating(false);
+          void list.reload();
+        }}
+      />
+      <StockModal coupon={stockOf} onClose={() => setStockOf(null)} onDone={() => void list.reload()} />
+    </Card>
+  );
+}

@@ -1,0 +1,217 @@
+import { useState } from 'react';
+import { Alert, App, Button, Descriptions, Form, Input, Modal, Space, Table, Tag, Typography } from 'antd';
+import { CheckOutlined, CloseOutlined } from '@ant-design/icons';
+import { Link } from 'react-router-dom';
+import { post, type Compensation } from '../api';
+import { showApiErrors } from '../apiForm';
+import { time } from '../format';
+import { label, useI18n } from '../i18n';
+
+const STATUS_COLOR = { PENDING: 'gold', DONE: 'green', REJECTED: 'default' } as const;
+
+/** JSON the reconciliation wrote (details, params, results) as readable key/value lines. */
+export function JsonView({ value }: { value: unknown }) {
+  if (value === null || value === undefined) return <Typography.Text type="secondary">—</Typography.Text>;
+  if (typeof value !== 'object') return <span>{String(value)}</span>;
+  return (
+    <Descriptions size="small" column={1} bordered styles={{ label: { width: 150 } }}>
+      {Object.entries(value as Record<string, unknown>).map(([k, v]) => (
+        <Descriptions.Item key={k} label={k}>
+          {typeof v === 'object' && v !== null ? (
+            <pre style={{ margin: 0, fontSize: 12, whiteSpace: 'pre-wrap' }}>{JSON.stringify(v, null, 1)}</pre>
+          ) : (
+            String(v)
+          )}
+        </Descriptions.Item>
+      ))}
+    </Descriptions>
+  );
+}
+
+/** The reconciliation's own sentence about what it found, when it wrote one. */
+function explanation(details: unknown): string | null {
+  const e = (details as { explanation?: unknown } | null)?.explanation;
+  return typeof e === 'string' ? e : null;
+}
+
+function Decide({
+  decision,
+  compensation,
+  onClose,
+  onDone,
+}: {
+  decision: 'approve' | 'reject';
+  compensation: Compensation;
+  onClose(): void;
+  onDone(): void;
+}) {
+  const { t } = useI18n();
+  const { message } = App.useApp();
+  const [form] = Form.useForm<{ reason: string }>();
+  const [busy, setBusy] = useState(false);
+  const [refusal, setRefusal] = useState<string | null>(null);
+  return (
+    <Modal
+      open
+      title={
+        decision === 'approve'
+          ? t('approveTitle', { id: compensation.id, action: compensation.action })
+          : t('rejectTitle', { id: compensation.id })
+      }
+      onCancel={onClose}
+      onOk={() => form.submit()}
+      okText={t(decision)}
+      okButtonProps={{ danger: decision === 'reject', loading: busy, 'data-testid': 'decide-submit' }}
+      destroyOnHidden
+    >
+      {refusal && <Alert type="error" showIcon title={refusal} style={{ marginBottom: 16 }} />}
+      <Typography.Paragraph type="secondary">{t('action')}:</Typography.Paragraph>
+      <JsonView value={compensation.params} />
+      <Form
+        form={form}
+        layout="vertical"
+        style={{ marginTop: 16 }}
+        onFinish={async ({ reason }) => {
+          setBusy(true);
+          setRefusal(null);
+          try {
+            await post(`/admin/compensations/${compensation.id}/${decision}`, { reason });
+            void message.success(t(decision === 'approve' ? 'approved' : 'rejected', { id: compensation.id }));
+            onDone();
+          } catch (err) {
+            const rest = showApiErrors(form, err, [['reason']]);
+            if (rest) setRefusal(rest);
+          } finally {
+            setBusy(false);
+          }
+        }}
+      >
+        <Form.Item name="reason" label={t('reason')} rules={[{ required: true, whitespace: true, message: t('reasonRequired') }]}>
+          <Input.TextArea rows={2} data-testid="decide-reason" />
+        </Form.Item>
+      </Form>
+    </Modal>
+  );
+}
+
+export function CompensationTable({
+  items,
+  loading,
+  onChanged,
+}: {
+  items: Compensation[] | undefined;
+  loading: boolean;
+  onChanged(): void;
+}) {
+  const { t } = useI18n();
+  const [deciding, setDeciding] = useState<{ decision: 'approve' | 'reject'; compensation: Compensation } | null>(null);
+  return (
+    <>
+      <Table<Compensation>
+        rowKey="id"
+        size="middle"
+        loading={loading && !items}
+        dataSource={items}
+        pagination={false}
+        locale={{ emptyText: t('noCompensations') }}
+        expandable={{
+          expandRowByClick: true,
+          expandedRowRender: (c) => (
+            <Space orientation="vertical" style={{ width: '100%' }}>
+              <Typography.Text strong>{t('details')}</Typography.Text>
+              <JsonView value={c.discrepancy.details} />
+              <Typography.Text strong>{t('action')}</Typography.Text>
+              <JsonView value={c.params} />
+              {c.result !== null && (
+                <>
+                  <Typography.Text strong>{t('whatWasDone')}</Typography.Text>
+                  <JsonView value={c.result} />
+                </>
+              )}
+            </Space>
+          ),
+        }}
+        columns={[
+          { title: t('id'), dataIndex: 'id', width: 60 },
+          {
+            title: t('discrepancy'),
+            key: 'type',
+            render: (_, c) => (
+              <Space orientation="vertical" size={0}>
+                <Tag color="volcano">{c.discrepancy.type}</Tag>
+                <Typography.Text type="secondary" style={{ fontSize: 12 }}>
+                  <Link to={`/reconciliation/${c.discrepancy.runId}`} onClick={(e) => e.stopPropagation()}>
+                    {t('run', { id: c.discrepancy.runId })}
+                  </Link>
+                  {c.discrepancy.couponId && ` · ${t('couponId')} #${c.discrepancy.couponId}`}
+                  {c.discrepancy.userCouponId && ` · UC #${c.discrepancy.userCouponId}`}
+                </Typography.Text>
+                {explanation(c.discrepancy.details) && <Typography.Text>{explanation(c.discrepancy.details)}</Typography.Text>}
+              </Space>
+            ),
+          },
+          { title: t('action'), dataIndex: 'action', width: 160, render: (a: string) => <Tag>{a}</Tag> },
+          {
+            title: t('status'),
+            dataIndex: 'status',
+            width: 100,
+            render: (s: Compensation['status']) => <Tag color={STATUS_COLOR[s]}>{label(t, s)}</Tag>,
+          },
+          {
+            title: t('decided'),
+            key: 'decided',
+            render: (_, c) =>
+              c.decidedAt ? (
+                <Space orientation="vertical" size={0}>
+                  <span>{time(c.decidedAt)}</span>
+                  <Typography.Text type="secondary" style={{ fontSize: 12 }}>
+                    {t('decidedBy', { who: c.decidedBy ?? '?', reason: c.decisionReason ?? '' })}
+                  </Typography.Text>
+                </Space>
+              ) : (
+                '—'
+              ),
+          },
+          {
+            title: t('actions'),
+            key: 'actions',
+            width: 200,
+            render: (_, c) =>
+              c.status === 'PENDING' && (
+                <Space size={4} onClick={(e) => e.stopPropagation()}>
+                  <Button
+                    size="small"
+                    type="primary"
+                    icon={<CheckOutlined />}
+                    onClick={() => setDeciding({ decision: 'approve', compensation: c })}
+                    data-testid={`approve-${c.id}`}
+                  >
+                    {t('approve')}
+                  </Button>
+                  <Button
+                    size="small"
+                    danger
+                    icon={<CloseOutlined />}
+                    onClick={() => setDeciding({ decision: 'reject', compensation: c })}
+                    data-testid={`reject-${c.id}`}
+                  >
+                    {t('reject')}
+                  </Button>
+                </Space>
+              ),
+          },
+        ]}
+      />
+      {deciding && (
+        <Decide
+          {...deciding}
+          onClose={() => setDeciding(null)}
+          onDone={() => {
+            setDeciding(null);
+            onChanged();
+          }}
+        />
+      )}
+    </>
+  );
+}

@@ -1,0 +1,32 @@
+import { Card, Segmented } from 'antd';
+import { useSearchParams } from 'react-router-dom';
+import { get, query, type Compensation, type Page } from '../api';
+import { usePoll } from '../hooks';
+import { useI18n } from '../i18n';
+import { CompensationTable } from './CompensationTable';
+
+const FILTERS = ['PENDING', 'DONE', 'REJECTED', 'ALL'] as const;
+
+export function Compensations() {
+  const { t } = useI18n();
+  const [params, setParams] = useSearchParams();
+  const status = (params.get('status') ?? 'PENDING') as (typeof FILTERS)[number];
+  const list = usePoll(
+    () => get<Page<Compensation>>(`/admin/compensations${query({ status: status === 'ALL' ? undefined : status, limit: 100 })}`),
+    [status],
+  );
+  return (
+    <Card
+      title={t('compensations')}
+      extra={
+        <Segmented
+          value={status}
+          onChange={(v) => setParams({ status: v })}
+          options={FILTERS.map((f) => ({ value: f, label: f === 'ALL' ? t('all') : t(f) }))}
+        />
+      }
+    >
+      <CompensationTable items={list.data?.items} loading={list.loading} onChanged={() => void list.reload()} />
+    </Card>
+  );
+}

@@ -1,0 +1,193 @@
+import { useState } from 'react';
+import { Alert, App, Button, Col, DatePicker, Drawer, Form, Input, InputNumber, Radio, Row, Space, Switch } from 'antd';
+import dayjs, { type Dayjs } from 'dayjs';
+import { post, type Coupon } from '../api';
+import { showApiErrors } from '../apiForm';
+import { useI18n } from '../i18n';
+
+interface Values {
+  name: string;
+  totalStock: number;
+  perUserLimit: number;
+  grabStartAt: Dayjs;
+  grabEndAt: Dayjs;
+  validity: { type: 'RELATIVE' | 'FIXED'; days?: number; startAt?: Dayjs; endAt?: Dayjs };
+  discount: { thresholdCents: number; amountCents: number };
+  rateLimitPerSecond?: number | null;
+  returnOnRefund: boolean;
+}
+
+/** Every body path the form shows; the API's messages for these go under the field. */
+const FIELDS = [
+  ['name'],
+  ['totalStock'],
+  ['perUserLimit'],
+  ['grabStartAt'],
+  ['grabEndAt'],
+  ['validity', 'type'],
+  ['validity', 'days'],
+  ['validity', 'startAt'],
+  ['validity', 'endAt'],
+  ['discount', 'thresholdCents'],
+  ['discount', 'amountCents'],
+  ['rateLimitPerSecond'],
+  ['returnOnRefund'],
+];
+
+/** The form shows yuan; the API takes cents. */
+const cents = (yuan: number | null | undefined) => (typeof yuan === 'number' ? Math.round(yuan * 100) : yuan);
+
+function toBody(v: Values) {
+  return {
+    name: v.name,
+    totalStock: v.totalStock,
+    perUserLimit: v.perUserLimit,
+    grabStartAt: v.grabStartAt?.toISOString(),
+    grabEndAt: v.grabEndAt?.toISOString(),
+    validity:
+      v.validity.type === 'RELATIVE'
+        ? { type: 'RELATIVE', days: v.validity.days }
+        : { type: 'FIXED', startAt: v.validity.startAt?.toISOString(), endAt: v.validity.endAt?.toISOString() },
+    discount: { thresholdCents: cents(v.discount.thresholdCents), amountCents: cents(v.discount.amountCents) },
+    ...(v.rateLimitPerSecond == null ? {} : { rateLimitPerSecond: v.rateLimitPerSecond }),
+    returnOnRefund: v.returnOnRefund,
+  };
+}
+
+/**
+ * Only "required" is checked here: ranges and cross-field rules are the API's, and its messages
+ * are shown as they come, so the form can never drift from what the service accepts.
+ */
+export function CreateCampaign({ open, onClose, onCreated }: { open: boolean; onClose(): void; onCreated(c: Coupon): void }) {
+  const { t } = useI18n();
+  const { message } = App.useApp();
+  const [form] = Form.useForm<Values>();
+  const [busy, setBusy] = useState(false);
+  const [refusal, setRefusal] = useState<string | null>(null);
+  const validityType = Form.useWatch(['validity', 'type'], form);
+  const required = [{ required: true, message: t('required') }];
+
+  const submit = async (values: Values) => {
+    setBusy(true);
+    setRefusal(null);
+    try {
+      const created = await post<Coupon>('/admin/coupons', toBody(values));
+      void message.success(t('created', { name: created.name }));
+      form.resetFields();
+      onCreated(created);
+    } catch (err) {
+      const rest = showApiErrors(form, err, FIELDS);
+      if (rest) setRefusal(t('apiRefused', { message: rest }));
+    } finally {
+      setBusy(false);
+    }
+  };
+
+  const now = dayjs().startOf('minute');
+  return (
+    <Drawer
+      title={t('newCampaign')}
+      size={560}
+      open={open}
+      onClose={onClose}
+      destroyOnHidden
+      footer={
+        <Space style={{ float: 'right' }}>
+          <Button onClick={onClose}>{t('cancel')}</Button>
+          <Button type="primary" loading={busy} onClick={() => form.submit()} data-testid="create-submit">
+            {t('create')}
+          </Button>
+        </Space>
+      }
+    >
+      {refusal && <Alert type="error" showIcon title={refusal} style={{ marginBottom: 16 }} />}
+      <Form<Values>
+        form={form}
+        layout="vertical"
+        onFinish={submit}
+        initialValues={{
+          totalStock: 1000,
+          perUserLimit: 1,
+          grabStartAt: now,
+          grabEndAt: now.add(1, 'day'),
+          validity: { type: 'RELATIVE', days: 7 },
+          discount: { thresholdCents: 100, amountCents: 10 },
+          returnOnRefund: false,
+        }}
+      >
+        <Form.Item name="name" label={t('name')} rules={required}>
+          <Input placeholder="Double 11: spend ¥100 save ¥10" data-testid="field-name" />
+        </Form.Item>
+        <Row gutter={16}>
+          <Col span={12}>
+            <Form.Item name="totalStock" label={t('totalStock')} rules={required}>
+              <InputNumber style={{ width: '100%' }} precision={0} data-testid="field-totalStock" />
+            </Form.Item>
+          </Col>
+          <Col span={12}>
+            <Form.Item name="perUserLimit" label={t('perUserLimit')} rules={required}>
+              <InputNumber style={{ width: '100%' }} precision={0} />
+            </Form.Item>
+          </Col>
+        </Row>
+        <Row gutter={16}>
+          <Col span={12}>
+            <Form.Item name="grabStartAt" label={t('grabStartAt')} rules={required}>
+              <DatePicker showTime style={{ width: '100%' }} />
+            </Form.Item>
+          </Col>
+          <Col span={12}>
+            <Form.Item name="grabEndAt" label={t('grabEndAt')} rules={required}>
+              <DatePicker showTime style={{ width: '100%' }} />
+            </Form.Item>
+          </Col>
+        </Row>
+        <Form.Item name={['validity', 'type']} label={t('validity')}>
+          <Radio.Group
+            optionType="button"
+            options={[
+              { label: t('validityRelative'), value: 'RELATIVE' },
+              { label: t('validityFixed'), value: 'FIXED' },
+            ]}
+          />
+        </Form.Item>
+        {validityType === 'FIXED' ? (
+          <Row gutter={16}>
+            <Col span={12}>
+              <Form.Item name={['validity', 'startAt']} label={t('validityStartAt')} rules={required}>
+                <DatePicker showTime style={{ width: '100%' }} />
+              </Form.Item>
+            </Col>
+            <Col span={12}>
+              <Form.Item name={['validity', 'endAt']} label={t('validityEndAt')} rules={required}>
+                <DatePicker showTime style={{ width: '100%' }} />
+              </Form.Item>
+            </Col>
+          </Row>
+        ) : (
+          <Form.Item name={['validity', 'days']} label={t('validityDays')} rules={required}>
+            <InputNumber style={{ width: '100%' }} precision={0} data-testid="field-validity-days" />
+          </Form.Item>
+        )}
+        <Row gutter={16}>
+          <Col span={12}>
+            <Form.Item name={['discount', 'thresholdCents']} label={t('threshold')} rules={required}>
+              <InputNumber style={{ width: '100%' }} precision={2} prefix="¥" />
+            </Form.Item>
+          </Col>
+          <Col span={12}>
+            <Form.Item name={['discount', 'amountCents']} label={t('discountAmount')} rules={required}>
+              <InputNumber style={{ width: '100%' }} precision={2} prefix="¥" />
+            </Form.Item>
+          </Col>
+        </Row>
+        <Form.Item name="rateLimitPerSecond" label={t('rateLimit')} extra={t('rateLimitHelp')}>
+          <InputNumber style={{ width: '100%' }} precision={0} />
+        </Form.Item>
+        <Form.Item name="returnOnRefund" label={t('returnOnRefund')} valuePropName="checked">
+          <Switch />
+        </Form.Item>
+      </Form>
+    </Drawer>
+  );
+}

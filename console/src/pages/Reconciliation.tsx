@@ -1,0 +1,171 @@
+import { useState } from 'react';
+import { Alert, App, Button, Card, Col, Descriptions, Empty, Row, Select, Space, Statistic, Table, Tag, Typography } from 'antd';
+import { ArrowLeftOutlined, PlayCircleOutlined } from '@ant-design/icons';
+import { Link, useNavigate, useParams } from 'react-router-dom';
+import { get, post, query, type Compensation, type Page, type Run } from '../api';
+import { time } from '../format';
+import { usePoll } from '../hooks';
+import { label, useI18n } from '../i18n';
+import { CompensationTable } from './CompensationTable';
+
+const RUN_COLOR = { RUNNING: 'processing', COMPLETED: 'success', FAILED: 'error' } as const;
+
+function RunDetail({ runId }: { runId: string }) {
+  const { t } = useI18n();
+  const run = usePoll(() => get<Run>(`/admin/reconciliation/runs/${runId}`), [runId], 2000);
+  const compensations = usePoll(
+    () => get<Page<Compensation>>(`/admin/compensations${query({ runId, limit: 100 })}`),
+    [runId, run.data?.status],
+  );
+  const r = run.data;
+  return (
+    <Space orientation="vertical" size="large" style={{ width: '100%' }}>
+      <Space>
+        <Link to="/reconciliation">
+          <Button icon={<ArrowLeftOutlined />}>{t('back')}</Button>
+        </Link>
+        <Typography.Title level={3} style={{ margin: 0 }}>
+          {t('run', { id: runId })}
+        </Typography.Title>
+        {r && <Tag color={RUN_COLOR[r.status]}>{label(t, r.status)}</Tag>}
+      </Space>
+      {run.error && <Alert type="error" title={run.error.message} />}
+      {r && (
+        <Card>
+          <Row gutter={16}>
+            <Col span={6}>
+              <Statistic title={t('checked')} value={r.checked} />
+            </Col>
+            <Col span={6}>
+              <Statistic
+                title={t('discrepancies')}
+                value={r.discrepancies}
+                styles={{ content: { color: r.discrepancies ? '#cf1322' : '#3f8600' } }}
+              />
+            </Col>
+            <Col span={12}>
+              <Descriptions size="small" column={1}>
+                <Descriptions.Item label={t('mode')}>{label(t, r.mode)}</Descriptions.Item>
+                <Descriptions.Item label={t('triggeredBy')}>{r.triggeredBy}</Descriptions.Item>
+                <Descriptions.Item label={t('startedAt')}>{time(r.startedAt)}</Descriptions.Item>
+                <Descriptions.Item label={t('finishedAt')}>{time(r.finishedAt)}</Descriptions.Item>
+              </Descriptions>
+            </Col>
+          </Row>
+          {r.error && <Alert type="error" title={`${t('error')}: ${r.error}`} style={{ marginTop: 16 }} />}
+          <Typography.Title level={5} style={{ marginTop: 16 }}>
+            {t('byType')}
+          </Typography.Title>
+          {r.byType && Object.keys(r.byType).length > 0 ? (
+            <Space wrap>
+              {Object.entries(r.byType).map(([type, n]) => (
+                <Tag key={type} color="volcano" style={{ fontSize: 14, padding: '4px 10px' }}>
+                  {type}: {n}
+                </Tag>
+              ))}
+            </Space>
+          ) : (
+            r.status !== 'RUNNING' && <Typography.Text type="success">{t('noDiscrepancies')}</Typography.Text>
+          )}
+        </Card>
+      )}
+      <Card title={t('compensations')}>
+        <CompensationTable
+          items={compensations.data?.items}
+          loading={compensations.loading}
+          onChanged={() => void compensations.reload()}
+        />
+      </Card>
+    </Space>
+  );
+}
+
+function Runs() {
+  const { t } = useI18n();
+  const { message } = App.useApp();
+  const navigate = useNavigate();
+  const [mode, setMode] = useState<Run['mode']>('FULL');
+  const [starting, setStarting] = useState(false);
+  const runs = usePoll(() => get<Page<Run>>('/admin/reconciliation/runs?limit=50'), [], 3000);
+  return (
+    <Card
+      title={t('runs')}
+      extra={
+        <Space>
+          <Select<Run['mode']>
+            value={mode}
+            onChange={setMode}
+            style={{ width: 140 }}
+            options={[
+              { value: 'FULL', label: t('FULL') },
+              { value: 'INCREMENTAL', label: t('INCREMENTAL') },
+            ]}
+          />
+          <Button
+            type="primary"
+            icon={<PlayCircleOutlined />}
+            loading={starting}
+            data-testid="start-run"
+            onClick={async () => {
+              setStarting(true);
+              try {
+                const { runId } = await post<{ runId: string }>('/admin/reconciliation/runs', { mode });
+                void message.success(t('runStarted', { id: runId }));
+                navigate(`/reconciliation/${runId}`);
+              } catch (err) {
+                void message.error((err as Error).message);
+              } finally {
+                setStarting(false);
+              }
+            }}
+          >
+            {t('startRun')}
+          </Button>
+        </Space>
+      }
+    >
+      {runs.error && <Alert type="error" title={runs.error.message} />}
+      <Table<Run>
+        rowKey="id"
+        size="middle"
+        loading={runs.loading && !runs.data}
+        dataSource={runs.data?.items}
+        pagination={false}
+        locale={{ emptyText: <Empty /> }}
+        onRow={(r) => ({ onClick: () => navigate(`/reconciliation/${r.id}`), style: { cursor: 'pointer' } })}
+        columns={[
+          { title: t('id'), dataIndex: 'id', width: 70, render: (id: string) => <Link to={`/reconciliation/${id}`}>{id}</Link> },
+          {
+            title: t('status'),
+            dataIndex: 'status',
+            width: 120,
+            render: (s: Run['status']) => <Tag color={RUN_COLOR[s]}>{label(t, s)}</Tag>,
+          },
+          { title: t('mode'), dataIndex: 'mode', width: 110, render: (m: string) => label(t, m) },
+          { title: t('startedAt'), dataIndex: 'startedAt', render: time },
+          { title: t('finishedAt'), dataIndex: 'finishedAt', render: time },
+          { title: t('checked'), dataIndex: 'checked', align: 'right' },
+          {
+            title: t('discrepancies'),
+            dataIndex: 'discrepancies',
+            align: 'right',
+            render: (n: number) =>
+              n > 0 ? (
+                <Typography.Text type="danger" strong>
+                  {n}
+                </Typography.Text>
+              ) : (
+                n
+              ),
+          },
+          { title: t('triggeredBy'), dataIndex: 'triggeredBy' },
+        ]}
+      />
+    </Card>
+  );
+}
+
+export function Reconciliation() {
+  const { runId } = useParams();
+  return runId ? <RunDetail runId={runId} /> : <Runs />;
+}

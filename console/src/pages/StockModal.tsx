@@ -1,0 +1,58 @@
+import { useState } from 'react';
+import { App, Form, InputNumber, Modal, Radio } from 'antd';
+import { post, type Coupon } from '../api';
+import { showApiErrors } from '../apiForm';
+import { useI18n } from '../i18n';
+
+/** Add or remove stock: `POST /admin/coupons/:id/stock` with a positive or negative delta. */
+export function StockModal({ coupon, onClose, onDone }: { coupon: Coupon | null; onClose(): void; onDone(c: Coupon): void }) {
+  const { t } = useI18n();
+  const { message } = App.useApp();
+  const [form] = Form.useForm<{ direction: 1 | -1; amount: number }>();
+  const [busy, setBusy] = useState(false);
+  return (
+    <Modal
+      title={coupon ? `${t('adjustStock')}: ${coupon.name}` : ''}
+      open={coupon !== null}
+      onCancel={onClose}
+      onOk={() => form.submit()}
+      okButtonProps={{ loading: busy, 'data-testid': 'stock-submit' }}
+      destroyOnHidden
+    >
+      <Form
+        form={form}
+        layout="vertical"
+        initialValues={{ direction: 1, amount: 100 }}
+        onFinish={async ({ direction, amount }) => {
+          if (!coupon) return;
+          setBusy(true);
+          try {
+            const c = await post<Coupon>(`/admin/coupons/${coupon.id}/stock`, { delta: direction * amount });
+            void message.success(t('stockChanged', { name: c.name, remaining: c.remainingStock, total: c.initStock }));
+            onDone(c);
+            onClose();
+          } catch (err) {
+            const rest = showApiErrors(form, err, []);
+            if (rest) form.setFields([{ name: 'amount', errors: [rest] }]);
+          } finally {
+            setBusy(false);
+          }
+        }}
+      >
+        <Form.Item name="direction">
+          <Radio.Group
+            optionType="button"
+            buttonStyle="solid"
+            options={[
+              { label: t('addStock'), value: 1 },
+              { label: t('removeStock'), value: -1 },
+            ]}
+          />
+        </Form.Item>
+        <Form.Item name="amount" label={t('amount')} rules={[{ required: true, message: t('required') }]}>
+          <InputNumber style={{ width: '100%' }} precision={0} min={1} data-testid="stock-amount" />
+        </Form.Item>
+      </Form>
+    </Modal>
+  );
+}

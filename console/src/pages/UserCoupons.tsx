@@ -1,0 +1,260 @@
+import { useState } from 'react';
+import { Alert, App, Button, Card, Descriptions, Drawer, Form, Input, Modal, Space, Switch, Table, Tag, Timeline, Typography } from 'antd';
+import { HistoryOutlined, SearchOutlined, StopOutlined, UndoOutlined } from '@ant-design/icons';
+import { useSearchParams } from 'react-router-dom';
+import { get, post, query, type History, type Page, type UserCoupon, type UserCouponStatus } from '../api';
+import { showApiErrors } from '../apiForm';
+import { time } from '../format';
+import { usePoll } from '../hooks';
+import { useI18n, type Translate } from '../i18n';
+
+const STATUS_COLOR: Record<UserCouponStatus, string> = { UNUSED: 'green', LOCKED: 'gold', USED: 'blue', EXPIRED: 'default', VOID: 'red' };
+const STATUS_KEY = { UNUSED: 'unused', LOCKED: 'locked', USED: 'used', EXPIRED: 'expired', VOID: 'void' } as const;
+
+export function StatusTag({ status, t }: { status: UserCouponStatus; t: Translate }) {
+  return <Tag color={STATUS_COLOR[status]}>{t(STATUS_KEY[status])}</Tag>;
+}
+
+function HistoryDrawer({ userCouponId, onClose }: { userCouponId: string | null; onClose(): void }) {
+  const { t } = useI18n();
+  const history = usePoll(async () => (userCouponId ? get<History>(`/admin/user-coupons/${userCouponId}/history`) : null), [userCouponId]);
+  const h = history.data;
+  return (
+    <Drawer title={userCouponId ? t('historyOf', { id: userCouponId }) : ''} size={620} open={userCouponId !== null} onClose={onClose}>
+      {history.error && <Alert type="error" title={history.error.message} />}
+      {h && (
+        <Space orientation="vertical" size="large" style={{ width: '100%' }} data-testid="history">
+          <Alert
+            type={h.consistent ? 'success' : 'error'}
+            showIcon
+            title={h.consistent ? t('consistent') : t('inconsistent')}
+            description={
+              h.consistent
+                ? t('replayOk', { status: h.userCoupon.status })
+                : t('replayedStatus', { replayed: h.replayedStatus ?? '—', status: h.userCoupon.status })
+            }
+            data-testid="history-consistency"
+          />
+          <Descriptions size="small" column={2} bordered>
+            <Descriptions.Item label={t('userId')}>{h.userCoupon.userId}</Descriptions.Item>
+            <Descriptions.Item label={t('couponId')}>#{h.userCoupon.couponId}</Descriptions.Item>
+            <Descriptions.Item label={t('status')}>
+              <StatusTag status={h.userCoupon.status} t={t} />
+            </Descriptions.Item>
+            <Descriptions.Item label={t('source')}>{h.userCoupon.source}</Descriptions.Item>
+            <Descriptions.Item label={t('issuedAt')}>{time(h.userCoupon.issuedAt)}</Descriptions.Item>
+            <Descriptions.Item label={t('expiresAt')}>{time(h.userCoupon.expiresAt)}</Descriptions.Item>
+          </Descriptions>
+          <Timeline
+            data-testid="timeline"
+            items={h.transitions.map((step) => ({
+              color: step.to === 'VOID' ? 'red' : step.to === 'USED' ? 'blue' : step.to === 'UNUSED' ? 'green' : 'gray',
+              title: time(step.at),
+              content: (
+                <div>
+                  <Space>
+                    {step.from ? <StatusTag status={step.from} t={t} /> : <Tag>{t('issuance')}</Tag>}
+                    <span>→</span>
+                    <StatusTag status={step.to} t={t} />
+                  </Space>
+                  {step.reason && <div style={{ marginTop: 4 }}>{step.reason}</div>}
+                  <Typography.Text type="secondary" code style={{ fontSize: 12 }}>
+                    {t('txId')}: {step.txId}
+                  </Typography.Text>
+                </div>
+              ),
+            }))}
+          />
+        </Space>
+      )}
+    </Drawer>
+  );
+}
+
+type Action = { kind: 'void'; coupon: UserCoupon } | { kind: 'reissue'; coupon: UserCoupon | null };
+
+function ActionModal({ action, userId, onClose, onDone }: { action: Action | null; userId: string; onClose(): void; onDone(): void }) {
+  const { t } = useI18n();
+  const { message } = App.useApp();
+  const [form] = Form.useForm<{ reason: string; couponId?: string; fromStock: boolean }>();
+  const [busy, setBusy] = useState(false);
+  const [refusal, setRefusal] = useState<string | null>(null);
+  if (!action) return null;
+  const title = action.kind === 'void' ? t('confirmVoid', { id: action.coupon.id }) : t('reissue');
+  return (
+    <Modal
+      title={title}
+      open
+      onCancel={onClose}
+      onOk={() => form.submit()}
+      okText={action.kind === 'void' ? t('voidIt') : t('reissue')}
+      okButtonProps={{ danger: action.kind === 'void', loading: busy, 'data-testid': 'action-submit' }}
+      destroyOnHidden
+    >
+      {refusal && <Alert type="error" showIcon title={refusal} style={{ marginBottom: 16 }} />}
+      <Form
+        form={form}
+        layout="vertical"
+        initialValues={{ fromStock: false, couponId: action.coupon?.couponId }}
+        onFinish={async (v) => {
+          setBusy(true);
+          setRefusal(null);
+          try {
+            if (action.kind === 'void') {
+              await post(`/admin/user-coupons/${action.coupon.id}/void`, { reason: v.reason });
+              void message.success(t('voided', { id: action.coupon.id }));
+            } else {
+              const issued = await post<UserCoupon>(
+                '/admin/user-coupons/reissue',
+                {
+                  couponId: v.couponId,
+                  userId,
+                  reason: v.reason,
+                  fromStock: v.fromStock,
+                  ...(action.coupon ? { replacesUserCouponId: action.coupon.id } : {}),
+                },
+                // A double click or a retried request reissues once.
+                { 'idempotency-key': `console-${crypto.randomUUID()}` },
+              );
+              void message.success(t('reissued', { id: issued.id, user: userId }));
+            }
+            onDone();
+          } catch (err) {
+            const rest = showApiErrors(form, err, [['reason'], ['couponId'], ['fromStock']]);
+            if (rest) setRefusal(rest);
+          } finally {
+            setBusy(false);
+          }
+        }}
+      >
+        {action.kind === 'reissue' && (
+          <>
+            <Form.Item name="couponId" label={t('couponId')} rules={[{ required: true, message: t('required') }]}>
+              <Input disabled={action.coupon !== null} />
+            </Form.Item>
+            {action.coupon && (
+              <Typography.Paragraph type="secondary">
+                {t('replaces')} #{action.coupon.id}
+              </Typography.Paragraph>
+            )}
+            <Form.Item name="fromStock" label={t('fromStock')} valuePropName="checked">
+              <Switch />
+            </Form.Item>
+          </>
+        )}
+        <Form.Item name="reason" label={t('reason')} rules={[{ required: true, whitespace: true, message: t('reasonRequired') }]}>
+          <Input.TextArea rows={2} data-testid="action-reason" />
+        </Form.Item>
+      </Form>
+    </Modal>
+  );
+}
+
+export function UserCoupons() {
+  const { t } = useI18n();
+  const [params, setParams] = useSearchParams();
+  const userId = params.get('userId') ?? '';
+  const historyOf = params.get('history');
+  const [action, setAction] = useState<Action | null>(null);
+  const list = usePoll(
+    async () => (userId ? get<Page<UserCoupon>>(`/admin/users/${encodeURIComponent(userId)}/coupons${query({ limit: 100 })}`) : null),
+    [userId],
+  );
+  const setParam = (k: string, v: string | null) => {
+    const next = new URLSearchParams(params);
+    if (v === null) next.delete(k);
+    else next.set(k, v);
+    setParams(next);
+  };
+
+  return (
+    <Card
+      title={userId ? t('userCouponsOf', { user: userId }) : t('navUsers')}
+      extra={
+        userId && (
+          <Button icon={<UndoOutlined />} onClick={() => setAction({ kind: 'reissue', coupon: null })}>
+            {t('reissue')}
+          </Button>
+        )
+      }
+    >
+      <Input.Search
+        key={userId}
+        defaultValue={userId}
+        placeholder={t('userId')}
+        enterButton={
+          <>
+            <SearchOutlined /> {t('search')}
+          </>
+        }
+        style={{ maxWidth: 420, marginBottom: 16 }}
+        onSearch={(v) => setParams(v.trim() ? { userId: v.trim() } : {})}
+        data-testid="user-search"
+      />
+      {list.error && <Alert type="error" title={list.error.message} style={{ marginBottom: 16 }} />}
+      {!userId ? (
+        <Typography.Paragraph type="secondary">{t('enterUserId')}</Typography.Paragraph>
+      ) : (
+        <Table<UserCoupon>
+          rowKey="id"
+          size="middle"
+          loading={list.loading}
+          dataSource={list.data?.items}
+          pagination={false}
+          locale={{ emptyText: t('noUserCoupons') }}
+          columns={[
+            { title: t('id'), dataIndex: 'id', width: 80 },
+            { title: t('couponId'), dataIndex: 'couponId', width: 90, render: (id: string) => `#${id}` },
+            { title: t('status'), dataIndex: 'status', width: 100, render: (s: UserCouponStatus) => <StatusTag status={s} t={t} /> },
+            { title: t('source'), dataIndex: 'source', width: 120 },
+            { title: t('issuedAt'), dataIndex: 'issuedAt', render: time },
+            { title: t('expiresAt'), dataIndex: 'expiresAt', render: time },
+            { title: t('usedAt'), dataIndex: 'usedAt', render: time },
+            {
+              title: t('actions'),
+              key: 'actions',
+              width: 260,
+              render: (_, uc) => (
+                <Space size={4}>
+                  <Button
+                    size="small"
+                    icon={<HistoryOutlined />}
+                    onClick={() => setParam('history', uc.id)}
+                    data-testid={`history-${uc.id}`}
+                  >
+                    {t('history')}
+                  </Button>
+                  <Button
+                    size="small"
+                    danger
+                    icon={<StopOutlined />}
+                    disabled={uc.status === 'USED' || uc.status === 'VOID'}
+                    onClick={() => setAction({ kind: 'void', coupon: uc })}
+                    data-testid={`void-${uc.id}`}
+                  >
+                    {t('voidIt')}
+                  </Button>
+                  <Button size="small" onClick={() => setAction({ kind: 'reissue', coupon: uc })}>
+                    {t('reissue')}
+                  </Button>
+                </Space>
+              ),
+            },
+          ]}
+        />
+      )}
+      <ActionModal
+        action={action}
+        userId={userId}
+        onClose={() => setAction(null)}
+        onDone={() => {
+          const voided = action?.kind === 'void' ? action.coupon.id : null;
+          setAction(null);
+          void list.reload();
+          if (voided) setParam('history', voided);
+        }}
+      />
+      <HistoryDrawer userCouponId={historyOf} onClose={() => setParam('history', null)} />
+    </Card>
+  );
+}

@@ -1,0 +1,118 @@
+import request from 'supertest';
+import { GrabSeries, SERIES_SECONDS } from '../src/coupon/grab-series.js';
+import { createCoupon, newKey } from './support/factories.js';
+import { adminToken, bearer, startTestApp, TestApp, tokenFor } from './support/harness.js';
+
+describe('GrabSeries (in-memory counters)', () => {
+  const T0 = 1_800_000_000_000;
+
+  it('counts outcomes per second and answers a window ending at the current second', () => {
+    const s = new GrabSeries();
+    s.record('1', 'ISSUED', T0);
+    s.record('1', 'ISSUED', T0 + 999);
+    s.record('1', 'SOLD_OUT', T0 + 2000);
+    s.record('2', 'ISSUED', T0);
+    const w = s.read('1', 10, T0 + 2500);
+    expect(w.from).toBe(T0 / 1000 - 7);
+    expect(w.outcomes.ISSUED).toEqual([0, 0, 0, 0, 0, 0, 0, 2, 0, 0]);
+    expect(w.outcomes.SOLD_OUT).toEqual([0, 0, 0, 0, 0, 0, 0, 0, 0, 1]);
+    expect(s.read('3', 10, T0).outcomes).toEqual({});
+  });
+
+  it('forgets seconds older than the window when the ring comes round again', () => {
+    const s = new GrabSeries();
+    s.record('1', 'ISSUED', T0);
+    s.record('1', 'ISSUED', T0 + SERIES_SECONDS * 1000);
+    const w = s.read('1', SERIES_SECONDS, T0 + SERIES_SECONDS * 1000);
+    expect(w.outcomes.ISSUED.reduce((a, b) => a + b, 0)).toBe(1);
+    expect(w.outcomes.ISSUED[SERIES_SECONDS - 1]).toBe(1);
+    expect(s.read('1', 10, T0 + (SERIES_SECONDS + 20) * 1000).outcomes).toEqual({});
+  });
+
+  it('keeps at most 1000 coupons, dropping the one idle longest', () => {
+    const s = new GrabSeries();
+    for (let i = 0; i < 1000; i++) s.record(String(i), 'ISSUED', T0 + (i === 0 ? 5000 : 0));
+    s.record('new', 'ISSUED', T0 + 6000);
+    expect(s.read('0', 10, T0 + 6000).outcomes.ISSUED).toBeDefined();
+    expect(s.read('1', 10, T0 + 6000).outcomes).toEqual({});
+    expect(s.read('new', 10, T0 + 6000).outcomes.ISSUED).toBeDefined();
+  });
+});
+
+describe('admin routes the console reads', () => {
+  let t: TestApp;
+  beforeAll(async () => {
+    t = await startTestApp();
+  });
+  afterAll(() => t.close());
+  const admin = (path: string) => request(t.url).get(path).set(bearer(adminToken()));
+  const grab = (couponId: string, userId: string) =>
+    request(t.url)
+      .post(`/coupons/${couponId}/grab`)
+      .set(bearer(tokenFor(userId)))
+      .set('Idempotency-Key', newKey());
+
+  it('GET /admin/coupons lists newest first with stock and counts, paged by cursor', async () => {
+    const a = await createCoupon(t.url, { name: 'first', totalStock: 5 });
+    const b = await createCoupon(t.url, { name: 'second', totalStock: 7 });
+    expect((await grab(b.id, 'lister')).status).toBe(201);
+    const first = await admin('/admin/coupons?limit=1');
+    expect(first.status).toBe(200);
+    expect(first.body.items).toHaveLength(1);
+    expect(first.body.items[0]).toMatchObject({
+      id: b.id,
+      name: 'second',
+      initStock: 7,
+      remainingStock: 6,
+      counts: { issued: 1, unused: 1 },
+    });
+    const next = await admin(`/admin/coupons?limit=1&cursor=${first.body.nextCursor}`);
+    expect(next.body.items.map((c: { id: string }) => c.id)).toContain(a.id);
+    expect((await admin('/admin/coupons?limit=0')).body.code).toBe('VALIDATION_FAILED');
+    expect(
+      (
+        await request(t.url)
+          .get('/admin/coupons')
+          .set(bearer(tokenFor('lister')))
+      ).status,
+    ).toBe(403);
+  });
+
+  it('GET /admin/coupons/:id/series gives remaining stock and this second’s outcomes', async () => {
+    const c = await createCoupon(t.url, { totalStock: 2 });
+    const answers = await Promise.all(['s1', 's2', 's3'].map((u) => grab(c.id, u)));
+    expect(answers.map((r) => r.status).sort()).toEqual([201, 201, 409]);
+    const res = await admin(`/admin/coupons/${c.id}/series?seconds=30`);
+    expect(res.status).toBe(200);
+    expect(res.body).toMatchObject({ couponId: c.id, status: 'ACTIVE', initStock: 2, remainingStock: 0, seconds: 30 });
+    const total = (o: string) => ((res.body.outcomes[o] ?? []) as number[]).reduce((x, y) => x + y, 0);
+    expect(total('ISSUED')).toBe(2);
+    expect(total('SOLD_OUT')).toBe(1);
+    expect(Date.parse(res.body.from)).toBeLessThanOrEqual(Date.now() - 29_000);
+    expect((await admin(`/admin/coupons/${c.id}/series?seconds=301`)).status).toBe(400);
+    expect((await admin('/admin/coupons/999999/series')).body.code).toBe('COUPON_NOT_FOUND');
+    expect(
+      (
+        await request(t.url)
+          .get(`/admin/coupons/${c.id}/series`)
+          .set(bearer(tokenFor('s1')))
+      ).status,
+    ).toBe(403);
+  });
+
+  it('GET /admin/users/:userId/coupons shows that user’s coupons as /me/coupons does', async () => {
+    const c = await createCoupon(t.url, { totalStock: 3 });
+    expect((await grab(c.id, 'Bob.1')).status).toBe(201);
+    const mine = await request(t.url)
+      .get('/me/coupons')
+      .set(bearer(tokenFor('Bob.1')));
+    const theirs = await admin('/admin/users/Bob.1/coupons');
+    expect(theirs.status).toBe(200);
+    expect(theirs.body).toEqual(mine.body);
+    expect((await admin('/admin/users/bob.1/coupons')).body.items).toEqual([]);
+    expect((await admin('/admin/users/Bob.1/coupons?status=USED')).body.items).toEqual([]);
+    const bad = await admin(`/admin/users/${'x'.repeat(65)}/coupons`);
+    expect(bad.status).toBe(400);
+    expect(bad.body.details.fields.userId).toBeDefined();
+  });
+});

@@ -1,0 +1,213 @@
+import { execFileSync } from 'node:child_process';
+import { mkdirSync } from 'node:fs';
+import { afterAll, afterEach, beforeAll, describe, expect, it } from '@jest/globals';
+import { chromium, type Browser, type Page } from 'playwright-core';
+import request from 'supertest';
+import { adminToken, bearer, startTestApp, tokenFor, type TestApp } from './support/harness.js';
+
+/**
+ * The console in a real browser (Debian's Chromium) against the real server and database: every
+ * step is what an operator does, and each page is saved as a screenshot under test-results/console/.
+ */
+const CHROMIUM = process.env.CHROMIUM_PATH ?? '/usr/bin/chromium';
+const SHOTS = 'test-results/console';
+
+let t: TestApp;
+let browser: Browser;
+let page: Page;
+let couponId: string;
+const pageErrors: string[] = [];
+
+/** Reads until `ok` holds or `ms` pass, and returns the last value read, for the assertion to judge. */
+async function eventually<T>(read: () => Promise<T>, ok: (v: T) => boolean, ms = 5000): Promise<T> {
+  const until = Date.now() + ms;
+  for (;;) {
+    const v = await read();
+    if (ok(v) || Date.now() > until) return v;
+    await new Promise((r) => setTimeout(r, 100));
+  }
+}
+
+/** After Ant Design's opening animations (drawers, modals: 0.3 s) have finished. */
+async function shot(name: string): Promise<void> {
+  await page.waitForTimeout(400);
+  await page.screenshot({ path: `${SHOTS}/${name}.png`, fullPage: true });
+}
+
+async function grab(userId: string, key = `${userId}-1`): Promise<number> {
+  const res = await request(t.url)
+    .post(`/coupons/${couponId}/grab`)
+    .set(bearer(tokenFor(userId)))
+    .set('Idempotency-Key', key);
+  return res.status;
+}
+
+beforeAll(async () => {
+  // The console the server serves is the one built from this tree, not whatever an earlier build left.
+  execFileSync(process.execPath, ['node_modules/vite/bin/vite.js', 'build', '--config', 'console/vite.config.ts', '--logLevel', 'error'], {
+    stdio: 'inherit',
+  });
+  mkdirSync(SHOTS, { recursive: true });
+  t = await startTestApp();
+  browser = await chromium.launch({
+    executablePath: CHROMIUM,
+    args: ['--no-sandbox', '--disable-gpu', '--disable-background-networking', '--disable-component-update', '--disable-sync'],
+  });
+  const context = await browser.newContext({ viewport: { width: 1440, height: 900 }, locale: 'en-US' });
+  // Same origin only: any request elsewhere would fail this test.
+  await context.route(
+    (url) => !url.href.startsWith(t.url),
+    (route) => route.abort(),
+  );
+  page = await context.newPage();
+  page.on('pageerror', (err) => pageErrors.push(err.message));
+  page.on('console', (msg) => {
+    // A refusal the page shows (a 4xx) is logged by the browser too; only other errors count.
+    if (msg.type() === 'error' && !/status of 4\d\d/.test(msg.text())) pageErrors.push(msg.text());
+  });
+}, 120_000);
+
+afterEach(() => {
+  // A page that threw or logged an error failed, whatever it still shows.
+  expect(pageErrors.splice(0)).toEqual([]);
+});
+
+afterAll(async () => {
+  await browser?.close();
+  await t?.close();
+});
+
+describe('admin console in a browser', () => {
+  it('is served at /console with a strict same-origin policy, and deep links get the app', async () => {
+    const res = await request(t.url).get('/console');
+    expect(res.status).toBe(200);
+    expect(res.headers['content-type']).toMatch(/text\/html/);
+    expect(res.headers['content-security-policy']).toContain("default-src 'self'");
+    const asset = /\/console\/assets\/[^"]+\.js/.exec(res.text)?.[0];
+    expect(asset).toBeDefined();
+    const js = await request(t.url).get(asset as string);
+    expect(js.status).toBe(200);
+    expect(js.headers['cache-control']).toContain('immutable');
+    expect((await request(t.url).get('/console/campaigns/7')).text).toBe(res.text);
+    expect((await request(t.url).get('/console/assets/missing.js')).status).toBe(404);
+  });
+
+  it('signs in from #token, which leaves the address bar for sessionStorage', async () => {
+    const token = adminToken();
+    await page.goto(`${t.url}/console/#token=${token}`);
+    await page.getByText('Signed in as admin-1').waitFor();
+    expect(page.url()).toBe(`${t.url}/console/campaigns`);
+    expect(await page.evaluate(`sessionStorage.getItem('coupon-console.token')`)).toBe(token);
+  });
+
+  it('returns to the sign-in page when the token expires, and takes a pasted token', async () => {
+    await page.evaluate('sessionStorage.clear()');
+    await page.goto(`${t.url}/console/#token=${tokenFor('admin-1', ['admin'], 2)}`);
+    await page.getByText('Signed in as admin-1').waitFor();
+    await page.getByTestId('signin-notice').waitFor({ timeout: 5000 });
+    expect(await page.getByTestId('signin-notice').textContent()).toContain('expired');
+    await shot('01-sign-in');
+    await page.getByLabel('Admin token').fill(tokenFor('user-1', [], 600));
+    await page.getByRole('button', { name: 'Sign in' }).click();
+    expect(await page.getByTestId('signin-notice').textContent()).toContain('no admin role');
+    await page.getByLabel('Admin token').fill(adminToken());
+    await page.getByRole('button', { name: 'Sign in' }).click();
+    await page.getByText('Signed in as admin-1').waitFor();
+  });
+
+  it('creates a campaign in the form, showing the API’s validation messages', async () => {
+    await page.getByTestId('new-campaign').click();
+    await page.getByTestId('field-name').fill('Double 11: spend ¥100 save ¥10');
+    await page.getByTestId('field-totalStock').fill('50');
+    await page.getByTestId('field-validity-days').fill('0');
+    await page.getByTestId('create-submit').click();
+    // The message is the API's (class-validator's wording), placed under the field it names.
+    await page.getByText('days must not be less than 1').waitFor();
+    await shot('02-create-validation');
+    await page.getByTestId('field-validity-days').fill('7');
+    await page.getByTestId('create-submit').click();
+    await page.getByText('Campaign Double 11: spend ¥100 save ¥10 created').waitFor();
+    const [row] = (await request(t.url).get('/admin/coupons').set(bearer(adminToken()))).body.items as { id: string; initStock: number }[];
+    couponId = row.id;
+    expect(row.initStock).toBe(50);
+    await page.getByTestId(`campaign-${couponId}`).waitFor();
+    expect(await page.getByTestId('stock-bar').first().getAttribute('data-remaining')).toBe('50');
+  });
+
+  it('shows grabs made through the API: the stock bar drains and the chart counts them', async () => {
+    expect(await grab('alice')).toBe(201);
+    const statuses = await Promise.all(Array.from({ length: 14 }, (_, i) => grab(`fan-${i}`)));
+    expect(statuses.every((s) => s === 201)).toBe(true);
+    await page.getByTestId(`campaign-${couponId}`).click();
+    const bar = page.getByTestId('stock-bar');
+    const remaining = () => bar.getAttribute('data-remaining');
+    expect(await eventually(remaining, (v) => v === '35')).toBe('35');
+    // More grabs while the page is open: it follows without a reload, refusals included.
+    await Promise.all(Array.from({ length: 10 }, (_, i) => grab(`late-${i}`)));
+    expect(await grab('alice', 'alice-2')).toBe(409);
+    expect(await eventually(remaining, (v) => v === '25')).toBe('25');
+    const recent = async () => Number(await page.getByTestId('live-recent').locator('.ant-statistic-content-value').textContent());
+    expect(await eventually(recent, (n) => n >= 11)).toBeGreaterThanOrEqual(11);
+    await page.getByTestId('live-chart').locator('canvas').first().waitFor();
+    const series = await request(t.url).get(`/admin/coupons/${couponId}/series?seconds=60`).set(bearer(adminToken()));
+    expect(series.status).toBe(200);
+    expect(series.body.remainingStock).toBe(25);
+    expect((series.body.outcomes.ISSUED as number[]).reduce((a, b) => a + b, 0)).toBe(25);
+    expect((series.body.outcomes.USER_LIMIT_REACHED as number[]).reduce((a, b) => a + b, 0)).toBe(1);
+    await page.waitForTimeout(1200);
+    await shot('03-campaign-live');
+    await page.getByRole('button', { name: 'Back' }).click();
+    await page.getByTestId(`campaign-${couponId}`).waitFor();
+    await shot('04-campaigns');
+  });
+
+  it('voids a user’s coupon with a reason and shows its timeline', async () => {
+    await page.getByRole('menuitem', { name: 'User coupons' }).click();
+    await page.getByTestId('user-search').locator('input').fill('alice');
+    await page.getByTestId('user-search').locator('input').press('Enter');
+    const [uc] = (await request(t.url).get('/admin/users/alice/coupons').set(bearer(adminToken()))).body.items as { id: string }[];
+    await page.getByTestId(`void-${uc.id}`).click();
+    await page.getByTestId('action-reason').fill('Fraud report #4411');
+    await page.getByTestId('action-submit').click();
+    const timeline = page.getByTestId('timeline');
+    await timeline.getByText('Fraud report #4411').waitFor();
+    expect(await timeline.locator('.ant-timeline-item').count()).toBe(2);
+    expect(await page.getByTestId('history-consistency').textContent()).toContain('Consistent');
+    const history = await request(t.url).get(`/admin/user-coupons/${uc.id}/history`).set(bearer(adminToken()));
+    expect(history.body.userCoupon.status).toBe('VOID');
+    await shot('05-coupon-timeline');
+    await page.keyboard.press('Escape');
+    await shot('06-user-coupons');
+  });
+
+  it('starts a reconciliation, shows the discrepancy and approves its compensation', async () => {
+    // A lost deduction: stock says two fewer than were ever issued from it.
+    await t.db.query('UPDATE coupon_stock SET stock = stock - 2 WHERE coupon_id = ?', [couponId]);
+    await page.getByRole('menuitem', { name: 'Reconciliation' }).click();
+    await page.getByTestId('start-run').click();
+    await page.getByText('STOCK_MISMATCH: 1').waitFor({ timeout: 20_000 });
+    const approve = page.locator('[data-testid^="approve-"]');
+    await approve.waitFor();
+    await shot('07-reconciliation-run');
+    await approve.click();
+    await page.getByTestId('decide-submit').click();
+    await page.getByText('A reason is required').waitFor();
+    await page.getByTestId('decide-reason').fill('Checked the order log: two deductions were lost');
+    await page.getByTestId('decide-submit').click();
+    await page.locator('.ant-tag', { hasText: 'Done' }).waitFor();
+    const [stock] = (await t.db.query('SELECT stock FROM coupon_stock WHERE coupon_id = ?', [couponId])) as { stock: string }[];
+    expect(Number(stock.stock)).toBe(25);
+    await page.locator('.ant-table-row', { hasText: 'RESTORE_STOCK' }).click();
+    await page.getByText('What was done').waitFor();
+    await shot('08-compensation-done');
+  });
+
+  it('speaks Chinese after the switch', async () => {
+    await page.getByRole('menuitem', { name: 'Campaigns' }).click();
+    await page.getByTestId('language').getByText('中文').click();
+    await page.getByRole('menuitem', { name: '活动' }).waitFor();
+    await page.getByText('新建活动').waitFor();
+    await shot('09-campaigns-zh');
+    await page.getByTestId('language').getByText('English').click();
+  });
+});
