@@ -1,6 +1,6 @@
-import { AppError } from '../src/common/errors.js';
 import { CouponService } from '../src/coupon/coupon.service.js';
-import { GrabDecision, GrabGroupService } from '../src/coupon/grab-group.service.js';
+import type { GrabDecision } from '../src/coupon/grab-decision.js';
+import { GrabGroupService } from '../src/coupon/grab-group.service.js';
 import { IssueService } from '../src/ledger/issue.service.js';
 import { createCoupon, newKey } from './support/factories.js';
 import { startTestApp, TestApp } from './support/harness.js';
@@ -35,7 +35,7 @@ describe.each([
         n: string;
       }[]
     ).map((r) => Number(r.n));
-  const granted = (d: GrabDecision) => (d instanceof AppError ? d.code : 'GRANTED');
+  const granted = (d: GrabDecision) => (d.outcome === 'refused' ? d.error.code : 'GRANTED');
   /** Until the group's INSERT is running, which it cannot finish while the held key is uncommitted (at most 10 s). */
   const waitForBlockedInsert = async () => {
     for (let i = 0; i < 200; i++) {

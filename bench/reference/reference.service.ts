@@ -1,10 +1,11 @@
 import { Injectable } from '@nestjs/common';
 import { DataSource } from 'typeorm';
-import { AppError } from '../../src/common/errors.js';
 import { CouponService } from '../../src/coupon/coupon.service.js';
+import { userLimitReached } from '../../src/coupon/grab-decision.js';
 import { IssueService, soldOutError, validityWindow } from '../../src/ledger/issue.service.js';
 import { UserCoupon } from '../../src/ledger/user-coupon.entity.js';
 import { writeLog } from '../../src/ledger/state-log.js';
+import { TxIds } from '../../src/ledger/tx-id.js';
 import { countGrabbed } from '../../src/ledger/user-coupons.js';
 
 type Queryable = Pick<DataSource['manager'], 'query'>;
@@ -12,9 +13,6 @@ type Queryable = Pick<DataSource['manager'], 'query'>;
 async function grabbedBy(db: Queryable, couponId: string, userId: string): Promise<number> {
   return (await countGrabbed(db, couponId, [userId])).get(userId) ?? 0;
 }
-
-const limitReached = (limit: number) =>
-  new AppError('USER_LIMIT_REACHED', `At most ${limit} of this coupon per user`, { perUserLimit: limit });
 
 /**
  * The designs the shipped grab path replaces, for side-by-side measurement only. Both read the
@@ -39,7 +37,7 @@ export class ReferenceDesigns {
     const db = this.dataSource.manager;
     const [row] = (await db.query(`SELECT stock FROM coupon_stock WHERE coupon_id = ?`, [couponId])) as { stock: string }[];
     if (!row || Number(row.stock) <= 0) throw soldOutError(couponId);
-    if ((await grabbedBy(db, couponId, userId)) >= coupon.perUserLimit) throw limitReached(coupon.perUserLimit);
+    if ((await grabbedBy(db, couponId, userId)) >= coupon.perUserLimit) throw userLimitReached(coupon.perUserLimit);
     await db.query(`UPDATE coupon_stock SET stock = stock - 1, updated_at = ? WHERE coupon_id = ?`, [new Date(), couponId]);
     const now = new Date();
     const { validFrom, expiresAt } = validityWindow(coupon, now);
@@ -49,7 +47,7 @@ export class ReferenceDesigns {
       [couponId, userId, key, now, validFrom, expiresAt, now],
     )) as { insertId: number | string };
     const id = String(res.insertId);
-    await writeLog(db, [{ userCouponId: id, from: null, to: 'UNUSED', txId: `grab:${key}`, reason: 'GRAB', at: now }]);
+    await writeLog(db, [{ userCouponId: id, from: null, to: 'UNUSED', txId: TxIds.grab(key), reason: 'GRAB', at: now }]);
     return Object.assign(new UserCoupon(), {
       id,
       couponId,
@@ -71,8 +69,15 @@ export class ReferenceDesigns {
   async txConditional(couponId: string, userId: string, key: string): Promise<UserCoupon> {
     const coupon = await this.coupons.template(couponId);
     return this.dataSource.transaction('READ COMMITTED', async (em) => {
-      const uc = await this.issuer.issue(em, { coupon, userId, source: 'GRAB', fromStock: true, idempotencyKey: key, txId: `grab:${key}` });
-      if ((await grabbedBy(em, couponId, userId)) > coupon.perUserLimit) throw limitReached(coupon.perUserLimit);
+      const uc = await this.issuer.issue(em, {
+        coupon,
+        userId,
+        source: 'GRAB',
+        fromStock: true,
+        idempotencyKey: key,
+        txId: TxIds.grab(key),
+      });
+      if ((await grabbedBy(em, couponId, userId)) > coupon.perUserLimit) throw userLimitReached(coupon.perUserLimit);
       return uc;
     });
   }

@@ -2,22 +2,16 @@ import { Injectable } from '@nestjs/common';
 import { EntityManager } from 'typeorm';
 import { AppConfig } from '../config/app-config.js';
 import { isDuplicateKey } from '../common/db-errors.js';
-import { AppError } from '../common/errors.js';
 import { histogram } from '../common/metrics.js';
 import { TransactionService } from '../database/transaction.service.js';
 import { Coupon } from './coupon.entity.js';
+import { GrabDecision, GrabRequest, GroupKeyCollision, identity, keyReused, refused, userLimitReached } from './grab-decision.js';
 import { IssueService, soldOutError } from '../ledger/issue.service.js';
 import { StockService } from '../ledger/stock.service.js';
 import { UserCoupon } from '../ledger/user-coupon.entity.js';
 import { countGrabbed, findByKeys } from '../ledger/user-coupons.js';
 
 const groupSizes = histogram('grab_group_size', 'Grabs decided by one grouped transaction', [], [1, 2, 5, 10, 25, 50, 100, 250, 500, 1000]);
-
-export interface GrabRequest {
-  userId: string;
-  key: string;
-}
-export type GrabDecision = { userCoupon: UserCoupon; replayed: boolean } | AppError;
 
 interface Waiter extends GrabRequest {
   resolve(d: GrabDecision): void;
@@ -28,8 +22,6 @@ interface Queue {
   waiting: Waiter[];
   running: boolean;
 }
-
-export const identity = (r: GrabRequest) => `${r.userId}\u0000${r.key}`;
 
 /**
  * Group deduction for a hot coupon. Grabs of one coupon that arrive while a group's transaction is
@@ -81,8 +73,8 @@ export class GrabGroupService {
   /**
    * A duplicate key means a grab of another coupon committed one of the group's (user, key) pairs
    * after the group had read the keys. The group runs once more, and that read now sees it (the
-   * request is answered IDEMPOTENCY_KEY_REUSED); only a second collision fails the whole group, whose
-   * requests are then decided one by one.
+   * request is answered IDEMPOTENCY_KEY_REUSED); only a second collision fails the whole group
+   * (GroupKeyCollision), whose requests are then decided one by one.
    */
   private async decideGroup(coupon: Coupon, group: GrabRequest[]): Promise<GrabDecision[]> {
     const run = () => this.tx.inTransaction((em) => this.decide(em, coupon, group));
@@ -90,7 +82,11 @@ export class GrabGroupService {
       return await run();
     } catch (err) {
       if (!isDuplicateKey(err)) throw err;
-      return run();
+    }
+    try {
+      return await run();
+    } catch (err) {
+      throw isDuplicateKey(err) ? new GroupKeyCollision(err) : err;
     }
   }
 
@@ -103,24 +99,20 @@ export class GrabGroupService {
     const held = await countGrabbed(em, coupon.id, users);
 
     // First pass: who gets a coupon. Requests repeating a key (earlier, or earlier in this group) replay it.
-    const plan: (AppError | 'GRANT' | 'REPLAY')[] = [];
+    const plan: (GrabDecision | 'GRANT' | 'REPLAY')[] = [];
     const granted: GrabRequest[] = [];
     const seen = new Set<string>();
     for (const r of group) {
       const id = identity(r);
       const prior = byIdentity.get(id);
       if (prior) {
-        plan.push(prior.couponId === coupon.id ? 'REPLAY' : keyReused(prior.couponId));
+        plan.push(prior.couponId === coupon.id ? 'REPLAY' : refused(keyReused(prior.couponId), true));
       } else if (seen.has(id)) {
         plan.push('REPLAY');
       } else if ((held.get(r.userId) ?? 0) >= coupon.perUserLimit) {
-        plan.push(
-          new AppError('USER_LIMIT_REACHED', `At most ${coupon.perUserLimit} of this coupon per user`, {
-            perUserLimit: coupon.perUserLimit,
-          }),
-        );
+        plan.push(refused(userLimitReached(coupon.perUserLimit), true));
       } else if (remaining === 0) {
-        plan.push(soldOutError(coupon.id));
+        plan.push(refused(soldOutError(coupon.id), true));
       } else {
         plan.push('GRANT');
         granted.push(r);
@@ -133,17 +125,13 @@ export class GrabGroupService {
       byIdentity.set(identity({ userId: uc.userId, key: uc.idempotencyKey as string }), uc);
 
     const firstAnswer = new Set<string>();
-    return group.map((r, i) => {
+    return group.map((r, i): GrabDecision => {
       const step = plan[i];
-      if (step instanceof AppError) return step;
+      if (typeof step !== 'string') return step;
       const id = identity(r);
       const replayed = step === 'REPLAY' || firstAnswer.has(id);
       firstAnswer.add(id);
-      return { userCoupon: byIdentity.get(id) as UserCoupon, replayed };
+      return { outcome: replayed ? 'replayed' : 'granted', userCoupon: byIdentity.get(id) as UserCoupon };
     });
   }
-}
-
-export function keyReused(couponId: string): AppError {
-  return new AppError('IDEMPOTENCY_KEY_REUSED', 'This Idempotency-Key was already used for another coupon', { couponId });
 }

@@ -9,10 +9,12 @@ import { RateLimitService } from '../rate-limit/rate-limit.service.js';
 import { Coupon } from './coupon.entity.js';
 import { AppConfig } from '../config/app-config.js';
 import { CouponService } from './coupon.service.js';
-import { GrabGroupService, GrabRequest, identity, keyReused } from './grab-group.service.js';
+import { GrabDecision, GrabRequest, GroupKeyCollision, identity, keyReused, refused, userLimitReached } from './grab-decision.js';
+import { GrabGroupService } from './grab-group.service.js';
 import { GrabSeries } from './grab-series.js';
 import { IssueService, soldOutError } from '../ledger/issue.service.js';
 import { UserCoupon } from '../ledger/user-coupon.entity.js';
+import { TxIds } from '../ledger/tx-id.js';
 import { countGrabbed, findByKeys } from '../ledger/user-coupons.js';
 
 const outcomes = counter('grab_outcomes_total', 'Grab answers by result code', ['result']);
@@ -22,9 +24,6 @@ const latency = histogram(
   ['result'],
   [0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5],
 );
-
-/** Per-request refusals that a replay of an earlier, successful grab with the same key must not get. */
-const REPLAYABLE = new Set(['SOLD_OUT', 'USER_LIMIT_REACHED']);
 
 export interface GrabResult {
   userCoupon: UserCoupon;
@@ -91,60 +90,68 @@ export class GrabService {
     const coupon = await this.coupons.template(couponId);
     await this.rateLimit.admitGrab(couponId, userId, coupon.rateLimitPerSecond);
     const refusal = this.precheck(coupon, new Date());
-    if (refusal) return this.refuse(refusal, userId, key, couponId);
+    if (refusal) return this.settle(refused(refusal, false), userId, key, couponId);
     try {
-      return await this.decide(coupon, userId, key);
+      return await this.settle(await this.decide(coupon, userId, key), userId, key, couponId);
     } catch (err) {
       if (err instanceof AppError && err.code === 'SOLD_OUT') this.coupons.markSoldOut(couponId);
       throw err;
     }
   }
 
-  private async refuse(err: unknown, userId: string, key: string, couponId: string): Promise<GrabResult> {
+  /** The one place a decision becomes an answer; a refusal made without the key in view looks it up first. */
+  private async settle(d: GrabDecision, userId: string, key: string, couponId: string): Promise<GrabResult> {
+    if (d.outcome !== 'refused') return { userCoupon: d.userCoupon, replayed: d.outcome === 'replayed' };
+    if (d.keyChecked) throw d.error;
     const earlier = await this.byKey(userId, key);
     if (earlier) return this.replay(earlier, couponId);
-    if (isDuplicateKey(err))
-      throw new AppError('IDEMPOTENCY_IN_PROGRESS', 'A grab with this key is still in progress; retry', { idempotencyKey: key });
-    throw err;
+    throw d.error;
   }
 
-  /** A group's refusals were decided under the stock lock with the keys in view: they are final. */
-  private async decide(coupon: Coupon, userId: string, key: string): Promise<GrabResult> {
-    if (this.config.GRAB_STRATEGY === 'per-request') return this.alone(coupon, userId, key);
+  private async decide(coupon: Coupon, userId: string, key: string): Promise<GrabDecision> {
+    if (this.config.GRAB_STRATEGY === 'per-request') return this.perRequest(coupon, userId, key);
     try {
-      const decision = await this.groups.submit(coupon, { userId, key });
-      if (decision instanceof AppError) throw decision;
-      return decision;
+      return await this.groups.submit(coupon, { userId, key });
     } catch (err) {
-      if (!isDuplicateKey(err)) throw err;
+      if (!(err instanceof GroupKeyCollision)) throw err;
     }
-    // The group failed twice on keys inserted meanwhile for other coupons: decide this one alone.
-    return this.alone(coupon, userId, key);
+    // The group collided twice with keys committed meanwhile for other coupons: decide this one alone.
+    return this.perRequest(coupon, userId, key);
   }
 
-  /** The per-request path; its refusals were made without looking at keys, so they look first. */
-  private async alone(coupon: Coupon, userId: string, key: string): Promise<GrabResult> {
+  /**
+   * One transaction for this grab alone: deduct, issue, then check the per-user limit under the
+   * stock row lock. Its refusals are made without looking at keys; a duplicate key means a grab
+   * with this key committed (a replay) or is still in flight.
+   */
+  private async perRequest(coupon: Coupon, userId: string, key: string): Promise<GrabDecision> {
     try {
-      return await this.perRequest(coupon, userId, key);
+      const userCoupon = await this.tx.inTransaction(async (em) => {
+        const uc = await this.issuer.issue(em, {
+          coupon,
+          userId,
+          source: 'GRAB',
+          fromStock: true,
+          idempotencyKey: key,
+          txId: TxIds.grab(key),
+        });
+        // Counted after our own insert, still under the stock row lock every grab of this coupon takes.
+        if (((await countGrabbed(em, coupon.id, [userId])).get(userId) ?? 0) > coupon.perUserLimit) {
+          throw userLimitReached(coupon.perUserLimit);
+        }
+        return uc;
+      });
+      return { outcome: 'granted', userCoupon };
     } catch (err) {
-      if (isDuplicateKey(err) || (err instanceof AppError && REPLAYABLE.has(err.code))) return this.refuse(err, userId, key, coupon.id);
+      if (isDuplicateKey(err)) {
+        return refused(
+          new AppError('IDEMPOTENCY_IN_PROGRESS', 'A grab with this key is still in progress; retry', { idempotencyKey: key }),
+          false,
+        );
+      }
+      if (err instanceof AppError && (err.code === 'SOLD_OUT' || err.code === 'USER_LIMIT_REACHED')) return refused(err, false);
       throw err;
     }
-  }
-
-  /** One transaction for this grab alone: deduct, issue, then check the per-user limit under the stock row lock. */
-  private async perRequest(coupon: Coupon, userId: string, key: string): Promise<GrabResult> {
-    const userCoupon = await this.tx.inTransaction(async (em) => {
-      const uc = await this.issuer.issue(em, { coupon, userId, source: 'GRAB', fromStock: true, idempotencyKey: key, txId: `grab:${key}` });
-      // Counted after our own insert, still under the stock row lock every grab of this coupon takes.
-      if (((await countGrabbed(em, coupon.id, [userId])).get(userId) ?? 0) > coupon.perUserLimit) {
-        throw new AppError('USER_LIMIT_REACHED', `At most ${coupon.perUserLimit} of this coupon per user`, {
-          perUserLimit: coupon.perUserLimit,
-        });
-      }
-      return uc;
-    });
-    return { userCoupon, replayed: false };
   }
 
   /** Refusals that need no database: eligibility, and the sold-out hint. */

@@ -3,6 +3,7 @@ import { EntityManager } from 'typeorm';
 import { AppError } from '../common/errors.js';
 import { writeLog } from './state-log.js';
 import { StockService } from './stock.service.js';
+import { TxIds } from './tx-id.js';
 import { UserCoupon, UserCouponSource } from './user-coupon.entity.js';
 import { findByKeys, insertUserCoupons } from './user-coupons.js';
 
@@ -99,7 +100,7 @@ export class IssueService {
         userCouponId: r.id,
         from: null,
         to: 'UNUSED' as const,
-        txId: `grab:${r.idempotencyKey}`,
+        txId: TxIds.grab(r.idempotencyKey as string),
         reason: 'GRAB',
         at: now,
       })),

@@ -8,6 +8,7 @@ import { execute, TransactionService } from '../database/transaction.service.js'
 import { StateMachineService } from '../ledger/state-machine.service.js';
 import { removeLogRows, writeLog } from '../ledger/state-log.js';
 import { StockService } from '../ledger/stock.service.js';
+import { TxIds } from '../ledger/tx-id.js';
 import { countFromStock, setStatus } from '../ledger/user-coupons.js';
 import { loadUserCouponFacts } from './audit.service.js';
 import { Compensation, CompensationStatus, CompensationView, toCompensationView } from './compensation.entity.js';
@@ -125,7 +126,7 @@ export class CompensationService {
     ) {
       throw changedSinceRun(`User coupon ${p.userCouponId}`, { expected: p.expect, found: current ?? null });
     }
-    const txId = `compensation:${comp.id}`;
+    const txId = TxIds.compensation(comp.id);
     const reason = `reconciliation: compensation ${comp.id} (${comp.discrepancy.type})`;
     const done: Record<string, unknown>[] = [];
     for (const s of p.steps) done.push(await this.repairStep(em, p.userCouponId, s, facts, { txId, reason, now }));

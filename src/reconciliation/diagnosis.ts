@@ -1,3 +1,4 @@
+import { parseTxId, TxIds } from '../ledger/tx-id.js';
 import { replay, TRANSITIONS, UserCouponStatus } from '../ledger/transitions.js';
 
 export const DISCREPANCY_TYPES = ['STOCK_MISMATCH', 'USED_WITHOUT_REDEMPTION', 'REDEMPTION_WITHOUT_USED', 'LOG_MISMATCH'] as const;
@@ -107,9 +108,11 @@ export function legalPath(from: UserCouponStatus | null, to: UserCouponStatus): 
   return null;
 }
 
-/** The redemption module logs a use with tx id `order:<orderNo>`. */
-const ORDER_TX = /^order:(.{1,64})$/;
-export const orderTxId = (orderNo: string) => `order:${orderNo}`;
+/** The order number of a log row written by a redemption, else null. */
+function orderOf(l: LogEntry): string | null {
+  const ref = parseTxId(l.txId);
+  return ref?.kind === 'order' ? ref.orderNo : null;
+}
 
 /**
  * Decides what one user coupon should look like and how to get there, from its row, its log and
@@ -135,7 +138,7 @@ export function diagnoseUserCoupon(f: UserCouponFacts): UserCouponFinding | null
   let recreateFrom: LogEntry | undefined;
   let explanation: string;
   // The redemption module logs a use with the order in the same transaction as the redemption row: evidence of the use even when that row is gone.
-  const usedByOrder = hasRedemption ? undefined : legalPrefix.find((s) => s.to === 'USED' && ORDER_TX.test(s.txId));
+  const usedByOrder = hasRedemption ? undefined : legalPrefix.find((s) => s.to === 'USED' && orderOf(s) !== null);
   if (hasRedemption) {
     target = 'USED';
     explanation = 'A USED redemption references this coupon: an order used it.';
@@ -162,7 +165,7 @@ export function diagnoseUserCoupon(f: UserCouponFacts): UserCouponFinding | null
   }
   const removed = f.log.slice(keep);
   const reusable = [...removed];
-  const useTxId = f.usedRedemptions.length > 0 ? orderTxId(f.usedRedemptions[0].orderNo) : (recreateFrom?.txId ?? null);
+  const useTxId = f.usedRedemptions.length > 0 ? TxIds.order(f.usedRedemptions[0].orderNo) : (recreateFrom?.txId ?? null);
   const append: PlannedLogRow[] = path.map(([from, to]) => {
     // A removed row that recorded the same arrival keeps its tx id and time: the repair re-orders history, it does not rewrite it.
     const i = reusable.findIndex((row) => row.to === to);
@@ -187,7 +190,7 @@ export function diagnoseUserCoupon(f: UserCouponFacts): UserCouponFinding | null
   if (recreateFrom) {
     steps.push({
       op: 'RECREATE_REDEMPTION',
-      orderNo: (ORDER_TX.exec(recreateFrom.txId) as RegExpExecArray)[1],
+      orderNo: orderOf(recreateFrom) as string,
       userId: f.userId,
       discountCents: f.discountCents,
       usedAt: (f.usedAt ?? recreateFrom.createdAt).toISOString(),

@@ -12,6 +12,7 @@ import { effectiveStatus, toUserCouponView, UserCoupon } from '../ledger/user-co
 import { findUserCoupon, lockUserCoupon } from '../ledger/user-coupons.js';
 import { TransactionService } from '../database/transaction.service.js';
 import { StateMachineService } from '../ledger/state-machine.service.js';
+import { TxIds } from '../ledger/tx-id.js';
 import { RedeemDto, RefundDto } from './redemption.dto.js';
 import { Redemption, Refund } from './redemption.entity.js';
 
@@ -123,7 +124,7 @@ export class RedemptionService {
       await em.insert(Redemption, redemption);
       // The driver hands back the generated id as a number; the API's ids are strings.
       redemption.id = String(redemption.id);
-      await this.stateMachine.transit(em, uc.id, 'UNUSED', 'USED', `order:${dto.orderNo}`, 'redeemed', now);
+      await this.stateMachine.transit(em, uc.id, 'UNUSED', 'USED', TxIds.order(dto.orderNo), 'redeemed', now);
       return { redemption, firstUse: true };
     });
   }
@@ -177,7 +178,7 @@ export class RedemptionService {
         fromStock: false,
         replacesUserCouponId: uc.id,
         reason: `refund ${dto.refundNo}`,
-        txId: `refund:${dto.refundNo}`,
+        txId: TxIds.refund(dto.refundNo),
       });
       const refund = Object.assign(new Refund(), {
         refundNo: dto.refundNo,

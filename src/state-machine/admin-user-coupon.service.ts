@@ -1,4 +1,3 @@
-import { randomUUID } from 'node:crypto';
 import { Injectable } from '@nestjs/common';
 import { EntityManager } from 'typeorm';
 import { isDuplicateKey } from '../common/db-errors.js';
@@ -10,6 +9,7 @@ import { findByKeys, findUserCoupon, lockUserCoupon } from '../ledger/user-coupo
 import { TransactionService } from '../database/transaction.service.js';
 import { ReissueUserCouponDto } from './admin-user-coupon.dto.js';
 import { findLog } from '../ledger/state-log.js';
+import { TxIds } from '../ledger/tx-id.js';
 import { StateMachineService } from '../ledger/state-machine.service.js';
 import { replay, UserCouponStatus } from '../ledger/transitions.js';
 
@@ -19,9 +19,6 @@ export interface UserCouponHistory {
   replayedStatus: UserCouponStatus | null;
   consistent: boolean;
 }
-
-/** The state log's tx_id for an operator's action: who did it, and a unique id to find the one request. */
-const adminTxId = (adminId: string, action: string) => `admin:${adminId}:${action}:${randomUUID()}`;
 
 /**
  * An operator's Idempotency-Key is stored on the reissued coupon with this prefix: clients' grab keys
@@ -72,7 +69,7 @@ export class AdminUserCouponService {
   voidUserCoupon(userCouponId: string, reason: string, adminId: string): Promise<UserCouponView> {
     return this.tx.inTransaction(async (em) => {
       const now = new Date();
-      const txId = adminTxId(adminId, 'void');
+      const txId = TxIds.admin(adminId, 'void');
       const uc = await this.lock(em, userCouponId, 'exclusive');
       const status = effectiveStatus(uc, now);
       if (status !== uc.status) await this.stateMachine.transit(em, uc.id, uc.status, status, txId, 'expired', now);
@@ -109,7 +106,7 @@ export class AdminUserCouponService {
           idempotencyKey: stored,
           replacesUserCouponId: dto.replacesUserCouponId ?? null,
           reason: dto.reason,
-          txId: adminTxId(adminId, 'reissue'),
+          txId: TxIds.admin(adminId, 'reissue'),
         });
         return { userCoupon: toUserCouponView(uc), replayed: false };
       });

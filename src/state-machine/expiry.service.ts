@@ -1,4 +1,3 @@
-import { randomUUID } from 'node:crypto';
 import { Injectable, Logger } from '@nestjs/common';
 import { EntityManager } from 'typeorm';
 import { counter, gauge, histogram } from '../common/metrics.js';
@@ -6,6 +5,7 @@ import { AppConfig } from '../config/app-config.js';
 import { LeaseService } from '../database/lease.js';
 import { TransactionService } from '../database/transaction.service.js';
 import { StateMachineService } from '../ledger/state-machine.service.js';
+import { TxIds } from '../ledger/tx-id.js';
 import { lockExpired } from '../ledger/user-coupons.js';
 
 const rowsExpired = counter('expiry_sweep_rows_total', 'User coupons moved UNUSED -> EXPIRED by the expiry sweep', []);
@@ -75,7 +75,7 @@ export class ExpiryService {
   async sweep(opts: SweepOptions = {}): Promise<SweepResult> {
     const started = performance.now();
     const now = opts.now ?? new Date();
-    const txId = `expiry-sweep:${randomUUID()}`;
+    const txId = TxIds.expirySweep();
     const size = this.config.EXPIRE_BATCH_SIZE;
     let expired = 0;
     let batches = 0;
