@@ -21,17 +21,34 @@ export const RELAY_LEASE = 'webhook-relay';
 const LEADER_CHECK_MS = 1000;
 const GAUGE_EVERY_MS = 1000;
 
-const sleep = (ms: number, signal: AbortSignal) =>
-  new Promise<void>((resolve) => {
-    if (signal.aborted) return resolve();
-    const t = setTimeout(done, ms);
-    function done() {
-      clearTimeout(t);
-      signal.removeEventListener('abort', done);
-      resolve();
-    }
-    signal.addEventListener('abort', done, { once: true });
-  });
+/** Lets a loop sleep until its poll interval ends or someone has work for it. */
+class Waker {
+  woken = false;
+  private resolve: (() => void) | null = null;
+
+  wake(): void {
+    this.woken = true;
+    this.resolve?.();
+  }
+
+  /** Until `ms` pass, wake() is called or `signal` aborts; nothing is left pending after it. */
+  wait(ms: number, signal: AbortSignal): Promise<void> {
+    return new Promise<void>((resolve) => {
+      if (signal.aborted) return resolve();
+      const done = () => {
+        clearTimeout(timer);
+        signal.removeEventListener('abort', done);
+        this.resolve = null;
+        resolve();
+      };
+      const timer = setTimeout(done, ms);
+      signal.addEventListener('abort', done, { once: true });
+      this.resolve = done;
+    });
+  }
+}
+
+const sleep = (ms: number, signal: AbortSignal) => new Waker().wait(ms, signal);
 
 /**
  * The webhook relay: fan-out (state log -> deliveries) and sending, on one instance at a time: the
@@ -48,8 +65,8 @@ export class WebhookRelay implements OnApplicationBootstrap, OnModuleDestroy {
   private running: Promise<void> = Promise.resolve();
   readonly fanOut: FanOut;
   readonly sender: Sender;
-  private wakeUp: (() => void) | null = null;
-  private woken = false;
+  private readonly fanOutWake = new Waker();
+  private readonly sendWake = new Waker();
 
   constructor(
     private readonly dataSource: DataSource,
@@ -58,7 +75,7 @@ export class WebhookRelay implements OnApplicationBootstrap, OnModuleDestroy {
     private readonly leases: LeaseService,
   ) {
     this.fanOut = new FanOut(dataSource, tx, config);
-    this.sender = new Sender(dataSource, tx, config, () => this.wake());
+    this.sender = new Sender(dataSource, tx, config, () => this.sendWake.wake());
   }
 
   onApplicationBootstrap(): void {
@@ -68,12 +85,6 @@ export class WebhookRelay implements OnApplicationBootstrap, OnModuleDestroy {
   async onModuleDestroy(): Promise<void> {
     this.stopping.abort();
     await this.running;
-  }
-
-  /** Run the loop early (new rows or outcomes are waiting). */
-  wake(): void {
-    this.woken = true;
-    this.wakeUp?.();
   }
 
   private async lead(): Promise<void> {
@@ -106,22 +117,40 @@ export class WebhookRelay implements OnApplicationBootstrap, OnModuleDestroy {
     }
   }
 
-  /** The relay loop, until `signal`: attempts in flight are then abandoned (they stay PENDING). */
+  /**
+   * The relay until `signal`: two loops, so that reading the log never waits for sends to be
+   * started and the other way round. Attempts in flight are then abandoned (they stay PENDING).
+   */
   async run(signal: AbortSignal): Promise<void> {
     this.fanOut.reset();
     let gaugesAt = 0;
-    let failing = false;
-    while (!signal.aborted) {
-      this.woken = false;
-      let more: boolean;
-      try {
-        await this.sender.flush();
-        more = (await this.fanOut.pass()).more;
-        await this.sender.dispatch(signal);
+    await Promise.all([
+      this.loop(this.fanOutWake, signal, async () => {
+        const { created, more } = await this.fanOut.pass();
+        if (created > 0) this.sendWake.wake();
         if (Date.now() - gaugesAt >= GAUGE_EVERY_MS) {
           gaugesAt = Date.now();
           await this.updateGauges();
         }
+        return more;
+      }),
+      this.loop(this.sendWake, signal, async () => {
+        await this.sender.flush();
+        await this.sender.dispatch(signal);
+        return false;
+      }),
+    ]);
+    await this.sender.flush().catch(() => undefined);
+  }
+
+  /** Runs `step` until `signal`: again at once when it says there is more or was woken meanwhile, else after WEBHOOK_POLL_MS. */
+  private async loop(waker: Waker, signal: AbortSignal, step: () => Promise<boolean>): Promise<void> {
+    let failing = false;
+    while (!signal.aborted) {
+      waker.woken = false;
+      let more: boolean;
+      try {
+        more = await step();
         if (failing) this.logger.log('Webhook relay: database reachable again');
         failing = false;
       } catch (err) {
@@ -130,14 +159,8 @@ export class WebhookRelay implements OnApplicationBootstrap, OnModuleDestroy {
         await sleep(1000, signal);
         continue;
       }
-      if (more || this.woken) continue;
-      await new Promise<void>((resolve) => {
-        this.wakeUp = resolve;
-        void sleep(this.config.WEBHOOK_POLL_MS, signal).then(resolve);
-      });
-      this.wakeUp = null;
+      if (!more && !waker.woken) await waker.wait(this.config.WEBHOOK_POLL_MS, signal);
     }
-    await this.sender.flush().catch(() => undefined);
   }
 
   private async updateGauges(): Promise<void> {
