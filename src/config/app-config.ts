@@ -1,3 +1,5 @@
+import { existsSync, readFileSync } from 'node:fs';
+import { parseEnv } from 'node:util';
 import { plainToInstance, Transform } from 'class-transformer';
 import {
   IsBoolean,
@@ -7,6 +9,7 @@ import {
   isIP,
   IsOptional,
   IsString,
+  IsTimeZone,
   Matches,
   Max,
   Min,
@@ -14,6 +17,7 @@ import {
   ValidateBy,
   validateSync,
 } from 'class-validator';
+import { validateCronExpression } from 'cron';
 
 const IsListenHost = () =>
   ValidateBy({
@@ -25,6 +29,19 @@ const IsListenHost = () =>
   });
 
 export const DEFAULT_JWT_SECRET = 'dev-only-insecure-secret-change-me';
+/** Secrets copied from an example (compose files, docs) rather than generated. */
+const PLACEHOLDER_SECRET = /change.?me|placeholder/i;
+
+/** Checked here, not when the job is registered after connecting, so a typo stops the boot with the setting's name. */
+const IsCronExpression = () =>
+  ValidateBy({
+    name: 'isCronExpression',
+    validator: {
+      validate: (value: unknown) => typeof value === 'string' && validateCronExpression(value).valid,
+      defaultMessage: (args) =>
+        `${args?.property} must be a cron expression with seconds ("0 * * * * *") or an alias such as @hourly; got ${JSON.stringify(args?.value)}`,
+    },
+  });
 
 const toInt = ({ value }: { value: unknown }) => (value === undefined || value === '' ? undefined : Number(value));
 const toBool = ({ value }: { value: unknown }) =>
@@ -147,13 +164,13 @@ export class AppConfig {
   @Max(10_000)
   RATE_LIMIT_PER_USER_PER_SECOND: number = 5;
 
-  @IsString()
+  @IsCronExpression()
   RECONCILE_CRON: string = '0 0 3 * * *';
 
-  @IsString()
+  @IsTimeZone({ message: 'RECONCILE_TIMEZONE must be an IANA time zone such as UTC or Asia/Shanghai; got $value' })
   RECONCILE_TIMEZONE: string = 'UTC';
 
-  @IsString()
+  @IsCronExpression()
   EXPIRE_CRON: string = '0 * * * * *';
 
   @Transform(toInt)
@@ -245,13 +262,31 @@ export class AppConfig {
   @Min(1)
   @Max(86_400)
   WEBHOOK_GAP_MAX_AGE_SECONDS: number = 600;
+  /** Unset: pretty (pino-pretty) when NODE_ENV is development, JSON lines otherwise. */
+  @IsIn(['json', 'pretty'])
+  @IsOptional()
+  LOG_FORMAT?: 'json' | 'pretty' = undefined;
 }
 
 export class ConfigError extends Error {}
 
+/**
+ * Puts the settings of ./.env (if there is one) into process.env, where loadConfig() validates them
+ * with everything else; a variable set in the shell wins over the file. Node's own parser rather
+ * than @nestjs/config: the service, the migration CLI and the scripts all need the settings before
+ * any Nest module exists.
+ */
+export function readEnvFile(path = '.env'): void {
+  if (!existsSync(path)) return;
+  for (const [name, value] of Object.entries(parseEnv(readFileSync(path, 'utf8')))) {
+    if (process.env[name] === undefined) process.env[name] = value;
+  }
+}
+
 export function loadConfig(env: Record<string, string | undefined> = process.env): AppConfig {
   const known = Object.keys(new AppConfig());
-  const raw = Object.fromEntries(known.filter((k) => env[k] !== undefined).map((k) => [k, env[k]]));
+  // An empty value (`LOG_FORMAT=` in a .env file) means "not set", as for an unset variable.
+  const raw = Object.fromEntries(known.filter((k) => env[k] !== undefined && env[k] !== '').map((k) => [k, env[k]]));
   const config = plainToInstance(AppConfig, raw, { exposeDefaultValues: true });
   const errors = validateSync(config, { forbidUnknownValues: false });
   if (errors.length > 0) {
@@ -268,8 +303,10 @@ export function loadConfig(env: Record<string, string | undefined> = process.env
   if (config.NODE_ENV === 'production' && retryDelays(config).reduce((a, b) => a + b, 0) < 86_400) {
     throw new ConfigError('WEBHOOK_RETRY_DELAYS must add up to at least 86400 seconds (24 hours) in production.');
   }
-  if (config.NODE_ENV === 'production' && config.JWT_SECRET === DEFAULT_JWT_SECRET) {
-    throw new ConfigError('Refusing to start in production with the default JWT_SECRET: set JWT_SECRET to a long random string.');
+  if (config.NODE_ENV === 'production' && (config.JWT_SECRET === DEFAULT_JWT_SECRET || PLACEHOLDER_SECRET.test(config.JWT_SECRET))) {
+    throw new ConfigError(
+      'Refusing to start in production with the default JWT_SECRET or a placeholder one: set JWT_SECRET to a long random string (openssl rand -hex 32).',
+    );
   }
   return config;
 }

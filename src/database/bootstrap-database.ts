@@ -8,19 +8,34 @@ export class DatabaseUnreachableError extends Error {}
 
 type DbConfig = Parameters<typeof dataSourceOptions>[0];
 
+const ER_DBACCESS_DENIED = 1044;
+/** Wrong password or unknown user (1045); MariaDB answers 1698 for an account it may not log in with a password. */
+const ACCESS_DENIED = new Set([1045, 1698]);
+
+type DriverError = { code?: string; errno?: number; message?: string };
+
 /**
  * Creates the database if it is missing, on the first of the hosts that answers (DB_HOSTS: a
- * Galera cluster replicates it to the others). Fails with one readable line when none can be reached.
+ * Galera cluster replicates it to the others). Fails with one readable line saying what went wrong
+ * and what to check: access denied is not "cannot reach".
  */
 export async function ensureDatabase(c: DbConfig): Promise<void> {
   let conn: mysql.Connection | undefined;
+  let at = '';
   const failures: string[] = [];
   for (const { host, port } of databaseHosts(c)) {
+    at = `MySQL at ${host}:${port}`;
     try {
       conn = await mysql.createConnection({ host, port, user: c.DB_USER, password: c.DB_PASSWORD, connectTimeout: 5000 });
       break;
     } catch (err) {
-      failures.push(`${host}:${port} (${(err as { code?: string; message?: string }).code ?? (err as Error).message})`);
+      const e = err as DriverError;
+      if (e.errno !== undefined && ACCESS_DENIED.has(e.errno)) {
+        throw new DatabaseUnreachableError(
+          `${at} denied access to user '${c.DB_USER}' (${e.message}). Check DB_USER and DB_PASSWORD, and that this user may connect from this host.`,
+        );
+      }
+      failures.push(`${host}:${port} (${e.code ?? e.message})`);
     }
   }
   if (!conn) {
@@ -29,7 +44,16 @@ export async function ensureDatabase(c: DbConfig): Promise<void> {
     );
   }
   try {
-    await conn.query(`CREATE DATABASE IF NOT EXISTS \`${c.DB_NAME}\` CHARACTER SET utf8mb4 COLLATE utf8mb4_unicode_ci`);
+    // Looked up first so that an account allowed only into an existing database needs no CREATE privilege.
+    const [found] = await conn.query<mysql.RowDataPacket[]>(`SELECT 1 FROM information_schema.schemata WHERE schema_name = ?`, [c.DB_NAME]);
+    if (found.length === 0)
+      await conn.query(`CREATE DATABASE IF NOT EXISTS \`${c.DB_NAME}\` CHARACTER SET utf8mb4 COLLATE utf8mb4_unicode_ci`);
+  } catch (err) {
+    const e = err as DriverError;
+    if (e.errno !== ER_DBACCESS_DENIED) throw err;
+    throw new DatabaseUnreachableError(
+      `User '${c.DB_USER}' may not create or use database ${c.DB_NAME} on ${at} (${e.message}). Create it and grant the user ALL on it, or set DB_NAME.`,
+    );
   } finally {
     await conn.end();
   }
@@ -62,7 +86,8 @@ export async function migrate(c: DbConfig & Pick<AppConfig, 'LEASE_TTL_MS' | 'DB
   }
 }
 
-export async function prepareDatabase(c: AppConfig): Promise<void> {
+/** Creates the database if missing and migrates it; returns the names of the migrations applied now. */
+export async function prepareDatabase(c: AppConfig): Promise<string[]> {
   await ensureDatabase(c);
-  await migrate(c);
+  return migrate(c);
 }
