@@ -3,7 +3,7 @@
 // Exit status: 0 consistent, 1 violations found (one per line on stdout), 2 usage or connection error.
 import { parseArgs } from 'node:util';
 import { DataSource } from 'typeorm';
-import { ConfigError, loadConfig } from '../src/config/app-config.js';
+import { ConfigError, loadConfig, readEnvFile } from '../src/config/app-config.js';
 import { dataSourceOptions } from '../src/database/data-source-options.js';
 import { checkInvariants } from '../test/support/invariants.js';
 
@@ -13,6 +13,7 @@ async function main(): Promise<number> {
     console.log('usage: npm run check:invariants -- [--db <database name>]   (default: DB_NAME, else "coupon")');
     return 0;
   }
+  readEnvFile();
   const config = loadConfig({ ...process.env, ...(values.db !== undefined ? { DB_NAME: values.db } : {}) });
   const db = new DataSource({ ...dataSourceOptions(config), poolSize: 2 });
   await db.initialize();
