@@ -10,7 +10,7 @@ const USAGE = `usage: npm run -s token -- --user <id> [--role admin|service[,...
   --user  the token's subject (sub): 1-64 of [A-Za-z0-9_.:-]
   --role  admin (everything under /admin) and/or service (the order service: redeem and refund
           for any user); comma-separated or repeated; none: a plain user
-  --ttl   lifetime in seconds (default 3600)
+  --ttl   lifetime in seconds (default 3600, at most JWT_MAX_TTL_SECONDS)
 
 examples:
   npm run -s token -- --user alice
@@ -53,7 +53,10 @@ if (!Number.isSafeInteger(ttl) || ttl < 1) fail(`--ttl must be a whole number of
 
 readEnvFile();
 try {
-  console.log(signToken(loadConfig().JWT_SECRET, values.user, roles as Role[], ttl));
+  const config = loadConfig();
+  if (ttl > config.JWT_MAX_TTL_SECONDS)
+    fail(`--ttl ${ttl} is over JWT_MAX_TTL_SECONDS (${config.JWT_MAX_TTL_SECONDS}): the service would refuse the token`);
+  console.log(signToken(config.JWT_SECRET, values.user, roles as Role[], ttl));
 } catch (err) {
   if (!(err instanceof ConfigError)) throw err;
   console.error(`token: ${err.message}`);

@@ -5,12 +5,13 @@ import type { Socket } from 'node:net';
 import { NestFactory } from '@nestjs/core';
 import { FastifyAdapter, NestFastifyApplication } from '@nestjs/platform-fastify';
 import { DocumentBuilder, SwaggerModule } from '@nestjs/swagger';
+import { LogController } from 'fastify';
 import type { FastifyError, FastifyReply, FastifyRequest } from 'fastify';
 import { AppModule } from './app.module.js';
 import { AppConfig } from './config/app-config.js';
 import { HttpExceptionFilter } from './common/http-exception.filter.js';
 import { createPino, PinoNestLogger } from './common/logger.js';
-import { httpDuration } from './common/metrics.js';
+import { onResponse } from './common/request-log.js';
 import { StrictValidationPipe } from './common/validation.js';
 import { serveConsole } from './console/serve-console.js';
 
@@ -47,10 +48,12 @@ export async function createApp(
   config: AppConfig,
   extraModules: Parameters<typeof AppModule.forRoot>[1] = [],
 ): Promise<NestFastifyApplication> {
-  const pino = createPino(config.LOG_LEVEL);
+  const pino = createPino(config);
   const adapter = new FastifyAdapter({
     bodyLimit: BODY_LIMIT_BYTES,
     loggerInstance: pino,
+    // request-log.ts writes one line per request, with the route, the user and the error code.
+    logController: new LogController({ disableRequestLogging: true }),
     // Fastify would take any x-request-id verbatim (8 KB, markup) into every answer and log line.
     requestIdHeader: false,
     genReqId: requestIdOf,
@@ -68,7 +71,6 @@ export async function createApp(
   });
   app.useGlobalPipes(new StrictValidationPipe());
   app.useGlobalFilters(new HttpExceptionFilter());
-  app.enableShutdownHooks();
 
   const fastify = app.getHttpAdapter().getInstance();
   // Callback hooks: an async hook costs every request two more promises.
@@ -77,10 +79,7 @@ export async function createApp(
     done(null, payload);
   });
   fastify.addHook('onResponse', (req, reply, done) => {
-    httpDuration.observe(
-      { method: req.method, route: req.routeOptions.url ?? 'unmatched', status: String(reply.statusCode) },
-      reply.elapsedTime / 1000,
-    );
+    onResponse(req, reply);
     done();
   });
 

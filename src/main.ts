@@ -1,12 +1,32 @@
+import { Logger } from '@nestjs/common';
+import { SchedulerRegistry } from '@nestjs/schedule';
 import { createApp } from './app.factory.js';
-import { ConfigError, loadConfig } from './config/app-config.js';
+import { ConfigError, databaseHosts, loadConfig, readEnvFile } from './config/app-config.js';
 import { DatabaseUnreachableError, prepareDatabase } from './database/bootstrap-database.js';
+import { closeOnSignals } from './shutdown.js';
 
 async function main(): Promise<void> {
+  readEnvFile();
   const config = loadConfig();
-  await prepareDatabase(config);
+  const applied = await prepareDatabase(config);
   const app = await createApp(config);
+  closeOnSignals(app);
+  const logger = new Logger('Bootstrap');
+  logger.log(
+    `Database ${config.DB_NAME} on ${databaseHosts(config)
+      .map((h) => `${h.host}:${h.port}`)
+      .join(', ')} as ${config.DB_USER}, pool of ${config.DB_POOL_SIZE}; ` +
+      (applied.length > 0 ? `migrations applied now: ${applied.join(', ')}` : 'no migration pending'),
+  );
   await app.listen({ port: config.PORT, host: config.HOST });
+  const jobs = [...app.get(SchedulerRegistry).getCronJobs()];
+  if (jobs.length === 0) logger.log('No jobs scheduled on this instance (SCHEDULER_ENABLED=false)');
+  for (const [name, job] of jobs) {
+    logger.log(
+      `Job ${name} scheduled: "${String(job.cronTime.source)}" in ${job.cronTime.timeZone ?? 'UTC'}, next run ${job.nextDate().toISO()}`,
+    );
+  }
+  logger.log(`Listening on ${config.HOST}:${config.PORT} (${config.NODE_ENV})`);
 }
 
 main().catch((err: unknown) => {

@@ -1,5 +1,5 @@
-import { ArgumentsHost, Catch, ExceptionFilter, HttpException, Logger } from '@nestjs/common';
-import type { FastifyReply } from 'fastify';
+import { ArgumentsHost, Catch, ExceptionFilter, HttpException } from '@nestjs/common';
+import type { FastifyBaseLogger, FastifyReply, FastifyRequest } from 'fastify';
 import { isDatabaseOutage } from './db-errors.js';
 import { AppError, ErrorCode } from './errors.js';
 
@@ -16,14 +16,12 @@ const BY_STATUS: Record<number, ErrorCode> = {
   503: 'SERVICE_UNAVAILABLE',
 };
 
-const logger = new Logger('ExceptionFilter');
-
 /**
  * Turns anything thrown into the one error body of API.md. Client mistakes caught by Fastify or Nest
  * (bad JSON, body too large, unknown route) keep their 4xx; database outages become 503; anything
- * else is a bug, logged and answered 500.
+ * else is a bug, logged and answered 500. `log` is the request's logger, so both carry its request id.
  */
-export function toAppError(err: unknown): AppError {
+export function toAppError(err: unknown, log: FastifyBaseLogger): AppError {
   if (err instanceof AppError) return err;
   if (err instanceof HttpException) {
     const status = err.getStatus();
@@ -38,18 +36,21 @@ export function toAppError(err: unknown): AppError {
   }
   if (isDatabaseOutage(err)) {
     const e = err as { code?: string; errno?: number; message?: string };
-    logger.warn(`Answering 503 for a database error: ${e.code ?? ''} ${e.errno ?? ''} ${e.message ?? String(err)}`);
+    log.warn({ dbCode: e.code, errno: e.errno }, `Answering 503 for a database error: ${e.message ?? String(err)}`);
     return new AppError('SERVICE_UNAVAILABLE', 'The database is not available right now; retry shortly', undefined, { 'Retry-After': '1' });
   }
-  logger.error(err instanceof Error ? (err.stack ?? err.message) : String(err));
+  log.error({ err }, 'Answering 500 for an unexpected error');
   return new AppError('INTERNAL', 'Internal error');
 }
 
 @Catch()
 export class HttpExceptionFilter implements ExceptionFilter {
   catch(exception: unknown, host: ArgumentsHost): void {
-    const e = toAppError(exception);
-    const reply = host.switchToHttp().getResponse<FastifyReply>();
+    const http = host.switchToHttp();
+    const request = http.getRequest<FastifyRequest>();
+    const e = toAppError(exception, request.log);
+    request.errorCode = e.code;
+    const reply = http.getResponse<FastifyReply>();
     if (e.headers) void reply.headers(e.headers);
     // The body is JSON even when the route declared another type for its success (GET /metrics).
     void reply.type('application/json; charset=utf-8');

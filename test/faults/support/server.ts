@@ -13,7 +13,7 @@ export const ROOT = fileURLToPath(new URL('../../..', import.meta.url)).replace(
  * their own: the shared dist/ is rebuilt by others at any moment. Under node_modules so that the
  * built code resolves its packages exactly as dist/ does.
  */
-const BUILD_DIR = join(ROOT, 'node_modules/.cache/coupon-engine-faults');
+export const BUILD_DIR = join(ROOT, 'node_modules/.cache/coupon-engine-faults');
 const MAIN = join(BUILD_DIR, 'src/main.js');
 /**
  * Preloaded into a server only when a test asks for it: sets innodb_lock_wait_timeout on each new

@@ -1,0 +1,213 @@
+// What an operator meets before the first request: settings, .env, database errors, the scripts.
+import { execFile } from 'node:child_process';
+import { mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { promisify } from 'node:util';
+import mysql from 'mysql2/promise';
+import { verifyToken } from '../src/auth/jwt.js';
+import { AppConfig, ConfigError, loadConfig, readEnvFile } from '../src/config/app-config.js';
+import { DatabaseUnreachableError, ensureDatabase } from '../src/database/bootstrap-database.js';
+import { dropTestDatabase, testConfig } from './support/harness.js';
+
+const ROOT = fileURLToPath(new URL('..', import.meta.url));
+
+/** process.env must stay Node's own object (loadEnvFile writes to it), so it is restored key by key. */
+function restoreEnv(saved: Record<string, string | undefined>): void {
+  for (const name of Object.keys(process.env)) if (!(name in saved)) delete process.env[name];
+  Object.assign(process.env, saved);
+}
+
+describe('settings are refused at boot with the name of the setting', () => {
+  it.each([
+    ['EXPIRE_CRON', 'every minute'],
+    ['EXPIRE_CRON', '61 * * * * *'],
+    ['RECONCILE_CRON', '0 0 25 * * *'],
+    ['RECONCILE_TIMEZONE', 'Mars/Base'],
+  ])('%s=%s', (name, value) => {
+    expect(() => loadConfig({ [name]: value })).toThrow(ConfigError);
+    expect(() => loadConfig({ [name]: value })).toThrow(new RegExp(`${name}: ${name} must be`));
+  });
+
+  it('accepts cron expressions with seconds, aliases and IANA zones', () => {
+    const c = loadConfig({ EXPIRE_CRON: '*/10 * * * * *', RECONCILE_CRON: '@daily', RECONCILE_TIMEZONE: 'Asia/Shanghai' });
+    expect([c.EXPIRE_CRON, c.RECONCILE_CRON, c.RECONCILE_TIMEZONE]).toEqual(['*/10 * * * * *', '@daily', 'Asia/Shanghai']);
+  });
+
+  it('production refuses placeholder secrets, not only the default', () => {
+    for (const secret of ['change-me-to-a-long-random-secret', 'CHANGEME-0123456789abcdef', 'placeholder-secret-value-xyz']) {
+      expect(() => loadConfig({ NODE_ENV: 'production', JWT_SECRET: secret })).toThrow(/JWT_SECRET/);
+    }
+    expect(loadConfig({ NODE_ENV: 'production', JWT_SECRET: '9f2c4e7a1b8d6f3e0a5c9b2d7e4f1a6c' }).JWT_SECRET).toHaveLength(32);
+  });
+});
+
+describe('.env.example', () => {
+  const lines = readFileSync(join(ROOT, '.env.example'), 'utf8').split('\n');
+  const listed = new Map(
+    lines.flatMap((l) => {
+      const m = /^#? ?([A-Z][A-Z0-9_]*)=(.*)$/.exec(l);
+      return m ? [[m[1], m[2]] as const] : [];
+    }),
+  );
+
+  it('lists exactly the settings AppConfig reads, each with its default and a line saying what it means', () => {
+    const defaults = new AppConfig() as unknown as Record<string, unknown>;
+    expect([...listed.keys()].sort()).toEqual(Object.keys(defaults).sort());
+    for (const [name, value] of listed) {
+      expect([name, value]).toEqual([name, defaults[name] === undefined ? '' : String(defaults[name])]);
+      const at = lines.findIndex((l) => l.startsWith(`# ${name}=`) || l.startsWith(`${name}=`));
+      // The meaning is the comment above the setting (or above the group it belongs to).
+      const above = lines.slice(0, at).reverse();
+      const meaning = above.find((l) => !/^#? ?[A-Z][A-Z0-9_]*=/.test(l));
+      expect([name, meaning?.startsWith('# ')]).toEqual([name, true]);
+    }
+  });
+
+  it('parses as a .env file whose values load and validate', () => {
+    const dir = mkdtempSync(join(tmpdir(), 'ce-env-'));
+    const file = join(dir, '.env');
+    const body = lines.map((l) => l.replace(/^# ([A-Z][A-Z0-9_]*=)/, '$1')).join('\n');
+    writeFileSync(file, body);
+    const saved = { ...process.env };
+    try {
+      for (const name of listed.keys()) delete process.env[name];
+      readEnvFile(file);
+      const c = loadConfig();
+      expect(c.EXPIRE_CRON).toBe('0 * * * * *');
+      expect(c.PORT).toBe(3000);
+    } finally {
+      restoreEnv(saved);
+    }
+  });
+});
+
+describe('readEnvFile', () => {
+  const dir = mkdtempSync(join(tmpdir(), 'ce-env-'));
+  const file = join(dir, '.env');
+  const saved = { ...process.env };
+  afterEach(() => restoreEnv(saved));
+
+  it('fills process.env from the file, and a variable set in the shell wins', () => {
+    writeFileSync(file, 'GRAB_GROUP_MAX=17\nDB_NAME=from_file\n');
+    delete process.env.GRAB_GROUP_MAX;
+    process.env.DB_NAME = 'from_shell';
+    readEnvFile(file);
+    const c = loadConfig();
+    expect([c.GRAB_GROUP_MAX, c.DB_NAME]).toEqual([17, 'from_shell']);
+  });
+
+  it('a bad value from the file is refused like one from the shell', () => {
+    writeFileSync(file, 'RECONCILE_TIMEZONE=Mars/Base\n');
+    delete process.env.RECONCILE_TIMEZONE;
+    readEnvFile(file);
+    expect(() => loadConfig()).toThrow(/RECONCILE_TIMEZONE/);
+  });
+
+  it('no file, no change', () => {
+    expect(() => readEnvFile(join(dir, 'missing.env'))).not.toThrow();
+  });
+});
+
+describe('database errors at start say what happened', () => {
+  it('a wrong password names the user and what to check', async () => {
+    const c = testConfig({ DB_PASSWORD: 'certainly-not-the-password' });
+    const err = await ensureDatabase(c).catch((e: unknown) => e);
+    expect(err).toBeInstanceOf(DatabaseUnreachableError);
+    expect((err as Error).message).toMatch(new RegExp(`denied access to user '${c.DB_USER}'.*Check DB_USER and DB_PASSWORD`));
+    expect((err as Error).message).not.toMatch(/Cannot reach/);
+  });
+
+  it('nothing listening names the address', async () => {
+    const err = await ensureDatabase(testConfig({ DB_HOST: '127.0.0.1', DB_PORT: '1' })).catch((e: unknown) => e);
+    expect((err as Error).message).toMatch(/Cannot reach MySQL at 127\.0\.0\.1:1 .*ECONNREFUSED/);
+  });
+
+  it('an account allowed only into its existing database needs no CREATE privilege', async () => {
+    const c = testConfig();
+    const root = await mysql.createConnection({ host: c.DB_HOST, port: c.DB_PORT, user: c.DB_USER, password: c.DB_PASSWORD });
+    const user = `ce_ops_${process.pid}`;
+    try {
+      await root.query(`CREATE DATABASE \`${c.DB_NAME}\``);
+      await root.query(`CREATE USER ?@'%' IDENTIFIED BY 'pw-0123456789'`, [user]);
+      await root.query(`GRANT SELECT ON \`${c.DB_NAME}\`.* TO ?@'%'`, [user]);
+      await expect(ensureDatabase({ ...c, DB_USER: user, DB_PASSWORD: 'pw-0123456789' })).resolves.toBeUndefined();
+      const missing = { ...c, DB_NAME: `${c.DB_NAME}_x`, DB_USER: user, DB_PASSWORD: 'pw-0123456789' };
+      await expect(ensureDatabase(missing)).rejects.toThrow(new RegExp(`User '${user}' may not create or use database ${missing.DB_NAME}`));
+    } finally {
+      await root.query(`DROP USER IF EXISTS ?@'%'`, [user]);
+      await root.end();
+      await dropTestDatabase(c);
+    }
+  });
+});
+
+// The scripts as an operator runs them (npm run -s ...), from a build the first call makes.
+describe('npm scripts', () => {
+  const npm = (args: string[], env: Record<string, string> = {}) =>
+    promisify(execFile)('npm', ['run', '-s', ...args], { cwd: ROOT, env: { ...process.env, ...env } }).then(
+      ({ stdout, stderr }) => ({ code: 0, stdout, stderr }),
+      (err: { code: number; stdout: string; stderr: string }) => ({ code: err.code, stdout: err.stdout, stderr: err.stderr }),
+    );
+  const secret = 'ops-test-secret-0123456789';
+
+  it('token: several roles, a service token, and it is fast once built', async () => {
+    await npm(['token', '--', '--user', 'warmup'], { JWT_SECRET: secret });
+    const started = Date.now();
+    const both = await npm(['token', '--', '--user', 'ops', '--role', 'service,admin'], { JWT_SECRET: secret });
+    const elapsed = Date.now() - started;
+    expect(both.code).toBe(0);
+    expect(verifyToken(secret, both.stdout.trim(), 3600)).toEqual({ userId: 'ops', roles: ['service', 'admin'] });
+    // A rebuild takes several seconds on this machine; npm and node alone well under two.
+    expect(elapsed).toBeLessThan(2500);
+    const service = await npm(['token', '--', '--user', 'order-service', '--role', 'service'], { JWT_SECRET: secret });
+    expect(verifyToken(secret, service.stdout.trim(), 3600)).toEqual({ userId: 'order-service', roles: ['service'] });
+  });
+
+  it('token: --help, and mistakes answered with usage, not a stack trace', async () => {
+    const help = await npm(['token', '--', '--help']);
+    expect(help.code).toBe(0);
+    expect(help.stdout).toMatch(/usage: npm run -s token -- --user <id>/);
+    for (const args of [
+      ['--user', 'a', '--role', 'root'],
+      ['--bogus'],
+      ['--role', 'admin'],
+      ['--user', 'a', '--ttl', 'soon'],
+      ['--user', 'a', '--ttl', '99999999'],
+    ]) {
+      const r = await npm(['token', '--', ...args]);
+      expect([args, r.code]).toEqual([args, 2]);
+      expect(r.stderr).toMatch(/^token: .*\n\nusage:/);
+      expect(r.stderr).not.toMatch(/\n\s+at /);
+    }
+  });
+
+  it('migration:show on a database that does not exist yet creates it and lists the migrations as pending', async () => {
+    const c = testConfig();
+    try {
+      const r = await npm(['migration:show'], { DB_NAME: c.DB_NAME });
+      expect(r.code).toBe(0);
+      expect(r.stdout).toMatch(/\[ \] InitialSchema1764460800000/);
+      const run = await npm(['migration:run'], { DB_NAME: c.DB_NAME });
+      expect(run.code).toBe(0);
+      expect((await npm(['migration:show'], { DB_NAME: c.DB_NAME })).stdout).toMatch(/\[X\] \d+ InitialSchema1764460800000/);
+    } finally {
+      await dropTestDatabase(c);
+    }
+  });
+
+  it('migration:run with a wrong password: one line saying so, exit 1', async () => {
+    const r = await npm(['migration:run'], { DB_PASSWORD: 'certainly-not-the-password' });
+    expect(r.code).toBe(1);
+    expect(r.stderr).toMatch(/^coupon-engine: MySQL at .* denied access to user/);
+    expect(r.stderr).not.toMatch(/\n\s+at /);
+  });
+
+  it('migration:create writes an empty migration where it is told', async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'ce-mig-'));
+    const r = await npm(['migration:create', '--', join(dir, 'AddThing')]);
+    expect(r.code).toBe(0);
+    expect(r.stdout).toMatch(/Migration .*-AddThing\.ts has been generated successfully/);
+  });
+});

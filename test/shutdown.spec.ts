@@ -1,0 +1,143 @@
+// `npm start` stopped with SIGTERM, through npm's own process tree: the request in flight is
+// answered, the jobs stop, the pool closes, the process exits 0 and says so.
+import { ChildProcess, spawn } from 'node:child_process';
+import { mkdtempSync, readFileSync, symlinkSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import mysql from 'mysql2/promise';
+import { call, sleep } from './faults/support/http.js';
+import { BUILD_DIR, buildServer, ROOT } from './faults/support/server.js';
+import { couponBody } from './support/factories.js';
+import { adminToken, createTestDatabase, dropTestDatabase, TEST_SECRET, testConfig, tokenFor } from './support/harness.js';
+import { freePort } from './support/net.js';
+
+const config = testConfig();
+let child: ChildProcess | undefined;
+let output = '';
+let blocker: mysql.Connection | undefined;
+
+beforeAll(async () => {
+  await buildServer();
+  await createTestDatabase(config);
+}, 180_000);
+
+afterAll(async () => {
+  // The whole tree (npm, npm, node): npm does not pass SIGKILL on.
+  if (child?.pid !== undefined && child.exitCode === null) process.kill(-child.pid, 'SIGKILL');
+  await blocker?.end();
+  await dropTestDatabase(config);
+}, 60_000);
+
+it('SIGTERM to npm start finishes the request in flight, stops, closes the pool and logs it', async () => {
+  // The project's own start scripts, in a directory whose dist/ is the private test build and whose
+  // build step is a no-op: the process tree is exactly npm -> npm -> node.
+  const scripts = (JSON.parse(readFileSync(join(ROOT, 'package.json'), 'utf8')) as { scripts: Record<string, string> }).scripts;
+  const dir = mkdtempSync(join(tmpdir(), 'ce-start-'));
+  symlinkSync(BUILD_DIR, join(dir, 'dist'));
+  writeFileSync(
+    join(dir, 'package.json'),
+    JSON.stringify({
+      name: 'ce-start',
+      private: true,
+      type: 'module',
+      scripts: { build: 'true', start: scripts.start, 'start:prod': scripts['start:prod'] },
+    }),
+  );
+  const port = await freePort();
+  const url = `http://127.0.0.1:${port}`;
+  child = spawn('npm', ['start'], {
+    cwd: dir,
+    env: {
+      PATH: process.env.PATH ?? '',
+      HOME: process.env.HOME ?? tmpdir(),
+      NODE_ENV: 'test',
+      LOG_FORMAT: 'json',
+      LOG_LEVEL: 'info',
+      PORT: String(port),
+      DB_HOST: config.DB_HOST,
+      DB_PORT: String(config.DB_PORT),
+      DB_USER: config.DB_USER,
+      DB_PASSWORD: config.DB_PASSWORD,
+      DB_NAME: config.DB_NAME,
+      DB_POOL_SIZE: '4',
+      JWT_SECRET: TEST_SECRET,
+      RATE_LIMIT_ENABLED: 'false',
+      SCHEDULER_ENABLED: 'true',
+    },
+    stdio: ['ignore', 'pipe', 'pipe'],
+    detached: true,
+  });
+  child.stdout?.on('data', (d: Buffer) => (output += d.toString()));
+  child.stderr?.on('data', (d: Buffer) => (output += d.toString()));
+  const exited = new Promise<{ code: number | null; signal: string | null }>((ok) =>
+    child?.once('exit', (code, signal) => ok({ code, signal })),
+  );
+
+  for (let i = 0; (await call(url, 'GET', '/health', { timeoutMs: 1000 })).status !== 200; i++) {
+    if (i > 300 || child.exitCode !== null) throw new Error(`server did not start:\n${output}`);
+    await sleep(100);
+  }
+  expect(output).toMatch(/"msg":"Job expire-user-coupons scheduled: /);
+  const coupon = await call(url, 'POST', '/admin/coupons', { token: adminToken(), body: couponBody({ totalStock: 5 }) });
+  expect(coupon.status).toBe(201);
+
+  // Hold the coupon's stock row, so the grab below is in flight (waiting on it) when SIGTERM arrives.
+  const db = await mysql.createConnection({
+    host: config.DB_HOST,
+    port: config.DB_PORT,
+    user: config.DB_USER,
+    password: config.DB_PASSWORD,
+    database: config.DB_NAME,
+  });
+  blocker = db;
+  await db.query('BEGIN');
+  await db.query('SELECT * FROM coupon_stock WHERE coupon_id = ? FOR UPDATE', [coupon.body.id]);
+  const grab = call(url, 'POST', `/coupons/${coupon.body.id}/grab`, { token: tokenFor('alice'), headers: { 'Idempotency-Key': 'k1' } });
+  // In flight: a statement of the server on the stock row, waiting for the lock held here.
+  for (let i = 0; ; i++) {
+    const [rows] = await db.query<mysql.RowDataPacket[]>(
+      `SELECT COUNT(*) AS n FROM information_schema.processlist WHERE db = ? AND id <> CONNECTION_ID() AND info LIKE '%coupon_stock%'`,
+      [config.DB_NAME],
+    );
+    if (Number(rows[0].n) > 0) break;
+    if (i > 400) throw new Error('the grab never reached the database');
+    await sleep(25);
+  }
+
+  child.kill('SIGTERM');
+  await sleep(500);
+  expect(child.exitCode).toBeNull(); // still finishing the grab
+  await db.query('COMMIT');
+  const answer = await grab;
+  expect(answer.status).toBe(201);
+  const stoppedAt = Date.now();
+  expect(await exited).toEqual({ code: 0, signal: null });
+  // Idle keep-alive connections (this test's agent keeps one) do not hold the stop up.
+  expect(Date.now() - stoppedAt).toBeLessThan(10_000);
+
+  expect(output).toMatch(/"msg":"SIGTERM received: finishing requests in flight, stopping jobs, closing the database pool"/);
+  expect(output).toMatch(/"msg":"Stopped gracefully"/);
+  expect(output).not.toMatch(/ERR!/);
+  const [left] = await db.query<mysql.RowDataPacket[]>(
+    `SELECT COUNT(*) AS n FROM information_schema.processlist WHERE db = ? AND id <> CONNECTION_ID()`,
+    [config.DB_NAME],
+  );
+  await db.end();
+  blocker = undefined;
+  expect(Number(left[0].n)).toBe(0);
+  const [stored] = await (async () => {
+    const c = await mysql.createConnection({
+      host: config.DB_HOST,
+      port: config.DB_PORT,
+      user: config.DB_USER,
+      password: config.DB_PASSWORD,
+      database: config.DB_NAME,
+    });
+    try {
+      return await c.query<mysql.RowDataPacket[]>(`SELECT COUNT(*) AS n FROM user_coupon WHERE user_id = 'alice'`);
+    } finally {
+      await c.end();
+    }
+  })();
+  expect(Number(stored[0].n)).toBe(1);
+}, 180_000);
