@@ -4,9 +4,8 @@
 import { execFileSync } from 'node:child_process';
 import { existsSync, readdirSync, statSync } from 'node:fs';
 import { join } from 'node:path';
-import { fileURLToPath } from 'node:url';
 
-const root = fileURLToPath(new URL('..', import.meta.url));
+const root = join(import.meta.dirname, '..');
 const SOURCES = ['src', 'scripts', 'test/support', 'ormconfig.ts', 'tsconfig.json', 'tsconfig.build.json'];
 // One output per entry point; tsc rewrites every output on each build.
 const OUTPUT = join(root, 'dist/ormconfig.js');
