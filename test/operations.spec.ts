@@ -68,7 +68,8 @@ describe('.env.example', () => {
   it('parses as a .env file whose values load and validate', () => {
     const dir = mkdtempSync(join(tmpdir(), 'ce-env-'));
     const file = join(dir, '.env');
-    const body = lines.map((l) => l.replace(/^# ([A-Z][A-Z0-9_]*=)/, '$1')).join('\n');
+    // Every setting with a default, uncommented (one without a default stays unset: an empty HOST or LOG_FORMAT is refused).
+    const body = lines.map((l) => l.replace(/^# ([A-Z][A-Z0-9_]*=.)/, '$1')).join('\n');
     writeFileSync(file, body);
     const saved = { ...process.env };
     try {
