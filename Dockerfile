@@ -9,6 +9,8 @@ RUN npm ci --no-audit --no-fund
 COPY tsconfig.json tsconfig.build.json ormconfig.ts ./
 COPY src ./src
 COPY scripts ./scripts
+# The admin console, built by Vite into dist/console.
+COPY console ./console
 # The invariant checker behind `npm run check:invariants`.
 COPY test/support/invariants.ts ./test/support/invariants.ts
 RUN npm run build
