@@ -2,6 +2,7 @@ import { ArgumentsHost, Catch, ExceptionFilter, HttpException } from '@nestjs/co
 import type { FastifyBaseLogger, FastifyReply, FastifyRequest } from 'fastify';
 import { isDatabaseOutage } from './db-errors.js';
 import { AppError, ErrorCode } from './errors.js';
+import { languageOf, messageFor } from './messages.js';
 
 const BY_STATUS: Record<number, ErrorCode> = {
   400: 'VALIDATION_FAILED',
@@ -54,6 +55,9 @@ export class HttpExceptionFilter implements ExceptionFilter {
     if (e.headers) void reply.headers(e.headers);
     // The body is JSON even when the route declared another type for its success (GET /metrics).
     void reply.type('application/json; charset=utf-8');
-    void reply.status(e.status).send({ code: e.code, message: e.message, ...(e.details ? { details: e.details } : {}) });
+    const language = languageOf(request.headers['accept-language']);
+    if (language !== 'en') void reply.header('content-language', language);
+    const message = messageFor(e.code, language, e.message);
+    void reply.status(e.status).send({ code: e.code, message, ...(e.details ? { details: e.details } : {}) });
   }
 }
