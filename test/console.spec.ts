@@ -4,6 +4,7 @@ import { afterAll, afterEach, beforeAll, describe, expect, it } from '@jest/glob
 import { chromium, type Browser, type Page } from 'playwright-core';
 import request from 'supertest';
 import { adminToken, bearer, startTestApp, tokenFor, type TestApp } from './support/harness.js';
+import { WebhookReceiver } from './support/webhook-receiver.js';
 
 /**
  * The console in a real browser (Debian's Chromium) against the real server and database: every
@@ -16,6 +17,7 @@ let t: TestApp;
 let browser: Browser;
 let page: Page;
 let couponId: string;
+let receiver: WebhookReceiver;
 const pageErrors: string[] = [];
 
 /** Reads until `ok` holds or `ms` pass, and returns the last value read, for the assertion to judge. */
@@ -48,7 +50,8 @@ beforeAll(async () => {
     stdio: 'inherit',
   });
   mkdirSync(SHOTS, { recursive: true });
-  t = await startTestApp();
+  t = await startTestApp({ WEBHOOK_RELAY_ENABLED: 'true' });
+  receiver = await new WebhookReceiver().start();
   browser = await chromium.launch({
     executablePath: CHROMIUM,
     args: ['--no-sandbox', '--disable-gpu', '--disable-background-networking', '--disable-component-update', '--disable-sync'],
@@ -75,6 +78,7 @@ afterEach(() => {
 afterAll(async () => {
   await browser?.close();
   await t?.close();
+  await receiver?.close();
 });
 
 describe('admin console in a browser', () => {
@@ -100,11 +104,28 @@ describe('admin console in a browser', () => {
     expect(await page.evaluate(`sessionStorage.getItem('coupon-console.token')`)).toBe(token);
   });
 
-  it('returns to the sign-in page when the token expires, and takes a pasted token', async () => {
+  it('goes back to the sign-in page the moment a signed-in token expires', async () => {
+    // Its own tab with a fake clock: the page's expiry timer fires when the clock passes `exp`.
+    const tab = await browser.newPage({ viewport: { width: 1440, height: 900 } });
+    try {
+      await tab.clock.install();
+      await tab.goto(`${t.url}/console/#token=${tokenFor('admin-1', ['admin'], 60)}`);
+      await tab.getByText('Signed in as admin-1').waitFor();
+      await tab.clock.fastForward('01:01');
+      await tab.getByTestId('signin-notice').waitFor();
+      expect(await tab.getByTestId('signin-notice').textContent()).toContain('expired');
+      expect(await tab.evaluate(`sessionStorage.getItem('coupon-console.token')`)).toBeNull();
+    } finally {
+      await tab.close();
+    }
+  });
+
+  it('refuses an expired token at the door, and takes a pasted admin token', async () => {
     await page.evaluate('sessionStorage.clear()');
-    await page.goto(`${t.url}/console/#token=${tokenFor('admin-1', ['admin'], 2)}`);
-    await page.getByText('Signed in as admin-1').waitFor();
-    await page.getByTestId('signin-notice').waitFor({ timeout: 5000 });
+    const expired = tokenFor('admin-1', ['admin'], 1);
+    await new Promise((r) => setTimeout(r, 1100));
+    await page.goto(`${t.url}/console/#token=${expired}`);
+    await page.getByTestId('signin-notice').waitFor();
     expect(await page.getByTestId('signin-notice').textContent()).toContain('expired');
     await shot('01-sign-in');
     await page.getByLabel('Admin token').fill(tokenFor('user-1', [], 600));
@@ -126,12 +147,34 @@ describe('admin console in a browser', () => {
     await shot('02-create-validation');
     await page.getByTestId('field-validity-days').fill('7');
     await page.getByTestId('create-submit').click();
-    await page.getByText('Campaign Double 11: spend ¥100 save ¥10 created').waitFor();
-    const [row] = (await request(t.url).get('/admin/coupons').set(bearer(adminToken()))).body.items as { id: string; initStock: number }[];
+    const listed = async () =>
+      (await request(t.url).get('/admin/coupons').set(bearer(adminToken()))).body.items as {
+        id: string;
+        name: string;
+        initStock: number;
+      }[];
+    const [row] = await eventually(listed, (items) => items.length > 0);
+    expect(row.name).toBe('Double 11: spend ¥100 save ¥10');
     couponId = row.id;
     expect(row.initStock).toBe(50);
     await page.getByTestId(`campaign-${couponId}`).waitFor();
     expect(await page.getByTestId('stock-bar').first().getAttribute('data-remaining')).toBe('50');
+  });
+
+  it('creates a webhook and shows its signing secret once', async () => {
+    await page.getByRole('menuitem', { name: 'Webhooks' }).click();
+    await page.getByTestId('new-webhook').click();
+    await page.getByTestId('webhook-url').fill(receiver.url);
+    await page.getByTestId('webhook-submit').click();
+    const secret = page.getByTestId('webhook-secret');
+    await secret.waitFor();
+    // The receiver verifies every delivery's signature with the secret exactly as the page shows it.
+    receiver.secret = (await secret.textContent())?.trim();
+    expect(receiver.secret).toMatch(/^whsec_/);
+    await shot('10-webhook-secret');
+    await page.getByRole('button', { name: 'OK', exact: true }).click();
+    await page.getByText(receiver.url).waitFor();
+    await page.getByRole('menuitem', { name: 'Campaigns' }).click();
   });
 
   it('shows grabs made through the API: the stock bar drains and the chart counts them', async () => {
@@ -178,6 +221,18 @@ describe('admin console in a browser', () => {
     await shot('05-coupon-timeline');
     await page.keyboard.press('Escape');
     await shot('06-user-coupons');
+  });
+
+  it('lists the webhook’s deliveries, the void among them', async () => {
+    await receiver.waitFor(() => receiver.accepted.some((r) => r.event.type === 'user_coupon.voided'), 15_000);
+    expect(receiver.badSignatures).toBe(0);
+    await page.getByRole('menuitem', { name: 'Webhooks' }).click();
+    await page.locator('[data-testid^="deliveries-"]').first().click();
+    const deliveries = page.getByTestId('deliveries');
+    await deliveries.getByText('user_coupon.voided').waitFor();
+    expect(await deliveries.locator('.ant-tag', { hasText: 'Delivered' }).count()).toBe(receiver.accepted.length);
+    await shot('11-webhook-deliveries');
+    await page.keyboard.press('Escape');
   });
 
   it('starts a reconciliation, shows the discrepancy and approves its compensation', async () => {

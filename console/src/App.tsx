@@ -1,6 +1,6 @@
-import { useEffect, useState } from 'react';
+import { useEffect, useState, type ReactNode } from 'react';
 import { App as AntApp, ConfigProvider, Layout, Menu, Segmented, Space, Typography, Button, theme } from 'antd';
-import { AuditOutlined, LogoutOutlined, SafetyCertificateOutlined, ShopOutlined, UserOutlined } from '@ant-design/icons';
+import { ApiOutlined, AuditOutlined, LogoutOutlined, SafetyCertificateOutlined, ShopOutlined, UserOutlined } from '@ant-design/icons';
 import enUS from 'antd/locale/en_US';
 import zhCN from 'antd/locale/zh_CN';
 import dayjs from 'dayjs';
@@ -15,6 +15,7 @@ import { Compensations } from './pages/Compensations';
 import { Reconciliation } from './pages/Reconciliation';
 import { SignIn } from './pages/SignIn';
 import { UserCoupons } from './pages/UserCoupons';
+import { Webhooks } from './pages/Webhooks';
 
 /** The token from the address bar, else this tab's stored one; an unusable token signs out with its reason. */
 function initialSession(): { token: string | null; notice: MessageKey | null } {
@@ -29,11 +30,12 @@ function initialSession(): { token: string | null; notice: MessageKey | null } {
   return { token, notice: null };
 }
 
-const NAV: { key: string; icon: React.ReactNode; label: MessageKey }[] = [
+const NAV: { key: string; icon: ReactNode; label: MessageKey }[] = [
   { key: '/campaigns', icon: <ShopOutlined />, label: 'navCampaigns' },
   { key: '/users', icon: <UserOutlined />, label: 'navUsers' },
   { key: '/reconciliation', icon: <AuditOutlined />, label: 'navReconciliation' },
   { key: '/compensations', icon: <SafetyCertificateOutlined />, label: 'navCompensations' },
+  { key: '/webhooks', icon: <ApiOutlined />, label: 'navWebhooks' },
 ];
 
 export function App() {
@@ -113,6 +115,7 @@ export function App() {
             <Route path="/reconciliation" element={<Reconciliation />} />
             <Route path="/reconciliation/:runId" element={<Reconciliation />} />
             <Route path="/compensations" element={<Compensations />} />
+            <Route path="/webhooks" element={<Webhooks />} />
             <Route path="*" element={<Navigate to="/campaigns" replace />} />
           </Routes>
         </Layout.Content>

@@ -150,3 +150,31 @@ export interface Compensation {
     createdAt: string;
   };
 }
+
+export interface Webhook {
+  id: string;
+  url: string;
+  events: string[];
+  description: string | null;
+  enabled: boolean;
+  disabledReason: string | null;
+  disabledAt: string | null;
+  failedInRow: number;
+  createdAt: string;
+  updatedAt: string;
+}
+
+export interface Delivery {
+  id: string;
+  eventId: string;
+  type: string;
+  userCouponId: string;
+  status: 'PENDING' | 'DELIVERED' | 'FAILED';
+  attemptCount: number;
+  lastStatusCode: number | null;
+  lastError: string | null;
+  nextAttemptAt: string | null;
+  createdAt: string;
+  deliveredAt: string | null;
+  attempts: { attemptedAt: string; statusCode: number | null; error: string | null; durationMs: number }[];
+}

@@ -33,6 +33,15 @@ export class AdminCouponController {
   @ApiOperation({
     summary: 'Coupons, newest first, each with its counts by status (one indexed count per coupon: for lists, not for polling)',
   })
+  @ApiOkResponse({
+    description: 'A page of coupons',
+    schema: {
+      properties: {
+        items: { type: 'array', items: { type: 'object', description: 'Coupon with counts, as GET /admin/coupons/:couponId answers' } },
+        nextCursor: { type: 'string', nullable: true, description: 'Pass as cursor for the next page; null on the last' },
+      },
+    },
+  })
   async list(@Query() query: PageQuery) {
     const { items, nextCursor } = await this.coupons.list(query.limit ?? 20, query.cursor);
     return { items: await Promise.all(items.map(async (c) => ({ ...c, counts: await this.coupons.counts(c.id) }))), nextCursor };

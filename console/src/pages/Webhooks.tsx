@@ -1,0 +1,291 @@
+import { useState } from 'react';
+import {
+  Alert,
+  App,
+  Button,
+  Card,
+  Checkbox,
+  Drawer,
+  Form,
+  Input,
+  Modal,
+  Popconfirm,
+  Segmented,
+  Space,
+  Switch,
+  Table,
+  Tag,
+  Typography,
+} from 'antd';
+import { DeleteOutlined, PlusOutlined, SendOutlined } from '@ant-design/icons';
+import { api, get, patch, post, query, type Delivery, type Page, type Webhook } from '../api';
+import { showApiErrors } from '../apiForm';
+import { time } from '../format';
+import { label, useI18n } from '../i18n';
+import { usePoll } from '../hooks';
+
+const EVENT_TYPES = [
+  'user_coupon.issued',
+  'user_coupon.locked',
+  'user_coupon.released',
+  'user_coupon.used',
+  'user_coupon.expired',
+  'user_coupon.voided',
+];
+const DELIVERY_COLOR = { PENDING: 'gold', DELIVERED: 'green', FAILED: 'red' } as const;
+const DELIVERY_FILTERS = ['ALL', 'PENDING', 'DELIVERED', 'FAILED'] as const;
+
+function CreateWebhook({ open, onClose, onCreated }: { open: boolean; onClose(): void; onCreated(w: Webhook & { secret: string }): void }) {
+  const { t } = useI18n();
+  const [form] = Form.useForm<{ url: string; events?: string[]; description?: string }>();
+  const [busy, setBusy] = useState(false);
+  const [refusal, setRefusal] = useState<string | null>(null);
+  return (
+    <Modal
+      title={t('newWebhook')}
+      open={open}
+      onCancel={onClose}
+      onOk={() => form.submit()}
+      okText={t('create')}
+      okButtonProps={{ loading: busy, 'data-testid': 'webhook-submit' }}
+      destroyOnHidden
+      width={560}
+    >
+      {refusal && <Alert type="error" showIcon title={refusal} style={{ marginBottom: 16 }} />}
+      <Form
+        form={form}
+        layout="vertical"
+        onFinish={async (v) => {
+          setBusy(true);
+          setRefusal(null);
+          try {
+            const created = await post<Webhook & { secret: string }>('/admin/webhooks', {
+              url: v.url,
+              ...(v.events && v.events.length > 0 ? { events: v.events } : {}),
+              ...(v.description ? { description: v.description } : {}),
+            });
+            form.resetFields();
+            onCreated(created);
+          } catch (err) {
+            const rest = showApiErrors(form, err, [['url'], ['events'], ['description']]);
+            if (rest) setRefusal(rest);
+          } finally {
+            setBusy(false);
+          }
+        }}
+      >
+        <Form.Item name="url" label="URL" rules={[{ required: true, message: t('required') }]}>
+          <Input placeholder="https://hooks.example.com/coupons" data-testid="webhook-url" />
+        </Form.Item>
+        <Form.Item name="events" label={t('events')} extra={t('eventsHelp')}>
+          <Checkbox.Group
+            options={EVENT_TYPES.map((e) => ({ label: e, value: e }))}
+            style={{ display: 'grid', gridTemplateColumns: '1fr 1fr' }}
+          />
+        </Form.Item>
+        <Form.Item name="description" label={t('description')}>
+          <Input />
+        </Form.Item>
+      </Form>
+    </Modal>
+  );
+}
+
+function Deliveries({ webhook, onClose }: { webhook: Webhook | null; onClose(): void }) {
+  const { t } = useI18n();
+  const [status, setStatus] = useState<(typeof DELIVERY_FILTERS)[number]>('ALL');
+  const list = usePoll(
+    async () =>
+      webhook
+        ? get<Page<Delivery>>(
+            `/admin/webhooks/${webhook.id}/deliveries${query({ status: status === 'ALL' ? undefined : status, limit: 100 })}`,
+          )
+        : null,
+    [webhook?.id, status],
+    2000,
+  );
+  return (
+    <Drawer title={webhook ? t('deliveriesOf', { url: webhook.url }) : ''} size={900} open={webhook !== null} onClose={onClose}>
+      <Segmented
+        value={status}
+        onChange={setStatus}
+        options={DELIVERY_FILTERS.map((f) => ({ value: f, label: f === 'ALL' ? t('all') : label(t, f) }))}
+        style={{ marginBottom: 16 }}
+      />
+      {list.error && <Alert type="error" title={list.error.message} />}
+      <Table<Delivery>
+        rowKey="id"
+        size="small"
+        data-testid="deliveries"
+        loading={list.loading && !list.data}
+        dataSource={list.data?.items}
+        pagination={false}
+        locale={{ emptyText: t('noDeliveries') }}
+        expandable={{
+          expandedRowRender: (d) => (
+            <Table
+              rowKey="attemptedAt"
+              size="small"
+              pagination={false}
+              dataSource={d.attempts}
+              columns={[
+                { title: t('attemptedAt'), dataIndex: 'attemptedAt', render: time },
+                { title: 'HTTP', dataIndex: 'statusCode', render: (c: number | null) => c ?? '—' },
+                { title: t('error'), dataIndex: 'error', render: (e: string | null) => e ?? '—' },
+                { title: 'ms', dataIndex: 'durationMs', align: 'right' },
+              ]}
+            />
+          ),
+        }}
+        columns={[
+          { title: t('event'), dataIndex: 'eventId', width: 100 },
+          { title: t('type'), dataIndex: 'type', render: (ty: string) => <Tag>{ty}</Tag> },
+          { title: 'UC', dataIndex: 'userCouponId', width: 70 },
+          {
+            title: t('status'),
+            dataIndex: 'status',
+            width: 110,
+            render: (s: Delivery['status']) => <Tag color={DELIVERY_COLOR[s]}>{label(t, s)}</Tag>,
+          },
+          { title: t('attempts'), dataIndex: 'attemptCount', width: 90, align: 'right' },
+          {
+            title: t('lastAnswer'),
+            key: 'last',
+            render: (_, d) => (d.lastStatusCode !== null ? `HTTP ${d.lastStatusCode}` : (d.lastError ?? '—')),
+          },
+          { title: t('nextAttemptAt'), dataIndex: 'nextAttemptAt', render: time },
+          { title: t('deliveredAt'), dataIndex: 'deliveredAt', render: time },
+        ]}
+      />
+    </Drawer>
+  );
+}
+
+export function Webhooks() {
+  const { t } = useI18n();
+  const { message } = App.useApp();
+  const [creating, setCreating] = useState(false);
+  const [secret, setSecret] = useState<string | null>(null);
+  const [deliveriesOf, setDeliveriesOf] = useState<Webhook | null>(null);
+  const list = usePoll(() => get<Webhook[]>('/admin/webhooks'), [], 5000);
+  const act = async (what: () => Promise<unknown>, done: string) => {
+    try {
+      await what();
+      void message.success(done);
+    } catch (err) {
+      void message.error((err as Error).message);
+    }
+    void list.reload();
+  };
+  return (
+    <Card
+      title={t('webhooks')}
+      extra={
+        <Button type="primary" icon={<PlusOutlined />} onClick={() => setCreating(true)} data-testid="new-webhook">
+          {t('newWebhook')}
+        </Button>
+      }
+    >
+      {list.error && <Alert type="error" title={list.error.message} style={{ marginBottom: 16 }} />}
+      <Table<Webhook>
+        rowKey="id"
+        size="middle"
+        loading={list.loading && !list.data}
+        dataSource={list.data}
+        pagination={false}
+        locale={{ emptyText: t('noWebhooks') }}
+        columns={[
+          { title: t('id'), dataIndex: 'id', width: 60 },
+          {
+            title: 'URL',
+            dataIndex: 'url',
+            render: (url: string, w) => (
+              <Space orientation="vertical" size={0}>
+                <Typography.Text copyable>{url}</Typography.Text>
+                {w.description && <Typography.Text type="secondary">{w.description}</Typography.Text>}
+              </Space>
+            ),
+          },
+          {
+            title: t('events'),
+            dataIndex: 'events',
+            render: (events: string[]) =>
+              events.length === EVENT_TYPES.length ? (
+                <Tag color="blue">{t('allEvents')}</Tag>
+              ) : (
+                <Space size={[0, 4]} wrap>
+                  {events.map((e) => (
+                    <Tag key={e}>{e}</Tag>
+                  ))}
+                </Space>
+              ),
+          },
+          {
+            title: t('enabled'),
+            key: 'enabled',
+            width: 200,
+            render: (_, w) => (
+              <Space orientation="vertical" size={0}>
+                <Switch
+                  checked={w.enabled}
+                  onChange={(enabled) =>
+                    void act(() => patch(`/admin/webhooks/${w.id}`, { enabled }), t(enabled ? 'webhookEnabled' : 'webhookDisabled'))
+                  }
+                />
+                {w.disabledReason && (
+                  <Typography.Text type="danger" style={{ fontSize: 12 }}>
+                    {w.disabledReason} ({time(w.disabledAt)})
+                  </Typography.Text>
+                )}
+              </Space>
+            ),
+          },
+          { title: t('failedInRow'), dataIndex: 'failedInRow', width: 110, align: 'right' },
+          { title: t('createdAt'), dataIndex: 'createdAt', width: 170, render: time },
+          {
+            title: t('actions'),
+            key: 'actions',
+            width: 210,
+            render: (_, w) => (
+              <Space size={4}>
+                <Button size="small" icon={<SendOutlined />} onClick={() => setDeliveriesOf(w)} data-testid={`deliveries-${w.id}`}>
+                  {t('deliveries')}
+                </Button>
+                <Popconfirm
+                  title={t('confirmDelete', { url: w.url })}
+                  onConfirm={() => act(() => api('DELETE', `/admin/webhooks/${w.id}`), t('webhookDeleted'))}
+                >
+                  <Button size="small" danger icon={<DeleteOutlined />}>
+                    {t('delete')}
+                  </Button>
+                </Popconfirm>
+              </Space>
+            ),
+          },
+        ]}
+      />
+      <CreateWebhook
+        open={creating}
+        onClose={() => setCreating(false)}
+        onCreated={(w) => {
+          setCreating(false);
+          setSecret(w.secret);
+          void list.reload();
+        }}
+      />
+      <Modal
+        open={secret !== null}
+        title={t('secretTitle')}
+        onOk={() => setSecret(null)}
+        onCancel={() => setSecret(null)}
+        cancelButtonProps={{ style: { display: 'none' } }}
+      >
+        <Alert type="warning" showIcon title={t('secretOnce')} style={{ marginBottom: 16 }} />
+        <Typography.Paragraph copyable code data-testid="webhook-secret">
+          {secret}
+        </Typography.Paragraph>
+      </Modal>
+      <Deliveries webhook={deliveriesOf} onClose={() => setDeliveriesOf(null)} />
+    </Card>
+  );
+}
