@@ -70,7 +70,9 @@ beforeAll(async () => {
   });
 }, 120_000);
 
-afterEach(() => {
+afterEach(async () => {
+  // What the page showed when the test ended, for a look when one fails.
+  await page.screenshot({ path: `${SHOTS}/last.png` });
   // A page that threw or logged an error failed, whatever it still shows.
   expect(pageErrors.splice(0)).toEqual([]);
 });
