@@ -4,7 +4,7 @@ import { type IncomingMessage, STATUS_CODES } from 'node:http';
 import type { Socket } from 'node:net';
 import { NestFactory } from '@nestjs/core';
 import { FastifyAdapter, NestFastifyApplication } from '@nestjs/platform-fastify';
-import { DocumentBuilder, SwaggerModule } from '@nestjs/swagger';
+import { SwaggerModule } from '@nestjs/swagger';
 import { LogController } from 'fastify';
 import type { FastifyError, FastifyReply, FastifyRequest } from 'fastify';
 import { AppModule } from './app.module.js';
@@ -14,6 +14,7 @@ import { createPino, PinoNestLogger } from './common/logger.js';
 import { onResponse } from './common/request-log.js';
 import { StrictValidationPipe } from './common/validation.js';
 import { serveConsole } from './console/serve-console.js';
+import { buildOpenApiDocument } from './openapi/document.js';
 
 export const BODY_LIMIT_BYTES = 64 * 1024;
 
@@ -83,17 +84,7 @@ export async function createApp(
     done();
   });
 
-  if (config.DOCS_ENABLED) setupDocs(app);
+  if (config.DOCS_ENABLED) SwaggerModule.setup('docs', app, buildOpenApiDocument(app), { jsonDocumentUrl: 'docs-json' });
   await serveConsole(app);
   return app;
-}
-
-function setupDocs(app: NestFastifyApplication): void {
-  const doc = new DocumentBuilder()
-    .setTitle('coupon-engine')
-    .setDescription('Flash-sale coupons: grab, redeem, reconcile. Error body: {code, message, details?}.')
-    .setVersion('0.1.0')
-    .addBearerAuth()
-    .build();
-  SwaggerModule.setup('docs', app, SwaggerModule.createDocument(app, doc), { jsonDocumentUrl: 'docs-json' });
 }

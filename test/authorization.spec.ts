@@ -34,7 +34,8 @@ const API_ROUTES: readonly Route[] = [
   { method: 'post', path: '/admin/compensations/{id}/approve' },
   { method: 'post', path: '/admin/compensations/{id}/reject' },
 ];
-const PUBLIC = new Set(['get /coupons/{couponId}', 'get /health']);
+// /metrics is public unless METRICS_TOKEN is set (these tests leave it unset).
+const PUBLIC = new Set(['get /coupons/{couponId}', 'get /health', 'get /metrics']);
 const SERVICE_ONLY = new Set(['post /redemptions/refunds']);
 const label = (r: Route) => `${r.method} ${r.path}`;
 
@@ -90,12 +91,14 @@ const BAD_HEADERS: Record<string, string> = {
 describe('authorization', () => {
   let t: TestApp;
   let routes: Route[];
+  let documentedPublic: string[];
   let ids: Record<string, string>;
 
   beforeAll(async () => {
     t = await startTestApp();
-    const doc = (await request(t.url).get('/docs-json')).body as { paths: Record<string, Record<string, unknown>> };
+    const doc = (await request(t.url).get('/docs-json')).body as { paths: Record<string, Record<string, { security?: unknown[] }>> };
     routes = Object.entries(doc.paths).flatMap(([path, ops]) => Object.keys(ops).map((method) => ({ method: method as Method, path })));
+    documentedPublic = routes.filter((r) => doc.paths[r.path][r.method].security?.length === 0).map(label);
     const coupon = await createCoupon(t.url, { totalStock: 10, returnOnRefund: true });
     const key = newKey('victim');
     const grabbed = await request(t.url)
@@ -118,8 +121,9 @@ describe('authorization', () => {
   };
   const protectedRoutes = () => routes.filter((r) => !PUBLIC.has(label(r)));
 
-  it('the OpenAPI document lists every route of API.md', () => {
+  it('the OpenAPI document lists every route of API.md, and says `security: []` on exactly the public ones', () => {
     expect(routes.map(label)).toEqual(expect.arrayContaining(API_ROUTES.map(label)));
+    expect(documentedPublic.sort()).toEqual([...PUBLIC].sort());
   });
 
   it('without a token every route but the public ones answers 401 UNAUTHENTICATED', async () => {
@@ -129,7 +133,7 @@ describe('authorization', () => {
       if (res.status !== 401) unprotected.push(`${label(r)} -> ${res.status}`);
       else expect(res.body).toEqual({ code: 'UNAUTHENTICATED', message: expect.any(String) });
     }
-    expect(unprotected.sort()).toEqual(['get /coupons/{couponId} -> 200', 'get /health -> 200']);
+    expect(unprotected.sort()).toEqual(['get /coupons/{couponId} -> 200', 'get /health -> 200', 'get /metrics -> 200']);
   });
 
   it('control: a token signed by hand the same way, with nothing wrong, is accepted as admin', async () => {

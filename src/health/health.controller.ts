@@ -1,6 +1,6 @@
 import { timingSafeEqual } from 'node:crypto';
 import { Controller, Get, Header, Req } from '@nestjs/common';
-import { ApiExcludeEndpoint } from '@nestjs/swagger';
+import { ApiTags } from '@nestjs/swagger';
 import { HealthCheck, HealthCheckService, TypeOrmHealthIndicator } from '@nestjs/terminus';
 import type { FastifyRequest } from 'fastify';
 import { bearerToken } from '../auth/auth.guard.js';
@@ -9,6 +9,7 @@ import { AppError } from '../common/errors.js';
 import { AppConfig } from '../config/app-config.js';
 import { registry } from '../common/metrics.js';
 
+@ApiTags('operations')
 @Controller()
 @Public()
 export class HealthController {
@@ -26,7 +27,6 @@ export class HealthController {
   }
 
   @Get('metrics')
-  @ApiExcludeEndpoint()
   @Header('Content-Type', registry.contentType)
   metrics(@Req() request: FastifyRequest): Promise<string> {
     const expected = this.config.METRICS_TOKEN;

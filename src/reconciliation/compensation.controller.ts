@@ -1,5 +1,5 @@
 import { Body, Controller, Get, HttpCode, Param, Post, Query } from '@nestjs/common';
-import { ApiBearerAuth, ApiOperation, ApiTags } from '@nestjs/swagger';
+import { ApiBearerAuth, ApiTags } from '@nestjs/swagger';
 import { CurrentUser, RequireRoles } from '../auth/principal.js';
 import type { Principal } from '../auth/principal.js';
 import { IdPipe } from '../common/validation.js';
@@ -14,21 +14,18 @@ export class CompensationController {
   constructor(private readonly compensations: CompensationService) {}
 
   @Get()
-  @ApiOperation({ summary: 'Proposed compensations with their discrepancy, oldest first' })
   list(@Query() query: ListCompensationsQuery) {
     return this.compensations.list({ status: query.status, runId: query.runId }, query.limit ?? 20, query.cursor);
   }
 
   @Post(':id/approve')
   @HttpCode(200)
-  @ApiOperation({ summary: 'Perform the proposed action and mark it DONE, in one transaction' })
   approve(@Param('id', IdPipe) id: string, @Body() body: DecisionDto, @CurrentUser() admin: Principal) {
     return this.compensations.decide(id, true, admin.userId, body.reason);
   }
 
   @Post(':id/reject')
   @HttpCode(200)
-  @ApiOperation({ summary: 'Mark it REJECTED without changing any data' })
   reject(@Param('id', IdPipe) id: string, @Body() body: DecisionDto, @CurrentUser() admin: Principal) {
     return this.compensations.decide(id, false, admin.userId, body.reason);
   }

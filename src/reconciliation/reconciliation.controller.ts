@@ -1,5 +1,5 @@
 import { Body, Controller, Get, HttpCode, Param, Post, Query } from '@nestjs/common';
-import { ApiAcceptedResponse, ApiBearerAuth, ApiBody, ApiOperation, ApiTags } from '@nestjs/swagger';
+import { ApiBearerAuth, ApiBody, ApiTags } from '@nestjs/swagger';
 import { CurrentUser, RequireRoles } from '../auth/principal.js';
 import type { Principal } from '../auth/principal.js';
 import { IdPipe } from '../common/validation.js';
@@ -20,25 +20,18 @@ export class ReconciliationController {
 
   @Post()
   @HttpCode(202)
-  @ApiOperation({
-    summary:
-      'Start a run in the background (body optional; mode FULL by default). 409 RECONCILIATION_RUNNING while one runs on any instance.',
-  })
   @ApiBody({ type: StartRunDto, required: false })
-  @ApiAcceptedResponse({ schema: { properties: { runId: { type: 'string' } } } })
   async start(@CurrentUser() admin: Principal, @Body(new OptionalBodyPipe(StartRunDto)) body: StartRunBody): Promise<{ runId: string }> {
     const { runId } = await this.reconciliation.start(body.mode ?? 'FULL', admin.userId);
     return { runId };
   }
 
   @Get()
-  @ApiOperation({ summary: 'Runs, newest first' })
   list(@Query() query: PageQuery) {
     return this.reconciliation.list(query.limit ?? 20, query.cursor);
   }
 
   @Get(':runId')
-  @ApiOperation({ summary: 'One run, with the count of discrepancies it recorded by type' })
   get(@Param('runId', IdPipe) runId: string) {
     return this.reconciliation.get(runId);
   }

@@ -1,19 +1,11 @@
 import { Body, Controller, Get, Headers, HttpCode, Param, Post, Res } from '@nestjs/common';
-import {
-  ApiBearerAuth,
-  ApiConflictResponse,
-  ApiHeader,
-  ApiNotFoundResponse,
-  ApiOkResponse,
-  ApiTags,
-  ApiUnprocessableEntityResponse,
-} from '@nestjs/swagger';
+import { ApiBearerAuth, ApiHeader, ApiTags } from '@nestjs/swagger';
 import type { FastifyReply } from 'fastify';
 import { CurrentUser, RequireRoles } from '../auth/principal.js';
 import type { Principal } from '../auth/principal.js';
 import { checkIdempotencyKey, IdPipe } from '../common/validation.js';
 import type { UserCouponView } from '../ledger/user-coupon.entity.js';
-import { ReissueUserCouponDto, UserCouponHistoryView, VoidUserCouponDto } from './admin-user-coupon.dto.js';
+import { ReissueUserCouponDto, VoidUserCouponDto } from './admin-user-coupon.dto.js';
 import { AdminUserCouponService, REISSUE_KEY_MAX, UserCouponHistory } from './admin-user-coupon.service.js';
 
 @ApiTags('admin')
@@ -25,9 +17,6 @@ export class AdminUserCouponController {
 
   @Post(':userCouponId/void')
   @HttpCode(200)
-  @ApiOkResponse({ description: 'The voided UserCoupon' })
-  @ApiNotFoundResponse({ description: 'USER_COUPON_NOT_FOUND' })
-  @ApiConflictResponse({ description: 'ILLEGAL_TRANSITION: already USED or VOID' })
   void(
     @Param('userCouponId', IdPipe) id: string,
     @Body() dto: VoidUserCouponDto,
@@ -38,12 +27,10 @@ export class AdminUserCouponController {
 
   @Post('reissue')
   @HttpCode(201)
-  @ApiNotFoundResponse({ description: 'COUPON_NOT_FOUND, or USER_COUPON_NOT_FOUND for replacesUserCouponId' })
-  @ApiConflictResponse({ description: 'SOLD_OUT (fromStock with no stock left)' })
-  @ApiUnprocessableEntityResponse({ description: 'IDEMPOTENCY_KEY_REUSED: the key already reissued something else to this user' })
   @ApiHeader({
     name: 'Idempotency-Key',
     required: false,
+    schema: { type: 'string', maxLength: REISSUE_KEY_MAX },
     description: `1-${REISSUE_KEY_MAX} of [A-Za-z0-9_-], unique per user: a repeat answers the first reissue (201, Idempotent-Replayed: true) instead of issuing again`,
   })
   async reissue(
@@ -62,8 +49,6 @@ export class AdminUserCouponController {
   }
 
   @Get(':userCouponId/history')
-  @ApiOkResponse({ type: UserCouponHistoryView })
-  @ApiNotFoundResponse({ description: 'USER_COUPON_NOT_FOUND' })
   history(@Param('userCouponId', IdPipe) id: string): Promise<UserCouponHistory> {
     return this.admin.history(id);
   }

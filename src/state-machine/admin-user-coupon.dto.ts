@@ -2,7 +2,6 @@ import { ApiProperty, ApiPropertyOptional } from '@nestjs/swagger';
 import { Transform } from 'class-transformer';
 import { IsBoolean, IsString, Matches } from 'class-validator';
 import { IsOmittable, TextLength, USER_ID_PATTERN } from '../common/validation.js';
-import { USER_COUPON_STATUSES } from '../ledger/transitions.js';
 
 const ID_PATTERN = /^[1-9][0-9]{0,18}$/;
 // Ids travel as strings (API.md); a client sending a plain JSON integer gets the same meaning.
@@ -47,39 +46,4 @@ export class ReissueUserCouponDto {
   @IsString()
   @Matches(ID_PATTERN, { message: 'replacesUserCouponId must be a positive integer id' })
   replacesUserCouponId?: string;
-}
-
-export class TransitionView {
-  @ApiProperty({ enum: USER_COUPON_STATUSES, nullable: true, description: 'null for the issuance' })
-  from!: string | null;
-
-  @ApiProperty({ enum: USER_COUPON_STATUSES })
-  to!: string;
-
-  @ApiProperty({ description: 'Idempotency key, order number, refund number, sweep run or admin action that made the move' })
-  txId!: string;
-
-  @ApiProperty({ nullable: true })
-  reason!: string | null;
-
-  @ApiProperty({ format: 'date-time' })
-  at!: string;
-}
-
-export class UserCouponHistoryView {
-  @ApiProperty({ description: 'The UserCoupon as clients see it (an UNUSED coupon past its expiry shows EXPIRED)' })
-  userCoupon!: Record<string, unknown>;
-
-  @ApiProperty({ type: [TransitionView] })
-  transitions!: TransitionView[];
-
-  @ApiProperty({
-    enum: USER_COUPON_STATUSES,
-    nullable: true,
-    description: 'Where replaying the log from issuance ends (or stops, at the first inconsistent step)',
-  })
-  replayedStatus!: string | null;
-
-  @ApiProperty({ description: 'Every step legal and continuing from the previous one, ending at the stored status' })
-  consistent!: boolean;
 }

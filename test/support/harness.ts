@@ -1,5 +1,6 @@
 import { randomBytes } from 'node:crypto';
 import { Agent } from 'node:http';
+import { expect } from '@jest/globals';
 import type { NestFastifyApplication } from '@nestjs/platform-fastify';
 import mysql from 'mysql2/promise';
 import { DataSource } from 'typeorm';
@@ -9,6 +10,7 @@ import type { Role } from '../../src/auth/principal.js';
 import { AppConfig, loadConfig } from '../../src/config/app-config.js';
 import { ensureDatabase, migrate } from '../../src/database/bootstrap-database.js';
 import { dataSourceOptions } from '../../src/database/data-source-options.js';
+import { ContractChecker } from './contract.js';
 
 export const TEST_SECRET = 'test-secret-0123456789abcdef';
 
@@ -67,6 +69,7 @@ export async function startTestApp(overrides: Record<string, string> = {}, exist
   const config = existing ?? testConfig(overrides);
   if (!existing) await createTestDatabase(config);
   const app = await createApp(config);
+  const contractProblems = checkAnswers(app);
   await app.listen({ port: 0, host: '127.0.0.1' });
   const address = app.getHttpServer().address() as { port: number };
   const db = new DataSource({ ...dataSourceOptions(config), poolSize: 5 });
@@ -80,8 +83,45 @@ export async function startTestApp(overrides: Record<string, string> = {}, exist
       await app.close();
       await db.destroy();
       if (!existing) await dropTestDatabase(config);
+      if (contractProblems.size > 0) {
+        const lines = [...contractProblems].map(([problem, n]) => (n > 1 ? `${problem} (${n} times)` : problem));
+        throw new Error(`${lines.length} kind(s) of answer do not match docs/openapi.json:\n${lines.slice(0, 50).join('\n')}`);
+      }
     },
   };
+}
+
+/**
+ * Every answer the app sends is checked against the committed OpenAPI document as it leaves the
+ * server (so every e2e suite checks the contract on all its traffic); close() fails the suite
+ * with each mismatch, naming the test, the request, the status and what does not match.
+ */
+function checkAnswers(app: NestFastifyApplication): Map<string, number> {
+  const contract = new ContractChecker();
+  const problems = new Map<string, number>();
+  app
+    .getHttpAdapter()
+    .getInstance()
+    .addHook('onSend', (req, reply, payload, done) => {
+      let found: string[];
+      try {
+        found = contract.check({
+          method: req.method,
+          route: req.routeOptions.url,
+          status: reply.statusCode,
+          headers: reply.getHeaders(),
+          body: typeof payload === 'string' || Buffer.isBuffer(payload) ? payload : undefined,
+        });
+      } catch (err) {
+        found = [`the checker failed: ${(err as Error).message}`];
+      }
+      if (found.length > 0) {
+        const problem = `[${expect.getState().currentTestName ?? 'outside a test'}] ${req.method} ${req.routeOptions.url ?? req.url} -> ${reply.statusCode}: ${found.join('; ')}`;
+        problems.set(problem, (problems.get(problem) ?? 0) + 1);
+      }
+      done(null, payload);
+    });
+  return problems;
 }
 
 export function tokenFor(userId: string, roles: Role[] = [], ttlSeconds = 3600): string {

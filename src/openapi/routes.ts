@@ -1,0 +1,236 @@
+/*
+ * What each route answers, in one table: the part of the contract decorators cannot infer.
+ * The document builder (document.ts) applies it to what @nestjs/swagger generates from the
+ * controllers and DTOs, and test/openapi.spec.ts fails when a route is served but not listed here.
+ *
+ * Adding a route (holds, webhooks, bulk, ...):
+ *   1. Write the controller and its request DTOs as usual (@ApiProperty on every field, with
+ *      `type: 'integer'`, `format: 'date-time'`, `pattern`, min/max as the validators check).
+ *   2. Add the answer body schema to RESPONSE_SCHEMAS in schemas.ts if it is new.
+ *   3. Add an entry here, keyed `METHOD /path/{param}` exactly as the OpenAPI path reads:
+ *      - `auth`: 'public' (no token), 'user' (any valid token) or the roles of which one is needed;
+ *      - `ok`: each success status with its schema name and the headers it sets;
+ *      - `errors`: the codes of src/common/errors.ts the route itself can answer. The status of each
+ *        comes from ERROR_STATUS; the codes every route of its kind can give are added for you (see
+ *        commonErrors in document.ts: input validation, token, role, body size and media type, outage).
+ *   4. `npm run openapi` regenerates docs/openapi.json and the typed client; commit both. The e2e
+ *      suites then check every answer of the new route against the entry.
+ */
+import type { Role } from '../auth/principal.js';
+import type { ErrorCode } from '../common/errors.js';
+import type { HeaderName } from './schemas.js';
+
+export interface SuccessAnswer {
+  /** A RESPONSE_SCHEMAS name for a JSON body, or 'text' for a text/plain one. */
+  schema: string;
+  description: string;
+  headers?: HeaderName[];
+  /** Headers present on every answer of this status (beyond x-request-id, which always is). */
+  requiredHeaders?: HeaderName[];
+}
+
+export interface RouteContract {
+  summary: string;
+  description?: string;
+  /** 'public': no token; 'user': any valid token; else the token needs one of these roles. */
+  auth: 'public' | 'user' | readonly Role[];
+  ok: Record<number, SuccessAnswer>;
+  errors: readonly ErrorCode[];
+  /** false for routes that never touch the database (no 503 SERVICE_UNAVAILABLE). */
+  usesDatabase?: boolean;
+  /** A request body that the route accepts, shown as the example in the document and the UI. */
+  requestExample?: unknown;
+}
+
+const REPLAYED: HeaderName[] = ['Idempotent-Replayed'];
+
+export const ROUTES: Record<string, RouteContract> = {
+  'GET /coupons/{couponId}': {
+    summary: 'A coupon template with its remaining stock',
+    auth: 'public',
+    ok: { 200: { schema: 'Coupon', description: 'The coupon' } },
+    errors: ['COUPON_NOT_FOUND'],
+  },
+  'POST /coupons/{couponId}/grab': {
+    summary: 'Grab one coupon (idempotent by Idempotency-Key)',
+    description:
+      'Issues one user coupon from stock. A replay of a successful grab (same user, key and coupon) answers the same 201 body with ' +
+      '`Idempotent-Replayed: true`; the same key for another coupon is 422; a duplicate in flight waits and replays, or gets 409 ' +
+      'IDEMPOTENCY_IN_PROGRESS. A client whose grab timed out asks `GET /grabs/{idempotencyKey}`.',
+    auth: 'user',
+    ok: { 201: { schema: 'UserCoupon', description: 'The coupon issued to the caller under this key', headers: REPLAYED } },
+    errors: [
+      'COUPON_NOT_FOUND',
+      'GRAB_NOT_STARTED',
+      'GRAB_ENDED',
+      'COUPON_PAUSED',
+      'SOLD_OUT',
+      'USER_LIMIT_REACHED',
+      'IDEMPOTENCY_IN_PROGRESS',
+      'IDEMPOTENCY_KEY_REUSED',
+      'RATE_LIMITED',
+    ],
+  },
+  'GET /grabs/{idempotencyKey}': {
+    summary: 'The coupon a grab with this key issued to the caller',
+    auth: 'user',
+    ok: { 200: { schema: 'UserCoupon', description: 'The coupon that key issued' } },
+    errors: ['GRAB_NOT_FOUND'],
+  },
+  'GET /me/coupons': {
+    summary: "The caller's coupons, newest first",
+    auth: 'user',
+    ok: { 200: { schema: 'UserCouponPage', description: 'One page' } },
+    errors: [],
+  },
+  'GET /me/coupons/{userCouponId}': {
+    summary: 'One of the caller’s coupons',
+    auth: 'user',
+    ok: { 200: { schema: 'UserCoupon', description: 'The coupon' } },
+    errors: ['USER_COUPON_NOT_FOUND'],
+  },
+  'POST /redemptions': {
+    summary: 'Use a coupon on an order (idempotent by orderNo and userCouponId)',
+    description:
+      'A user redeems their own coupon; the order service (role service) redeems for the `userId` it names. A repeat of the same ' +
+      '(orderNo, userCouponId) answers 200 with the first body, `firstUse: false` and `Idempotent-Replayed: true`; a repeat with ' +
+      'another orderAmountCents is 422 IDEMPOTENCY_KEY_REUSED.',
+    auth: 'user',
+    ok: {
+      201: { schema: 'Redemption', description: 'Used now (`firstUse: true`)' },
+      200: { schema: 'Redemption', description: 'A repeat: the redemption made earlier (`firstUse: false`)', requiredHeaders: REPLAYED },
+    },
+    errors: [
+      'FORBIDDEN',
+      'USER_COUPON_NOT_FOUND',
+      'COUPON_ALREADY_USED',
+      'COUPON_EXPIRED',
+      'COUPON_VOID',
+      'COUPON_NOT_YET_VALID',
+      'THRESHOLD_NOT_MET',
+      'IDEMPOTENCY_KEY_REUSED',
+    ],
+    requestExample: { userCouponId: '1024', orderNo: 'ORD-20260101-0001', orderAmountCents: 12900 },
+  },
+  'POST /redemptions/refunds': {
+    summary: 'Record a refund of a redeemed order (idempotent by refundNo)',
+    description:
+      'When the template has `returnOnRefund`, a replacement coupon (source REFUND_RETURN) is issued; the original stays USED. ' +
+      'Repeats of a refundNo, and another refundNo for an already refunded redemption, answer that refund with `Idempotent-Replayed: true`.',
+    auth: ['service'],
+    ok: { 201: { schema: 'Refund', description: 'The refund', headers: REPLAYED } },
+    errors: ['USER_COUPON_NOT_FOUND', 'NOT_REDEEMED', 'REFUND_RETURN_DISABLED', 'IDEMPOTENCY_KEY_REUSED'],
+    requestExample: { userCouponId: '1024', orderNo: 'ORD-20260101-0001', refundNo: 'RF-20260102-0001' },
+  },
+  'POST /admin/coupons': {
+    summary: 'Create a coupon template and its stock',
+    auth: ['admin'],
+    ok: { 201: { schema: 'Coupon', description: 'The new coupon' } },
+    errors: [],
+    requestExample: {
+      name: 'Spend 100 save 10',
+      totalStock: 5000,
+      perUserLimit: 1,
+      grabStartAt: '2026-01-01T00:00:00.000Z',
+      grabEndAt: '2030-01-01T00:00:00.000Z',
+      validity: { type: 'RELATIVE', days: 7 },
+      discount: { thresholdCents: 10000, amountCents: 1000 },
+      returnOnRefund: false,
+    },
+  },
+  'GET /admin/coupons/{couponId}': {
+    summary: 'A coupon with the counts of its user coupons by status',
+    auth: ['admin'],
+    ok: { 200: { schema: 'AdminCoupon', description: 'The coupon and its counts' } },
+    errors: ['COUPON_NOT_FOUND'],
+  },
+  'PATCH /admin/coupons/{couponId}': {
+    summary: 'Pause or resume grabs, or change the rate limit',
+    auth: ['admin'],
+    ok: { 200: { schema: 'Coupon', description: 'The coupon as changed' } },
+    errors: ['COUPON_NOT_FOUND'],
+    requestExample: { status: 'PAUSED' },
+  },
+  'POST /admin/coupons/{couponId}/stock': {
+    summary: 'Add or remove stock (changes initStock and remainingStock by delta)',
+    auth: ['admin'],
+    ok: { 200: { schema: 'Coupon', description: 'The coupon with its new stock' } },
+    errors: ['COUPON_NOT_FOUND', 'INSUFFICIENT_STOCK'],
+    requestExample: { delta: 500 },
+  },
+  'POST /admin/user-coupons/{userCouponId}/void': {
+    summary: 'Void an UNUSED or EXPIRED user coupon',
+    auth: ['admin'],
+    ok: { 200: { schema: 'UserCoupon', description: 'The voided coupon' } },
+    errors: ['USER_COUPON_NOT_FOUND', 'ILLEGAL_TRANSITION', 'STATUS_CONFLICT'],
+    requestExample: { reason: 'issued by mistake' },
+  },
+  'POST /admin/user-coupons/reissue': {
+    summary: 'Issue a coupon to a user by hand (optionally idempotent by Idempotency-Key)',
+    auth: ['admin'],
+    ok: { 201: { schema: 'UserCoupon', description: 'The reissued coupon (source REISSUE)', headers: REPLAYED } },
+    errors: ['COUPON_NOT_FOUND', 'USER_COUPON_NOT_FOUND', 'SOLD_OUT', 'IDEMPOTENCY_KEY_REUSED'],
+    requestExample: { couponId: '1', userId: 'alice', reason: 'support ticket 4711', fromStock: false },
+  },
+  'GET /admin/user-coupons/{userCouponId}/history': {
+    summary: "A user coupon's state log, its replay and whether it is consistent",
+    auth: ['admin'],
+    ok: { 200: { schema: 'UserCouponHistory', description: 'The history' } },
+    errors: ['USER_COUPON_NOT_FOUND'],
+  },
+  'POST /admin/reconciliation/runs': {
+    summary: 'Start a reconciliation run in the background',
+    description: 'The body is optional (mode FULL by default). One run at a time across all instances.',
+    auth: ['admin'],
+    ok: { 202: { schema: 'RunStarted', description: 'Started; follow it at GET /admin/reconciliation/runs/{runId}' } },
+    errors: ['RECONCILIATION_RUNNING'],
+    requestExample: { mode: 'FULL' },
+  },
+  'GET /admin/reconciliation/runs': {
+    summary: 'Reconciliation runs, newest first',
+    auth: ['admin'],
+    ok: { 200: { schema: 'RunPage', description: 'One page' } },
+    errors: [],
+  },
+  'GET /admin/reconciliation/runs/{runId}': {
+    summary: 'One run, with its discrepancies counted by type',
+    auth: ['admin'],
+    ok: { 200: { schema: 'RunWithCounts', description: 'The run' } },
+    errors: ['RUN_NOT_FOUND'],
+  },
+  'GET /admin/compensations': {
+    summary: 'Proposed compensations with their discrepancy, oldest first',
+    auth: ['admin'],
+    ok: { 200: { schema: 'CompensationPage', description: 'One page' } },
+    errors: [],
+  },
+  'POST /admin/compensations/{id}/approve': {
+    summary: 'Perform the proposed action and mark it DONE, in one transaction',
+    description: 'Re-checks that the data is still what the run saw (409 STATUS_CONFLICT when it changed).',
+    auth: ['admin'],
+    ok: { 200: { schema: 'Compensation', description: 'The decided compensation' } },
+    errors: ['COMPENSATION_NOT_FOUND', 'COMPENSATION_ALREADY_DECIDED', 'STATUS_CONFLICT', 'INSUFFICIENT_STOCK', 'ILLEGAL_TRANSITION'],
+    requestExample: { reason: 'checked with the warehouse' },
+  },
+  'POST /admin/compensations/{id}/reject': {
+    summary: 'Mark it REJECTED without changing any data',
+    auth: ['admin'],
+    ok: { 200: { schema: 'Compensation', description: 'The decided compensation' } },
+    errors: ['COMPENSATION_NOT_FOUND', 'COMPENSATION_ALREADY_DECIDED'],
+    requestExample: { reason: 'not a real gap' },
+  },
+  'GET /health': {
+    summary: 'Whether the database answers',
+    auth: 'public',
+    ok: { 200: { schema: 'Health', description: 'The database answers' } },
+    errors: [],
+  },
+  'GET /metrics': {
+    summary: 'Prometheus metrics (text exposition format)',
+    description: 'Public unless the service sets METRICS_TOKEN; then it needs `Authorization: Bearer <METRICS_TOKEN>` (not a JWT).',
+    auth: 'public',
+    ok: { 200: { schema: 'text', description: 'The metrics' } },
+    errors: ['UNAUTHENTICATED'],
+    usesDatabase: false,
+  },
+};

@@ -1,0 +1,230 @@
+import { ERROR_STATUS } from '../common/errors.js';
+import { IDEMPOTENCY_KEY_PATTERN, USER_ID_PATTERN } from '../common/validation.js';
+import { COMPENSATION_STATUSES } from '../reconciliation/compensation.entity.js';
+import { COMPENSATION_ACTIONS, DISCREPANCY_TYPES } from '../reconciliation/diagnosis.js';
+import { RUN_MODES } from '../reconciliation/reconciliation-run.entity.js';
+import { USER_COUPON_STATUSES } from '../ledger/transitions.js';
+
+/** A JSON Schema (2020-12, as OpenAPI 3.1 uses it). */
+export type JsonSchema = Record<string, unknown>;
+
+export const ref = (name: string): JsonSchema => ({ $ref: `#/components/schemas/${name}` });
+
+/** Database ids: positive 64-bit integers, sent as strings so JavaScript clients keep every digit. */
+export const ID_PATTERN = '^[1-9][0-9]{0,18}$';
+const id = (description: string): JsonSchema => ({ type: 'string', pattern: ID_PATTERN, description, example: '1024' });
+const nullableId = (description: string): JsonSchema => ({ type: ['string', 'null'], pattern: ID_PATTERN, description });
+const userId: JsonSchema = { type: 'string', pattern: USER_ID_PATTERN.source, example: 'alice' };
+const dateTime = (description?: string): JsonSchema => ({ type: 'string', format: 'date-time', ...(description ? { description } : {}) });
+const nullableDateTime = (description: string): JsonSchema => ({ type: ['string', 'null'], format: 'date-time', description });
+const int = (minimum: number, description?: string): JsonSchema => ({ type: 'integer', minimum, ...(description ? { description } : {}) });
+const object = (properties: Record<string, JsonSchema>, description?: string): JsonSchema => ({
+  type: 'object',
+  ...(description ? { description } : {}),
+  required: Object.keys(properties),
+  properties,
+  additionalProperties: false,
+});
+const page = (item: string, description: string): JsonSchema =>
+  object(
+    {
+      items: { type: 'array', items: ref(item) },
+      nextCursor: {
+        type: ['string', 'null'],
+        pattern: ID_PATTERN,
+        description: 'Pass as `cursor` for the next page; null on the last page',
+      },
+    },
+    description,
+  );
+
+export const USER_COUPON_SOURCES = ['GRAB', 'REISSUE', 'REFUND_RETURN'] as const;
+const USER_COUPON_STATUS: JsonSchema = { type: 'string', enum: [...USER_COUPON_STATUSES] };
+
+const COUPON_PROPERTIES: Record<string, JsonSchema> = {
+  id: id('Coupon (template) id'),
+  name: { type: 'string' },
+  status: { type: 'string', enum: ['ACTIVE', 'PAUSED'] },
+  perUserLimit: int(1),
+  grabStartAt: dateTime(),
+  grabEndAt: dateTime(),
+  validity: ref('Validity'),
+  discount: ref('Discount'),
+  rateLimitPerSecond: { type: ['integer', 'null'], minimum: 1, description: 'null: the default RATE_LIMIT_PER_SECOND' },
+  returnOnRefund: { type: 'boolean' },
+  initStock: int(0),
+  remainingStock: int(0),
+};
+
+const RUN_PROPERTIES: Record<string, JsonSchema> = {
+  id: id('Run id'),
+  status: { type: 'string', enum: ['RUNNING', 'COMPLETED', 'FAILED'] },
+  mode: { type: 'string', enum: [...RUN_MODES] },
+  triggeredBy: { type: 'string', description: 'The admin user id, or "cron"' },
+  startedAt: dateTime(),
+  finishedAt: nullableDateTime('null while running'),
+  checked: int(0, 'Rows audited: stock rows, user coupons and redemptions'),
+  discrepancies: int(0, 'Discrepancies this run recorded as new'),
+  error: { type: ['string', 'null'] },
+};
+
+/**
+ * The answer bodies, written once as the schemas the document publishes. Every property is
+ * required and no other is allowed: the answer-validation test holds the code to exactly this.
+ */
+export const RESPONSE_SCHEMAS: Record<string, JsonSchema> = {
+  Error: {
+    type: 'object',
+    description: 'Every error answer. `code` is stable; `message` is for people; `details` names what was wrong.',
+    required: ['code', 'message'],
+    properties: {
+      code: { type: 'string', enum: Object.keys(ERROR_STATUS) },
+      message: { type: 'string' },
+      details: { type: 'object', additionalProperties: true, description: 'e.g. `fields` for VALIDATION_FAILED' },
+    },
+    additionalProperties: false,
+  },
+  FixedValidity: object(
+    { type: { type: 'string', const: 'FIXED' }, startAt: dateTime(), endAt: dateTime() },
+    'Valid between two instants, whenever it was issued',
+  ),
+  RelativeValidity: object(
+    { type: { type: 'string', const: 'RELATIVE' }, days: { type: 'integer', minimum: 1, maximum: 3650 } },
+    'Valid for `days` days from issuance',
+  ),
+  Validity: {
+    oneOf: [ref('FixedValidity'), ref('RelativeValidity')],
+  },
+  Discount: object(
+    { thresholdCents: int(0, 'Orders from this amount qualify'), amountCents: int(1, 'Taken off, at most the order amount') },
+    'Amount off an order of at least thresholdCents',
+  ),
+  Coupon: object(COUPON_PROPERTIES, 'A coupon template and its stock'),
+  CouponCounts: object(
+    { issued: int(0), unused: int(0), used: int(0), expired: int(0), void: int(0) },
+    'User coupons of this template by the status clients see (an UNUSED coupon past expiry counts as expired)',
+  ),
+  AdminCoupon: object({ ...COUPON_PROPERTIES, counts: ref('CouponCounts') }, 'A coupon template, its stock and its user coupons counted'),
+  UserCoupon: object(
+    {
+      id: id('User coupon id'),
+      couponId: id('The template it was issued from'),
+      userId,
+      status: { ...USER_COUPON_STATUS, description: 'As clients see it: an UNUSED coupon past expiresAt is EXPIRED' },
+      source: { type: 'string', enum: [...USER_COUPON_SOURCES] },
+      issuedAt: dateTime(),
+      validFrom: dateTime(),
+      expiresAt: dateTime(),
+      usedAt: nullableDateTime('When it was redeemed'),
+    },
+    "One coupon in one user's hands",
+  ),
+  UserCouponPage: page('UserCoupon', 'Newest first'),
+  Transition: object({
+    from: { type: ['string', 'null'], enum: [...USER_COUPON_STATUSES, null], description: 'null for the issuance' },
+    to: USER_COUPON_STATUS,
+    txId: { type: 'string', description: 'Idempotency key, order, refund, sweep run or admin action that made the move' },
+    reason: { type: ['string', 'null'] },
+    at: dateTime(),
+  }),
+  UserCouponHistory: object({
+    userCoupon: ref('UserCoupon'),
+    transitions: { type: 'array', items: ref('Transition') },
+    replayedStatus: {
+      type: ['string', 'null'],
+      enum: [...USER_COUPON_STATUSES, null],
+      description: 'Where replaying the log from issuance ends (or stops, at the first inconsistent step)',
+    },
+    consistent: { type: 'boolean', description: 'Every step legal and continuing from the previous one, ending at the stored status' },
+  }),
+  Redemption: object({
+    redemptionId: id('Redemption id'),
+    userCouponId: id('The coupon used'),
+    orderNo: { type: 'string', minLength: 1, maxLength: 64 },
+    userId,
+    discountCents: int(0),
+    status: { type: 'string', const: 'USED' },
+    usedAt: dateTime(),
+    firstUse: { type: 'boolean', description: 'true on the answer that used the coupon, false on repeats' },
+  }),
+  Refund: object({
+    refundId: id('Refund id'),
+    refundNo: { type: 'string', minLength: 1, maxLength: 64 },
+    userCouponId: id('The coupon that was used on the order'),
+    orderNo: { type: 'string', minLength: 1, maxLength: 64 },
+    replacementUserCoupon: {
+      oneOf: [ref('UserCoupon'), { type: 'null' }],
+      description: 'The coupon given back, when the template returns coupons',
+    },
+    createdAt: dateTime(),
+  }),
+  RunStarted: object({ runId: id('Reconciliation run id') }),
+  Run: object(RUN_PROPERTIES),
+  RunWithCounts: object({
+    ...RUN_PROPERTIES,
+    byType: {
+      type: 'object',
+      description: 'Discrepancies this run recorded, by type (types it found none of are left out)',
+      propertyNames: { enum: [...DISCREPANCY_TYPES] },
+      additionalProperties: { type: 'integer', minimum: 1 },
+    },
+  }),
+  RunPage: page('Run', 'Newest first'),
+  Discrepancy: object({
+    id: id('Discrepancy id'),
+    runId: id('The run that found it'),
+    type: { type: 'string', enum: [...DISCREPANCY_TYPES] },
+    couponId: nullableId('The coupon template concerned'),
+    userCouponId: nullableId('The user coupon concerned'),
+    redemptionId: nullableId('The redemption concerned'),
+    details: { type: 'object', additionalProperties: true, description: 'What the audit saw' },
+    open: { type: 'boolean', description: 'false once its compensation was decided' },
+    createdAt: dateTime(),
+  }),
+  Compensation: object({
+    id: id('Compensation id'),
+    status: { type: 'string', enum: [...COMPENSATION_STATUSES] },
+    action: { type: 'string', enum: [...COMPENSATION_ACTIONS] },
+    params: { type: 'object', additionalProperties: true, description: 'What the action will do, and what it expects to find' },
+    decidedBy: { type: ['string', 'null'] },
+    decisionReason: { type: ['string', 'null'] },
+    decidedAt: nullableDateTime('null while PENDING'),
+    result: { type: ['object', 'null'], additionalProperties: true, description: 'What the decision did' },
+    createdAt: dateTime(),
+    discrepancy: ref('Discrepancy'),
+  }),
+  CompensationPage: page('Compensation', 'Oldest first'),
+  Health: {
+    type: 'object',
+    description: "@nestjs/terminus's health answer",
+    required: ['status', 'info', 'error', 'details'],
+    properties: {
+      status: { type: 'string', const: 'ok' },
+      info: { type: 'object', additionalProperties: true },
+      error: { type: 'object', additionalProperties: true },
+      details: { type: 'object', additionalProperties: true },
+    },
+    additionalProperties: false,
+  },
+};
+
+/** Headers, referenced by the responses that set them. */
+export const HEADERS = {
+  'x-request-id': {
+    description: "The request's id: the client's `X-Request-Id` when it is 1-128 of [A-Za-z0-9._:-], else a generated UUID",
+    required: true,
+    schema: { type: 'string', pattern: '^[A-Za-z0-9._:-]{1,128}$' },
+  },
+  'Idempotent-Replayed': {
+    description: '`true` when this answer repeats the first answer to the same idempotent request; absent on the first',
+    schema: { type: 'string', const: 'true' },
+  },
+  'Retry-After': {
+    description: 'Seconds to wait before retrying',
+    schema: { type: 'string', pattern: '^[0-9]+$' },
+  },
+} as const;
+export type HeaderName = keyof typeof HEADERS;
+
+/** Idempotency-Key as a request header or path segment. */
+export const IDEMPOTENCY_KEY_SCHEMA: JsonSchema = { type: 'string', pattern: IDEMPOTENCY_KEY_PATTERN.source, example: 'checkout-7f3a' };

@@ -1,0 +1,149 @@
+import { readFileSync } from 'node:fs';
+import { Ajv2020, type ValidateFunction } from 'ajv/dist/2020.js';
+import addFormatsModule, { type FormatsPlugin } from 'ajv-formats';
+import { ERROR_STATUS } from '../../src/common/errors.js';
+
+// ajv-formats is CommonJS with its function on `default` as seen from ESM.
+const addFormats = ((addFormatsModule as unknown as { default?: FormatsPlugin }).default ?? addFormatsModule) as FormatsPlugin;
+
+/** The committed document: what clients generate from, and what every answer is checked against. */
+export const OPENAPI_PATH = 'docs/openapi.json';
+const DOC_ID = 'https://coupon-engine/openapi.json';
+const PAGES = ['/docs', '/console'];
+
+interface Header {
+  required?: boolean;
+  schema: object;
+}
+interface Response {
+  headers?: Record<string, Header>;
+  content?: Record<string, unknown>;
+}
+interface Operation {
+  responses: Record<string, Response>;
+}
+type Doc = { paths: Record<string, Record<string, Operation>> };
+
+const pointer = (...segments: string[]) => segments.map((s) => encodeURIComponent(s.replaceAll('~', '~0').replaceAll('/', '~1'))).join('/');
+
+export interface Answer {
+  method: string;
+  /** Fastify's route pattern (`/coupons/:couponId`), undefined when no route matched. */
+  route: string | undefined;
+  status: number;
+  headers: Record<string, unknown>;
+  body: string | Buffer | undefined;
+}
+
+/**
+ * Checks answers against the OpenAPI document: the status is documented for the operation, the body
+ * matches that status's schema, and the headers the document requires are present and valid.
+ * Schemas compile once, lazily.
+ */
+export class ContractChecker {
+  private readonly doc: Doc;
+  private readonly ajv = new Ajv2020({ strict: false, allErrors: true });
+  private readonly compiled = new Map<string, ValidateFunction>();
+
+  constructor(path = OPENAPI_PATH) {
+    this.doc = JSON.parse(readFileSync(path, 'utf8')) as Doc;
+    addFormats(this.ajv);
+    this.ajv.addSchema({ ...this.doc, $id: DOC_ID });
+  }
+
+  private validator(...segments: string[]): ValidateFunction {
+    const ref = `${DOC_ID}#/${pointer(...segments)}`;
+    let v = this.compiled.get(ref);
+    if (!v) {
+      v = this.ajv.compile({ $ref: ref });
+      this.compiled.set(ref, v);
+    }
+    return v;
+  }
+
+  private schemaProblems(value: unknown, what: string, ...segments: string[]): string[] {
+    const v = this.validator(...segments);
+    if (v(value)) return [];
+    return [`${what} does not match its schema: ${this.ajv.errorsText(v.errors, { dataVar: what })}`];
+  }
+
+  /** Every way the answer departs from the document; empty when it conforms. */
+  check(a: Answer): string[] {
+    const path = a.route?.replace(/:([A-Za-z0-9_]+)/g, '{$1}');
+    const method = a.method.toLowerCase();
+    const op = path ? this.doc.paths[path]?.[method] : undefined;
+    const text = a.body === undefined ? '' : a.body.toString();
+    const contentType = String(a.headers['content-type'] ?? '').split(';')[0];
+    if (!op) return this.unroutedProblems(a, text, contentType);
+    const response = op.responses[String(a.status)];
+    if (!response)
+      return [`status ${a.status} is not documented (documented: ${Object.keys(op.responses).join(', ')}); body ${text.slice(0, 300)}`];
+    const problems: string[] = [];
+    for (const [name, header] of Object.entries(response.headers ?? {})) {
+      const value = a.headers[name.toLowerCase()];
+      if (value === undefined) {
+        if (header.required) problems.push(`required header ${name} is missing`);
+        continue;
+      }
+      problems.push(
+        ...this.schemaProblems(
+          String(value),
+          `header ${name}`,
+          'paths',
+          path as string,
+          method,
+          'responses',
+          String(a.status),
+          'headers',
+          name,
+          'schema',
+        ),
+      );
+    }
+    const media = Object.keys(response.content ?? {});
+    if (media.length > 0 && !media.includes(contentType))
+      problems.push(`content-type ${contentType} is not documented (${media.join(', ')})`);
+    if (contentType === 'application/json' && media.includes(contentType)) {
+      let body: unknown;
+      try {
+        body = JSON.parse(text);
+      } catch {
+        return [...problems, `body is not JSON: ${text.slice(0, 200)}`];
+      }
+      problems.push(
+        ...this.schemaProblems(
+          body,
+          'body',
+          'paths',
+          path as string,
+          method,
+          'responses',
+          String(a.status),
+          'content',
+          contentType,
+          'schema',
+        ),
+      );
+    }
+    return problems;
+  }
+
+  /** Answers no operation owns (unknown routes, malformed paths) still carry the one error body. */
+  private unroutedProblems(a: Answer, text: string, contentType: string): string[] {
+    if (a.method === 'HEAD' || a.method === 'OPTIONS') return [];
+    // The OpenAPI UI and the operators' console are pages, not API: the document leaves them out.
+    if (a.route && !PAGES.some((prefix) => a.route?.startsWith(prefix)))
+      return [`route ${a.method} ${a.route} is served but not in the document`];
+    if (a.route) return [];
+    let body: { code?: string } = {};
+    try {
+      body = contentType === 'application/json' ? (JSON.parse(text) as { code?: string }) : {};
+    } catch {
+      /* reported below */
+    }
+    const problems = this.schemaProblems(body, 'body', 'components', 'schemas', 'Error');
+    const expected = body.code ? ERROR_STATUS[body.code as keyof typeof ERROR_STATUS] : undefined;
+    if (expected !== a.status) problems.push(`status ${a.status} does not go with code ${body.code ?? '(none)'}`);
+    return problems;
+  }
+}
