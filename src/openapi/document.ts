@@ -1,13 +1,14 @@
 import type { INestApplication } from '@nestjs/common';
 import { DocumentBuilder, type OpenAPIObject, SwaggerModule } from '@nestjs/swagger';
 import { ERROR_STATUS, type ErrorCode } from '../common/errors.js';
+import { USER_ID_PATTERN } from '../common/validation.js';
 import { ROUTES, type RouteContract } from './routes.js';
 import { describeValidatedProperties } from './validated-properties.js';
 import { HEADERS, type HeaderName, ID_PATTERN, IDEMPOTENCY_KEY_SCHEMA, type JsonSchema, ref, RESPONSE_SCHEMAS } from './schemas.js';
 
 export const API_VERSION = '0.1.0';
 const METHODS = ['get', 'put', 'post', 'delete', 'options', 'head', 'patch', 'trace'] as const;
-const ID_PARAMS = new Set(['couponId', 'userCouponId', 'runId', 'id']);
+const ID_PARAMS = new Set(['couponId', 'userCouponId', 'runId', 'id', 'webhookId']);
 
 /** One line per @ApiTags name used by a controller. */
 const TAGS: Record<string, string> = {
@@ -41,7 +42,7 @@ interface Operation {
 /** The codes every route of its kind can answer, besides its own (ROUTES[...].errors). */
 function commonErrors(method: string, op: Operation, route: RouteContract): ErrorCode[] {
   const codes: ErrorCode[] = [];
-  const takesBody = method === 'post' || method === 'patch' || method === 'put';
+  const takesBody = method === 'post' || method === 'patch' || method === 'put' || method === 'delete';
   if (takesBody || (op.parameters ?? []).length > 0) codes.push('VALIDATION_FAILED');
   if (route.auth !== 'public') codes.push('UNAUTHENTICATED');
   if (Array.isArray(route.auth)) codes.push('FORBIDDEN');
@@ -86,10 +87,14 @@ function successResponses(route: RouteContract): Record<string, unknown> {
       {
         description: answer.description,
         headers: headers([...(answer.headers ?? []), ...(answer.requiredHeaders ?? [])], answer.requiredHeaders),
-        content:
-          answer.schema === 'text'
-            ? { 'text/plain': { schema: { type: 'string' } } }
-            : { 'application/json': { schema: ref(answer.schema) } },
+        ...(answer.schema === 'none'
+          ? {}
+          : {
+              content:
+                answer.schema === 'text'
+                  ? { 'text/plain': { schema: { type: 'string' } } }
+                  : { 'application/json': { schema: ref(answer.schema) } },
+            }),
       },
     ]),
   );
@@ -120,6 +125,7 @@ function applyRoute(method: string, op: Operation, route: RouteContract): void {
   if (Array.isArray(route.auth)) op['x-roles'] = [...route.auth];
   for (const p of op.parameters ?? []) {
     if (p.in === 'path' && ID_PARAMS.has(p.name)) p.schema = { type: 'string', pattern: ID_PATTERN, example: '1' };
+    if (p.in === 'path' && p.name === 'userId') p.schema = { type: 'string', pattern: USER_ID_PATTERN.source, example: 'alice' };
     if ((p.in === 'path' && p.name === 'idempotencyKey') || (p.in === 'header' && p.name === 'Idempotency-Key')) {
       p.schema = { ...IDEMPOTENCY_KEY_SCHEMA, ...p.schema, type: 'string' };
     }
@@ -152,7 +158,8 @@ export function buildOpenApiDocument(app: INestApplication): OpenAPIObject {
     .build();
   describeValidatedProperties();
   const doc = SwaggerModule.createDocument(app, config);
-  // Every schema @nestjs/swagger generated is a request DTO, and the validation pipe refuses unknown fields.
+  // The schemas @nestjs/swagger generates are request DTOs (the validation pipe refuses unknown
+  // fields) and view classes (answers carry exactly their properties): all closed.
   for (const schema of Object.values(doc.components?.schemas ?? {})) {
     dropNullable(schema);
     if ((schema as JsonSchema).type === 'object') (schema as JsonSchema).additionalProperties = false;

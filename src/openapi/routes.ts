@@ -21,7 +21,7 @@ import type { ErrorCode } from '../common/errors.js';
 import type { HeaderName } from './schemas.js';
 
 export interface SuccessAnswer {
-  /** A RESPONSE_SCHEMAS name for a JSON body, or 'text' for a text/plain one. */
+  /** A components/schemas name (RESPONSE_SCHEMAS, or a view class @nestjs/swagger registered) for a JSON body, 'text' for text/plain, 'none' for no body. */
   schema: string;
   description: string;
   headers?: HeaderName[];
@@ -138,6 +138,27 @@ export const ROUTES: Record<string, RouteContract> = {
       returnOnRefund: false,
     },
   },
+  'GET /admin/coupons': {
+    summary: 'Coupons, newest first, each with its counts by status',
+    description: 'One indexed count per coupon: for lists, not for polling (poll `/admin/coupons/{couponId}/series`).',
+    auth: ['admin'],
+    ok: { 200: { schema: 'AdminCouponPage', description: 'One page' } },
+    errors: [],
+  },
+  'GET /admin/coupons/{couponId}/series': {
+    summary: 'Live view for polling: remaining stock and grab outcomes per second',
+    description: 'Remaining stock is one primary-key read; the outcomes are counted in the memory of the instance that answers.',
+    auth: ['admin'],
+    ok: { 200: { schema: 'CouponSeriesView', description: 'The coupon now and its last seconds' } },
+    errors: ['COUPON_NOT_FOUND'],
+  },
+  'GET /admin/users/{userId}/coupons': {
+    summary: "A user's coupons, as GET /me/coupons shows them to that user",
+    description: 'An unknown user has an empty list.',
+    auth: ['admin'],
+    ok: { 200: { schema: 'UserCouponPage', description: 'One page, newest first' } },
+    errors: [],
+  },
   'GET /admin/coupons/{couponId}': {
     summary: 'A coupon with the counts of its user coupons by status',
     auth: ['admin'],
@@ -218,6 +239,45 @@ export const ROUTES: Record<string, RouteContract> = {
     ok: { 200: { schema: 'Compensation', description: 'The decided compensation' } },
     errors: ['COMPENSATION_NOT_FOUND', 'COMPENSATION_ALREADY_DECIDED'],
     requestExample: { reason: 'not a real gap' },
+  },
+  'POST /admin/webhooks': {
+    summary: 'Register a webhook endpoint',
+    description: 'The answer carries the signing secret, shown only here. See docs/webhooks.md.',
+    auth: ['admin'],
+    ok: { 201: { schema: 'CreatedWebhookView', description: 'The endpoint with its secret' } },
+    errors: ['WEBHOOK_URL_NOT_ALLOWED'],
+    requestExample: { url: 'https://hooks.example.org/coupons', events: ['user_coupon.used'], description: 'order analytics' },
+  },
+  'GET /admin/webhooks': {
+    summary: 'Webhook endpoints',
+    auth: ['admin'],
+    ok: { 200: { schema: 'WebhookList', description: 'Every endpoint' } },
+    errors: [],
+  },
+  'GET /admin/webhooks/{webhookId}': {
+    summary: 'One webhook endpoint',
+    auth: ['admin'],
+    ok: { 200: { schema: 'WebhookView', description: 'The endpoint' } },
+    errors: ['WEBHOOK_NOT_FOUND'],
+  },
+  'PATCH /admin/webhooks/{webhookId}': {
+    summary: "Change a webhook endpoint's url, events or enabled",
+    auth: ['admin'],
+    ok: { 200: { schema: 'WebhookView', description: 'The endpoint as changed' } },
+    errors: ['WEBHOOK_NOT_FOUND', 'WEBHOOK_URL_NOT_ALLOWED'],
+    requestExample: { enabled: false },
+  },
+  'DELETE /admin/webhooks/{webhookId}': {
+    summary: 'Delete a webhook endpoint and its deliveries',
+    auth: ['admin'],
+    ok: { 204: { schema: 'none', description: 'Deleted' } },
+    errors: ['WEBHOOK_NOT_FOUND'],
+  },
+  'GET /admin/webhooks/{webhookId}/deliveries': {
+    summary: "A webhook endpoint's deliveries with their attempts",
+    auth: ['admin'],
+    ok: { 200: { schema: 'DeliveryPage', description: 'One page' } },
+    errors: ['WEBHOOK_NOT_FOUND'],
   },
   'GET /health': {
     summary: 'Whether the database answers',

@@ -105,6 +105,8 @@ export const RESPONSE_SCHEMAS: Record<string, JsonSchema> = {
     'User coupons of this template by the status clients see (an UNUSED coupon past expiry counts as expired)',
   ),
   AdminCoupon: object({ ...COUPON_PROPERTIES, counts: ref('CouponCounts') }, 'A coupon template, its stock and its user coupons counted'),
+  AdminCouponPage: page('AdminCoupon', 'Newest first'),
+  WebhookList: { type: 'array', items: ref('WebhookView') },
   UserCoupon: object(
     {
       id: id('User coupon id'),
