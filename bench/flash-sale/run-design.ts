@@ -52,12 +52,12 @@ export interface RunResult {
 const MiB = 1024 * 1024;
 const round = (x: number, digits = 1) => Math.round(x * 10 ** digits) / 10 ** digits;
 
-function dbEnv(): Record<string, string> {
+export function dbEnv(): Record<string, string> {
   const names = ['DB_HOST', 'DB_PORT', 'DB_USER', 'DB_PASSWORD', 'DB_POOL_SIZE'];
   return Object.fromEntries(names.filter((n) => process.env[n] !== undefined).map((n) => [n, process.env[n] as string]));
 }
 
-async function createCoupon(url: string, authorization: string, totalStock: number, rateLimitPerSecond?: number): Promise<string> {
+export async function createCoupon(url: string, authorization: string, totalStock: number, rateLimitPerSecond?: number): Promise<string> {
   const now = Date.now();
   const body = {
     name: 'bench flash sale',
@@ -79,7 +79,7 @@ async function createCoupon(url: string, authorization: string, totalStock: numb
   return json.id;
 }
 
-async function dropDatabase(name: string): Promise<void> {
+export async function dropDatabase(name: string): Promise<void> {
   const c = loadConfig({ ...dbEnv(), DB_NAME: name });
   const conn = await mysql.createConnection({ host: c.DB_HOST, port: c.DB_PORT, user: c.DB_USER, password: c.DB_PASSWORD });
   try {

@@ -48,6 +48,8 @@ export class Sender {
   private readonly inFlight = new Map<string, Set<string>>();
   private outcomes: Outcome[] = [];
   private readonly signers = new Map<string, Webhook>();
+  /** Endpoints whose failed_in_row was above 0 when last read: a success there must reset it. */
+  private failing = new Set<string>();
   private readonly delays: number[];
   private readonly allowedHosts: string[];
 
@@ -68,7 +70,9 @@ export class Sender {
   /** Starts the attempts that are due and fit in each endpoint's WEBHOOK_MAX_IN_FLIGHT. */
   async dispatch(signal: AbortSignal): Promise<void> {
     const now = new Date();
-    for (const ep of await enabledEndpoints(this.dataSource.manager)) {
+    const endpoints = await enabledEndpoints(this.dataSource.manager);
+    this.failing = new Set(endpoints.filter((ep) => Number(ep.failed_in_row) > 0).map((ep) => String(ep.id)));
+    for (const ep of endpoints) {
       const busy = this.inFlight.get(String(ep.id)) ?? new Set<string>();
       this.inFlight.set(String(ep.id), busy);
       const free = this.config.WEBHOOK_MAX_IN_FLIGHT - busy.size;
@@ -148,7 +152,9 @@ export class Sender {
     let disabledNow: { id: string; reason: string }[];
     try {
       await this.tx.inTransaction((em) => this.writeDeliveries(em, batch, now));
-      disabledNow = await this.tx.inTransaction((em) => this.writeEndpoints(em, batch, now));
+      // The common case, successes on endpoints with nothing to reset, needs no endpoint write at all.
+      const endpointNews = batch.filter((o) => this.givenUp(o) || (ok(o) && this.failing.has(o.endpointId)));
+      disabledNow = endpointNews.length === 0 ? [] : await this.tx.inTransaction((em) => this.writeEndpoints(em, endpointNews, now));
     } catch (err) {
       this.outcomes = batch.concat(this.outcomes);
       throw err;
@@ -160,7 +166,20 @@ export class Sender {
     }
   }
 
-  private async writeDeliveries(em: EntityManager, batch: readonly Outcome[], now: Date): Promise<void> {
+  /** The outcome is a failure after the last retry: the delivery is FAILED. */
+  private givenUp(o: Outcome): boolean {
+    return !ok(o) && this.delays[o.attempts - 1] === undefined;
+  }
+
+  private async writeDeliveries(em: EntityManager, all: readonly Outcome[], now: Date): Promise<void> {
+    // Locked, so that an endpoint deleted meanwhile (its deliveries with it) leaves no attempt rows behind.
+    const live = (await em.query(
+      `SELECT id FROM webhook_delivery WHERE id IN (${all.map(() => '?').join(', ')}) AND status = 'PENDING' FOR UPDATE`,
+      all.map((o) => o.deliveryId),
+    )) as { id: string }[];
+    const liveIds = new Set(live.map((r) => String(r.id)));
+    const batch = all.filter((o) => liveIds.has(o.deliveryId));
+    if (batch.length === 0) return;
     await em.query(
       `INSERT INTO webhook_delivery_attempt (delivery_id, attempted_at, status_code, error, duration_ms) VALUES ${batch.map(() => '(?, ?, ?, ?, ?)').join(', ')}`,
       batch.flatMap((o) => [o.deliveryId, o.at, o.statusCode, o.error, o.durationMs]),
@@ -177,7 +196,7 @@ export class Sender {
     delivered.inc(done.length);
     for (const o of batch.filter((x) => !ok(x))) {
       const delay = this.delays[o.attempts - 1];
-      const giveUp = delay === undefined;
+      const giveUp = this.givenUp(o);
       // Up to a tenth more, so deliveries that failed together do not all come back in the same instant.
       const next = giveUp ? null : new Date(now.getTime() + delay * 1000 * (1 + Math.random() / 10));
       await em.query(
@@ -197,9 +216,10 @@ export class Sender {
     const disabledNow: { id: string; reason: string }[] = [];
     for (const endpointId of new Set(batch.map((o) => o.endpointId))) {
       const mine = batch.filter((o) => o.endpointId === endpointId);
-      const givenUp = mine.filter((o) => !ok(o) && this.delays[o.attempts - 1] === undefined);
+      const givenUp = mine.filter((o) => this.givenUp(o));
       if (mine.some(ok)) await em.query(`UPDATE webhook_endpoint SET failed_in_row = 0 WHERE id = ? AND failed_in_row <> 0`, [endpointId]);
       if (givenUp.length === 0) continue;
+      this.failing.add(endpointId);
       const last = givenUp[givenUp.length - 1];
       const limit = this.config.WEBHOOK_DISABLE_AFTER_FAILURES;
       const reason = `${limit} deliveries in a row failed every retry (last: ${last.statusCode === null ? last.error : `HTTP ${last.statusCode}`})`;
