@@ -12,6 +12,7 @@ import { AppConfig, loadConfig } from '../src/config/app-config.js';
 import { ensureDatabase, migrate } from '../src/database/bootstrap-database.js';
 import type { RunView } from '../src/reconciliation/reconciliation-run.entity.js';
 import { ReconciliationService } from '../src/reconciliation/reconciliation.service.js';
+import { dropTestDatabase } from '../test/support/harness.js';
 
 const { values: opt } = parseArgs({
   options: {
@@ -175,10 +176,6 @@ async function tablesMiB(config: AppConfig): Promise<number> {
   return MiB(Number(row.bytes));
 }
 
-async function dropDatabase(config: AppConfig): Promise<void> {
-  await serverQuery(config, `DROP DATABASE IF EXISTS \`${config.DB_NAME}\``);
-}
-
 /** Samples RSS and heap while `fn` runs; memory is what the run holds, whatever the table size. */
 async function measured<T>(fn: () => Promise<T>): Promise<{ value: T; seconds: number; peakRss: number; peakHeap: number }> {
   let peakRss = process.memoryUsage.rss();
@@ -198,7 +195,7 @@ async function measured<T>(fn: () => Promise<T>): Promise<{ value: T; seconds: n
 
 async function child(n: number): Promise<SizeResult> {
   const config = benchConfig();
-  await dropDatabase(config);
+  await dropTestDatabase(config);
   await ensureDatabase(config);
   await migrate(config);
   const gen = await measured(() => generate(config, n));
@@ -247,7 +244,7 @@ async function child(n: number): Promise<SizeResult> {
     };
   } finally {
     await app.close();
-    if (!opt['keep-db']) await dropDatabase(config);
+    if (!opt['keep-db']) await dropTestDatabase(config);
   }
 }
 

@@ -3,7 +3,7 @@ import request from 'supertest';
 import { AppError } from '../src/common/errors.js';
 import { TransactionService } from '../src/database/transaction.service.js';
 import { StockService } from '../src/ledger/stock.service.js';
-import { EXPIRE_JOB } from '../src/state-machine/expire.cron.js';
+import { EXPIRE_JOB } from '../src/state-machine/expire.cron.job.js';
 import { tryAcquireLease } from '../src/database/lease.js';
 import { EXPIRY_LEASE, ExpiryService } from '../src/state-machine/expiry.service.js';
 import { StateMachineService } from '../src/ledger/state-machine.service.js';

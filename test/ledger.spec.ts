@@ -1,8 +1,6 @@
 import { DataSource } from 'typeorm';
 import { TransactionService } from '../src/database/transaction.service.js';
 import { IssueService } from '../src/ledger/issue.service.js';
-import { StateMachineService } from '../src/ledger/state-machine.service.js';
-import { findLog, logAfter } from '../src/ledger/state-log.js';
 import { UserCoupon } from '../src/ledger/user-coupon.entity.js';
 import { findUserCoupon, setStatus } from '../src/ledger/user-coupons.js';
 import { createCoupon, CouponView } from './support/factories.js';
@@ -61,19 +59,5 @@ describe('ledger repository functions', () => {
     await tx.inTransaction((em) => setStatus(em, [id], 'USED', 'UNUSED', back));
     expect(await findUserCoupon(t.db.manager, id)).toMatchObject({ status: 'UNUSED', usedAt: null, updatedAt: back });
     expect(await tx.inTransaction((em) => setStatus(em, [id], 'USED', 'VOID', back))).toBe(0);
-  });
-
-  it('logAfter pages through the state log in id order', async () => {
-    const a = await issue();
-    await tx.inTransaction((em) => t.app.get(StateMachineService).transit(em, a.id, 'UNUSED', 'VOID', 'test:void'));
-    const b = await issue();
-    const [issuedA] = await findLog(t.db.manager, a.id);
-    const after = await logAfter(t.db.manager, String(Number(issuedA.id) - 1), 2);
-    expect(after.map((l) => [l.userCouponId, l.fromStatus, l.toStatus, l.txId])).toEqual([
-      [a.id, null, 'UNUSED', issuedA.txId],
-      [a.id, 'UNUSED', 'VOID', 'test:void'],
-    ]);
-    const next = await logAfter(t.db.manager, after[1].id, 10);
-    expect(next.map((l) => [l.userCouponId, l.toStatus])).toEqual([[b.id, 'UNUSED']]);
   });
 });

@@ -1,7 +1,8 @@
-import mysql from 'mysql2/promise';
 import { DataSource } from 'typeorm';
 import { loadConfig } from '../../src/config/app-config.js';
 import { dataSourceOptions } from '../../src/database/data-source-options.js';
+import { couponBody } from '../../test/support/factories.js';
+import { dropTestDatabase, pickEnv } from '../../test/support/harness.js';
 import type { Design, Scenario } from './designs.js';
 import { LoadGenerator, type LoadResult, type Shot } from './load.js';
 import { startServer } from './server.js';
@@ -52,23 +53,10 @@ export interface RunResult {
 const MiB = 1024 * 1024;
 const round = (x: number, digits = 1) => Math.round(x * 10 ** digits) / 10 ** digits;
 
-export function dbEnv(): Record<string, string> {
-  const names = ['DB_HOST', 'DB_PORT', 'DB_USER', 'DB_PASSWORD', 'DB_POOL_SIZE'];
-  return Object.fromEntries(names.filter((n) => process.env[n] !== undefined).map((n) => [n, process.env[n] as string]));
-}
+export const dbEnv = () => pickEnv('DB_HOST', 'DB_PORT', 'DB_USER', 'DB_PASSWORD', 'DB_POOL_SIZE');
 
 export async function createCoupon(url: string, authorization: string, totalStock: number, rateLimitPerSecond?: number): Promise<string> {
-  const now = Date.now();
-  const body = {
-    name: 'bench flash sale',
-    totalStock,
-    perUserLimit: 1,
-    grabStartAt: new Date(now - 60_000).toISOString(),
-    grabEndAt: new Date(now + 3_600_000).toISOString(),
-    validity: { type: 'RELATIVE', days: 7 },
-    discount: { thresholdCents: 10_000, amountCents: 1_000 },
-    ...(rateLimitPerSecond ? { rateLimitPerSecond } : {}),
-  };
+  const body = couponBody({ name: 'bench flash sale', totalStock, ...(rateLimitPerSecond ? { rateLimitPerSecond } : {}) });
   const res = await fetch(`${url}/admin/coupons`, {
     method: 'POST',
     headers: { authorization, 'content-type': 'application/json' },
@@ -79,15 +67,7 @@ export async function createCoupon(url: string, authorization: string, totalStoc
   return json.id;
 }
 
-export async function dropDatabase(name: string): Promise<void> {
-  const c = loadConfig({ ...dbEnv(), DB_NAME: name });
-  const conn = await mysql.createConnection({ host: c.DB_HOST, port: c.DB_PORT, user: c.DB_USER, password: c.DB_PASSWORD });
-  try {
-    await conn.query(`DROP DATABASE IF EXISTS \`${name}\``);
-  } finally {
-    await conn.end();
-  }
-}
+export const dropDatabase = (name: string) => dropTestDatabase(loadConfig({ ...dbEnv(), DB_NAME: name }));
 
 /** One design under one scenario: its own server process, its own fresh database, the same workload. */
 export async function runDesign(design: Design, scenario: Scenario, w: Workload, database: string): Promise<RunResult> {

@@ -1,8 +1,7 @@
 import { Injectable } from '@nestjs/common';
 import { DataSource } from 'typeorm';
 import { CouponService } from '../../src/coupon/coupon.service.js';
-import { userLimitReached } from '../../src/coupon/grab-decision.js';
-import { IssueService, soldOutError, validityWindow } from '../../src/ledger/issue.service.js';
+import { IssueService, soldOutError, userLimitReached, validityWindow } from '../../src/ledger/issue.service.js';
 import { UserCoupon } from '../../src/ledger/user-coupon.entity.js';
 import { writeLog } from '../../src/ledger/state-log.js';
 import { TxIds } from '../../src/ledger/tx-id.js';
@@ -68,17 +67,6 @@ export class ReferenceDesigns {
    */
   async txConditional(couponId: string, userId: string, key: string): Promise<UserCoupon> {
     const coupon = await this.coupons.template(couponId);
-    return this.dataSource.transaction('READ COMMITTED', async (em) => {
-      const uc = await this.issuer.issue(em, {
-        coupon,
-        userId,
-        source: 'GRAB',
-        fromStock: true,
-        idempotencyKey: key,
-        txId: TxIds.grab(key),
-      });
-      if ((await grabbedBy(em, couponId, userId)) > coupon.perUserLimit) throw userLimitReached(coupon.perUserLimit);
-      return uc;
-    });
+    return this.dataSource.transaction('READ COMMITTED', (em) => this.issuer.grab(em, coupon, userId, key));
   }
 }

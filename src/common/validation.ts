@@ -1,6 +1,6 @@
-import { ArgumentMetadata, Injectable, PipeTransform, ValidationError, ValidationPipe } from '@nestjs/common';
+import { applyDecorators, ArgumentMetadata, Injectable, PipeTransform, ValidationError, ValidationPipe } from '@nestjs/common';
 import { Transform } from 'class-transformer';
-import { buildMessage, ValidateBy, ValidateIf, ValidationOptions } from 'class-validator';
+import { buildMessage, IsString, Matches, ValidateBy, ValidateIf, ValidationOptions } from 'class-validator';
 import { AppError } from './errors.js';
 
 function flatten(errors: ValidationError[], prefix = ''): Record<string, string[]> {
@@ -82,17 +82,26 @@ function prototypeNamedFields(value: unknown, prefix = ''): string[] {
 }
 
 const MAX_BIGINT = 9223372036854775807n;
+/** Ids are positive integers of up to 19 digits, kept as strings end to end. */
+const ID_PATTERN = /^[1-9][0-9]{0,18}$/;
 
 /** Path ids are positive 64-bit integers, kept as strings end to end. */
 @Injectable()
 export class IdPipe implements PipeTransform<string, string> {
   transform(value: string, metadata: ArgumentMetadata): string {
-    if (typeof value !== 'string' || !/^[1-9][0-9]{0,18}$/.test(value) || BigInt(value) > MAX_BIGINT) {
+    if (typeof value !== 'string' || !ID_PATTERN.test(value) || BigInt(value) > MAX_BIGINT) {
       throw validationFailed({ [metadata.data ?? 'id']: ['must be a positive integer id'] });
     }
     return value;
   }
 }
+
+// Ids travel as strings (API.md); a client sending a plain JSON integer gets the same meaning.
+const idAsString = ({ value }: { value: unknown }) => (typeof value === 'number' && Number.isSafeInteger(value) ? String(value) : value);
+
+/** A body or query field holding an id (a cursor is one too). */
+export const IsId = (message = '$property must be a positive integer id') =>
+  applyDecorators(Transform(idAsString), IsString(), Matches(ID_PATTERN, { message }));
 
 export const USER_ID_PATTERN = /^[A-Za-z0-9_.:-]{1,64}$/;
 export const IDEMPOTENCY_KEY_PATTERN = /^[A-Za-z0-9_-]{1,128}$/;

@@ -8,14 +8,13 @@ import {
   IsNotEmptyObject,
   IsOptional,
   IsString,
-  Matches,
   Max,
   Min,
   ValidateIf,
   ValidateNested,
 } from 'class-validator';
 import { USER_COUPON_STATUSES } from '../ledger/transitions.js';
-import { IsOmittable, QueryInt, TextLength } from '../common/validation.js';
+import { IsId, IsOmittable, QueryInt, TextLength } from '../common/validation.js';
 import { SERIES_SECONDS } from './grab-series.js';
 
 const MAX_CENTS = 1_000_000_000_000;
@@ -147,7 +146,7 @@ export class MyCouponsQuery {
 
   @ApiPropertyOptional({ description: 'nextCursor of the previous page' })
   @IsOmittable()
-  @Matches(/^[1-9][0-9]{0,18}$/, { message: 'cursor must be a nextCursor value' })
+  @IsId('cursor must be a nextCursor value')
   cursor?: string;
 }
 

@@ -4,6 +4,7 @@ import { LessThan, Repository } from 'typeorm';
 import { AppConfig } from '../config/app-config.js';
 import { AppError } from '../common/errors.js';
 import { validationFailed } from '../common/validation.js';
+import { Page, toPage } from '../common/page.js';
 import { TransactionService } from '../database/transaction.service.js';
 import { StockRow, StockService } from '../ledger/stock.service.js';
 import { countByStatus } from '../ledger/user-coupons.js';
@@ -161,15 +162,12 @@ export class CouponService {
   }
 
   /** Newest first, each with its stock; `nextCursor` is the last id of the page. */
-  async list(limit: number, cursor?: string): Promise<{ items: CouponView[]; nextCursor: string | null }> {
+  async list(limit: number, cursor?: string): Promise<Page<CouponView>> {
     const rows = await this.coupons.find({ where: cursor ? { id: LessThan(cursor) } : {}, order: { id: 'DESC' }, take: limit + 1 });
-    const page = rows.slice(0, limit);
-    const stocks = await Promise.all(page.map((c) => this.stock.find(this.coupons.manager, c.id)));
-    return {
-      // Coupon and stock row are created in one transaction: a coupon without one is not listed.
-      items: page.flatMap((c, i) => (stocks[i] ? [toCouponView(c, stocks[i])] : [])),
-      nextCursor: rows.length > limit ? page[page.length - 1].id : null,
-    };
+    const { items, nextCursor } = toPage(rows, limit, (c) => c);
+    const stocks = await Promise.all(items.map((c) => this.stock.find(this.coupons.manager, c.id)));
+    // Coupon and stock row are created in one transaction: a coupon without one is not listed.
+    return { items: items.flatMap((c, i) => (stocks[i] ? [toCouponView(c, stocks[i])] : [])), nextCursor };
   }
 
   /** What a live page polls: the template from the grab path's cache and one primary-key read of the stock row. */

@@ -18,10 +18,6 @@ export type GrabDecision =
 
 export const refused = (error: AppError, keyChecked: boolean): GrabDecision => ({ outcome: 'refused', error, keyChecked });
 
-export function userLimitReached(perUserLimit: number): AppError {
-  return new AppError('USER_LIMIT_REACHED', `At most ${perUserLimit} of this coupon per user`, { perUserLimit });
-}
-
 export function keyReused(couponId: string): AppError {
   return new AppError('IDEMPOTENCY_KEY_REUSED', 'This Idempotency-Key was already used for another coupon', { couponId });
 }

@@ -9,13 +9,12 @@ import { RateLimitService } from '../rate-limit/rate-limit.service.js';
 import { Coupon } from './coupon.entity.js';
 import { AppConfig } from '../config/app-config.js';
 import { CouponService } from './coupon.service.js';
-import { GrabDecision, GrabRequest, GroupKeyCollision, identity, keyReused, refused, userLimitReached } from './grab-decision.js';
+import { GrabDecision, GrabRequest, GroupKeyCollision, identity, keyReused, refused } from './grab-decision.js';
 import { GrabGroupService } from './grab-group.service.js';
 import { GrabSeries } from './grab-series.js';
 import { IssueService, soldOutError } from '../ledger/issue.service.js';
 import { UserCoupon } from '../ledger/user-coupon.entity.js';
-import { TxIds } from '../ledger/tx-id.js';
-import { countGrabbed, findByKeys } from '../ledger/user-coupons.js';
+import { findByKeys } from '../ledger/user-coupons.js';
 
 const outcomes = counter('grab_outcomes_total', 'Grab answers by result code', ['result']);
 const latency = histogram(
@@ -120,27 +119,12 @@ export class GrabService {
   }
 
   /**
-   * One transaction for this grab alone: deduct, issue, then check the per-user limit under the
-   * stock row lock. Its refusals are made without looking at keys; a duplicate key means a grab
+   * One transaction for this grab alone (IssueService.grab). Its refusals are made without looking at keys; a duplicate key means a grab
    * with this key committed (a replay) or is still in flight.
    */
   private async perRequest(coupon: Coupon, userId: string, key: string): Promise<GrabDecision> {
     try {
-      const userCoupon = await this.tx.inTransaction(async (em) => {
-        const uc = await this.issuer.issue(em, {
-          coupon,
-          userId,
-          source: 'GRAB',
-          fromStock: true,
-          idempotencyKey: key,
-          txId: TxIds.grab(key),
-        });
-        // Counted after our own insert, still under the stock row lock every grab of this coupon takes.
-        if (((await countGrabbed(em, coupon.id, [userId])).get(userId) ?? 0) > coupon.perUserLimit) {
-          throw userLimitReached(coupon.perUserLimit);
-        }
-        return uc;
-      });
+      const userCoupon = await this.tx.inTransaction((em) => this.issuer.grab(em, coupon, userId, key));
       return { outcome: 'granted', userCoupon };
     } catch (err) {
       if (isDuplicateKey(err)) {

@@ -3,23 +3,20 @@ import { ApiBearerAuth, ApiOperation, ApiTags } from '@nestjs/swagger';
 import { DataSource } from 'typeorm';
 import { CurrentUser, RequireRoles, type Principal } from '../auth/principal.js';
 import { AppError } from '../common/errors.js';
+import { Page, toPage } from '../common/page.js';
 import { IdPipe, USER_ID_PATTERN, validationFailed } from '../common/validation.js';
 import { toUserCouponView, UserCouponView } from '../ledger/user-coupon.entity.js';
 import { findUserCoupon, listForUser } from '../ledger/user-coupons.js';
 import { MyCouponsQuery } from './coupon.dto.js';
 
-interface UserCouponPage {
-  items: UserCouponView[];
-  nextCursor: string | null;
-}
+type UserCouponPage = Page<UserCouponView>;
 
 /** Newest first. `status` filters by the status clients see (an UNUSED coupon past expiry is EXPIRED). */
 async function pageOfUserCoupons(dataSource: DataSource, userId: string, q: MyCouponsQuery): Promise<UserCouponPage> {
   const limit = q.limit ?? 20;
   const now = new Date();
   const rows = await listForUser(dataSource.manager, userId, { status: q.status, beforeId: q.cursor, limit: limit + 1 }, now);
-  const page = rows.slice(0, limit);
-  return { items: page.map((uc) => toUserCouponView(uc, now)), nextCursor: rows.length > limit ? page[page.length - 1].id : null };
+  return toPage(rows, limit, (uc) => toUserCouponView(uc, now));
 }
 
 @ApiTags('me')

@@ -5,7 +5,7 @@ import { writeLog } from './state-log.js';
 import { StockService } from './stock.service.js';
 import { TxIds } from './tx-id.js';
 import { UserCoupon, UserCouponSource } from './user-coupon.entity.js';
-import { findByKeys, insertUserCoupons } from './user-coupons.js';
+import { countGrabbed, findByKeys, insertUserCoupons } from './user-coupons.js';
 
 const DAY_MS = 86_400_000;
 
@@ -34,6 +34,10 @@ export interface IssueInput {
 
 export function soldOutError(couponId: string): AppError {
   return new AppError('SOLD_OUT', 'This coupon is sold out', { couponId });
+}
+
+export function userLimitReached(perUserLimit: number): AppError {
+  return new AppError('USER_LIMIT_REACHED', `At most ${perUserLimit} of this coupon per user`, { perUserLimit });
 }
 
 export function validityWindow(coupon: IssueInput['coupon'], now: Date): { validFrom: Date; expiresAt: Date } {
@@ -74,6 +78,17 @@ export class IssueService {
     await writeLog(em, [
       { userCouponId: uc.id, from: null, to: 'UNUSED', txId: input.txId, reason: input.reason ?? input.source, at: now },
     ]);
+    return uc;
+  }
+
+  /**
+   * One grab on its own: deduct, issue, then count the user's grabs of this coupon after the insert,
+   * under the stock row lock every grab of the coupon takes, so the limit cannot be raced. SOLD_OUT
+   * and USER_LIMIT_REACHED are thrown to roll the caller's transaction back.
+   */
+  async grab(em: EntityManager, coupon: IssuableCoupon & { perUserLimit: number }, userId: string, key: string): Promise<UserCoupon> {
+    const uc = await this.issue(em, { coupon, userId, source: 'GRAB', fromStock: true, idempotencyKey: key, txId: TxIds.grab(key) });
+    if (((await countGrabbed(em, coupon.id, [userId])).get(userId) ?? 0) > coupon.perUserLimit) throw userLimitReached(coupon.perUserLimit);
     return uc;
   }
 

@@ -58,15 +58,6 @@ export async function removeLogRows(em: Queryable, userCouponId: string, ids: re
   await em.query(`DELETE FROM user_coupon_state_log WHERE user_coupon_id = ? AND id IN (?)`, [userCouponId, ids]);
 }
 
-/** Log rows written after the row `afterId` (0: from the start), in id order, at most `limit`: a feed to follow the ledger by. */
-export async function logAfter(em: Queryable, afterId: string, limit: number): Promise<StateLog[]> {
-  const rows = (await em.query(`SELECT * FROM user_coupon_state_log WHERE id > ? ORDER BY id LIMIT ?`, [afterId, limit])) as Record<
-    string,
-    unknown
-  >[];
-  return rows.map(toStateLog);
-}
-
 /**
  * The webhook relay's feed: one state-log row with the columns of its user coupon that never change after issuance. The
  * status and usedAt of the coupon "as it was at that step" follow from the row itself: the status is

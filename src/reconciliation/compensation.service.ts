@@ -4,6 +4,7 @@ import { EntityManager, FindOptionsWhere, MoreThan, Repository } from 'typeorm';
 import { isDuplicateKey } from '../common/db-errors.js';
 import { AppError } from '../common/errors.js';
 import { counter } from '../common/metrics.js';
+import { Page, toPage } from '../common/page.js';
 import { execute, TransactionService } from '../database/transaction.service.js';
 import { StateMachineService } from '../ledger/state-machine.service.js';
 import { removeLogRows, writeLog } from '../ledger/state-log.js';
@@ -42,18 +43,13 @@ export class CompensationService {
     @InjectRepository(Compensation) private readonly compensations: Repository<Compensation>,
   ) {}
 
-  async list(
-    filter: { status?: CompensationStatus; runId?: string },
-    limit: number,
-    cursor?: string,
-  ): Promise<{ items: CompensationView[]; nextCursor: string | null }> {
+  async list(filter: { status?: CompensationStatus; runId?: string }, limit: number, cursor?: string): Promise<Page<CompensationView>> {
     const where: FindOptionsWhere<Compensation> = {};
     if (filter.status) where.status = filter.status;
     if (cursor) where.id = MoreThan(cursor);
     if (filter.runId) where.discrepancy = { runId: filter.runId };
     const rows = await this.compensations.find({ where, relations: { discrepancy: true }, order: { id: 'ASC' }, take: limit + 1 });
-    const page = rows.slice(0, limit);
-    return { items: page.map(toCompensationView), nextCursor: rows.length > limit ? page[page.length - 1].id : null };
+    return toPage(rows, limit, toCompensationView);
   }
 
   async decide(id: string, approve: boolean, adminId: string, reason: string): Promise<CompensationView> {

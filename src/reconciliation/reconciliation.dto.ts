@@ -1,14 +1,12 @@
 import { Injectable } from '@nestjs/common';
 import type { ArgumentMetadata, PipeTransform, Type as ClassType } from '@nestjs/common';
 import { ApiProperty, ApiPropertyOptional } from '@nestjs/swagger';
-import { IsIn, IsInt, IsString, Matches, Max, Min } from 'class-validator';
-import { IsOmittable, QueryInt, StrictValidationPipe, TextLength } from '../common/validation.js';
+import { IsIn, IsInt, IsString, Max, Min } from 'class-validator';
+import { IsId, IsOmittable, QueryInt, StrictValidationPipe, TextLength } from '../common/validation.js';
 import { COMPENSATION_STATUSES } from './compensation.entity.js';
 import type { CompensationStatus } from './compensation.entity.js';
 import { RUN_MODES } from './reconciliation-run.entity.js';
 import type { RunMode } from './reconciliation-run.entity.js';
-
-const ID = /^[1-9][0-9]{0,18}$/;
 
 export class StartRunDto {
   @ApiPropertyOptional({
@@ -32,7 +30,7 @@ export class PageQuery {
 
   @ApiPropertyOptional({ description: 'nextCursor of the previous page' })
   @IsOmittable()
-  @Matches(ID, { message: 'cursor must be a positive integer id' })
+  @IsId()
   cursor?: string;
 }
 
@@ -44,7 +42,7 @@ export class ListCompensationsQuery extends PageQuery {
 
   @ApiPropertyOptional({ description: 'only the compensations proposed by this run' })
   @IsOmittable()
-  @Matches(ID, { message: 'runId must be a positive integer id' })
+  @IsId()
   runId?: string;
 }
 

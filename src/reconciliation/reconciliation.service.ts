@@ -5,6 +5,7 @@ import { AppConfig } from '../config/app-config.js';
 import { isDuplicateKey } from '../common/db-errors.js';
 import { AppError } from '../common/errors.js';
 import { counter, gauge, histogram } from '../common/metrics.js';
+import { Page, toPage } from '../common/page.js';
 import { Lease, LeaseService } from '../database/lease.js';
 import { TransactionService } from '../database/transaction.service.js';
 import { AuditService, ChunkResult, Finding } from './audit.service.js';
@@ -104,10 +105,15 @@ export class ReconciliationService implements BeforeApplicationShutdown {
     return (await this.start(mode, triggeredBy)).done;
   }
 
-  /** The cron's entry point: never throws; a run already going elsewhere is not an error. */
-  async runScheduled(): Promise<void> {
+  /**
+   * The cron's entry point: never throws; a run already going elsewhere is not an error. Returns when
+   * the run is done or `signal` aborts (shutdown), whichever is first: at shutdown the run itself
+   * stops at its next chunk and beforeApplicationShutdown waits for it.
+   */
+  async runScheduled(signal: AbortSignal): Promise<void> {
     try {
-      await this.runNow('INCREMENTAL', 'cron');
+      const { done } = await this.start('INCREMENTAL', 'cron');
+      await Promise.race([done, new Promise((resolve) => signal.addEventListener('abort', resolve, { once: true }))]);
     } catch (err) {
       if (err instanceof AppError && err.code === 'RECONCILIATION_RUNNING')
         this.logger.log('Scheduled reconciliation skipped: another run is in progress');
@@ -115,10 +121,9 @@ export class ReconciliationService implements BeforeApplicationShutdown {
     }
   }
 
-  async list(limit: number, cursor?: string): Promise<{ items: RunView[]; nextCursor: string | null }> {
+  async list(limit: number, cursor?: string): Promise<Page<RunView>> {
     const rows = await this.runs.find({ where: cursor ? { id: LessThan(cursor) } : {}, order: { id: 'DESC' }, take: limit + 1 });
-    const page = rows.slice(0, limit);
-    return { items: page.map(toRunView), nextCursor: rows.length > limit ? page[page.length - 1].id : null };
+    return toPage(rows, limit, toRunView);
   }
 
   async get(runId: string): Promise<RunView & { byType: Partial<Record<DiscrepancyType, number>> }> {

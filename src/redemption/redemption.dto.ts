@@ -1,18 +1,12 @@
 import { ApiProperty, ApiPropertyOptional } from '@nestjs/swagger';
-import { Transform } from 'class-transformer';
 import { IsInt, IsString, Matches, Max, Min } from 'class-validator';
-import { IsOmittable, TextLength, USER_ID_PATTERN } from '../common/validation.js';
+import { IsId, IsOmittable, TextLength, USER_ID_PATTERN } from '../common/validation.js';
 
-const ID = /^[1-9][0-9]{0,18}$/;
-/** Ids travel as strings; a client that sends a small integer is accepted too. */
-const idAsString = ({ value }: { value: unknown }) => (typeof value === 'number' && Number.isSafeInteger(value) ? String(value) : value);
 const PRINTABLE = /^[^\p{C}]+$/u;
 
 export class RedeemDto {
   @ApiProperty({ example: '1024' })
-  @Transform(idAsString)
-  @IsString()
-  @Matches(ID, { message: 'userCouponId must be an id' })
+  @IsId('userCouponId must be an id')
   userCouponId!: string;
 
   @ApiProperty({ minLength: 1, maxLength: 64 })
@@ -36,9 +30,7 @@ export class RedeemDto {
 
 export class RefundDto {
   @ApiProperty({ example: '1024' })
-  @Transform(idAsString)
-  @IsString()
-  @Matches(ID, { message: 'userCouponId must be an id' })
+  @IsId('userCouponId must be an id')
   userCouponId!: string;
 
   @ApiProperty()

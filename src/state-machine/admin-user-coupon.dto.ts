@@ -1,11 +1,6 @@
 import { ApiProperty, ApiPropertyOptional } from '@nestjs/swagger';
-import { Transform } from 'class-transformer';
 import { IsBoolean, IsString, Matches } from 'class-validator';
-import { IsOmittable, TextLength, USER_ID_PATTERN } from '../common/validation.js';
-
-const ID_PATTERN = /^[1-9][0-9]{0,18}$/;
-// Ids travel as strings (API.md); a client sending a plain JSON integer gets the same meaning.
-const idToString = ({ value }: { value: unknown }) => (typeof value === 'number' && Number.isSafeInteger(value) ? String(value) : value);
+import { IsId, IsOmittable, TextLength, USER_ID_PATTERN } from '../common/validation.js';
 
 export class VoidUserCouponDto {
   @ApiProperty({ minLength: 1, maxLength: 255, description: 'Why the coupon is voided; written to the state log' })
@@ -17,9 +12,7 @@ export class VoidUserCouponDto {
 
 export class ReissueUserCouponDto {
   @ApiProperty({ example: '1024', description: 'The coupon template to issue from' })
-  @Transform(idToString)
-  @IsString()
-  @Matches(ID_PATTERN, { message: 'couponId must be a positive integer id' })
+  @IsId()
   couponId!: string;
 
   @ApiProperty({ pattern: USER_ID_PATTERN.source })
@@ -42,8 +35,6 @@ export class ReissueUserCouponDto {
     description: "The user's coupon this one replaces (must belong to the same user); it is not voided by the reissue",
   })
   @IsOmittable()
-  @Transform(idToString)
-  @IsString()
-  @Matches(ID_PATTERN, { message: 'replacesUserCouponId must be a positive integer id' })
+  @IsId()
   replacesUserCouponId?: string;
 }

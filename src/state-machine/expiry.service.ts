@@ -72,6 +72,15 @@ export class ExpiryService {
     return result;
   }
 
+  /** The cron's entry point: never throws (the next tick tries again). */
+  async runScheduled(signal: AbortSignal): Promise<void> {
+    try {
+      await this.runExclusive({ signal });
+    } catch (err) {
+      this.logger.error(`Expiry sweep failed: ${String(err)}`);
+    }
+  }
+
   async sweep(opts: SweepOptions = {}): Promise<SweepResult> {
     const started = performance.now();
     const now = opts.now ?? new Date();

@@ -31,7 +31,8 @@ export function testConfig(overrides: Record<string, string> = {}): AppConfig {
   });
 }
 
-function pickEnv(...names: string[]): Record<string, string> {
+/** The variables of `names` that are set in the environment. */
+export function pickEnv(...names: string[]): Record<string, string> {
   return Object.fromEntries(names.filter((n) => process.env[n] !== undefined).map((n) => [n, process.env[n] as string]));
 }
 

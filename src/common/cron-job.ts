@@ -1,0 +1,54 @@
+import { OnApplicationBootstrap, OnModuleDestroy } from '@nestjs/common';
+import { SchedulerRegistry } from '@nestjs/schedule';
+import { CronJob } from 'cron';
+
+export interface CronJobSpec {
+  /** Its name in the SchedulerRegistry. */
+  name: string;
+  cronTime: string;
+  timeZone: string;
+  /** SCHEDULER_ENABLED: instances that do not run jobs register none. */
+  enabled: boolean;
+}
+
+/**
+ * A cron job whose schedule comes from the validated config, hence registered by hand rather than
+ * with @Cron. Every job is registered and stopped the same way: registered at bootstrap; at
+ * shutdown it stops firing, tells the run in progress to stop (the signal) and waits for it. A
+ * tick that is still running holds the next one back.
+ */
+export abstract class ScheduledCronJob implements OnApplicationBootstrap, OnModuleDestroy {
+  private readonly stopping = new AbortController();
+  private running: Promise<void> = Promise.resolve();
+
+  protected constructor(
+    private readonly scheduler: SchedulerRegistry,
+    private readonly spec: CronJobSpec,
+  ) {}
+
+  /** One run. Must never reject, and must resolve soon after `signal` aborts. */
+  protected abstract run(signal: AbortSignal): Promise<void>;
+
+  onApplicationBootstrap(): void {
+    if (!this.spec.enabled) return;
+    const job = CronJob.from({
+      cronTime: this.spec.cronTime,
+      timeZone: this.spec.timeZone,
+      waitForCompletion: true,
+      onTick: () => this.tick(),
+      start: false,
+    });
+    this.scheduler.addCronJob(this.spec.name, job);
+    job.start();
+  }
+
+  tick(): Promise<void> {
+    return (this.running = this.run(this.stopping.signal));
+  }
+
+  async onModuleDestroy(): Promise<void> {
+    if (this.scheduler.doesExist('cron', this.spec.name)) await this.scheduler.getCronJob(this.spec.name).stop();
+    this.stopping.abort();
+    await this.running;
+  }
+}
