@@ -13,6 +13,7 @@ import { HttpExceptionFilter } from './common/http-exception.filter.js';
 import { createPino, PinoNestLogger } from './common/logger.js';
 import { onResponse } from './common/request-log.js';
 import { StrictValidationPipe } from './common/validation.js';
+import { type Deadline, withDeadline } from './database/deadline-pool.js';
 import { serveConsole } from './console/serve-console.js';
 import { buildOpenApiDocument } from './openapi/document.js';
 
@@ -52,6 +53,14 @@ export async function createApp(
   const pino = createPino(config);
   const adapter = new FastifyAdapter({
     bodyLimit: BODY_LIMIT_BYTES,
+    // The deadline (REQUEST_TIMEOUT_MS) from routing to answer, body upload included: the filter
+    // answers 408 if the client was still sending, else 503. Node's own limits catch what never
+    // reaches the router (headers trickling in) and sockets held past any answer.
+    handlerTimeout: config.REQUEST_TIMEOUT_MS,
+    requestTimeout: config.REQUEST_TIMEOUT_MS + 1000,
+    connectionTimeout: 2 * config.REQUEST_TIMEOUT_MS,
+    // Node checks requestTimeout and headersTimeout only every connectionsCheckingInterval (30 s by default).
+    http: { headersTimeout: config.REQUEST_TIMEOUT_MS, connectionsCheckingInterval: 1000 },
     loggerInstance: pino,
     // request-log.ts writes one line per request, with the route, the user and the error code.
     logController: new LogController({ disableRequestLogging: true }),
@@ -79,7 +88,17 @@ export async function createApp(
     void reply.header('x-request-id', req.id);
     done(null, payload);
   });
+  // The deadline counts from routing (reply.elapsedTime), body upload included.
+  const deadlines = new WeakMap<FastifyRequest, Deadline>();
+  fastify.addHook('preHandler', (req, reply, done) => {
+    const deadline = { at: Date.now() - reply.elapsedTime + config.REQUEST_TIMEOUT_MS, answered: false };
+    deadlines.set(req, deadline);
+    withDeadline(deadline, done);
+  });
   fastify.addHook('onResponse', (req, reply, done) => {
+    // Work a request answered 503 or 408 (its deadline, or an outage) left behind stays bound by the deadline.
+    const deadline = deadlines.get(req);
+    if (deadline && reply.statusCode !== 503 && reply.statusCode !== 408) deadline.answered = true;
     onResponse(req, reply);
     done();
   });

@@ -29,6 +29,7 @@ const OUTAGE_CODES = new Set([
   'PROTOCOL_CONNECTION_LOST',
   'PROTOCOL_SEQUENCE_TIMEOUT',
   'POOL_CLOSED',
+  'POOL_ACQUIRE_TIMEOUT',
   'POOL_NONEONLINE', // every DB_HOSTS host failed its last connection attempt
   'POOL_NOEXIST',
   'ER_CON_COUNT_ERROR',

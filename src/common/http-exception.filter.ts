@@ -44,12 +44,24 @@ export function toAppError(err: unknown, log: FastifyBaseLogger): AppError {
   return new AppError('INTERNAL', 'Internal error');
 }
 
+/** Fastify's handlerTimeout fired (REQUEST_TIMEOUT_MS): the client's slowness if its body had not all arrived, else ours. */
+function deadlineError(request: FastifyRequest): AppError {
+  return request.raw.complete
+    ? new AppError('SERVICE_UNAVAILABLE', 'The request did not finish within its deadline; retry shortly', undefined, {
+        'Retry-After': '1',
+      })
+    : new AppError('REQUEST_TIMEOUT', 'The request took too long to arrive', undefined, { Connection: 'close' });
+}
+
 @Catch()
 export class HttpExceptionFilter implements ExceptionFilter {
   catch(exception: unknown, host: ArgumentsHost): void {
     const http = host.switchToHttp();
     const request = http.getRequest<FastifyRequest>();
-    const e = toAppError(exception, request.log);
+    const e =
+      (exception as { code?: unknown } | null)?.code === 'FST_ERR_HANDLER_TIMEOUT'
+        ? deadlineError(request)
+        : toAppError(exception, request.log);
     request.errorCode = e.code;
     const reply = http.getResponse<FastifyReply>();
     if (e.headers) void reply.headers(e.headers);

@@ -1,7 +1,9 @@
 import { Global, Module } from '@nestjs/common';
 import { TypeOrmModule } from '@nestjs/typeorm';
 import { AppConfig } from '../config/app-config.js';
+import mysql2 from 'mysql2';
 import { dataSourceOptions } from './data-source-options.js';
+import { deadlineDriver } from './deadline-pool.js';
 import { LeaseService } from './lease.js';
 import { PoolWarmup } from './pool-warmup.js';
 import { TransactionService } from './transaction.service.js';
@@ -11,7 +13,12 @@ import { TransactionService } from './transaction.service.js';
   imports: [
     TypeOrmModule.forRootAsync({
       inject: [AppConfig],
-      useFactory: (config: AppConfig) => ({ ...dataSourceOptions(config), autoLoadEntities: true, retryAttempts: 0 }),
+      useFactory: (config: AppConfig) => {
+        const options = dataSourceOptions(config);
+        // Only the serving pool gets the deadlines: migrations and scripts may take as long as they need.
+        const driver = deadlineDriver((options.driver as typeof mysql2 | undefined) ?? mysql2, config);
+        return { ...options, driver, autoLoadEntities: true, retryAttempts: 0 };
+      },
     }),
   ],
   providers: [TransactionService, LeaseService, PoolWarmup],

@@ -15,24 +15,6 @@ export const ROOT = fileURLToPath(new URL('../../..', import.meta.url)).replace(
  */
 export const BUILD_DIR = join(ROOT, 'node_modules/.cache/coupon-engine-faults');
 const MAIN = join(BUILD_DIR, 'src/main.js');
-/**
- * Preloaded into a server only when a test asks for it: sets innodb_lock_wait_timeout on each new
- * connection of the app's pool, so lock-wait timeouts can be provoked in seconds without touching
- * the global setting other people's tests rely on.
- */
-const LOCK_WAIT_PRELOAD = join(BUILD_DIR, 'lock-wait-preload.mjs');
-const LOCK_WAIT_PRELOAD_SOURCE = `import { createRequire } from 'node:module';
-const require = createRequire(${JSON.stringify(join(ROOT, 'package.json'))});
-const mysql2 = require('mysql2');
-const seconds = Number(process.env.FAULT_LOCK_WAIT_TIMEOUT);
-const createPool = mysql2.createPool;
-mysql2.createPool = (...args) => {
-  const pool = createPool(...args);
-  pool.on('connection', (conn) => conn.query('SET SESSION innodb_lock_wait_timeout = ' + seconds, () => undefined));
-  return pool;
-};
-`;
-
 function newestMtime(dir: string): number {
   let newest = 0;
   for (const entry of readdirSync(dir, { withFileTypes: true })) {
@@ -63,7 +45,6 @@ export async function buildServer(): Promise<void> {
   }
   // Outside the project's package.json scope (node_modules), the build must say it is ESM itself.
   writeFileSync(join(BUILD_DIR, 'package.json'), JSON.stringify({ type: 'module' }));
-  writeFileSync(LOCK_WAIT_PRELOAD, LOCK_WAIT_PRELOAD_SOURCE);
   writeFileSync(marker, new Date().toISOString());
 }
 
@@ -120,11 +101,10 @@ export async function startServer(opts: ServerOptions): Promise<Server> {
     SCHEDULER_ENABLED: 'false',
     WEBHOOK_RELAY_ENABLED: 'false',
     RATE_LIMIT_ENABLED: 'false',
-    ...(opts.lockWaitTimeout !== undefined ? { FAULT_LOCK_WAIT_TIMEOUT: String(opts.lockWaitTimeout) } : {}),
+    ...(opts.lockWaitTimeout !== undefined ? { DB_LOCK_WAIT_TIMEOUT_SECONDS: String(opts.lockWaitTimeout) } : {}),
     ...opts.env,
   };
-  const args = [...(opts.lockWaitTimeout !== undefined ? ['--import', LOCK_WAIT_PRELOAD] : []), MAIN];
-  const child = spawn(process.execPath, args, { cwd: ROOT, env, stdio: ['ignore', 'pipe', 'pipe'] });
+  const child = spawn(process.execPath, [MAIN], { cwd: ROOT, env, stdio: ['ignore', 'pipe', 'pipe'] });
   running.add(child);
   child.once('exit', () => running.delete(child));
   const log = createWriteStream(logFile);

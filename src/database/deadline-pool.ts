@@ -1,0 +1,134 @@
+import { AsyncLocalStorage } from 'node:async_hooks';
+import mysql2 from 'mysql2';
+import type { AppConfig } from '../config/app-config.js';
+
+type Limits = Pick<AppConfig, 'DB_STATEMENT_TIMEOUT_MS' | 'DB_LOCK_WAIT_TIMEOUT_SECONDS' | 'DB_ACQUIRE_TIMEOUT_MS'>;
+type Callback = (err: unknown, ...rest: unknown[]) => void;
+type GetConnection = (cb: (err: NodeJS.ErrnoException | null, conn?: mysql2.PoolConnection) => void) => void;
+
+/** The code of the error a connection request gets when no connection came in time (an outage: 503). */
+export const POOL_ACQUIRE_TIMEOUT = 'POOL_ACQUIRE_TIMEOUT';
+
+/** Left for writing the 503 before the request's deadline, when the database used up its time. */
+const ANSWER_MARGIN_MS = 250;
+
+/** A request's deadline (epoch ms), while the request waits for its answer. */
+export interface Deadline {
+  at: number;
+  /**
+   * Set once the request is answered (not by its deadline): work it started that goes on in the
+   * background (a reconciliation run after its 202) is a job from then on, with the job limits.
+   */
+  answered: boolean;
+}
+
+const deadlines = new AsyncLocalStorage<Deadline>();
+
+/** Runs `fn` (a request's handling) under `deadline`: database waits started inside end before it. */
+export function withDeadline(deadline: Deadline, fn: () => void): void {
+  deadlines.run(deadline, fn);
+}
+
+/** Milliseconds a database wait may take: before the current request's deadline, else `outside`. */
+function budget(outside: number): number {
+  const d = deadlines.getStore();
+  return d === undefined || d.answered ? outside : d.at - ANSWER_MARGIN_MS - Date.now();
+}
+
+function timeoutError(code: string, message: string): NodeJS.ErrnoException {
+  const err: NodeJS.ErrnoException = new Error(message);
+  err.code = code;
+  return err;
+}
+
+/**
+ * A mysql2 module (for TypeORM's `driver` option) whose pools bound every wait on the database, so
+ * a stalled server (SIGSTOP, a hung disk, a black-holed network) ends a request in 503 before its
+ * deadline instead of hanging it: the TCP connection stays open and nothing ever answers, so only
+ * the client's own clocks can end the wait. Inside a request (withDeadline) every wait ends before
+ * the request's deadline, so no work of a request answered 503 goes on after it; in jobs:
+ * - acquiring a connection (queueing for a free one, or opening one) gives up after
+ *   DB_ACQUIRE_TIMEOUT_MS (in a request: at its deadline, since queueing for a connection is also
+ *   what a burst does); a connection that arrives later goes back to the pool;
+ * - a statement gives up after DB_STATEMENT_TIMEOUT_MS (in a request: at most that, and never past
+ *   the deadline; one that would start after it is not sent) and its connection is destroyed
+ *   (mysql2's timeout only stops waiting: the statement would still occupy the connection, and the
+ *   ROLLBACK queued behind it would hang too); the server rolls back the open transaction when it
+ *   sees the connection gone;
+ * - row-lock waits end after DB_LOCK_WAIT_TIMEOUT_SECONDS (innodb_lock_wait_timeout, 50 s by
+ *   default), set once per connection, so the retries of a lock-wait timeout fit in a request's deadline.
+ * TypeORM's own query timeout (enableQueryTimeout) does only the middle part's first half, and logs
+ * the text of every timed-out statement to the console.
+ */
+export function deadlineDriver(base: typeof mysql2, limits: Limits): typeof mysql2 {
+  return {
+    ...base,
+    createPool(options: mysql2.PoolOptions) {
+      const pool = base.createPool(options);
+      const prepared = new WeakSet<mysql2.PoolConnection>();
+      const getConnection: GetConnection = (cb) => {
+        let settled = false;
+        const waitMs = budget(limits.DB_ACQUIRE_TIMEOUT_MS);
+        const timer = setTimeout(
+          () => {
+            settled = true;
+            cb(timeoutError(POOL_ACQUIRE_TIMEOUT, `No database connection within ${Math.round(waitMs)} ms`));
+          },
+          Math.max(0, waitMs),
+        );
+        const hand = (err: NodeJS.ErrnoException | null, conn?: mysql2.PoolConnection) => {
+          if (settled) {
+            conn?.release();
+            return;
+          }
+          settled = true;
+          clearTimeout(timer);
+          cb(err, conn);
+        };
+        (pool.getConnection as GetConnection)((err, conn) => {
+          if (err || !conn) return hand(err);
+          if (prepared.has(conn)) return hand(null, conn);
+          withStatementTimeout(conn, limits.DB_STATEMENT_TIMEOUT_MS);
+          conn.query(`SET SESSION innodb_lock_wait_timeout = ${limits.DB_LOCK_WAIT_TIMEOUT_SECONDS}`, (setErr) => {
+            if (setErr) {
+              conn.destroy();
+              return hand(setErr);
+            }
+            prepared.add(conn);
+            hand(null, conn);
+          });
+        });
+      };
+      // The two methods TypeORM's MysqlDriver calls on its pool.
+      return { getConnection, end: (cb?: (err: NodeJS.ErrnoException | null) => void) => pool.end(cb) } as unknown as mysql2.Pool;
+    },
+  } as typeof mysql2;
+}
+
+/** Every callback-style query on `conn` gets a timeout (see deadlineDriver); when one times out, the connection is destroyed. */
+function withStatementTimeout(conn: mysql2.PoolConnection, timeoutMs: number): void {
+  const query = conn.query.bind(conn) as (...args: unknown[]) => unknown;
+  const destroy = () => {
+    conn.destroy();
+    (conn as unknown as { stream?: { destroy?: () => void } }).stream?.destroy?.();
+  };
+  (conn as unknown as { query: (...args: unknown[]) => unknown }).query = (...args: unknown[]) => {
+    const cb = args[args.length - 1];
+    // Without a callback it is a stream (read row by row, for as long as it takes): left as it is.
+    if (typeof cb !== 'function') return query(...args);
+    const limit = Math.min(timeoutMs, budget(timeoutMs));
+    if (limit <= 0) {
+      // Not sent (a COMMIT sent now could commit after the client was told 503); the server rolls back what is open.
+      destroy();
+      process.nextTick(cb as Callback, timeoutError('PROTOCOL_SEQUENCE_TIMEOUT', "The request's deadline passed before this statement"));
+      return undefined;
+    }
+    const sql = args[0];
+    args[0] = typeof sql === 'string' ? { sql, timeout: limit } : { ...(sql as object), timeout: limit };
+    args[args.length - 1] = (err: unknown, ...rest: unknown[]) => {
+      if ((err as { code?: string } | null)?.code === 'PROTOCOL_SEQUENCE_TIMEOUT') destroy();
+      (cb as Callback)(err, ...rest);
+    };
+    return query(...args);
+  };
+}

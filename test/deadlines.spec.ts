@@ -1,0 +1,208 @@
+import { connect } from 'node:net';
+import request from 'supertest';
+import { createCoupon, newKey } from './support/factories.js';
+import { bearer, createTestDatabase, dropTestDatabase, startTestApp, TestApp, testConfig, tokenFor } from './support/harness.js';
+import { checkInvariants } from './support/invariants.js';
+import { startStallProxy, StallProxy } from './support/stall-proxy.js';
+
+/**
+ * Issue 23 item 3: every request has a deadline (REQUEST_TIMEOUT_MS). A client that sends its
+ * request too slowly is answered 408; a database that stops answering (a stalled proxy standing
+ * for a SIGSTOPped server) ends every request in 503 within the deadline, and the service recovers
+ * when it answers again.
+ */
+
+const DEADLINE_MS = 3000;
+/** Scheduling slack on a loaded 2-core machine, on top of the deadline. */
+const SLACK_MS = 1500;
+
+const LIMITS = {
+  REQUEST_TIMEOUT_MS: String(DEADLINE_MS),
+  DB_STATEMENT_TIMEOUT_MS: '1500',
+  DB_ACQUIRE_TIMEOUT_MS: '1000',
+  DB_POOL_SIZE: '4',
+  COUPON_CACHE_TTL_MS: '0',
+};
+
+interface RawAnswer {
+  text: string;
+  elapsedMs: number;
+  /** The server closed the connection after answering. */
+  closed: boolean;
+}
+
+/** Writes `head` at once, then each of `drip` one every `everyMs`, and collects what comes back until the server closes or `maxMs` passes. */
+function trickle(url: string, head: string, drip: string[], everyMs: number, maxMs: number): Promise<RawAnswer> {
+  const port = Number(new URL(url).port);
+  return new Promise((resolve) => {
+    const started = Date.now();
+    let text = '';
+    let answeredAt = 0;
+    const socket = connect(port, '127.0.0.1', () => socket.write(head));
+    const dripper = setInterval(() => {
+      const next = drip.shift();
+      if (next !== undefined && socket.writable) socket.write(next);
+    }, everyMs);
+    const finish = (closed: boolean) => {
+      clearInterval(dripper);
+      clearTimeout(giveUp);
+      socket.destroy();
+      resolve({ text, elapsedMs: (answeredAt || Date.now()) - started, closed });
+    };
+    const giveUp = setTimeout(() => finish(false), maxMs);
+    socket.on('data', (c) => {
+      if (!answeredAt) answeredAt = Date.now();
+      text += c.toString();
+    });
+    socket.on('close', () => finish(true));
+    socket.on('error', () => undefined);
+  });
+}
+
+const bodyOf = (raw: string) => JSON.parse(raw.slice(raw.indexOf('\r\n\r\n') + 4).replace(/^[0-9a-f]+\r\n/, '')) as { code: string };
+
+describe('deadlines: slow clients', () => {
+  let t: TestApp;
+  beforeAll(async () => {
+    t = await startTestApp(LIMITS);
+  });
+  afterAll(async () => {
+    await t.close();
+  });
+
+  it('a body sent one byte a second is cut off at the deadline with 408 REQUEST_TIMEOUT in the error format', async () => {
+    const body = JSON.stringify({ userCouponId: '1', orderNo: 'slow-1', orderAmountCents: 100 });
+    const head = [
+      'POST /redemptions HTTP/1.1',
+      'Host: localhost',
+      `Authorization: Bearer ${tokenFor('slow-body')}`,
+      'Content-Type: application/json',
+      'X-Request-Id: slow-body-1',
+      `Content-Length: ${body.length}`,
+      '',
+      '',
+    ].join('\r\n');
+    const answer = await trickle(t.url, head, body.split(''), 1000, DEADLINE_MS * 4);
+    expect(answer.text).toMatch(/^HTTP\/1\.1 408 /);
+    expect(answer.text).toMatch(/\r\nx-request-id: slow-body-1\r\n/i);
+    expect(bodyOf(answer.text).code).toBe('REQUEST_TIMEOUT');
+    expect(answer.elapsedMs).toBeGreaterThanOrEqual(DEADLINE_MS - 100);
+    expect(answer.elapsedMs).toBeLessThan(DEADLINE_MS + SLACK_MS);
+    expect(answer.closed).toBe(true);
+  });
+
+  it('headers sent one line a second are cut off with 408 REQUEST_TIMEOUT', async () => {
+    const drip = Array.from({ length: 30 }, (_, i) => `X-Slow-${i}: 1\r\n`);
+    const answer = await trickle(t.url, 'GET /coupons/1 HTTP/1.1\r\nHost: localhost\r\n', drip, 1000, DEADLINE_MS * 4);
+    expect(answer.text).toMatch(/^HTTP\/1\.1 408 /);
+    expect(bodyOf(answer.text).code).toBe('REQUEST_TIMEOUT');
+    // Node checks its header deadline once a second.
+    expect(answer.elapsedMs).toBeLessThan(DEADLINE_MS + 1000 + SLACK_MS);
+    expect(answer.closed).toBe(true);
+  });
+
+  it('a connection that sends nothing is closed by the deadline', async () => {
+    const answer = await trickle(t.url, '', [], 1000, DEADLINE_MS * 4);
+    expect(answer.closed).toBe(true);
+    expect(answer.elapsedMs).toBeLessThan(DEADLINE_MS + 1000 + SLACK_MS);
+  });
+
+  it('REQUEST_TIMEOUT_MS and the database limits are validated at boot', () => {
+    expect(testConfig().REQUEST_TIMEOUT_MS).toBe(10_000);
+    expect(() => testConfig({ REQUEST_TIMEOUT_MS: '0' })).toThrow(/REQUEST_TIMEOUT_MS/);
+    expect(() => testConfig({ DB_LOCK_WAIT_TIMEOUT_SECONDS: '0' })).toThrow(/DB_LOCK_WAIT_TIMEOUT_SECONDS/);
+    expect(() => testConfig({ DB_STATEMENT_TIMEOUT_MS: 'soon' })).toThrow(/DB_STATEMENT_TIMEOUT_MS/);
+  });
+});
+
+describe('deadlines: a stalled database', () => {
+  let proxy: StallProxy;
+  let t: TestApp;
+  let direct: ReturnType<typeof testConfig>;
+  beforeAll(async () => {
+    direct = testConfig(LIMITS);
+    proxy = await startStallProxy({ host: direct.DB_HOST, port: direct.DB_PORT });
+    const config = testConfig({ ...LIMITS, DB_NAME: direct.DB_NAME, DB_HOST: '127.0.0.1', DB_PORT: String(proxy.port) });
+    await createTestDatabase(config);
+    t = await startTestApp({}, config);
+  });
+  afterAll(async () => {
+    proxy.resume();
+    await t.close();
+    await proxy.close();
+    await dropTestDatabase(direct);
+  });
+
+  /** A request with a client-side limit well past the deadline: a hang shows as status 0. */
+  const timed = async (make: () => request.Test) => {
+    const started = Date.now();
+    try {
+      const res = await make().timeout(DEADLINE_MS * 3);
+      return { status: res.status, code: res.body?.code as string | undefined, ms: Date.now() - started };
+    } catch {
+      return { status: 0, code: 'HUNG', ms: Date.now() - started };
+    }
+  };
+
+  it('every request in flight or arriving while it is stalled ends in 503 SERVICE_UNAVAILABLE within the deadline; nothing answered 503 was committed; it recovers', async () => {
+    const coupon = await createCoupon(t.url, { totalStock: 1000, perUserLimit: 1 });
+    const warm = await request(t.url)
+      .post(`/coupons/${coupon.id}/grab`)
+      .set(bearer(tokenFor('stall-0')))
+      .set('Idempotency-Key', newKey());
+    expect(warm.status).toBe(201);
+
+    proxy.stall();
+    const keys = Array.from({ length: 16 }, (_, i) => ({ user: `stall-${i + 1}`, key: newKey('stall') }));
+    const firstWave = [
+      ...keys.map(({ user, key }) =>
+        timed(() =>
+          request(t.url)
+            .post(`/coupons/${coupon.id}/grab`)
+            .set(bearer(tokenFor(user)))
+            .set('Idempotency-Key', key),
+        ),
+      ),
+      ...Array.from({ length: 4 }, () => timed(() => request(t.url).get(`/coupons/${coupon.id}`))),
+      ...Array.from({ length: 4 }, (_, i) =>
+        timed(() =>
+          request(t.url)
+            .get('/me/coupons')
+            .set(bearer(tokenFor(`stall-${i}`))),
+        ),
+      ),
+    ];
+    // Requests that arrive after the pool is already stuck wait for a connection, not for a statement.
+    await new Promise((r) => setTimeout(r, 700));
+    const secondWave = Array.from({ length: 4 }, () => timed(() => request(t.url).get(`/coupons/${coupon.id}`)));
+    const answers = await Promise.all([...firstWave, ...secondWave]);
+    const health = await timed(() => request(t.url).get('/health'));
+    proxy.resume();
+
+    for (const a of answers) {
+      expect([a.status, a.code]).toEqual([503, 'SERVICE_UNAVAILABLE']);
+      expect(a.ms).toBeLessThan(DEADLINE_MS + SLACK_MS);
+    }
+    expect(health.status).toBe(503);
+
+    // Back: the service answers again without a restart, and no grab answered 503 issued a coupon.
+    let again = { status: 0 };
+    for (let i = 0; i < 50 && again.status !== 200; i++) {
+      again = await request(t.url).get(`/coupons/${coupon.id}`);
+      if (again.status !== 200) await new Promise((r) => setTimeout(r, 200));
+    }
+    expect(again.status).toBe(200);
+    const after = await request(t.url)
+      .post(`/coupons/${coupon.id}/grab`)
+      .set(bearer(tokenFor('stall-after')))
+      .set('Idempotency-Key', newKey());
+    expect(after.status).toBe(201);
+    for (const { user, key } of keys) {
+      const lookup = await request(t.url)
+        .get(`/grabs/${key}`)
+        .set(bearer(tokenFor(user)));
+      expect([user, lookup.status]).toEqual([user, 404]);
+    }
+    expect(await checkInvariants(t.db)).toEqual([]);
+  });
+});
