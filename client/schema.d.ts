@@ -1322,6 +1322,26 @@ export interface operations {
                     };
                 };
             };
+            /** @description REQUEST_TIMEOUT */
+            408: {
+                headers: {
+                    /** @description The request's id: the client's `X-Request-Id` when it is 1-128 of [A-Za-z0-9._:-], else a generated UUID */
+                    "x-request-id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "code": "REQUEST_TIMEOUT",
+                     *       "message": "request timeout"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"] & {
+                        /** @enum {string} */
+                        code?: "REQUEST_TIMEOUT";
+                    };
+                };
+            };
             /** @description ILLEGAL_TRANSITION, STATUS_CONFLICT */
             409: {
                 headers: {
@@ -1520,6 +1540,26 @@ export interface operations {
                     "application/json": components["schemas"]["Error"] & {
                         /** @enum {string} */
                         code?: "COUPON_NOT_FOUND" | "USER_COUPON_NOT_FOUND";
+                    };
+                };
+            };
+            /** @description REQUEST_TIMEOUT */
+            408: {
+                headers: {
+                    /** @description The request's id: the client's `X-Request-Id` when it is 1-128 of [A-Za-z0-9._:-], else a generated UUID */
+                    "x-request-id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "code": "REQUEST_TIMEOUT",
+                     *       "message": "request timeout"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"] & {
+                        /** @enum {string} */
+                        code?: "REQUEST_TIMEOUT";
                     };
                 };
             };
@@ -2049,6 +2089,26 @@ export interface operations {
                     };
                 };
             };
+            /** @description REQUEST_TIMEOUT */
+            408: {
+                headers: {
+                    /** @description The request's id: the client's `X-Request-Id` when it is 1-128 of [A-Za-z0-9._:-], else a generated UUID */
+                    "x-request-id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "code": "REQUEST_TIMEOUT",
+                     *       "message": "request timeout"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"] & {
+                        /** @enum {string} */
+                        code?: "REQUEST_TIMEOUT";
+                    };
+                };
+            };
             /** @description PAYLOAD_TOO_LARGE */
             413: {
                 headers: {
@@ -2478,6 +2538,26 @@ export interface operations {
                     };
                 };
             };
+            /** @description REQUEST_TIMEOUT */
+            408: {
+                headers: {
+                    /** @description The request's id: the client's `X-Request-Id` when it is 1-128 of [A-Za-z0-9._:-], else a generated UUID */
+                    "x-request-id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "code": "REQUEST_TIMEOUT",
+                     *       "message": "request timeout"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"] & {
+                        /** @enum {string} */
+                        code?: "REQUEST_TIMEOUT";
+                    };
+                };
+            };
             /** @description PAYLOAD_TOO_LARGE */
             413: {
                 headers: {
@@ -2653,6 +2733,26 @@ export interface operations {
                     };
                 };
             };
+            /** @description REQUEST_TIMEOUT */
+            408: {
+                headers: {
+                    /** @description The request's id: the client's `X-Request-Id` when it is 1-128 of [A-Za-z0-9._:-], else a generated UUID */
+                    "x-request-id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "code": "REQUEST_TIMEOUT",
+                     *       "message": "request timeout"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"] & {
+                        /** @enum {string} */
+                        code?: "REQUEST_TIMEOUT";
+                    };
+                };
+            };
             /** @description INSUFFICIENT_STOCK */
             409: {
                 headers: {
@@ -2821,6 +2921,26 @@ export interface operations {
                     "application/json": components["schemas"]["Error"] & {
                         /** @enum {string} */
                         code?: "COUPON_NOT_FOUND";
+                    };
+                };
+            };
+            /** @description REQUEST_TIMEOUT */
+            408: {
+                headers: {
+                    /** @description The request's id: the client's `X-Request-Id` when it is 1-128 of [A-Za-z0-9._:-], else a generated UUID */
+                    "x-request-id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "code": "REQUEST_TIMEOUT",
+                     *       "message": "request timeout"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"] & {
+                        /** @enum {string} */
+                        code?: "REQUEST_TIMEOUT";
                     };
                 };
             };
@@ -3486,6 +3606,26 @@ export interface operations {
                     };
                 };
             };
+            /** @description REQUEST_TIMEOUT */
+            408: {
+                headers: {
+                    /** @description The request's id: the client's `X-Request-Id` when it is 1-128 of [A-Za-z0-9._:-], else a generated UUID */
+                    "x-request-id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "code": "REQUEST_TIMEOUT",
+                     *       "message": "request timeout"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"] & {
+                        /** @enum {string} */
+                        code?: "REQUEST_TIMEOUT";
+                    };
+                };
+            };
             /** @description COUPON_ALREADY_USED, COUPON_EXPIRED, COUPON_VOID, COUPON_NOT_YET_VALID */
             409: {
                 headers: {
@@ -3700,6 +3840,26 @@ export interface operations {
                     "application/json": components["schemas"]["Error"] & {
                         /** @enum {string} */
                         code?: "USER_COUPON_NOT_FOUND";
+                    };
+                };
+            };
+            /** @description REQUEST_TIMEOUT */
+            408: {
+                headers: {
+                    /** @description The request's id: the client's `X-Request-Id` when it is 1-128 of [A-Za-z0-9._:-], else a generated UUID */
+                    "x-request-id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "code": "REQUEST_TIMEOUT",
+                     *       "message": "request timeout"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"] & {
+                        /** @enum {string} */
+                        code?: "REQUEST_TIMEOUT";
                     };
                 };
             };
@@ -4001,6 +4161,26 @@ export interface operations {
                     "application/json": components["schemas"]["Error"] & {
                         /** @enum {string} */
                         code?: "FORBIDDEN";
+                    };
+                };
+            };
+            /** @description REQUEST_TIMEOUT */
+            408: {
+                headers: {
+                    /** @description The request's id: the client's `X-Request-Id` when it is 1-128 of [A-Za-z0-9._:-], else a generated UUID */
+                    "x-request-id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "code": "REQUEST_TIMEOUT",
+                     *       "message": "request timeout"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"] & {
+                        /** @enum {string} */
+                        code?: "REQUEST_TIMEOUT";
                     };
                 };
             };
@@ -4436,6 +4616,26 @@ export interface operations {
                     };
                 };
             };
+            /** @description REQUEST_TIMEOUT */
+            408: {
+                headers: {
+                    /** @description The request's id: the client's `X-Request-Id` when it is 1-128 of [A-Za-z0-9._:-], else a generated UUID */
+                    "x-request-id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "code": "REQUEST_TIMEOUT",
+                     *       "message": "request timeout"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"] & {
+                        /** @enum {string} */
+                        code?: "REQUEST_TIMEOUT";
+                    };
+                };
+            };
             /** @description COMPENSATION_ALREADY_DECIDED, STATUS_CONFLICT, INSUFFICIENT_STOCK, ILLEGAL_TRANSITION */
             409: {
                 headers: {
@@ -4628,6 +4828,26 @@ export interface operations {
                     "application/json": components["schemas"]["Error"] & {
                         /** @enum {string} */
                         code?: "COMPENSATION_NOT_FOUND";
+                    };
+                };
+            };
+            /** @description REQUEST_TIMEOUT */
+            408: {
+                headers: {
+                    /** @description The request's id: the client's `X-Request-Id` when it is 1-128 of [A-Za-z0-9._:-], else a generated UUID */
+                    "x-request-id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "code": "REQUEST_TIMEOUT",
+                     *       "message": "request timeout"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"] & {
+                        /** @enum {string} */
+                        code?: "REQUEST_TIMEOUT";
                     };
                 };
             };
@@ -4889,6 +5109,26 @@ export interface operations {
                     "application/json": components["schemas"]["Error"] & {
                         /** @enum {string} */
                         code?: "FORBIDDEN";
+                    };
+                };
+            };
+            /** @description REQUEST_TIMEOUT */
+            408: {
+                headers: {
+                    /** @description The request's id: the client's `X-Request-Id` when it is 1-128 of [A-Za-z0-9._:-], else a generated UUID */
+                    "x-request-id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "code": "REQUEST_TIMEOUT",
+                     *       "message": "request timeout"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"] & {
+                        /** @enum {string} */
+                        code?: "REQUEST_TIMEOUT";
                     };
                 };
             };
@@ -5202,6 +5442,26 @@ export interface operations {
                     };
                 };
             };
+            /** @description REQUEST_TIMEOUT */
+            408: {
+                headers: {
+                    /** @description The request's id: the client's `X-Request-Id` when it is 1-128 of [A-Za-z0-9._:-], else a generated UUID */
+                    "x-request-id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "code": "REQUEST_TIMEOUT",
+                     *       "message": "request timeout"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"] & {
+                        /** @enum {string} */
+                        code?: "REQUEST_TIMEOUT";
+                    };
+                };
+            };
             /** @description PAYLOAD_TOO_LARGE */
             413: {
                 headers: {
@@ -5374,6 +5634,26 @@ export interface operations {
                     "application/json": components["schemas"]["Error"] & {
                         /** @enum {string} */
                         code?: "WEBHOOK_NOT_FOUND";
+                    };
+                };
+            };
+            /** @description REQUEST_TIMEOUT */
+            408: {
+                headers: {
+                    /** @description The request's id: the client's `X-Request-Id` when it is 1-128 of [A-Za-z0-9._:-], else a generated UUID */
+                    "x-request-id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "code": "REQUEST_TIMEOUT",
+                     *       "message": "request timeout"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"] & {
+                        /** @enum {string} */
+                        code?: "REQUEST_TIMEOUT";
                     };
                 };
             };

@@ -46,7 +46,8 @@ function commonErrors(method: string, op: Operation, route: RouteContract): Erro
   if (takesBody || (op.parameters ?? []).length > 0) codes.push('VALIDATION_FAILED');
   if (route.auth !== 'public') codes.push('UNAUTHENTICATED');
   if (Array.isArray(route.auth)) codes.push('FORBIDDEN');
-  if (takesBody) codes.push('PAYLOAD_TOO_LARGE', 'UNSUPPORTED_MEDIA_TYPE');
+  // REQUEST_TIMEOUT: the body did not all arrive within REQUEST_TIMEOUT_MS.
+  if (takesBody) codes.push('PAYLOAD_TOO_LARGE', 'UNSUPPORTED_MEDIA_TYPE', 'REQUEST_TIMEOUT');
   if (route.usesDatabase !== false) codes.push('SERVICE_UNAVAILABLE');
   return codes;
 }
