@@ -1,4 +1,5 @@
 import { createContext, useContext, useMemo, useState, type ReactNode } from 'react';
+import { setApiLanguage } from './api';
 
 const en = {
   appTitle: 'Coupon console',
@@ -415,6 +416,8 @@ function initialLang(): Lang {
 export function I18nProvider({ children }: { children: ReactNode }) {
   const [lang, setLangState] = useState<Lang>(initialLang);
   const value = useMemo<I18n>(() => {
+    // Before any page asks: the API's error messages come in the language the console shows.
+    setApiLanguage(lang);
     const messages = MESSAGES[lang];
     return {
       lang,

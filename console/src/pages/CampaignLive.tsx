@@ -4,12 +4,12 @@ import { ArrowLeftOutlined, ReloadOutlined } from '@ant-design/icons';
 import type { EChartsOption } from 'echarts';
 import dayjs from 'dayjs';
 import { Link, useParams } from 'react-router-dom';
-import { get, type Coupon, type Series } from '../api';
+import { client, ok, type CouponView, type Series } from '../api';
 import { Chart } from '../chart';
 import { time, yuan } from '../format';
 import { usePoll } from '../hooks';
 import { label, useI18n, type Translate } from '../i18n';
-import { PauseButton, StatusTags, StockBar } from './Campaigns';
+import { lockedCount, PauseButton, StatusTags, StockBar } from './Campaigns';
 import { StockModal } from './StockModal';
 
 const POLL_MS = 1000;
@@ -28,10 +28,11 @@ const COLORS: Record<string, string> = {
 };
 const ORDER = Object.keys(COLORS);
 
-function describeDiscount(c: Coupon, t: Translate): string {
-  const d = c.discount;
-  if (d.type === 'PERCENT') return t('percentDesc', { percent: d.percentOff ?? 0, threshold: yuan(d.thresholdCents) });
-  return t('discountDesc', { amount: yuan(d.amountCents ?? 0), threshold: yuan(d.thresholdCents) });
+/** Amount off, or (once the API has percentage discounts) percent off. */
+function describeDiscount(c: CouponView, t: Translate): string {
+  const d = c.discount as CouponView['discount'] & { percentOff?: number };
+  if (d.percentOff !== undefined) return t('percentDesc', { percent: d.percentOff, threshold: yuan(d.thresholdCents) });
+  return t('discountDesc', { amount: yuan(d.amountCents), threshold: yuan(d.thresholdCents) });
 }
 
 function chartOption(series: Series, stockTrail: [number, number][], t: Translate): EChartsOption {
@@ -75,8 +76,13 @@ export function CampaignLive() {
   const { couponId = '' } = useParams();
   const { t } = useI18n();
   const [stockOpen, setStockOpen] = useState(false);
-  const detail = usePoll(() => get<Coupon>(`/admin/coupons/${couponId}`), [couponId], COUNTS_MS);
-  const live = usePoll(() => get<Series>(`/admin/coupons/${couponId}/series?seconds=${WINDOW_SECONDS}`), [couponId], POLL_MS);
+  const path = { couponId };
+  const detail = usePoll(() => ok(client.GET('/admin/coupons/{couponId}', { params: { path } })), [couponId], COUNTS_MS);
+  const live = usePoll(
+    () => ok(client.GET('/admin/coupons/{couponId}/series', { params: { path, query: { seconds: WINDOW_SECONDS } } })),
+    [couponId],
+    POLL_MS,
+  );
 
   // Remaining stock as sampled by this page since it opened (the server keeps no stock history).
   const trail = useRef<[number, number][]>([]);
@@ -164,7 +170,7 @@ export function CampaignLive() {
           <Row gutter={16} style={{ marginBottom: 24 }}>
             {(['issued', 'unused', 'locked', 'used', 'expired', 'void'] as const).map((k) => (
               <Col span={4} key={k}>
-                <Statistic title={t(k)} value={coupon.counts?.[k] ?? 0} />
+                <Statistic title={t(k)} value={k === 'locked' ? lockedCount(coupon.counts) : coupon.counts[k]} />
               </Col>
             ))}
           </Row>

@@ -2,19 +2,22 @@ import { useState } from 'react';
 import { App, Button, Card, Progress, Space, Table, Tag, Tooltip, Typography } from 'antd';
 import { LineChartOutlined, PauseCircleOutlined, PlayCircleOutlined, PlusOutlined, ReloadOutlined } from '@ant-design/icons';
 import { Link } from 'react-router-dom';
-import { get, patch, type Coupon, type Page } from '../api';
+import { client, ok, type Coupon, type CouponPage, type Counts, type CouponView } from '../api';
 import { phase, shortTime } from '../format';
 import { usePoll } from '../hooks';
 import { useI18n, type Translate } from '../i18n';
 import { CreateCampaign } from './CreateCampaign';
 import { StockModal } from './StockModal';
 
+/** LOCKED coupons (checkout holds) are counted once the API has them. */
+export const lockedCount = (counts: Counts) => (counts as Counts & { locked?: number }).locked ?? 0;
+
 /** Counts are real counts on the server: the list refreshes every 10 s, the live page polls the cheap series instead. */
 const LIST_REFRESH_MS = 10_000;
 
 const PHASE_COLOR = { notStarted: 'default', running: 'green', ended: 'default', soldOut: 'red' } as const;
 
-export function StatusTags({ coupon, t }: { coupon: Coupon; t: Translate }) {
+export function StatusTags({ coupon, t }: { coupon: CouponView; t: Translate }) {
   const p = phase(coupon);
   return (
     <Space size={4} wrap>
@@ -23,7 +26,7 @@ export function StatusTags({ coupon, t }: { coupon: Coupon; t: Translate }) {
   );
 }
 
-export function StockBar({ coupon, t }: { coupon: Pick<Coupon, 'initStock' | 'remainingStock'>; t: Translate }) {
+export function StockBar({ coupon, t }: { coupon: Pick<CouponView, 'initStock' | 'remainingStock'>; t: Translate }) {
   const percent = coupon.initStock === 0 ? 0 : (coupon.remainingStock / coupon.initStock) * 100;
   return (
     <Tooltip title={t('remainingOf', { remaining: coupon.remainingStock, total: coupon.initStock })}>
@@ -40,7 +43,7 @@ export function StockBar({ coupon, t }: { coupon: Pick<Coupon, 'initStock' | 're
 }
 
 /** Pause or resume, as a button that reports what it did. */
-export function PauseButton({ coupon, onDone }: { coupon: Coupon; onDone(c: Coupon): void }) {
+export function PauseButton({ coupon, onDone }: { coupon: Pick<CouponView, 'id' | 'status'>; onDone(c: CouponView): void }) {
   const { t } = useI18n();
   const { message } = App.useApp();
   const [busy, setBusy] = useState(false);
@@ -53,7 +56,12 @@ export function PauseButton({ coupon, onDone }: { coupon: Coupon; onDone(c: Coup
       onClick={async () => {
         setBusy(true);
         try {
-          const c = await patch<Coupon>(`/admin/coupons/${coupon.id}`, { status: pausing ? 'PAUSED' : 'ACTIVE' });
+          const c = await ok(
+            client.PATCH('/admin/coupons/{couponId}', {
+              params: { path: { couponId: coupon.id } },
+              body: { status: pausing ? 'PAUSED' : 'ACTIVE' },
+            }),
+          );
           void message.success(t(pausing ? 'paused' : 'resumed', { name: c.name }));
           onDone(c);
         } catch (err) {
@@ -78,7 +86,7 @@ export function Campaigns() {
       const items: Coupon[] = [];
       let cursor: string | null = null;
       for (let i = 0; i < pages; i++) {
-        const page: Page<Coupon> = await get(`/admin/coupons?limit=20${cursor ? `&cursor=${cursor}` : ''}`);
+        const page: CouponPage = await ok(client.GET('/admin/coupons', { params: { query: { limit: 20, cursor: cursor ?? undefined } } }));
         items.push(...page.items);
         cursor = page.nextCursor;
         if (!cursor) break;
@@ -130,9 +138,9 @@ export function Campaigns() {
           },
           { title: t('status'), key: 'status', width: 100, render: (_, c) => <StatusTags coupon={c} t={t} /> },
           { title: t('stock'), key: 'stock', width: 220, render: (_, c) => <StockBar coupon={c} t={t} /> },
-          { title: t('issued'), key: 'issued', align: 'right', width: 80, render: (_, c) => c.counts?.issued ?? '—' },
-          { title: t('used'), key: 'used', align: 'right', width: 70, render: (_, c) => c.counts?.used ?? '—' },
-          { title: t('locked'), key: 'locked', align: 'right', width: 70, render: (_, c) => c.counts?.locked ?? 0 },
+          { title: t('issued'), key: 'issued', align: 'right', width: 80, render: (_, c) => c.counts.issued },
+          { title: t('used'), key: 'used', align: 'right', width: 70, render: (_, c) => c.counts.used },
+          { title: t('locked'), key: 'locked', align: 'right', width: 70, render: (_, c) => lockedCount(c.counts) },
           {
             title: t('actions'),
             key: 'actions',

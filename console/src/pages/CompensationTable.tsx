@@ -2,7 +2,7 @@ import { useState } from 'react';
 import { Alert, App, Button, Descriptions, Form, Input, Modal, Space, Table, Tag, Typography } from 'antd';
 import { CheckOutlined, CloseOutlined } from '@ant-design/icons';
 import { Link } from 'react-router-dom';
-import { post, type Compensation } from '../api';
+import { client, ok, type Compensation } from '../api';
 import { showApiErrors } from '../apiForm';
 import { time } from '../format';
 import { label, useI18n } from '../i18n';
@@ -75,7 +75,12 @@ function Decide({
           setBusy(true);
           setRefusal(null);
           try {
-            await post(`/admin/compensations/${compensation.id}/${decision}`, { reason });
+            const decide = { params: { path: { id: compensation.id } }, body: { reason } };
+            await ok(
+              decision === 'approve'
+                ? client.POST('/admin/compensations/{id}/approve', decide)
+                : client.POST('/admin/compensations/{id}/reject', decide),
+            );
             void message.success(t(decision === 'approve' ? 'approved' : 'rejected', { id: compensation.id }));
             onDone();
           } catch (err) {

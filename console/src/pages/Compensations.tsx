@@ -1,6 +1,6 @@
 import { Card, Segmented } from 'antd';
 import { useSearchParams } from 'react-router-dom';
-import { get, query, type Compensation, type Page } from '../api';
+import { client, ok } from '../api';
 import { usePoll } from '../hooks';
 import { useI18n } from '../i18n';
 import { CompensationTable } from './CompensationTable';
@@ -12,7 +12,7 @@ export function Compensations() {
   const [params, setParams] = useSearchParams();
   const status = (params.get('status') ?? 'PENDING') as (typeof FILTERS)[number];
   const list = usePoll(
-    () => get<Page<Compensation>>(`/admin/compensations${query({ status: status === 'ALL' ? undefined : status, limit: 100 })}`),
+    () => ok(client.GET('/admin/compensations', { params: { query: { status: status === 'ALL' ? undefined : status, limit: 100 } } })),
     [status],
   );
   return (

@@ -1,7 +1,8 @@
 import { useState } from 'react';
 import { Alert, App, Button, Col, DatePicker, Drawer, Form, Input, InputNumber, Radio, Row, Space, Switch } from 'antd';
 import dayjs, { type Dayjs } from 'dayjs';
-import { post, type Coupon } from '../api';
+import type { components } from '../../../client/schema';
+import { client, ok, type CouponView } from '../api';
 import { showApiErrors } from '../apiForm';
 import { useI18n } from '../i18n';
 
@@ -35,19 +36,20 @@ const FIELDS = [
 ];
 
 /** The form shows yuan; the API takes cents. */
-const cents = (yuan: number | null | undefined) => (typeof yuan === 'number' ? Math.round(yuan * 100) : yuan);
+const cents = (yuan: number) => Math.round(yuan * 100);
 
-function toBody(v: Values) {
+/** Every field the form requires is there (its rules checked them); the API judges the values. */
+function toBody(v: Values): components['schemas']['CreateCouponDto'] {
   return {
     name: v.name,
     totalStock: v.totalStock,
     perUserLimit: v.perUserLimit,
-    grabStartAt: v.grabStartAt?.toISOString(),
-    grabEndAt: v.grabEndAt?.toISOString(),
+    grabStartAt: v.grabStartAt.toISOString(),
+    grabEndAt: v.grabEndAt.toISOString(),
     validity:
       v.validity.type === 'RELATIVE'
-        ? { type: 'RELATIVE', days: v.validity.days }
-        : { type: 'FIXED', startAt: v.validity.startAt?.toISOString(), endAt: v.validity.endAt?.toISOString() },
+        ? { type: 'RELATIVE', days: v.validity.days as number }
+        : { type: 'FIXED', startAt: (v.validity.startAt as Dayjs).toISOString(), endAt: (v.validity.endAt as Dayjs).toISOString() },
     discount: { thresholdCents: cents(v.discount.thresholdCents), amountCents: cents(v.discount.amountCents) },
     ...(v.rateLimitPerSecond == null ? {} : { rateLimitPerSecond: v.rateLimitPerSecond }),
     returnOnRefund: v.returnOnRefund,
@@ -58,7 +60,7 @@ function toBody(v: Values) {
  * Only "required" is checked here: ranges and cross-field rules are the API's, and its messages
  * are shown as they come, so the form can never drift from what the service accepts.
  */
-export function CreateCampaign({ open, onClose, onCreated }: { open: boolean; onClose(): void; onCreated(c: Coupon): void }) {
+export function CreateCampaign({ open, onClose, onCreated }: { open: boolean; onClose(): void; onCreated(c: CouponView): void }) {
   const { t } = useI18n();
   const { message } = App.useApp();
   const [form] = Form.useForm<Values>();
@@ -71,7 +73,7 @@ export function CreateCampaign({ open, onClose, onCreated }: { open: boolean; on
     setBusy(true);
     setRefusal(null);
     try {
-      const created = await post<Coupon>('/admin/coupons', toBody(values));
+      const created = await ok(client.POST('/admin/coupons', { body: toBody(values) }));
       void message.success(t('created', { name: created.name }));
       form.resetFields();
       onCreated(created);

@@ -2,7 +2,7 @@ import { useState } from 'react';
 import { Alert, App, Button, Card, Col, Descriptions, Empty, Row, Select, Space, Statistic, Table, Tag, Typography } from 'antd';
 import { ArrowLeftOutlined, PlayCircleOutlined } from '@ant-design/icons';
 import { Link, useNavigate, useParams } from 'react-router-dom';
-import { get, post, query, type Compensation, type Page, type Run } from '../api';
+import { client, ok, type Run } from '../api';
 import { time } from '../format';
 import { usePoll } from '../hooks';
 import { label, useI18n } from '../i18n';
@@ -12,9 +12,9 @@ const RUN_COLOR = { RUNNING: 'processing', COMPLETED: 'success', FAILED: 'error'
 
 function RunDetail({ runId }: { runId: string }) {
   const { t } = useI18n();
-  const run = usePoll(() => get<Run>(`/admin/reconciliation/runs/${runId}`), [runId], 2000);
+  const run = usePoll(() => ok(client.GET('/admin/reconciliation/runs/{runId}', { params: { path: { runId } } })), [runId], 2000);
   const compensations = usePoll(
-    () => get<Page<Compensation>>(`/admin/compensations${query({ runId, limit: 100 })}`),
+    () => ok(client.GET('/admin/compensations', { params: { query: { runId, limit: 100 } } })),
     [runId, run.data?.status],
   );
   const r = run.data;
@@ -86,7 +86,7 @@ function Runs() {
   const navigate = useNavigate();
   const [mode, setMode] = useState<Run['mode']>('FULL');
   const [starting, setStarting] = useState(false);
-  const runs = usePoll(() => get<Page<Run>>('/admin/reconciliation/runs?limit=50'), [], 3000);
+  const runs = usePoll(() => ok(client.GET('/admin/reconciliation/runs', { params: { query: { limit: 50 } } })), [], 3000);
   return (
     <Card
       title={t('runs')}
@@ -109,7 +109,7 @@ function Runs() {
             onClick={async () => {
               setStarting(true);
               try {
-                const { runId } = await post<{ runId: string }>('/admin/reconciliation/runs', { mode });
+                const { runId } = await ok(client.POST('/admin/reconciliation/runs', { body: { mode } }));
                 void message.success(t('runStarted', { id: runId }));
                 navigate(`/reconciliation/${runId}`);
               } catch (err) {

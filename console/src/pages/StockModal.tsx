@@ -1,11 +1,11 @@
 import { useState } from 'react';
 import { App, Form, InputNumber, Modal, Radio } from 'antd';
-import { post, type Coupon } from '../api';
+import { client, ok, type CouponView } from '../api';
 import { showApiErrors } from '../apiForm';
 import { useI18n } from '../i18n';
 
 /** Add or remove stock: `POST /admin/coupons/:id/stock` with a positive or negative delta. */
-export function StockModal({ coupon, onClose, onDone }: { coupon: Coupon | null; onClose(): void; onDone(c: Coupon): void }) {
+export function StockModal({ coupon, onClose, onDone }: { coupon: CouponView | null; onClose(): void; onDone(c: CouponView): void }) {
   const { t } = useI18n();
   const { message } = App.useApp();
   const [form] = Form.useForm<{ direction: 1 | -1; amount: number }>();
@@ -27,7 +27,12 @@ export function StockModal({ coupon, onClose, onDone }: { coupon: Coupon | null;
           if (!coupon) return;
           setBusy(true);
           try {
-            const c = await post<Coupon>(`/admin/coupons/${coupon.id}/stock`, { delta: direction * amount });
+            const c = await ok(
+              client.POST('/admin/coupons/{couponId}/stock', {
+                params: { path: { couponId: coupon.id } },
+                body: { delta: direction * amount },
+              }),
+            );
             void message.success(t('stockChanged', { name: c.name, remaining: c.remainingStock, total: c.initStock }));
             onDone(c);
             onClose();

@@ -2,13 +2,20 @@ import { useState } from 'react';
 import { Alert, App, Button, Card, Descriptions, Drawer, Form, Input, Modal, Space, Switch, Table, Tag, Timeline, Typography } from 'antd';
 import { HistoryOutlined, SearchOutlined, StopOutlined, UndoOutlined } from '@ant-design/icons';
 import { useSearchParams } from 'react-router-dom';
-import { get, post, query, type History, type Page, type UserCoupon, type UserCouponStatus } from '../api';
+import { client, ok, type UserCoupon, type UserCouponStatus } from '../api';
 import { showApiErrors } from '../apiForm';
 import { time } from '../format';
 import { usePoll } from '../hooks';
 import { useI18n, type Translate } from '../i18n';
 
-const STATUS_COLOR: Record<UserCouponStatus, string> = { UNUSED: 'green', LOCKED: 'gold', USED: 'blue', EXPIRED: 'default', VOID: 'red' };
+// LOCKED (a checkout hold) is named here before the API's document has it.
+const STATUS_COLOR: Record<UserCouponStatus | 'LOCKED', string> = {
+  UNUSED: 'green',
+  LOCKED: 'gold',
+  USED: 'blue',
+  EXPIRED: 'default',
+  VOID: 'red',
+};
 const STATUS_KEY = { UNUSED: 'unused', LOCKED: 'locked', USED: 'used', EXPIRED: 'expired', VOID: 'void' } as const;
 
 export function StatusTag({ status, t }: { status: UserCouponStatus; t: Translate }) {
@@ -17,7 +24,11 @@ export function StatusTag({ status, t }: { status: UserCouponStatus; t: Translat
 
 function HistoryDrawer({ userCouponId, onClose }: { userCouponId: string | null; onClose(): void }) {
   const { t } = useI18n();
-  const history = usePoll(async () => (userCouponId ? get<History>(`/admin/user-coupons/${userCouponId}/history`) : null), [userCouponId]);
+  const history = usePoll(
+    async () =>
+      userCouponId ? ok(client.GET('/admin/user-coupons/{userCouponId}/history', { params: { path: { userCouponId } } })) : null,
+    [userCouponId],
+  );
   const h = history.data;
   return (
     <Drawer title={userCouponId ? t('historyOf', { id: userCouponId }) : ''} size={620} open={userCouponId !== null} onClose={onClose}>
@@ -101,20 +112,26 @@ function ActionModal({ action, userId, onClose, onDone }: { action: Action | nul
           setRefusal(null);
           try {
             if (action.kind === 'void') {
-              await post(`/admin/user-coupons/${action.coupon.id}/void`, { reason: v.reason });
+              await ok(
+                client.POST('/admin/user-coupons/{userCouponId}/void', {
+                  params: { path: { userCouponId: action.coupon.id } },
+                  body: { reason: v.reason },
+                }),
+              );
               void message.success(t('voided', { id: action.coupon.id }));
             } else {
-              const issued = await post<UserCoupon>(
-                '/admin/user-coupons/reissue',
-                {
-                  couponId: v.couponId,
-                  userId,
-                  reason: v.reason,
-                  fromStock: v.fromStock,
-                  ...(action.coupon ? { replacesUserCouponId: action.coupon.id } : {}),
-                },
-                // A double click or a retried request reissues once.
-                { 'idempotency-key': `console-${crypto.randomUUID()}` },
+              const issued = await ok(
+                client.POST('/admin/user-coupons/reissue', {
+                  body: {
+                    couponId: v.couponId as string,
+                    userId,
+                    reason: v.reason,
+                    fromStock: v.fromStock,
+                    ...(action.coupon ? { replacesUserCouponId: action.coupon.id } : {}),
+                  },
+                  // A double click or a retried request reissues once.
+                  headers: { 'idempotency-key': `console-${crypto.randomUUID()}` },
+                }),
               );
               void message.success(t('reissued', { id: issued.id, user: userId }));
             }
@@ -157,7 +174,7 @@ export function UserCoupons() {
   const historyOf = params.get('history');
   const [action, setAction] = useState<Action | null>(null);
   const list = usePoll(
-    async () => (userId ? get<Page<UserCoupon>>(`/admin/users/${encodeURIComponent(userId)}/coupons${query({ limit: 100 })}`) : null),
+    async () => (userId ? ok(client.GET('/admin/users/{userId}/coupons', { params: { path: { userId }, query: { limit: 100 } } })) : null),
     [userId],
   );
   const setParam = (k: string, v: string | null) => {

@@ -18,13 +18,14 @@ import {
   Typography,
 } from 'antd';
 import { DeleteOutlined, PlusOutlined, SendOutlined } from '@ant-design/icons';
-import { api, get, patch, post, query, type Delivery, type Page, type Webhook } from '../api';
+import { client, ok, type CreatedWebhook, type Delivery, type Webhook } from '../api';
 import { showApiErrors } from '../apiForm';
 import { time } from '../format';
 import { label, useI18n } from '../i18n';
 import { usePoll } from '../hooks';
 
-const EVENT_TYPES = [
+type EventType = Webhook['events'][number];
+const EVENT_TYPES: EventType[] = [
   'user_coupon.issued',
   'user_coupon.locked',
   'user_coupon.released',
@@ -35,9 +36,9 @@ const EVENT_TYPES = [
 const DELIVERY_COLOR = { PENDING: 'gold', DELIVERED: 'green', FAILED: 'red' } as const;
 const DELIVERY_FILTERS = ['ALL', 'PENDING', 'DELIVERED', 'FAILED'] as const;
 
-function CreateWebhook({ open, onClose, onCreated }: { open: boolean; onClose(): void; onCreated(w: Webhook & { secret: string }): void }) {
+function CreateWebhook({ open, onClose, onCreated }: { open: boolean; onClose(): void; onCreated(w: CreatedWebhook): void }) {
   const { t } = useI18n();
-  const [form] = Form.useForm<{ url: string; events?: string[]; description?: string }>();
+  const [form] = Form.useForm<{ url: string; events?: EventType[]; description?: string }>();
   const [busy, setBusy] = useState(false);
   const [refusal, setRefusal] = useState<string | null>(null);
   return (
@@ -59,11 +60,15 @@ function CreateWebhook({ open, onClose, onCreated }: { open: boolean; onClose():
           setBusy(true);
           setRefusal(null);
           try {
-            const created = await post<Webhook & { secret: string }>('/admin/webhooks', {
-              url: v.url,
-              ...(v.events && v.events.length > 0 ? { events: v.events } : {}),
-              ...(v.description ? { description: v.description } : {}),
-            });
+            const created = await ok(
+              client.POST('/admin/webhooks', {
+                body: {
+                  url: v.url,
+                  ...(v.events && v.events.length > 0 ? { events: v.events } : {}),
+                  ...(v.description ? { description: v.description } : {}),
+                },
+              }),
+            );
             form.resetFields();
             onCreated(created);
           } catch (err) {
@@ -97,8 +102,10 @@ function Deliveries({ webhook, onClose }: { webhook: Webhook | null; onClose(): 
   const list = usePoll(
     async () =>
       webhook
-        ? get<Page<Delivery>>(
-            `/admin/webhooks/${webhook.id}/deliveries${query({ status: status === 'ALL' ? undefined : status, limit: 100 })}`,
+        ? ok(
+            client.GET('/admin/webhooks/{webhookId}/deliveries', {
+              params: { path: { webhookId: webhook.id }, query: { status: status === 'ALL' ? undefined : status, limit: 100 } },
+            }),
           )
         : null,
     [webhook?.id, status],
@@ -167,7 +174,7 @@ export function Webhooks() {
   const [creating, setCreating] = useState(false);
   const [secret, setSecret] = useState<string | null>(null);
   const [deliveriesOf, setDeliveriesOf] = useState<Webhook | null>(null);
-  const list = usePoll(() => get<Webhook[]>('/admin/webhooks'), [], 5000);
+  const list = usePoll(() => ok(client.GET('/admin/webhooks')), [], 5000);
   const act = async (what: () => Promise<unknown>, done: string) => {
     try {
       await what();
@@ -229,7 +236,10 @@ export function Webhooks() {
                 <Switch
                   checked={w.enabled}
                   onChange={(enabled) =>
-                    void act(() => patch(`/admin/webhooks/${w.id}`, { enabled }), t(enabled ? 'webhookEnabled' : 'webhookDisabled'))
+                    void act(
+                      () => ok(client.PATCH('/admin/webhooks/{webhookId}', { params: { path: { webhookId: w.id } }, body: { enabled } })),
+                      t(enabled ? 'webhookEnabled' : 'webhookDisabled'),
+                    )
                   }
                 />
                 {w.disabledReason && (
@@ -253,7 +263,12 @@ export function Webhooks() {
                 </Button>
                 <Popconfirm
                   title={t('confirmDelete', { url: w.url })}
-                  onConfirm={() => act(() => api('DELETE', `/admin/webhooks/${w.id}`), t('webhookDeleted'))}
+                  onConfirm={() =>
+                    act(
+                      () => ok(client.DELETE('/admin/webhooks/{webhookId}', { params: { path: { webhookId: w.id } } })),
+                      t('webhookDeleted'),
+                    )
+                  }
                 >
                   <Button size="small" danger icon={<DeleteOutlined />}>
                     {t('delete')}
