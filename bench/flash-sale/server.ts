@@ -25,7 +25,8 @@ export interface RunningServer {
  */
 export function productionNodeArgs(): string[] {
   const pkg = JSON.parse(readFileSync('package.json', 'utf8')) as { scripts: Record<string, string> };
-  const words = pkg.scripts['start:prod'].split(/\s+/);
+  // `exec node ...` (the shell hands its process over to node, so signals reach it) is still node.
+  const words = pkg.scripts['start:prod'].replace(/^exec\s+/, '').split(/\s+/);
   if (words[0] !== 'node') throw new Error(`package.json start:prod should run node, not: ${pkg.scripts['start:prod']}`);
   return words.slice(1, -1);
 }

@@ -67,6 +67,7 @@ export class WebhookRelay implements OnApplicationBootstrap, OnModuleDestroy {
   readonly sender: Sender;
   private readonly fanOutWake = new Waker();
   private readonly sendWake = new Waker();
+  private readonly flushWake = new Waker();
 
   constructor(
     private readonly dataSource: DataSource,
@@ -75,7 +76,7 @@ export class WebhookRelay implements OnApplicationBootstrap, OnModuleDestroy {
     private readonly leases: LeaseService,
   ) {
     this.fanOut = new FanOut(dataSource, tx, config);
-    this.sender = new Sender(dataSource, tx, config, () => this.sendWake.wake());
+    this.sender = new Sender(dataSource, tx, config, () => this.flushWake.wake());
   }
 
   onApplicationBootstrap(): void {
@@ -118,8 +119,8 @@ export class WebhookRelay implements OnApplicationBootstrap, OnModuleDestroy {
   }
 
   /**
-   * The relay until `signal`: two loops, so that reading the log never waits for sends to be
-   * started and the other way round. Attempts in flight are then abandoned (they stay PENDING).
+   * The relay until `signal`: three loops (read the log, write outcomes back, start attempts), so
+   * that none waits for the others' database round trips. Attempts in flight are then abandoned (they stay PENDING).
    */
   async run(signal: AbortSignal): Promise<void> {
     this.fanOut.reset();
@@ -134,8 +135,12 @@ export class WebhookRelay implements OnApplicationBootstrap, OnModuleDestroy {
         }
         return more;
       }),
+      // Outcomes are written while new attempts start: a slot is free once its outcome is written.
+      this.loop(this.flushWake, signal, async () => {
+        if (await this.sender.flush()) this.sendWake.wake();
+        return false;
+      }),
       this.loop(this.sendWake, signal, async () => {
-        await this.sender.flush();
         await this.sender.dispatch(signal);
         return false;
       }),

@@ -143,9 +143,9 @@ export class Sender {
     }
   }
 
-  /** Writes back the outcomes that came in; on a database error they are kept and written next time. */
-  async flush(): Promise<void> {
-    if (this.outcomes.length === 0) return;
+  /** Writes back the outcomes that came in (true if there were any); on a database error they are kept and written next time. */
+  async flush(): Promise<boolean> {
+    if (this.outcomes.length === 0) return false;
     const batch = this.outcomes;
     this.outcomes = [];
     const now = new Date();
@@ -164,6 +164,7 @@ export class Sender {
       disabled.inc();
       this.logger.warn(`Webhook ${d.id} disabled: ${d.reason}`);
     }
+    return true;
   }
 
   /** The outcome is a failure after the last retry: the delivery is FAILED. */
