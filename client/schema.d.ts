@@ -56,7 +56,7 @@ export interface paths {
         get?: never;
         put?: never;
         /**
-         * Void an UNUSED or EXPIRED user coupon
+         * Void an UNUSED or EXPIRED user coupon (a coupon held for an order is 409 COUPON_LOCKED)
          * @description Auth: Bearer token with the role `admin`.
          */
         post: operations["AdminUserCouponController_void"];
@@ -98,6 +98,26 @@ export interface paths {
          * @description Auth: Bearer token with the role `admin`.
          */
         get: operations["AdminUserCouponController_history"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/coupons": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * The coupon centre: live coupons, soonest grab start first (served from memory)
+         * @description Auth: No token needed.
+         */
+        get: operations["CouponController_list"];
         put?: never;
         post?: never;
         delete?: never;
@@ -280,6 +300,28 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/me/coupons/usable": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * The caller's coupons usable now on an order of orderAmountCents, with the discount each gives
+         * @description A service names the user with `userId`; a user may leave it out or name themself.
+         *
+         *     Auth: Any valid bearer token (a user; `sub` is the user id).
+         */
+        get: operations["MyCouponsController_usable"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/me/coupons/{userCouponId}": {
         parameters: {
             query?: never;
@@ -360,6 +402,50 @@ export interface paths {
          *     Auth: Bearer token with the role `service`.
          */
         post: operations["RedemptionController_refund"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/redemptions/holds": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Hold a coupon for an unpaid order (idempotent by orderNo and userCouponId)
+         * @description Checks like a redemption, then locks the coupon (LOCKED) for ttlSeconds (default HOLD_TTL_SECONDS, 900). POST /redemptions with the same pair confirms it. A repeat answers the hold as it is now (200, `Idempotent-Replayed: true`); another orderAmountCents is 422; a coupon held by another order is 409 COUPON_LOCKED.
+         *
+         *     Auth: Any valid bearer token (a user; `sub` is the user id).
+         */
+        post: operations["HoldController_hold"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/redemptions/holds/release": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Release the hold of an order (cancelled): the coupon is UNUSED again, or EXPIRED past its validity
+         * @description Repeats answer the same hold with `Idempotent-Replayed: true`; after a confirmation 409 HOLD_ALREADY_CONFIRMED.
+         *
+         *     Auth: Any valid bearer token (a user; `sub` is the user id).
+         */
+        post: operations["HoldController_release"];
         delete?: never;
         options?: never;
         head?: never;
@@ -618,8 +704,18 @@ export interface components {
             days?: number;
         };
         DiscountDto: {
+            /**
+             * @default AMOUNT
+             * @enum {string}
+             */
+            type: "AMOUNT" | "PERCENT";
             thresholdCents: number;
-            amountCents: number;
+            /** @description AMOUNT only (required there): the amount off */
+            amountCents?: number;
+            /** @description PERCENT only (required there) */
+            percentOff?: number;
+            /** @description PERCENT only: the most it takes off */
+            maxDiscountCents?: number;
         };
         CreateCouponDto: {
             name: string;
@@ -636,6 +732,11 @@ export interface components {
             rateLimitPerSecond?: number;
             /** @default false */
             returnOnRefund: boolean;
+            /**
+             * @description May share an order with other coupons, when all of them are stackable
+             * @default false
+             */
+            stackable: boolean;
         };
         PatchCouponDto: {
             /** @enum {string} */
@@ -660,6 +761,23 @@ export interface components {
             userCouponId: string;
             orderNo: string;
             refundNo: string;
+        };
+        HoldDto: {
+            /** @example 1024 */
+            userCouponId: string;
+            orderNo: string;
+            orderAmountCents: number;
+            /** @description Required for a service token; for a user token absent or equal to the token subject */
+            userId?: string;
+            /** @description How long the hold lasts; default HOLD_TTL_SECONDS (900) */
+            ttlSeconds?: number;
+        };
+        ReleaseHoldDto: {
+            /** @example 1024 */
+            userCouponId: string;
+            orderNo: string;
+            /** @description Required for a service token; for a user token absent or equal to the token subject */
+            userId?: string;
         };
         StartRunDto: {
             /**
@@ -776,7 +894,7 @@ export interface components {
         /** @description Every error answer. `code` is stable; `message` is for people; `details` names what was wrong. */
         Error: {
             /** @enum {string} */
-            code: "VALIDATION_FAILED" | "UNAUTHENTICATED" | "FORBIDDEN" | "NOT_FOUND" | "COUPON_NOT_FOUND" | "USER_COUPON_NOT_FOUND" | "GRAB_NOT_FOUND" | "REDEMPTION_NOT_FOUND" | "RUN_NOT_FOUND" | "COMPENSATION_NOT_FOUND" | "WEBHOOK_NOT_FOUND" | "METHOD_NOT_ALLOWED" | "REQUEST_TIMEOUT" | "GRAB_NOT_STARTED" | "GRAB_ENDED" | "COUPON_PAUSED" | "SOLD_OUT" | "USER_LIMIT_REACHED" | "IDEMPOTENCY_IN_PROGRESS" | "INSUFFICIENT_STOCK" | "ILLEGAL_TRANSITION" | "STATUS_CONFLICT" | "COUPON_ALREADY_USED" | "COUPON_EXPIRED" | "COUPON_VOID" | "COUPON_NOT_YET_VALID" | "REFUND_RETURN_DISABLED" | "NOT_REDEEMED" | "RECONCILIATION_RUNNING" | "COMPENSATION_ALREADY_DECIDED" | "PAYLOAD_TOO_LARGE" | "UNSUPPORTED_MEDIA_TYPE" | "HEADERS_TOO_LARGE" | "IDEMPOTENCY_KEY_REUSED" | "THRESHOLD_NOT_MET" | "WEBHOOK_URL_NOT_ALLOWED" | "RATE_LIMITED" | "INTERNAL" | "NOT_IMPLEMENTED" | "SERVICE_UNAVAILABLE";
+            code: "VALIDATION_FAILED" | "UNAUTHENTICATED" | "FORBIDDEN" | "NOT_FOUND" | "COUPON_NOT_FOUND" | "USER_COUPON_NOT_FOUND" | "GRAB_NOT_FOUND" | "REDEMPTION_NOT_FOUND" | "RUN_NOT_FOUND" | "COMPENSATION_NOT_FOUND" | "WEBHOOK_NOT_FOUND" | "HOLD_NOT_FOUND" | "METHOD_NOT_ALLOWED" | "REQUEST_TIMEOUT" | "GRAB_NOT_STARTED" | "GRAB_ENDED" | "COUPON_PAUSED" | "SOLD_OUT" | "USER_LIMIT_REACHED" | "IDEMPOTENCY_IN_PROGRESS" | "INSUFFICIENT_STOCK" | "ILLEGAL_TRANSITION" | "STATUS_CONFLICT" | "COUPON_ALREADY_USED" | "COUPON_EXPIRED" | "COUPON_VOID" | "COUPON_NOT_YET_VALID" | "REFUND_RETURN_DISABLED" | "NOT_REDEEMED" | "RECONCILIATION_RUNNING" | "COMPENSATION_ALREADY_DECIDED" | "COUPON_LOCKED" | "HOLD_EXPIRED" | "HOLD_RELEASED" | "HOLD_ALREADY_CONFIRMED" | "ORDER_HAS_COUPON" | "ORDER_REFUNDED" | "PAYLOAD_TOO_LARGE" | "UNSUPPORTED_MEDIA_TYPE" | "HEADERS_TOO_LARGE" | "IDEMPOTENCY_KEY_REUSED" | "THRESHOLD_NOT_MET" | "WEBHOOK_URL_NOT_ALLOWED" | "HOLD_MISMATCH" | "ORDER_AMOUNT_MISMATCH" | "RATE_LIMITED" | "INTERNAL" | "NOT_IMPLEMENTED" | "SERVICE_UNAVAILABLE";
             message: string;
             /** @description e.g. `fields` for VALIDATION_FAILED */
             details?: {
@@ -800,12 +918,25 @@ export interface components {
         };
         Validity: components["schemas"]["FixedValidity"] | components["schemas"]["RelativeValidity"];
         /** @description Amount off an order of at least thresholdCents */
-        Discount: {
+        AmountDiscount: {
+            /** @constant */
+            type: "AMOUNT";
             /** @description Orders from this amount qualify */
             thresholdCents: number;
             /** @description Taken off, at most the order amount */
             amountCents: number;
         };
+        /** @description floor(amount * percentOff / 100) off an order of at least thresholdCents, at most maxDiscountCents and the order amount */
+        PercentDiscount: {
+            /** @constant */
+            type: "PERCENT";
+            /** @description Orders from this amount qualify */
+            thresholdCents: number;
+            percentOff: number;
+            /** @description The most it takes off; null: no cap */
+            maxDiscountCents: number | null;
+        };
+        Discount: components["schemas"]["AmountDiscount"] | components["schemas"]["PercentDiscount"];
         /** @description A coupon template and its stock */
         Coupon: {
             /**
@@ -826,13 +957,16 @@ export interface components {
             /** @description null: the default RATE_LIMIT_PER_SECOND */
             rateLimitPerSecond: number | null;
             returnOnRefund: boolean;
+            /** @description May share an order with other coupons, when all of them are stackable */
+            stackable: boolean;
             initStock: number;
             remainingStock: number;
         };
-        /** @description User coupons of this template by the status clients see (an UNUSED coupon past expiry counts as expired) */
+        /** @description User coupons of this template by the status clients see (an UNUSED coupon past expiry counts as expired, a timed-out hold as released) */
         CouponCounts: {
             issued: number;
             unused: number;
+            locked: number;
             used: number;
             expired: number;
             void: number;
@@ -857,6 +991,8 @@ export interface components {
             /** @description null: the default RATE_LIMIT_PER_SECOND */
             rateLimitPerSecond: number | null;
             returnOnRefund: boolean;
+            /** @description May share an order with other coupons, when all of them are stackable */
+            stackable: boolean;
             initStock: number;
             remainingStock: number;
             counts: components["schemas"]["CouponCounts"];
@@ -883,10 +1019,10 @@ export interface components {
             /** @example alice */
             userId: string;
             /**
-             * @description As clients see it: an UNUSED coupon past expiresAt is EXPIRED
+             * @description As clients see it: an UNUSED coupon past expiresAt is EXPIRED; LOCKED while held for an order, UNUSED again once the hold timed out
              * @enum {string}
              */
-            status: "UNUSED" | "USED" | "EXPIRED" | "VOID";
+            status: "UNUSED" | "LOCKED" | "USED" | "EXPIRED" | "VOID";
             /** @enum {string} */
             source: "GRAB" | "REISSUE" | "REFUND_RETURN";
             /** Format: date-time */
@@ -907,14 +1043,63 @@ export interface components {
             /** @description Pass as `cursor` for the next page; null on the last page */
             nextCursor: string | null;
         };
+        /** @description Live coupons (not paused, grab window not ended), soonest grab start first */
+        CouponPage: {
+            items: components["schemas"]["Coupon"][];
+            /** @description Pass as `cursor` for the next page; null on the last page */
+            nextCursor: string | null;
+        };
+        UsableCoupon: {
+            userCoupon: components["schemas"]["UserCoupon"];
+            /** @description What it takes off this order */
+            discountCents: number;
+        };
+        /** @description Largest discount first, then soonest expiry */
+        UsableCoupons: {
+            items: components["schemas"]["UsableCoupon"][];
+        };
+        /** @description A coupon held for one unpaid order */
+        Hold: {
+            /**
+             * @description Hold id
+             * @example 1024
+             */
+            holdId: string;
+            /**
+             * @description The held user coupon
+             * @example 1024
+             */
+            userCouponId: string;
+            orderNo: string;
+            /** @example alice */
+            userId: string;
+            /** @description The discount the confirmation will grant */
+            discountCents: number;
+            /**
+             * @description As clients see it: an ACTIVE hold past expiresAt is RELEASED (TIMEOUT)
+             * @enum {string}
+             */
+            status: "ACTIVE" | "CONFIRMED" | "RELEASED";
+            /** Format: date-time */
+            expiresAt: string;
+            /** Format: date-time */
+            createdAt: string;
+            /**
+             * Format: date-time
+             * @description When it was released (a timed-out hold: its expiresAt)
+             */
+            releasedAt: string | null;
+            /** @enum {string|null} */
+            releaseReason: "CANCELLED" | "TIMEOUT" | "RECONCILIATION" | null;
+        };
         Transition: {
             /**
              * @description null for the issuance
              * @enum {string|null}
              */
-            from: "UNUSED" | "USED" | "EXPIRED" | "VOID" | null;
+            from: "UNUSED" | "LOCKED" | "USED" | "EXPIRED" | "VOID" | null;
             /** @enum {string} */
-            to: "UNUSED" | "USED" | "EXPIRED" | "VOID";
+            to: "UNUSED" | "LOCKED" | "USED" | "EXPIRED" | "VOID";
             /** @description Idempotency key, order, refund, sweep run or admin action that made the move */
             txId: string;
             reason: string | null;
@@ -928,7 +1113,7 @@ export interface components {
              * @description Where replaying the log from issuance ends (or stops, at the first inconsistent step)
              * @enum {string|null}
              */
-            replayedStatus: "UNUSED" | "USED" | "EXPIRED" | "VOID" | null;
+            replayedStatus: "UNUSED" | "LOCKED" | "USED" | "EXPIRED" | "VOID" | null;
             /** @description Every step legal and continuing from the previous one, ending at the stored status */
             consistent: boolean;
         };
@@ -1342,7 +1527,7 @@ export interface operations {
                     };
                 };
             };
-            /** @description ILLEGAL_TRANSITION, STATUS_CONFLICT */
+            /** @description ILLEGAL_TRANSITION, STATUS_CONFLICT, COUPON_LOCKED */
             409: {
                 headers: {
                     /** @description The request's id: the client's `X-Request-Id` when it is 1-128 of [A-Za-z0-9._:-], else a generated UUID */
@@ -1358,7 +1543,7 @@ export interface operations {
                      */
                     "application/json": components["schemas"]["Error"] & {
                         /** @enum {string} */
-                        code?: "ILLEGAL_TRANSITION" | "STATUS_CONFLICT";
+                        code?: "ILLEGAL_TRANSITION" | "STATUS_CONFLICT" | "COUPON_LOCKED";
                     };
                 };
             };
@@ -1766,6 +1951,74 @@ export interface operations {
                     "application/json": components["schemas"]["Error"] & {
                         /** @enum {string} */
                         code?: "USER_COUPON_NOT_FOUND";
+                    };
+                };
+            };
+            /** @description SERVICE_UNAVAILABLE */
+            503: {
+                headers: {
+                    /** @description The request's id: the client's `X-Request-Id` when it is 1-128 of [A-Za-z0-9._:-], else a generated UUID */
+                    "x-request-id": string;
+                    /** @description Seconds to wait before retrying */
+                    "Retry-After"?: string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "code": "SERVICE_UNAVAILABLE",
+                     *       "message": "service unavailable"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"] & {
+                        /** @enum {string} */
+                        code?: "SERVICE_UNAVAILABLE";
+                    };
+                };
+            };
+        };
+    };
+    CouponController_list: {
+        parameters: {
+            query?: {
+                limit?: number;
+                /** @description nextCursor of the previous page */
+                cursor?: string;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description One page */
+            200: {
+                headers: {
+                    /** @description The request's id: the client's `X-Request-Id` when it is 1-128 of [A-Za-z0-9._:-], else a generated UUID */
+                    "x-request-id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["CouponPage"];
+                };
+            };
+            /** @description VALIDATION_FAILED */
+            400: {
+                headers: {
+                    /** @description The request's id: the client's `X-Request-Id` when it is 1-128 of [A-Za-z0-9._:-], else a generated UUID */
+                    "x-request-id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "code": "VALIDATION_FAILED",
+                     *       "message": "validation failed"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"] & {
+                        /** @enum {string} */
+                        code?: "VALIDATION_FAILED";
                     };
                 };
             };
@@ -3179,7 +3432,7 @@ export interface operations {
     MyCouponsController_list: {
         parameters: {
             query?: {
-                status?: "UNUSED" | "USED" | "EXPIRED" | "VOID";
+                status?: "UNUSED" | "LOCKED" | "USED" | "EXPIRED" | "VOID";
                 limit?: number;
                 /** @description nextCursor of the previous page */
                 cursor?: string;
@@ -3238,6 +3491,115 @@ export interface operations {
                     "application/json": components["schemas"]["Error"] & {
                         /** @enum {string} */
                         code?: "UNAUTHENTICATED";
+                    };
+                };
+            };
+            /** @description SERVICE_UNAVAILABLE */
+            503: {
+                headers: {
+                    /** @description The request's id: the client's `X-Request-Id` when it is 1-128 of [A-Za-z0-9._:-], else a generated UUID */
+                    "x-request-id": string;
+                    /** @description Seconds to wait before retrying */
+                    "Retry-After"?: string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "code": "SERVICE_UNAVAILABLE",
+                     *       "message": "service unavailable"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"] & {
+                        /** @enum {string} */
+                        code?: "SERVICE_UNAVAILABLE";
+                    };
+                };
+            };
+        };
+    };
+    MyCouponsController_usable: {
+        parameters: {
+            query: {
+                /** @description The order amount the coupons are for */
+                orderAmountCents: number;
+                /** @description Required for a service token; for a user token absent or equal to the token subject */
+                userId?: string;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Largest discount first, then soonest expiry */
+            200: {
+                headers: {
+                    /** @description The request's id: the client's `X-Request-Id` when it is 1-128 of [A-Za-z0-9._:-], else a generated UUID */
+                    "x-request-id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["UsableCoupons"];
+                };
+            };
+            /** @description VALIDATION_FAILED */
+            400: {
+                headers: {
+                    /** @description The request's id: the client's `X-Request-Id` when it is 1-128 of [A-Za-z0-9._:-], else a generated UUID */
+                    "x-request-id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "code": "VALIDATION_FAILED",
+                     *       "message": "validation failed"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"] & {
+                        /** @enum {string} */
+                        code?: "VALIDATION_FAILED";
+                    };
+                };
+            };
+            /** @description UNAUTHENTICATED */
+            401: {
+                headers: {
+                    /** @description The request's id: the client's `X-Request-Id` when it is 1-128 of [A-Za-z0-9._:-], else a generated UUID */
+                    "x-request-id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "code": "UNAUTHENTICATED",
+                     *       "message": "unauthenticated"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"] & {
+                        /** @enum {string} */
+                        code?: "UNAUTHENTICATED";
+                    };
+                };
+            };
+            /** @description FORBIDDEN */
+            403: {
+                headers: {
+                    /** @description The request's id: the client's `X-Request-Id` when it is 1-128 of [A-Za-z0-9._:-], else a generated UUID */
+                    "x-request-id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "code": "FORBIDDEN",
+                     *       "message": "forbidden"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"] & {
+                        /** @enum {string} */
+                        code?: "FORBIDDEN";
                     };
                 };
             };
@@ -3374,7 +3736,7 @@ export interface operations {
     AdminUserCouponsController_list: {
         parameters: {
             query?: {
-                status?: "UNUSED" | "USED" | "EXPIRED" | "VOID";
+                status?: "UNUSED" | "LOCKED" | "USED" | "EXPIRED" | "VOID";
                 limit?: number;
                 /** @description nextCursor of the previous page */
                 cursor?: string;
@@ -3626,7 +3988,7 @@ export interface operations {
                     };
                 };
             };
-            /** @description COUPON_ALREADY_USED, COUPON_EXPIRED, COUPON_VOID, COUPON_NOT_YET_VALID */
+            /** @description COUPON_ALREADY_USED, COUPON_EXPIRED, COUPON_VOID, COUPON_NOT_YET_VALID, COUPON_LOCKED, HOLD_EXPIRED, HOLD_RELEASED, ORDER_HAS_COUPON, ORDER_REFUNDED, STATUS_CONFLICT */
             409: {
                 headers: {
                     /** @description The request's id: the client's `X-Request-Id` when it is 1-128 of [A-Za-z0-9._:-], else a generated UUID */
@@ -3642,7 +4004,7 @@ export interface operations {
                      */
                     "application/json": components["schemas"]["Error"] & {
                         /** @enum {string} */
-                        code?: "COUPON_ALREADY_USED" | "COUPON_EXPIRED" | "COUPON_VOID" | "COUPON_NOT_YET_VALID";
+                        code?: "COUPON_ALREADY_USED" | "COUPON_EXPIRED" | "COUPON_VOID" | "COUPON_NOT_YET_VALID" | "COUPON_LOCKED" | "HOLD_EXPIRED" | "HOLD_RELEASED" | "ORDER_HAS_COUPON" | "ORDER_REFUNDED" | "STATUS_CONFLICT";
                     };
                 };
             };
@@ -3686,7 +4048,7 @@ export interface operations {
                     };
                 };
             };
-            /** @description THRESHOLD_NOT_MET, IDEMPOTENCY_KEY_REUSED */
+            /** @description THRESHOLD_NOT_MET, IDEMPOTENCY_KEY_REUSED, HOLD_MISMATCH, ORDER_AMOUNT_MISMATCH */
             422: {
                 headers: {
                     /** @description The request's id: the client's `X-Request-Id` when it is 1-128 of [A-Za-z0-9._:-], else a generated UUID */
@@ -3702,7 +4064,7 @@ export interface operations {
                      */
                     "application/json": components["schemas"]["Error"] & {
                         /** @enum {string} */
-                        code?: "THRESHOLD_NOT_MET" | "IDEMPOTENCY_KEY_REUSED";
+                        code?: "THRESHOLD_NOT_MET" | "IDEMPOTENCY_KEY_REUSED" | "HOLD_MISMATCH" | "ORDER_AMOUNT_MISMATCH";
                     };
                 };
             };
@@ -3940,6 +4302,471 @@ export interface operations {
                     "application/json": components["schemas"]["Error"] & {
                         /** @enum {string} */
                         code?: "IDEMPOTENCY_KEY_REUSED";
+                    };
+                };
+            };
+            /** @description SERVICE_UNAVAILABLE */
+            503: {
+                headers: {
+                    /** @description The request's id: the client's `X-Request-Id` when it is 1-128 of [A-Za-z0-9._:-], else a generated UUID */
+                    "x-request-id": string;
+                    /** @description Seconds to wait before retrying */
+                    "Retry-After"?: string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "code": "SERVICE_UNAVAILABLE",
+                     *       "message": "service unavailable"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"] & {
+                        /** @enum {string} */
+                        code?: "SERVICE_UNAVAILABLE";
+                    };
+                };
+            };
+        };
+    };
+    HoldController_hold: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                /**
+                 * @example {
+                 *       "userCouponId": "1024",
+                 *       "orderNo": "ORD-20260101-0001",
+                 *       "orderAmountCents": 12900,
+                 *       "ttlSeconds": 900
+                 *     }
+                 */
+                "application/json": components["schemas"]["HoldDto"];
+            };
+        };
+        responses: {
+            /** @description A repeat: the hold as it is now */
+            200: {
+                headers: {
+                    /** @description The request's id: the client's `X-Request-Id` when it is 1-128 of [A-Za-z0-9._:-], else a generated UUID */
+                    "x-request-id": string;
+                    /** @description `true` when this answer repeats the first answer to the same idempotent request; absent on the first */
+                    "Idempotent-Replayed": "true";
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Hold"];
+                };
+            };
+            /** @description Held now */
+            201: {
+                headers: {
+                    /** @description The request's id: the client's `X-Request-Id` when it is 1-128 of [A-Za-z0-9._:-], else a generated UUID */
+                    "x-request-id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Hold"];
+                };
+            };
+            /** @description VALIDATION_FAILED */
+            400: {
+                headers: {
+                    /** @description The request's id: the client's `X-Request-Id` when it is 1-128 of [A-Za-z0-9._:-], else a generated UUID */
+                    "x-request-id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "code": "VALIDATION_FAILED",
+                     *       "message": "validation failed"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"] & {
+                        /** @enum {string} */
+                        code?: "VALIDATION_FAILED";
+                    };
+                };
+            };
+            /** @description UNAUTHENTICATED */
+            401: {
+                headers: {
+                    /** @description The request's id: the client's `X-Request-Id` when it is 1-128 of [A-Za-z0-9._:-], else a generated UUID */
+                    "x-request-id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "code": "UNAUTHENTICATED",
+                     *       "message": "unauthenticated"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"] & {
+                        /** @enum {string} */
+                        code?: "UNAUTHENTICATED";
+                    };
+                };
+            };
+            /** @description FORBIDDEN */
+            403: {
+                headers: {
+                    /** @description The request's id: the client's `X-Request-Id` when it is 1-128 of [A-Za-z0-9._:-], else a generated UUID */
+                    "x-request-id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "code": "FORBIDDEN",
+                     *       "message": "forbidden"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"] & {
+                        /** @enum {string} */
+                        code?: "FORBIDDEN";
+                    };
+                };
+            };
+            /** @description USER_COUPON_NOT_FOUND */
+            404: {
+                headers: {
+                    /** @description The request's id: the client's `X-Request-Id` when it is 1-128 of [A-Za-z0-9._:-], else a generated UUID */
+                    "x-request-id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "code": "USER_COUPON_NOT_FOUND",
+                     *       "message": "user coupon not found"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"] & {
+                        /** @enum {string} */
+                        code?: "USER_COUPON_NOT_FOUND";
+                    };
+                };
+            };
+            /** @description REQUEST_TIMEOUT */
+            408: {
+                headers: {
+                    /** @description The request's id: the client's `X-Request-Id` when it is 1-128 of [A-Za-z0-9._:-], else a generated UUID */
+                    "x-request-id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "code": "REQUEST_TIMEOUT",
+                     *       "message": "request timeout"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"] & {
+                        /** @enum {string} */
+                        code?: "REQUEST_TIMEOUT";
+                    };
+                };
+            };
+            /** @description COUPON_ALREADY_USED, COUPON_EXPIRED, COUPON_VOID, COUPON_NOT_YET_VALID, COUPON_LOCKED, ORDER_HAS_COUPON, ORDER_REFUNDED, STATUS_CONFLICT */
+            409: {
+                headers: {
+                    /** @description The request's id: the client's `X-Request-Id` when it is 1-128 of [A-Za-z0-9._:-], else a generated UUID */
+                    "x-request-id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "code": "COUPON_ALREADY_USED",
+                     *       "message": "coupon already used"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"] & {
+                        /** @enum {string} */
+                        code?: "COUPON_ALREADY_USED" | "COUPON_EXPIRED" | "COUPON_VOID" | "COUPON_NOT_YET_VALID" | "COUPON_LOCKED" | "ORDER_HAS_COUPON" | "ORDER_REFUNDED" | "STATUS_CONFLICT";
+                    };
+                };
+            };
+            /** @description PAYLOAD_TOO_LARGE */
+            413: {
+                headers: {
+                    /** @description The request's id: the client's `X-Request-Id` when it is 1-128 of [A-Za-z0-9._:-], else a generated UUID */
+                    "x-request-id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "code": "PAYLOAD_TOO_LARGE",
+                     *       "message": "payload too large"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"] & {
+                        /** @enum {string} */
+                        code?: "PAYLOAD_TOO_LARGE";
+                    };
+                };
+            };
+            /** @description UNSUPPORTED_MEDIA_TYPE */
+            415: {
+                headers: {
+                    /** @description The request's id: the client's `X-Request-Id` when it is 1-128 of [A-Za-z0-9._:-], else a generated UUID */
+                    "x-request-id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "code": "UNSUPPORTED_MEDIA_TYPE",
+                     *       "message": "unsupported media type"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"] & {
+                        /** @enum {string} */
+                        code?: "UNSUPPORTED_MEDIA_TYPE";
+                    };
+                };
+            };
+            /** @description THRESHOLD_NOT_MET, IDEMPOTENCY_KEY_REUSED, ORDER_AMOUNT_MISMATCH */
+            422: {
+                headers: {
+                    /** @description The request's id: the client's `X-Request-Id` when it is 1-128 of [A-Za-z0-9._:-], else a generated UUID */
+                    "x-request-id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "code": "THRESHOLD_NOT_MET",
+                     *       "message": "threshold not met"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"] & {
+                        /** @enum {string} */
+                        code?: "THRESHOLD_NOT_MET" | "IDEMPOTENCY_KEY_REUSED" | "ORDER_AMOUNT_MISMATCH";
+                    };
+                };
+            };
+            /** @description SERVICE_UNAVAILABLE */
+            503: {
+                headers: {
+                    /** @description The request's id: the client's `X-Request-Id` when it is 1-128 of [A-Za-z0-9._:-], else a generated UUID */
+                    "x-request-id": string;
+                    /** @description Seconds to wait before retrying */
+                    "Retry-After"?: string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "code": "SERVICE_UNAVAILABLE",
+                     *       "message": "service unavailable"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"] & {
+                        /** @enum {string} */
+                        code?: "SERVICE_UNAVAILABLE";
+                    };
+                };
+            };
+        };
+    };
+    HoldController_release: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                /**
+                 * @example {
+                 *       "userCouponId": "1024",
+                 *       "orderNo": "ORD-20260101-0001"
+                 *     }
+                 */
+                "application/json": components["schemas"]["ReleaseHoldDto"];
+            };
+        };
+        responses: {
+            /** @description The released hold */
+            200: {
+                headers: {
+                    /** @description The request's id: the client's `X-Request-Id` when it is 1-128 of [A-Za-z0-9._:-], else a generated UUID */
+                    "x-request-id": string;
+                    /** @description `true` when this answer repeats the first answer to the same idempotent request; absent on the first */
+                    "Idempotent-Replayed"?: "true";
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Hold"];
+                };
+            };
+            /** @description VALIDATION_FAILED */
+            400: {
+                headers: {
+                    /** @description The request's id: the client's `X-Request-Id` when it is 1-128 of [A-Za-z0-9._:-], else a generated UUID */
+                    "x-request-id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "code": "VALIDATION_FAILED",
+                     *       "message": "validation failed"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"] & {
+                        /** @enum {string} */
+                        code?: "VALIDATION_FAILED";
+                    };
+                };
+            };
+            /** @description UNAUTHENTICATED */
+            401: {
+                headers: {
+                    /** @description The request's id: the client's `X-Request-Id` when it is 1-128 of [A-Za-z0-9._:-], else a generated UUID */
+                    "x-request-id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "code": "UNAUTHENTICATED",
+                     *       "message": "unauthenticated"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"] & {
+                        /** @enum {string} */
+                        code?: "UNAUTHENTICATED";
+                    };
+                };
+            };
+            /** @description FORBIDDEN */
+            403: {
+                headers: {
+                    /** @description The request's id: the client's `X-Request-Id` when it is 1-128 of [A-Za-z0-9._:-], else a generated UUID */
+                    "x-request-id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "code": "FORBIDDEN",
+                     *       "message": "forbidden"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"] & {
+                        /** @enum {string} */
+                        code?: "FORBIDDEN";
+                    };
+                };
+            };
+            /** @description HOLD_NOT_FOUND */
+            404: {
+                headers: {
+                    /** @description The request's id: the client's `X-Request-Id` when it is 1-128 of [A-Za-z0-9._:-], else a generated UUID */
+                    "x-request-id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "code": "HOLD_NOT_FOUND",
+                     *       "message": "hold not found"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"] & {
+                        /** @enum {string} */
+                        code?: "HOLD_NOT_FOUND";
+                    };
+                };
+            };
+            /** @description REQUEST_TIMEOUT */
+            408: {
+                headers: {
+                    /** @description The request's id: the client's `X-Request-Id` when it is 1-128 of [A-Za-z0-9._:-], else a generated UUID */
+                    "x-request-id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "code": "REQUEST_TIMEOUT",
+                     *       "message": "request timeout"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"] & {
+                        /** @enum {string} */
+                        code?: "REQUEST_TIMEOUT";
+                    };
+                };
+            };
+            /** @description HOLD_ALREADY_CONFIRMED, STATUS_CONFLICT */
+            409: {
+                headers: {
+                    /** @description The request's id: the client's `X-Request-Id` when it is 1-128 of [A-Za-z0-9._:-], else a generated UUID */
+                    "x-request-id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "code": "HOLD_ALREADY_CONFIRMED",
+                     *       "message": "hold already confirmed"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"] & {
+                        /** @enum {string} */
+                        code?: "HOLD_ALREADY_CONFIRMED" | "STATUS_CONFLICT";
+                    };
+                };
+            };
+            /** @description PAYLOAD_TOO_LARGE */
+            413: {
+                headers: {
+                    /** @description The request's id: the client's `X-Request-Id` when it is 1-128 of [A-Za-z0-9._:-], else a generated UUID */
+                    "x-request-id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "code": "PAYLOAD_TOO_LARGE",
+                     *       "message": "payload too large"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"] & {
+                        /** @enum {string} */
+                        code?: "PAYLOAD_TOO_LARGE";
+                    };
+                };
+            };
+            /** @description UNSUPPORTED_MEDIA_TYPE */
+            415: {
+                headers: {
+                    /** @description The request's id: the client's `X-Request-Id` when it is 1-128 of [A-Za-z0-9._:-], else a generated UUID */
+                    "x-request-id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "code": "UNSUPPORTED_MEDIA_TYPE",
+                     *       "message": "unsupported media type"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"] & {
+                        /** @enum {string} */
+                        code?: "UNSUPPORTED_MEDIA_TYPE";
                     };
                 };
             };

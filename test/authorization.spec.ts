@@ -13,13 +13,17 @@ interface Route {
 
 /** Every route of API.md; the OpenAPI document must list each of them, and the tests cover whatever it lists. */
 const API_ROUTES: readonly Route[] = [
+  { method: 'get', path: '/coupons' },
   { method: 'get', path: '/coupons/{couponId}' },
   { method: 'post', path: '/coupons/{couponId}/grab' },
   { method: 'get', path: '/grabs/{idempotencyKey}' },
   { method: 'get', path: '/me/coupons' },
+  { method: 'get', path: '/me/coupons/usable' },
   { method: 'get', path: '/me/coupons/{userCouponId}' },
   { method: 'post', path: '/redemptions' },
   { method: 'post', path: '/redemptions/refunds' },
+  { method: 'post', path: '/redemptions/holds' },
+  { method: 'post', path: '/redemptions/holds/release' },
   { method: 'post', path: '/admin/coupons' },
   { method: 'get', path: '/admin/coupons/{couponId}' },
   { method: 'patch', path: '/admin/coupons/{couponId}' },
@@ -35,7 +39,7 @@ const API_ROUTES: readonly Route[] = [
   { method: 'post', path: '/admin/compensations/{id}/reject' },
 ];
 // /metrics is public unless METRICS_TOKEN is set (these tests leave it unset).
-const PUBLIC = new Set(['get /coupons/{couponId}', 'get /health', 'get /metrics']);
+const PUBLIC = new Set(['get /coupons', 'get /coupons/{couponId}', 'get /health', 'get /metrics']);
 const SERVICE_ONLY = new Set(['post /redemptions/refunds']);
 const label = (r: Route) => `${r.method} ${r.path}`;
 
@@ -133,7 +137,12 @@ describe('authorization', () => {
       if (res.status !== 401) unprotected.push(`${label(r)} -> ${res.status}`);
       else expect(res.body).toEqual({ code: 'UNAUTHENTICATED', message: expect.any(String) });
     }
-    expect(unprotected.sort()).toEqual(['get /coupons/{couponId} -> 200', 'get /health -> 200', 'get /metrics -> 200']);
+    expect(unprotected.sort()).toEqual([
+      'get /coupons -> 200',
+      'get /coupons/{couponId} -> 200',
+      'get /health -> 200',
+      'get /metrics -> 200',
+    ]);
   });
 
   it('control: a token signed by hand the same way, with nothing wrong, is accepted as admin', async () => {

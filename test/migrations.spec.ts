@@ -28,10 +28,12 @@ describe('migrations', () => {
     expect(await tables()).toEqual([
       'compensation',
       'coupon',
+      'coupon_order',
       'coupon_stock',
       'discrepancy',
       'reconciliation_run',
       'redemption',
+      'redemption_hold',
       'refund',
       'user_coupon',
       'user_coupon_state_log',
@@ -56,7 +58,7 @@ describe('migrations', () => {
     expect(await tables()).toEqual([]);
     const applied = await ds.runMigrations({ transaction: 'each' });
     expect(applied.map((m) => m.name)).toEqual(migrations.map((m) => new m().name));
-    expect(await tables()).toHaveLength(13);
+    expect(await tables()).toHaveLength(15);
     expect(await ds.showMigrations()).toBe(false);
   });
 });

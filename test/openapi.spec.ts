@@ -92,9 +92,10 @@ describe('the answer checker', () => {
     grabStartAt: '2026-01-01T00:00:00.000Z',
     grabEndAt: '2026-01-02T00:00:00.000Z',
     validity: { type: 'RELATIVE', days: 7 },
-    discount: { thresholdCents: 0, amountCents: 100 },
+    discount: { type: 'AMOUNT', thresholdCents: 0, amountCents: 100 },
     rateLimitPerSecond: null,
     returnOnRefund: false,
+    stackable: false,
     initStock: 10,
     remainingStock: 10,
   };

@@ -50,8 +50,26 @@ describe('state machine', () => {
       [orderNo, id],
     );
   };
-  const move = (id: string, from: UserCouponStatus, to: UserCouponStatus, txId = `test-${from}-${to}`) =>
-    tx.inTransaction((em) => (to === 'USED' && from === 'UNUSED' ? use(em, id, txId) : sm.transit(em, id, from, to, txId, `test ${to}`)));
+  /** What a hold does, so invariant 6 (LOCKED exactly when one ACTIVE hold) keeps holding. */
+  const hold = async (em: EntityManager, id: string, from: UserCouponStatus, orderNo: string) => {
+    await sm.transit(em, id, from, 'LOCKED', `hold:${orderNo}`, 'held');
+    const until = new Date(Date.now() + 3600_000);
+    await em.query(
+      `INSERT INTO redemption_hold (user_coupon_id, order_no, user_id, order_amount_cents, discount_cents, status, expires_at, created_at)
+       SELECT id, ?, user_id, 20000, 1000, 'ACTIVE', ?, NOW(3) FROM user_coupon WHERE id = ?`,
+      [orderNo, until, id],
+    );
+    await em.query(`UPDATE user_coupon SET locked_until = ? WHERE id = ?`, [until, id]);
+  };
+  // A default order number is per coupon: one order carries one coupon.
+  const move = (id: string, from: UserCouponStatus, to: UserCouponStatus, txId?: string) =>
+    tx.inTransaction((em) =>
+      to === 'USED' && from === 'UNUSED'
+        ? use(em, id, txId ?? `test-${from}-${to}-${id}`)
+        : to === 'LOCKED'
+          ? hold(em, id, from, txId ?? `test-${from}-${to}-${id}`)
+          : sm.transit(em, id, from, to, txId ?? `test-${from}-${to}`, `test ${to}`),
+    );
   const row = async (id: string) =>
     ((await t.db.query(`SELECT status, used_at, updated_at FROM user_coupon WHERE id = ?`, [id])) as Record<string, unknown>[])[0];
   const logOf = (id: string): Promise<LogRow[]> =>

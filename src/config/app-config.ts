@@ -210,6 +210,20 @@ export class AppConfig {
   @Max(100_000)
   EXPIRE_BATCH_SIZE: number = 1000;
 
+  /** How long a checkout hold lasts when the request does not say (ttlSeconds). */
+  @Transform(toInt)
+  @IsInt()
+  @Min(1)
+  @Max(86_400)
+  HOLD_TTL_SECONDS: number = 900;
+
+  /** How often the hold sweep releases timed-out holds; readers treat them as released already. */
+  @Transform(toInt)
+  @IsInt()
+  @Min(1)
+  @Max(3600)
+  HOLD_SWEEP_SECONDS: number = 10;
+
   /** How long a coupon template (status, window, limits) may be served from memory. */
   @Transform(toInt)
   @IsInt()

@@ -3,7 +3,7 @@ import { ApiBearerAuth, ApiNotFoundResponse, ApiOkResponse, ApiOperation, ApiTag
 import { Public, RequireRoles } from '../auth/principal.js';
 import { IdPipe } from '../common/validation.js';
 import { PageQuery } from '../reconciliation/reconciliation.dto.js';
-import { CouponSeriesView, CreateCouponDto, PatchCouponDto, SeriesQuery, StockDeltaDto } from './coupon.dto.js';
+import { CouponSeriesView, CreateCouponDto, PatchCouponDto, PublicCouponsQuery, SeriesQuery, StockDeltaDto } from './coupon.dto.js';
 import { CouponService, CouponView } from './coupon.service.js';
 import { GrabSeries, SERIES_SECONDS } from './grab-series.js';
 
@@ -11,6 +11,13 @@ import { GrabSeries, SERIES_SECONDS } from './grab-series.js';
 @Controller()
 export class CouponController {
   constructor(private readonly coupons: CouponService) {}
+
+  /** Live coupons (not paused, grab window not ended), soonest grab start first; served from memory. */
+  @Get('coupons')
+  @Public()
+  list(@Query() q: PublicCouponsQuery): Promise<{ items: CouponView[]; nextCursor: string | null }> {
+    return this.coupons.liveCoupons(q.limit ?? 20, q.cursor);
+  }
 
   @Get('coupons/:couponId')
   @Public()

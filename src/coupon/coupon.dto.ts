@@ -8,16 +8,19 @@ import {
   IsNotEmptyObject,
   IsOptional,
   IsString,
+  Matches,
   Max,
   Min,
   ValidateIf,
   ValidateNested,
 } from 'class-validator';
 import { USER_COUPON_STATUSES } from '../ledger/transitions.js';
-import { IsId, IsOmittable, QueryInt, TextLength } from '../common/validation.js';
+import { IsId, IsOmittable, QueryInt, TextLength, USER_ID_PATTERN } from '../common/validation.js';
 import { SERIES_SECONDS } from './grab-series.js';
 
 const MAX_CENTS = 1_000_000_000_000;
+/** A position in the public list: grab start (ms since the epoch) and id of the last coupon shown. */
+export const PUBLIC_CURSOR = /^[0-9]{1,15}_[1-9][0-9]{0,18}$/;
 
 export class ValidityDto {
   @ApiProperty({ enum: ['FIXED', 'RELATIVE'] })
@@ -43,17 +46,37 @@ export class ValidityDto {
 }
 
 export class DiscountDto {
+  @ApiPropertyOptional({ enum: ['AMOUNT', 'PERCENT'], default: 'AMOUNT' })
+  @IsOmittable()
+  @IsIn(['AMOUNT', 'PERCENT'])
+  type?: 'AMOUNT' | 'PERCENT';
+
   @ApiProperty({ minimum: 0 })
   @IsInt()
   @Min(0)
   @Max(MAX_CENTS)
   thresholdCents!: number;
 
-  @ApiProperty({ minimum: 1 })
+  @ApiPropertyOptional({ minimum: 1, description: 'AMOUNT only (required there): the amount off' })
+  @ValidateIf((o: DiscountDto) => o.type !== 'PERCENT' || o.amountCents !== undefined)
   @IsInt()
   @Min(1)
   @Max(MAX_CENTS)
-  amountCents!: number;
+  amountCents?: number;
+
+  @ApiPropertyOptional({ minimum: 1, maximum: 100, description: 'PERCENT only (required there)' })
+  @ValidateIf((o: DiscountDto) => o.type === 'PERCENT' || o.percentOff !== undefined)
+  @IsInt()
+  @Min(1)
+  @Max(100)
+  percentOff?: number;
+
+  @ApiPropertyOptional({ minimum: 1, description: 'PERCENT only: the most it takes off' })
+  @IsOmittable()
+  @IsInt()
+  @Min(1)
+  @Max(MAX_CENTS)
+  maxDiscountCents?: number;
 }
 
 export class CreateCouponDto {
@@ -106,6 +129,11 @@ export class CreateCouponDto {
   @IsOmittable()
   @IsBoolean()
   returnOnRefund?: boolean;
+
+  @ApiPropertyOptional({ default: false, description: 'May share an order with other coupons, when all of them are stackable' })
+  @IsOmittable()
+  @IsBoolean()
+  stackable?: boolean;
 }
 
 export class PatchCouponDto {
@@ -186,4 +214,34 @@ export class CouponSeriesView {
     example: { ISSUED: [0, 12, 40], SOLD_OUT: [0, 0, 7] },
   })
   outcomes!: Record<string, number[]>;
+}
+
+export class UsableCouponsQuery {
+  @ApiProperty({ minimum: 0, description: 'The order amount the coupons are for' })
+  @QueryInt()
+  @IsInt()
+  @Min(0)
+  @Max(MAX_CENTS)
+  orderAmountCents!: number;
+
+  @ApiPropertyOptional({ description: 'Required for a service token; for a user token absent or equal to the token subject' })
+  @IsOmittable()
+  @IsString()
+  @Matches(USER_ID_PATTERN, { message: 'userId must be 1-64 of [A-Za-z0-9_.:-]' })
+  userId?: string;
+}
+
+export class PublicCouponsQuery {
+  @ApiPropertyOptional({ minimum: 1, maximum: 100, default: 20 })
+  @IsOmittable()
+  @QueryInt()
+  @IsInt()
+  @Min(1)
+  @Max(100)
+  limit?: number;
+
+  @ApiPropertyOptional({ description: 'nextCursor of the previous page' })
+  @IsOmittable()
+  @Matches(PUBLIC_CURSOR, { message: 'cursor must be a nextCursor value' })
+  cursor?: string;
 }

@@ -1,8 +1,9 @@
 import { Column, Entity, PrimaryGeneratedColumn } from 'typeorm';
-import { bigintAsNumber } from '../database/transformers.js';
+import { bigintAsNumber, nullableBigintAsNumber } from '../database/transformers.js';
 
 export type CouponStatus = 'ACTIVE' | 'PAUSED';
 export type ValidityType = 'FIXED' | 'RELATIVE';
+export type DiscountType = 'AMOUNT' | 'PERCENT';
 
 /** A coupon template: the campaign. Its stock lives in coupon_stock, owned by the ledger module. */
 @Entity('coupon')
@@ -40,8 +41,24 @@ export class Coupon {
   @Column({ name: 'threshold_cents', type: 'bigint', unsigned: true, transformer: bigintAsNumber })
   thresholdCents!: number;
 
-  @Column({ name: 'discount_cents', type: 'bigint', unsigned: true, transformer: bigintAsNumber })
-  discountCents!: number;
+  @Column({ name: 'discount_type', type: 'varchar', length: 16 })
+  discountType!: DiscountType;
+
+  /** AMOUNT: the amount off; null for PERCENT. */
+  @Column({ name: 'discount_cents', type: 'bigint', unsigned: true, nullable: true, transformer: nullableBigintAsNumber })
+  discountCents!: number | null;
+
+  /** PERCENT: 1..100; null for AMOUNT. */
+  @Column({ name: 'percent_off', type: 'int', unsigned: true, nullable: true })
+  percentOff!: number | null;
+
+  /** PERCENT: the most it takes off, if capped. */
+  @Column({ name: 'max_discount_cents', type: 'bigint', unsigned: true, nullable: true, transformer: nullableBigintAsNumber })
+  maxDiscountCents!: number | null;
+
+  /** Whether it may share an order with other coupons (all of them stackable). */
+  @Column({ type: 'boolean' })
+  stackable!: boolean;
 
   @Column({ name: 'rate_limit_per_second', type: 'int', unsigned: true, nullable: true })
   rateLimitPerSecond!: number | null;

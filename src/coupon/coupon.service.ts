@@ -1,6 +1,6 @@
 import { Injectable } from '@nestjs/common';
 import { InjectRepository } from '@nestjs/typeorm';
-import { LessThan, Repository } from 'typeorm';
+import { LessThan, MoreThan, Repository } from 'typeorm';
 import { AppConfig } from '../config/app-config.js';
 import { AppError } from '../common/errors.js';
 import { validationFailed } from '../common/validation.js';
@@ -9,6 +9,7 @@ import { TransactionService } from '../database/transaction.service.js';
 import { StockRow, StockService } from '../ledger/stock.service.js';
 import { countByStatus } from '../ledger/user-coupons.js';
 import { Coupon } from './coupon.entity.js';
+import { discountOf } from './discount.js';
 import { CreateCouponDto, PatchCouponDto } from './coupon.dto.js';
 
 const MIN_INSTANT = Date.parse('2000-01-01T00:00:00Z');
@@ -33,14 +34,21 @@ export function toCouponView(c: Coupon, s: StockRow) {
       c.validityType === 'FIXED'
         ? { type: 'FIXED' as const, startAt: c.validityStartAt?.toISOString(), endAt: c.validityEndAt?.toISOString() }
         : { type: 'RELATIVE' as const, days: c.validityDays },
-    discount: { thresholdCents: c.thresholdCents, amountCents: c.discountCents },
+    discount: discountOf(c),
     rateLimitPerSecond: c.rateLimitPerSecond,
     returnOnRefund: c.returnOnRefund,
+    stackable: c.stackable,
     initStock: s.initStock,
     remainingStock: s.stock,
   };
 }
 export type CouponView = ReturnType<typeof toCouponView>;
+
+interface LiveSnapshot {
+  items?: CouponView[];
+  until: number;
+  loading?: Promise<CouponView[]>;
+}
 
 interface CacheEntry {
   coupon: Coupon | null;
@@ -59,6 +67,7 @@ export class CouponService {
   private readonly cache = new Map<string, CacheEntry>();
   /** Coupons a grab found sold out, until when. Only a hint: the conditional UPDATE stays the authority. */
   private readonly soldOut = new Map<string, number>();
+  private liveSnapshot?: LiveSnapshot;
 
   constructor(
     @InjectRepository(Coupon) private readonly coupons: Repository<Coupon>,
@@ -82,6 +91,12 @@ export class CouponService {
     } else if (v.startAt !== undefined || v.endAt !== undefined) {
       throw validationFailed({ validity: ['startAt and endAt are only for FIXED validity'] });
     }
+    const d = dto.discount;
+    const percent = d.type === 'PERCENT';
+    if (percent && d.amountCents !== undefined) throw validationFailed({ 'discount.amountCents': ['only for AMOUNT discounts'] });
+    if (!percent && (d.percentOff !== undefined || d.maxDiscountCents !== undefined)) {
+      throw validationFailed({ discount: ['percentOff and maxDiscountCents are only for PERCENT discounts'] });
+    }
     const now = new Date();
     const coupon = Object.assign(new Coupon(), {
       name: dto.name,
@@ -94,7 +109,11 @@ export class CouponService {
       validityEndAt,
       validityDays: v.type === 'RELATIVE' ? (v.days as number) : null,
       thresholdCents: dto.discount.thresholdCents,
-      discountCents: dto.discount.amountCents,
+      discountType: percent ? ('PERCENT' as const) : ('AMOUNT' as const),
+      discountCents: percent ? null : (d.amountCents as number),
+      percentOff: percent ? (d.percentOff as number) : null,
+      maxDiscountCents: percent ? (d.maxDiscountCents ?? null) : null,
+      stackable: dto.stackable ?? false,
       rateLimitPerSecond: dto.rateLimitPerSecond ?? null,
       returnOnRefund: dto.returnOnRefund ?? false,
       createdAt: now,
@@ -105,6 +124,7 @@ export class CouponService {
       await this.stock.create(em, c.id, dto.totalStock, now);
       return c;
     });
+    this.invalidate(saved.id);
     return toCouponView(saved, { initStock: dto.totalStock, stock: dto.totalStock });
   }
 
@@ -144,6 +164,51 @@ export class CouponService {
   invalidate(id: string): void {
     this.cache.delete(id);
     this.soldOut.delete(id);
+    this.liveSnapshot = undefined;
+  }
+
+  /**
+   * The public coupon centre: coupons not paused whose grab window has not ended, soonest grab start
+   * first (then id), cursor-paginated. Served from one in-memory snapshot of the whole list, read
+   * again at most every COUPON_CACHE_TTL_MS by one query (the previous snapshot is served meanwhile),
+   * so a crowd refreshing the page costs the database nothing per request. Changes made through
+   * this instance show at once, through others within COUPON_CACHE_TTL_MS.
+   */
+  async liveCoupons(limit: number, cursor?: string): Promise<{ items: CouponView[]; nextCursor: string | null }> {
+    const now = Date.now();
+    if (!this.liveSnapshot || (this.liveSnapshot.until <= now && !this.liveSnapshot.loading))
+      this.liveSnapshot = this.loadLive(this.liveSnapshot);
+    const snapshot = this.liveSnapshot.items ?? (await this.liveSnapshot.loading);
+    const [startMs, id] = cursor ? cursor.split('_').map(Number) : [-Infinity, 0];
+    const open = (snapshot ?? []).filter((c) => Date.parse(c.grabEndAt) > now);
+    const from = open.findIndex((c) => Date.parse(c.grabStartAt) > startMs || (Date.parse(c.grabStartAt) === startMs && Number(c.id) > id));
+    const page = from < 0 ? [] : open.slice(from, from + limit);
+    const last = page.at(-1);
+    return { items: page, nextCursor: last && from + limit < open.length ? `${Date.parse(last.grabStartAt)}_${last.id}` : null };
+  }
+
+  private loadLive(previous?: LiveSnapshot): LiveSnapshot {
+    const entry: LiveSnapshot = { items: previous?.items, until: previous?.until ?? 0 };
+    entry.loading = this.coupons
+      .find({ where: { status: 'ACTIVE', grabEndAt: MoreThan(new Date()) }, order: { grabStartAt: 'ASC', id: 'ASC' } })
+      .then(async (coupons) => {
+        const stockOf = await this.stock.findMany(
+          this.coupons.manager,
+          coupons.map((c) => c.id),
+        );
+        const items = coupons.flatMap((c) => {
+          const st = stockOf.get(c.id);
+          return st ? [toCouponView(c, st)] : [];
+        });
+        if (this.liveSnapshot === entry)
+          Object.assign(entry, { items, until: Date.now() + this.config.COUPON_CACHE_TTL_MS, loading: undefined });
+        return items;
+      })
+      .catch((err: unknown) => {
+        if (this.liveSnapshot === entry) this.liveSnapshot = previous;
+        throw err;
+      });
+    return entry;
   }
 
   markSoldOut(id: string): void {
@@ -178,7 +243,7 @@ export class CouponService {
     return { status: coupon.status, initStock: stock.initStock, remainingStock: stock.stock };
   }
 
-  /** Counts by status as clients see it: an UNUSED coupon past its expiry counts as expired. */
+  /** Counts by status as clients see it (effectiveStatus). */
   counts(id: string) {
     return countByStatus(this.coupons.manager, id);
   }

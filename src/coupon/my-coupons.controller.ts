@@ -1,17 +1,25 @@
 import { Controller, Get, Param, Query } from '@nestjs/common';
 import { ApiBearerAuth, ApiOperation, ApiTags } from '@nestjs/swagger';
 import { DataSource } from 'typeorm';
-import { CurrentUser, RequireRoles, type Principal } from '../auth/principal.js';
+import { actingFor, CurrentUser, RequireRoles, type Principal } from '../auth/principal.js';
 import { AppError } from '../common/errors.js';
 import { Page, toPage } from '../common/page.js';
 import { IdPipe, USER_ID_PATTERN, validationFailed } from '../common/validation.js';
 import { toUserCouponView, UserCouponView } from '../ledger/user-coupon.entity.js';
-import { findUserCoupon, listForUser } from '../ledger/user-coupons.js';
-import { MyCouponsQuery } from './coupon.dto.js';
+import { findUserCoupon, listForUser, listUsableForUser } from '../ledger/user-coupons.js';
+import { MyCouponsQuery, UsableCouponsQuery } from './coupon.dto.js';
+import type { Coupon } from './coupon.entity.js';
+import { CouponService } from './coupon.service.js';
+import { discountFor, discountOf } from './discount.js';
+
+export interface UsableCoupon {
+  userCoupon: UserCouponView;
+  discountCents: number;
+}
 
 type UserCouponPage = Page<UserCouponView>;
 
-/** Newest first. `status` filters by the status clients see (an UNUSED coupon past expiry is EXPIRED). */
+/** Newest first. `status` filters by the status clients see (effectiveStatus: an UNUSED coupon past expiry is EXPIRED, a timed-out hold released). */
 async function pageOfUserCoupons(dataSource: DataSource, userId: string, q: MyCouponsQuery): Promise<UserCouponPage> {
   const limit = q.limit ?? 20;
   const now = new Date();
@@ -23,11 +31,39 @@ async function pageOfUserCoupons(dataSource: DataSource, userId: string, q: MyCo
 @ApiBearerAuth()
 @Controller('me/coupons')
 export class MyCouponsController {
-  constructor(private readonly dataSource: DataSource) {}
+  constructor(
+    private readonly dataSource: DataSource,
+    private readonly coupons: CouponService,
+  ) {}
 
   @Get()
   list(@Query() q: MyCouponsQuery, @CurrentUser() user: Principal): Promise<UserCouponPage> {
     return pageOfUserCoupons(this.dataSource, user.userId, q);
+  }
+
+  /**
+   * The caller's coupons an order of `orderAmountCents` can use now (UNUSED as every reader sees it,
+   * already valid, threshold reached), with the discount each gives, largest first, then soonest
+   * expiry. One query on the user's index; the templates come from the in-memory template cache and
+   * the discount from discountFor(), as holds and redemptions compute it. The order rules (one coupon
+   * per order, stacking) apply when one is held or redeemed.
+   */
+  @Get('usable')
+  async usable(@Query() q: UsableCouponsQuery, @CurrentUser() principal: Principal): Promise<{ items: UsableCoupon[] }> {
+    const now = new Date();
+    const mine = await listUsableForUser(this.dataSource.manager, actingFor(principal, q.userId), now);
+    const templates = new Map(
+      await Promise.all([...new Set(mine.map((uc) => uc.couponId))].map(async (id) => [id, await this.coupons.template(id)] as const)),
+    );
+    const usable = mine.flatMap((uc) => {
+      const discountCents = discountFor(discountOf(templates.get(uc.couponId) as Coupon), q.orderAmountCents);
+      return discountCents === null ? [] : [{ uc, discountCents }];
+    });
+    usable.sort(
+      (a, b) =>
+        b.discountCents - a.discountCents || a.uc.expiresAt.getTime() - b.uc.expiresAt.getTime() || Number(a.uc.id) - Number(b.uc.id),
+    );
+    return { items: usable.map((u) => ({ userCoupon: toUserCouponView(u.uc, now), discountCents: u.discountCents })) };
   }
 
   /** Another user's coupon is 404 too, so ids leak nothing. */

@@ -4,7 +4,17 @@ import { isLegal, LogStep, replay, TRANSITIONS, USER_COUPON_STATUSES, UserCoupon
 const FROM: (UserCouponStatus | null)[] = [null, ...USER_COUPON_STATUSES];
 
 // Written out independently of TRANSITIONS, so a wrong edit of the table fails here.
-const LEGAL = new Set(['null>UNUSED', 'UNUSED>USED', 'UNUSED>EXPIRED', 'UNUSED>VOID', 'EXPIRED>VOID']);
+const LEGAL = new Set([
+  'null>UNUSED',
+  'UNUSED>LOCKED',
+  'UNUSED>USED',
+  'UNUSED>EXPIRED',
+  'UNUSED>VOID',
+  'LOCKED>USED',
+  'LOCKED>UNUSED',
+  'LOCKED>EXPIRED',
+  'EXPIRED>VOID',
+]);
 const key = (from: UserCouponStatus | null, to: UserCouponStatus) => `${from ?? 'null'}>${to}`;
 const allPairs = FROM.flatMap((from) => USER_COUPON_STATUSES.map((to) => ({ from, to })));
 
@@ -40,6 +50,8 @@ describe('replay', () => {
     [[null, 'UNUSED', 'EXPIRED'], 'EXPIRED'],
     [[null, 'UNUSED', 'VOID'], 'VOID'],
     [[null, 'UNUSED', 'EXPIRED', 'VOID'], 'VOID'],
+    [[null, 'UNUSED', 'LOCKED', 'USED'], 'USED'],
+    [[null, 'UNUSED', 'LOCKED', 'UNUSED', 'LOCKED', 'EXPIRED', 'VOID'], 'VOID'],
   ] as [(UserCouponStatus | null)[], UserCouponStatus][])('replays every legal lifecycle %j to %s', (path, end) => {
     expect(replay(steps(...path))).toEqual({ status: end, lastConsistentIndex: path.length - 2, legal: true });
   });

@@ -1,10 +1,15 @@
-export const USER_COUPON_STATUSES = ['UNUSED', 'USED', 'EXPIRED', 'VOID'] as const;
+export const USER_COUPON_STATUSES = ['UNUSED', 'LOCKED', 'USED', 'EXPIRED', 'VOID'] as const;
 export type UserCouponStatus = (typeof USER_COUPON_STATUSES)[number];
 
-/** The whole lifecycle of a user coupon. `null` is "not yet issued"; USED and VOID are final. */
+/**
+ * The whole lifecycle of a user coupon. `null` is "not yet issued"; USED and VOID are final.
+ * LOCKED is held for one unpaid order: confirmed (USED), released (UNUSED), or released after its
+ * validity ended (EXPIRED). It cannot be voided while held: the order may still be paid.
+ */
 export const TRANSITIONS: Readonly<Record<UserCouponStatus | 'null', readonly UserCouponStatus[]>> = {
   null: ['UNUSED'],
-  UNUSED: ['USED', 'EXPIRED', 'VOID'],
+  UNUSED: ['LOCKED', 'USED', 'EXPIRED', 'VOID'],
+  LOCKED: ['USED', 'UNUSED', 'EXPIRED'],
   EXPIRED: ['VOID'],
   USED: [],
   VOID: [],

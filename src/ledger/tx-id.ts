@@ -9,6 +9,10 @@ export const TxIds = {
   grab: (key: string) => `grab:${key}`,
   /** A redemption on an order. Reconciliation trusts it as evidence of a use. */
   order: (orderNo: string) => `order:${orderNo}`,
+  /** A checkout hold's moves (LOCKED and its release); its confirmation is an `order` use. */
+  hold: (orderNo: string) => `hold:${orderNo}`,
+  /** One run of the hold sweep. */
+  holdSweep: () => `hold-sweep:${randomUUID()}`,
   /** The coupon a refund returned. */
   refund: (refundNo: string) => `refund:${refundNo}`,
   /** An operator's action: who did it, and a unique id to find the one request. */
@@ -22,6 +26,8 @@ export const TxIds = {
 export type TxRef =
   | { kind: 'grab'; key: string }
   | { kind: 'order'; orderNo: string }
+  | { kind: 'hold'; orderNo: string }
+  | { kind: 'hold-sweep'; run: string }
   | { kind: 'refund'; refundNo: string }
   | { kind: 'admin'; adminId: string; action: string }
   | { kind: 'expiry-sweep'; run: string }
@@ -44,6 +50,10 @@ export function parseTxId(txId: string): TxRef | null {
   switch (txId.slice(0, colon)) {
     case 'grab':
       return { kind: 'grab', key: rest };
+    case 'hold':
+      return { kind: 'hold', orderNo: rest };
+    case 'hold-sweep':
+      return { kind: 'hold-sweep', run: rest };
     case 'refund':
       return { kind: 'refund', refundNo: rest };
     case 'expiry-sweep':

@@ -14,7 +14,10 @@ export class UserCoupon {
   @Column({ name: 'user_id', type: 'varchar', length: 64 })
   userId!: string;
 
-  /** Stored status; a coupon past expiresAt still UNUSED is EXPIRED to every reader (see effectiveStatus). */
+  /**
+   * Stored status; a coupon past expiresAt still UNUSED is EXPIRED to every reader, and a LOCKED one
+   * past lockedUntil is released to every reader (see effectiveStatus).
+   */
   @Column({ type: 'varchar', length: 16 })
   status!: UserCouponStatus;
 
@@ -46,13 +49,34 @@ export class UserCoupon {
   @Column({ name: 'used_at', type: 'datetime', precision: 3, nullable: true })
   usedAt!: Date | null;
 
+  /** While LOCKED: when its ACTIVE hold times out (the hold's expiresAt). Meaningless in other states. */
+  @Column({ name: 'locked_until', type: 'datetime', precision: 3, nullable: true })
+  lockedUntil!: Date | null;
+
   @Column({ name: 'updated_at', type: 'datetime', precision: 3 })
   updatedAt!: Date;
 }
 
-export function effectiveStatus(uc: Pick<UserCoupon, 'status' | 'expiresAt'>, now = new Date()): UserCouponStatus {
-  return uc.status === 'UNUSED' && uc.expiresAt.getTime() <= now.getTime() ? 'EXPIRED' : uc.status;
+/**
+ * The status every reader sees: a timed-out hold is already released (to UNUSED, or EXPIRED when
+ * the coupon's validity ended meanwhile), and an UNUSED coupon past its expiry is already EXPIRED;
+ * the sweeps only make the stored status catch up.
+ */
+export function effectiveStatus(uc: Pick<UserCoupon, 'status' | 'expiresAt' | 'lockedUntil'>, now = new Date()): UserCouponStatus {
+  const t = now.getTime();
+  if (uc.status === 'LOCKED' && (uc.lockedUntil === null || uc.lockedUntil.getTime() > t)) return 'LOCKED';
+  if (uc.status === 'UNUSED' || uc.status === 'LOCKED') return uc.expiresAt.getTime() <= t ? 'EXPIRED' : 'UNUSED';
+  return uc.status;
 }
+
+/**
+ * effectiveStatus in SQL, for the user coupon table under `alias`. `now` is the placeholder of the
+ * current time: with the default `?` bind it twice; a named one (`:now`) once.
+ */
+export const effectiveStatusSql = (alias: string, now = '?') =>
+  `(CASE WHEN ${alias}.status = 'LOCKED' AND ${alias}.locked_until > ${now} THEN 'LOCKED'
+         WHEN ${alias}.status IN ('UNUSED', 'LOCKED') THEN IF(${alias}.expires_at <= ${now}, 'EXPIRED', 'UNUSED')
+         ELSE ${alias}.status END)`;
 
 export function toUserCouponView(uc: UserCoupon, now = new Date()) {
   return {

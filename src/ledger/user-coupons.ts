@@ -1,7 +1,7 @@
 import { EntityManager, getMetadataArgsStorage } from 'typeorm';
 import { execute } from '../database/transaction.service.js';
 import type { UserCouponStatus } from './transitions.js';
-import { UserCoupon } from './user-coupon.entity.js';
+import { effectiveStatusSql, UserCoupon } from './user-coupon.entity.js';
 
 /**
  * Every statement on user_coupon. Plain SQL with the EntityManager of the caller's transaction: on
@@ -93,33 +93,24 @@ export async function countFromStock(em: Queryable, couponId: string): Promise<n
   return Number(n);
 }
 
-/** Counts by status as clients see it: an UNUSED coupon past its expiry counts as expired. */
-export async function countByStatus(
-  em: Queryable,
-  couponId: string,
-  now = new Date(),
-): Promise<Record<'issued' | 'unused' | 'used' | 'expired' | 'void', number>> {
-  const [row] = (await em.query(
-    `SELECT COUNT(*) AS issued,
-            COALESCE(SUM(status = 'UNUSED' AND expires_at > ?), 0) AS unused,
-            COALESCE(SUM(status = 'USED'), 0) AS used,
-            COALESCE(SUM(status = 'EXPIRED' OR (status = 'UNUSED' AND expires_at <= ?)), 0) AS expired,
-            COALESCE(SUM(status = 'VOID'), 0) AS void
-     FROM user_coupon WHERE coupon_id = ?`,
+/** Counts by status as clients see it (effectiveStatus: a coupon past its expiry is expired, a timed-out hold released). */
+export async function countByStatus(em: Queryable, couponId: string, now = new Date()): Promise<Record<'issued' | StatusCount, number>> {
+  const rows = (await em.query(
+    `SELECT ${effectiveStatusSql('uc')} AS status, COUNT(*) AS n FROM user_coupon uc WHERE uc.coupon_id = ? GROUP BY 1`,
     [now, now, couponId],
-  )) as Record<string, string>[];
-  return {
-    issued: Number(row.issued),
-    unused: Number(row.unused),
-    used: Number(row.used),
-    expired: Number(row.expired),
-    void: Number(row.void),
-  };
+  )) as { status: UserCouponStatus; n: string }[];
+  const counts = { issued: 0, unused: 0, locked: 0, used: 0, expired: 0, void: 0 };
+  for (const r of rows) {
+    counts[r.status.toLowerCase() as StatusCount] += Number(r.n);
+    counts.issued += Number(r.n);
+  }
+  return counts;
 }
+type StatusCount = Lowercase<UserCouponStatus>;
 
 /**
  * A user's coupons, newest first, ids below `beforeId`, at most `limit`. `status` filters by the
- * status clients see (an UNUSED coupon past expiry is EXPIRED).
+ * status clients see (effectiveStatus).
  */
 export async function listForUser(
   em: Queryable,
@@ -127,23 +118,17 @@ export async function listForUser(
   q: { status?: UserCouponStatus; beforeId?: string; limit: number },
   now = new Date(),
 ): Promise<UserCoupon[]> {
-  const where = ['user_id = ?'];
+  const where = ['uc.user_id = ?'];
   const params: unknown[] = [userId];
-  if (q.status === 'UNUSED') {
-    where.push(`status = 'UNUSED' AND expires_at > ?`);
-    params.push(now);
-  } else if (q.status === 'EXPIRED') {
-    where.push(`(status = 'EXPIRED' OR (status = 'UNUSED' AND expires_at <= ?))`);
-    params.push(now);
-  } else if (q.status) {
-    where.push('status = ?');
-    params.push(q.status);
+  if (q.status) {
+    where.push(`${effectiveStatusSql('uc')} = ?`);
+    params.push(now, now, q.status);
   }
   if (q.beforeId) {
-    where.push('id < ?');
+    where.push('uc.id < ?');
     params.push(q.beforeId);
   }
-  const rows = (await em.query(`SELECT * FROM user_coupon WHERE ${where.join(' AND ')} ORDER BY id DESC LIMIT ?`, [
+  const rows = (await em.query(`SELECT uc.* FROM user_coupon uc WHERE ${where.join(' AND ')} ORDER BY uc.id DESC LIMIT ?`, [
     ...params,
     q.limit,
   ])) as Record<string, unknown>[];
@@ -181,4 +166,34 @@ export async function lockExpired(em: Queryable, now: Date, size: number): Promi
     [now, size],
   )) as { id: string }[];
   return rows.map((r) => String(r.id));
+}
+
+/**
+ * A user's coupons usable now as every reader sees them: UNUSED (a timed-out hold included), not
+ * expired, already valid. One query on the (user_id, status, id) index.
+ */
+export async function listUsableForUser(em: Queryable, userId: string, now: Date): Promise<UserCoupon[]> {
+  const rows = (await em.query(
+    `SELECT * FROM user_coupon
+     WHERE user_id = ? AND status IN ('UNUSED', 'LOCKED') AND (status = 'UNUSED' OR locked_until <= ?) AND expires_at > ? AND valid_from <= ?`,
+    [userId, now, now, now],
+  )) as Record<string, unknown>[];
+  return rows.map(toUserCoupon);
+}
+
+/** Stores the expiry of the hold that locks this coupon (UserCoupon.lockedUntil), in the hold's transaction. */
+export async function setLockedUntil(em: Queryable, userCouponId: string, until: Date): Promise<void> {
+  await em.query(`UPDATE user_coupon SET locked_until = ? WHERE id = ?`, [until, userCouponId]);
+}
+
+/**
+ * Locks up to `size` LOCKED coupons whose hold has timed out, oldest first, with their validity end.
+ * SKIP LOCKED leaves alone any coupon a confirmation, release or void holds right now; those settle it.
+ */
+export async function lockTimedOutHolds(em: Queryable, now: Date, size: number): Promise<{ id: string; expiresAt: Date }[]> {
+  const rows = (await em.query(
+    `SELECT id, expires_at FROM user_coupon WHERE status = 'LOCKED' AND locked_until <= ? ORDER BY locked_until, id LIMIT ? FOR UPDATE SKIP LOCKED`,
+    [now, size],
+  )) as { id: string; expires_at: Date }[];
+  return rows.map((r) => ({ id: String(r.id), expiresAt: r.expires_at }));
 }

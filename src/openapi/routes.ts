@@ -45,6 +45,12 @@ export interface RouteContract {
 const REPLAYED: HeaderName[] = ['Idempotent-Replayed'];
 
 export const ROUTES: Record<string, RouteContract> = {
+  'GET /coupons': {
+    summary: 'The coupon centre: live coupons, soonest grab start first (served from memory)',
+    auth: 'public',
+    ok: { 200: { schema: 'CouponPage', description: 'One page' } },
+    errors: [],
+  },
   'GET /coupons/{couponId}': {
     summary: 'A coupon template with its remaining stock',
     auth: 'public',
@@ -83,6 +89,13 @@ export const ROUTES: Record<string, RouteContract> = {
     ok: { 200: { schema: 'UserCouponPage', description: 'One page' } },
     errors: [],
   },
+  'GET /me/coupons/usable': {
+    summary: "The caller's coupons usable now on an order of orderAmountCents, with the discount each gives",
+    description: 'A service names the user with `userId`; a user may leave it out or name themself.',
+    auth: 'user',
+    ok: { 200: { schema: 'UsableCoupons', description: 'Largest discount first, then soonest expiry' } },
+    errors: ['FORBIDDEN'],
+  },
   'GET /me/coupons/{userCouponId}': {
     summary: 'One of the caller’s coupons',
     auth: 'user',
@@ -107,10 +120,54 @@ export const ROUTES: Record<string, RouteContract> = {
       'COUPON_EXPIRED',
       'COUPON_VOID',
       'COUPON_NOT_YET_VALID',
+      'COUPON_LOCKED',
       'THRESHOLD_NOT_MET',
       'IDEMPOTENCY_KEY_REUSED',
+      'HOLD_EXPIRED',
+      'HOLD_RELEASED',
+      'HOLD_MISMATCH',
+      'ORDER_HAS_COUPON',
+      'ORDER_REFUNDED',
+      'ORDER_AMOUNT_MISMATCH',
+      'STATUS_CONFLICT',
     ],
     requestExample: { userCouponId: '1024', orderNo: 'ORD-20260101-0001', orderAmountCents: 12900 },
+  },
+  'POST /redemptions/holds': {
+    summary: 'Hold a coupon for an unpaid order (idempotent by orderNo and userCouponId)',
+    description:
+      'Checks like a redemption, then locks the coupon (LOCKED) for ttlSeconds (default HOLD_TTL_SECONDS, 900). POST /redemptions ' +
+      'with the same pair confirms it. A repeat answers the hold as it is now (200, `Idempotent-Replayed: true`); another ' +
+      'orderAmountCents is 422; a coupon held by another order is 409 COUPON_LOCKED.',
+    auth: 'user',
+    ok: {
+      201: { schema: 'Hold', description: 'Held now' },
+      200: { schema: 'Hold', description: 'A repeat: the hold as it is now', requiredHeaders: REPLAYED },
+    },
+    errors: [
+      'FORBIDDEN',
+      'USER_COUPON_NOT_FOUND',
+      'COUPON_ALREADY_USED',
+      'COUPON_EXPIRED',
+      'COUPON_VOID',
+      'COUPON_NOT_YET_VALID',
+      'COUPON_LOCKED',
+      'THRESHOLD_NOT_MET',
+      'IDEMPOTENCY_KEY_REUSED',
+      'ORDER_HAS_COUPON',
+      'ORDER_REFUNDED',
+      'ORDER_AMOUNT_MISMATCH',
+      'STATUS_CONFLICT',
+    ],
+    requestExample: { userCouponId: '1024', orderNo: 'ORD-20260101-0001', orderAmountCents: 12900, ttlSeconds: 900 },
+  },
+  'POST /redemptions/holds/release': {
+    summary: 'Release the hold of an order (cancelled): the coupon is UNUSED again, or EXPIRED past its validity',
+    description: 'Repeats answer the same hold with `Idempotent-Replayed: true`; after a confirmation 409 HOLD_ALREADY_CONFIRMED.',
+    auth: 'user',
+    ok: { 200: { schema: 'Hold', description: 'The released hold', headers: REPLAYED } },
+    errors: ['FORBIDDEN', 'HOLD_NOT_FOUND', 'HOLD_ALREADY_CONFIRMED', 'STATUS_CONFLICT'],
+    requestExample: { userCouponId: '1024', orderNo: 'ORD-20260101-0001' },
   },
   'POST /redemptions/refunds': {
     summary: 'Record a refund of a redeemed order (idempotent by refundNo)',
@@ -180,10 +237,10 @@ export const ROUTES: Record<string, RouteContract> = {
     requestExample: { delta: 500 },
   },
   'POST /admin/user-coupons/{userCouponId}/void': {
-    summary: 'Void an UNUSED or EXPIRED user coupon',
+    summary: 'Void an UNUSED or EXPIRED user coupon (a coupon held for an order is 409 COUPON_LOCKED)',
     auth: ['admin'],
     ok: { 200: { schema: 'UserCoupon', description: 'The voided coupon' } },
-    errors: ['USER_COUPON_NOT_FOUND', 'ILLEGAL_TRANSITION', 'STATUS_CONFLICT'],
+    errors: ['USER_COUPON_NOT_FOUND', 'ILLEGAL_TRANSITION', 'STATUS_CONFLICT', 'COUPON_LOCKED'],
     requestExample: { reason: 'issued by mistake' },
   },
   'POST /admin/user-coupons/reissue': {

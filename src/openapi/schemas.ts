@@ -1,3 +1,4 @@
+import { PUBLIC_CURSOR } from '../coupon/coupon.dto.js';
 import { ERROR_STATUS } from '../common/errors.js';
 import { IDEMPOTENCY_KEY_PATTERN, USER_ID_PATTERN } from '../common/validation.js';
 import { COMPENSATION_STATUSES } from '../reconciliation/compensation.entity.js';
@@ -52,6 +53,7 @@ const COUPON_PROPERTIES: Record<string, JsonSchema> = {
   discount: ref('Discount'),
   rateLimitPerSecond: { type: ['integer', 'null'], minimum: 1, description: 'null: the default RATE_LIMIT_PER_SECOND' },
   returnOnRefund: { type: 'boolean' },
+  stackable: { type: 'boolean', description: 'May share an order with other coupons, when all of them are stackable' },
   initStock: int(0),
   remainingStock: int(0),
 };
@@ -95,14 +97,30 @@ export const RESPONSE_SCHEMAS: Record<string, JsonSchema> = {
   Validity: {
     oneOf: [ref('FixedValidity'), ref('RelativeValidity')],
   },
-  Discount: object(
-    { thresholdCents: int(0, 'Orders from this amount qualify'), amountCents: int(1, 'Taken off, at most the order amount') },
+  AmountDiscount: object(
+    {
+      type: { type: 'string', const: 'AMOUNT' },
+      thresholdCents: int(0, 'Orders from this amount qualify'),
+      amountCents: int(1, 'Taken off, at most the order amount'),
+    },
     'Amount off an order of at least thresholdCents',
   ),
+  PercentDiscount: object(
+    {
+      type: { type: 'string', const: 'PERCENT' },
+      thresholdCents: int(0, 'Orders from this amount qualify'),
+      percentOff: { type: 'integer', minimum: 1, maximum: 100 },
+      maxDiscountCents: { type: ['integer', 'null'], minimum: 1, description: 'The most it takes off; null: no cap' },
+    },
+    'floor(amount * percentOff / 100) off an order of at least thresholdCents, at most maxDiscountCents and the order amount',
+  ),
+  Discount: {
+    oneOf: [ref('AmountDiscount'), ref('PercentDiscount')],
+  },
   Coupon: object(COUPON_PROPERTIES, 'A coupon template and its stock'),
   CouponCounts: object(
-    { issued: int(0), unused: int(0), used: int(0), expired: int(0), void: int(0) },
-    'User coupons of this template by the status clients see (an UNUSED coupon past expiry counts as expired)',
+    { issued: int(0), unused: int(0), locked: int(0), used: int(0), expired: int(0), void: int(0) },
+    'User coupons of this template by the status clients see (an UNUSED coupon past expiry counts as expired, a timed-out hold as released)',
   ),
   AdminCoupon: object({ ...COUPON_PROPERTIES, counts: ref('CouponCounts') }, 'A coupon template, its stock and its user coupons counted'),
   AdminCouponPage: page('AdminCoupon', 'Newest first'),
@@ -112,7 +130,11 @@ export const RESPONSE_SCHEMAS: Record<string, JsonSchema> = {
       id: id('User coupon id'),
       couponId: id('The template it was issued from'),
       userId,
-      status: { ...USER_COUPON_STATUS, description: 'As clients see it: an UNUSED coupon past expiresAt is EXPIRED' },
+      status: {
+        ...USER_COUPON_STATUS,
+        description:
+          'As clients see it: an UNUSED coupon past expiresAt is EXPIRED; LOCKED while held for an order, UNUSED again once the hold timed out',
+      },
       source: { type: 'string', enum: [...USER_COUPON_SOURCES] },
       issuedAt: dateTime(),
       validFrom: dateTime(),
@@ -122,6 +144,38 @@ export const RESPONSE_SCHEMAS: Record<string, JsonSchema> = {
     "One coupon in one user's hands",
   ),
   UserCouponPage: page('UserCoupon', 'Newest first'),
+  CouponPage: object(
+    {
+      items: { type: 'array', items: ref('Coupon') },
+      nextCursor: {
+        type: ['string', 'null'],
+        pattern: PUBLIC_CURSOR.source,
+        description: 'Pass as `cursor` for the next page; null on the last page',
+      },
+    },
+    'Live coupons (not paused, grab window not ended), soonest grab start first',
+  ),
+  UsableCoupon: object({ userCoupon: ref('UserCoupon'), discountCents: int(0, 'What it takes off this order') }),
+  UsableCoupons: object({ items: { type: 'array', items: ref('UsableCoupon') } }, 'Largest discount first, then soonest expiry'),
+  Hold: object(
+    {
+      holdId: id('Hold id'),
+      userCouponId: id('The held user coupon'),
+      orderNo: { type: 'string', minLength: 1, maxLength: 64 },
+      userId,
+      discountCents: int(0, 'The discount the confirmation will grant'),
+      status: {
+        type: 'string',
+        enum: ['ACTIVE', 'CONFIRMED', 'RELEASED'],
+        description: 'As clients see it: an ACTIVE hold past expiresAt is RELEASED (TIMEOUT)',
+      },
+      expiresAt: dateTime(),
+      createdAt: dateTime(),
+      releasedAt: nullableDateTime('When it was released (a timed-out hold: its expiresAt)'),
+      releaseReason: { type: ['string', 'null'], enum: ['CANCELLED', 'TIMEOUT', 'RECONCILIATION', null] },
+    },
+    'A coupon held for one unpaid order',
+  ),
   Transition: object({
     from: { type: ['string', 'null'], enum: [...USER_COUPON_STATUSES, null], description: 'null for the issuance' },
     to: USER_COUPON_STATUS,

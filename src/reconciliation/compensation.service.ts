@@ -164,17 +164,34 @@ export class CompensationService {
       case 'TRANSIT':
         await this.stateMachine.transit(em, userCouponId, s.from, s.to, s.txId ?? ctx.txId, ctx.reason, ctx.now);
         return { op: s.op, from: s.from, to: s.to };
-      case 'RECREATE_REDEMPTION':
+      case 'RECREATE_REDEMPTION': {
+        // The order's row (and its hold, for a confirmed one) still tell the amount and the discount
+        // granted; without them the amount is unknown and recorded as the discount, so the order
+        // never shows more off than it cost.
+        const [known]: { order_amount_cents: string; held: string | null }[] = await em.query(
+          `SELECT o.order_amount_cents, h.discount_cents AS held
+           FROM coupon_order o LEFT JOIN redemption_hold h ON h.order_no = o.order_no AND h.user_coupon_id = ?
+           WHERE o.order_no = ?`,
+          [userCouponId, s.orderNo],
+        );
+        const orderAmountCents = known ? Number(known.order_amount_cents) : s.discountCents;
+        const discountCents = known?.held != null ? Number(known.held) : Math.min(s.discountCents, orderAmountCents);
         try {
           await em.query(
-            `INSERT INTO redemption (user_coupon_id, order_no, user_id, order_amount_cents, discount_cents, status, used_at) VALUES (?, ?, ?, 0, ?, 'USED', ?)`,
-            [userCouponId, s.orderNo, s.userId, s.discountCents, new Date(s.usedAt)],
+            `INSERT INTO redemption (user_coupon_id, order_no, user_id, order_amount_cents, discount_cents, status, used_at) VALUES (?, ?, ?, ?, ?, 'USED', ?)`,
+            [userCouponId, s.orderNo, s.userId, orderAmountCents, discountCents, new Date(s.usedAt)],
           );
         } catch (err) {
           if (isDuplicateKey(err)) throw changedSinceRun(`The redemption of order ${s.orderNo}`, { orderNo: s.orderNo, userCouponId });
           throw err;
         }
-        return { op: s.op, orderNo: s.orderNo, orderAmountCents: 'unknown, recorded as 0' };
+        return {
+          op: s.op,
+          orderNo: s.orderNo,
+          orderAmountCents: known ? orderAmountCents : 'unknown, recorded as the discount',
+          discountCents,
+        };
+      }
     }
   }
 }

@@ -1,4 +1,4 @@
-import { ApiProperty, ApiPropertyOptional } from '@nestjs/swagger';
+import { ApiProperty, ApiPropertyOptional, PickType } from '@nestjs/swagger';
 import { IsInt, IsString, Matches, Max, Min } from 'class-validator';
 import { IsId, IsOmittable, TextLength, USER_ID_PATTERN } from '../common/validation.js';
 
@@ -27,6 +27,17 @@ export class RedeemDto {
   @Matches(USER_ID_PATTERN, { message: 'userId must be 1-64 of [A-Za-z0-9_.:-]' })
   userId?: string;
 }
+
+export class HoldDto extends RedeemDto {
+  @ApiPropertyOptional({ minimum: 1, maximum: 86_400, description: 'How long the hold lasts; default HOLD_TTL_SECONDS (900)' })
+  @IsOmittable()
+  @IsInt()
+  @Min(1)
+  @Max(86_400)
+  ttlSeconds?: number;
+}
+
+export class ReleaseHoldDto extends PickType(RedeemDto, ['userCouponId', 'orderNo', 'userId'] as const) {}
 
 export class RefundDto {
   @ApiProperty({ example: '1024' })

@@ -1,18 +1,21 @@
 import { Injectable } from '@nestjs/common';
 import { InjectRepository } from '@nestjs/typeorm';
 import { EntityManager, Repository } from 'typeorm';
-import type { Principal } from '../auth/principal.js';
+import { actingFor, type Principal } from '../auth/principal.js';
 import { isDuplicateKey } from '../common/db-errors.js';
 import { AppError } from '../common/errors.js';
 import { counter } from '../common/metrics.js';
-import { validationFailed } from '../common/validation.js';
 import { Coupon } from '../coupon/coupon.entity.js';
 import { IssueService } from '../ledger/issue.service.js';
-import { effectiveStatus, toUserCouponView, UserCoupon } from '../ledger/user-coupon.entity.js';
+import { toUserCouponView, UserCoupon } from '../ledger/user-coupon.entity.js';
 import { findUserCoupon, lockUserCoupon } from '../ledger/user-coupons.js';
-import { TransactionService } from '../database/transaction.service.js';
+import { execute, TransactionService } from '../database/transaction.service.js';
 import { StateMachineService } from '../ledger/state-machine.service.js';
 import { TxIds } from '../ledger/tx-id.js';
+import { usableDiscount, userCouponNotFound } from './checks.js';
+import { effectiveHold, Hold } from './hold.entity.js';
+import { findHold, releaseTimedOutHold } from './holds.js';
+import { lockOrder, markOrderRefunded, OrderRow, orderDiscount, refuseRefundedOrder } from './order.js';
 import { RedeemDto, RefundDto } from './redemption.dto.js';
 import { Redemption, Refund } from './redemption.entity.js';
 
@@ -55,8 +58,6 @@ async function measured<T>(operation: string, fn: () => Promise<T>, resultOf: (v
   }
 }
 
-const notFound = () => new AppError('USER_COUPON_NOT_FOUND', 'No such coupon for this user');
-
 /**
  * Using a coupon on an order, and returning it on refund. Both are idempotent by a unique key and
  * run as one transaction that locks the user coupon row first, so repeats and races serialize on it.
@@ -74,56 +75,34 @@ export class RedemptionService {
   redeem(principal: Principal, dto: RedeemDto): Promise<{ redemption: Redemption; firstUse: boolean }> {
     return measured(
       'redeem',
-      () => this.doRedeem(this.actingFor(principal, dto.userId), dto),
+      () => this.doRedeem(actingFor(principal, dto.userId), dto),
       (r) => (r.firstUse ? 'USED' : 'REPLAYED'),
     );
   }
 
-  /** A service acts for the user it names; a user only for themself. */
-  private actingFor(principal: Principal, userId: string | undefined): string {
-    if (principal.roles.includes('service')) {
-      if (!userId) throw validationFailed({ userId: ['required with a service token'] });
-      return userId;
-    }
-    if (userId !== undefined && userId !== principal.userId) throw new AppError('FORBIDDEN', 'A user may only redeem their own coupons');
-    return principal.userId;
-  }
-
+  /**
+   * Locks the order, then the user coupon. The pair of a hold confirms it; otherwise the coupon
+   * must be usable as every reader sees it (a timed-out hold of another order is released in the
+   * same transaction) and the order must take it.
+   */
   private async doRedeem(userId: string, dto: RedeemDto): Promise<{ redemption: Redemption; firstUse: boolean }> {
     const earlier = await this.redemptions.findOneBy({ orderNo: dto.orderNo, userCouponId: dto.userCouponId });
     if (earlier) return this.replayRedemption(earlier, userId, dto);
     return this.tx.inTransaction(async (em) => {
+      const now = new Date();
+      const order = await lockOrder(em, dto.orderNo, dto.orderAmountCents, now);
       const uc = await lockUserCoupon(em, dto.userCouponId, 'exclusive');
-      if (!uc || uc.userId !== userId) throw notFound();
+      if (!uc || uc.userId !== userId) throw userCouponNotFound();
       if (uc.status === 'USED') {
         const mine = await em.findOneBy(Redemption, { orderNo: dto.orderNo, userCouponId: uc.id });
         if (mine) return this.replayRedemption(mine, userId, dto);
-        throw new AppError('COUPON_ALREADY_USED', 'This coupon was used on another order');
       }
-      const now = new Date();
-      const status = effectiveStatus(uc, now);
-      if (status === 'VOID') throw new AppError('COUPON_VOID', 'This coupon was voided');
-      if (status === 'EXPIRED') throw new AppError('COUPON_EXPIRED', 'This coupon has expired', { expiresAt: uc.expiresAt.toISOString() });
-      if (uc.validFrom > now)
-        throw new AppError('COUPON_NOT_YET_VALID', 'This coupon is not valid yet', { validFrom: uc.validFrom.toISOString() });
-      const coupon = await em.findOneByOrFail(Coupon, { id: uc.couponId });
-      if (dto.orderAmountCents < coupon.thresholdCents) {
-        throw new AppError('THRESHOLD_NOT_MET', `Orders from ${coupon.thresholdCents} cents qualify`, {
-          thresholdCents: coupon.thresholdCents,
-        });
-      }
-      const redemption = Object.assign(new Redemption(), {
-        userCouponId: uc.id,
-        orderNo: dto.orderNo,
-        userId,
-        orderAmountCents: dto.orderAmountCents,
-        discountCents: Math.min(coupon.discountCents, dto.orderAmountCents),
-        status: 'USED' as const,
-        usedAt: now,
-      });
-      await em.insert(Redemption, redemption);
-      // The driver hands back the generated id as a number; the API's ids are strings.
-      redemption.id = String(redemption.id);
+      const hold = await findHold(em, dto.orderNo, uc.id, true);
+      if (hold) return { redemption: await this.confirm(em, uc, hold, order, dto, now), firstUse: true };
+      const { coupon, discountCents } = await usableDiscount(em, uc, dto.orderAmountCents, now);
+      const granted = await orderDiscount(em, order, dto.orderAmountCents, uc.id, coupon, discountCents, now);
+      if (uc.status === 'LOCKED') await releaseTimedOutHold(em, this.stateMachine, uc, now);
+      const redemption = await this.insertRedemption(em, uc.id, dto, userId, granted, now);
       await this.stateMachine.transit(em, uc.id, 'UNUSED', 'USED', TxIds.order(dto.orderNo), 'redeemed', now);
       return { redemption, firstUse: true };
     });
@@ -131,13 +110,61 @@ export class RedemptionService {
 
   /** A repeat is the same request again: asking another amount under the same key is a client bug, not a replay. */
   private replayRedemption(r: Redemption, userId: string, dto: RedeemDto): { redemption: Redemption; firstUse: boolean } {
-    if (r.userId !== userId) throw notFound();
+    if (r.userId !== userId) throw userCouponNotFound();
     if (r.orderAmountCents !== dto.orderAmountCents) {
       throw new AppError('IDEMPOTENCY_KEY_REUSED', 'This (orderNo, userCouponId) was redeemed with another orderAmountCents', {
         orderAmountCents: r.orderAmountCents,
       });
     }
     return { redemption: r, firstUse: false };
+  }
+
+  /**
+   * Confirms the hold of this (order, coupon): LOCKED -> USED with the hold's discount. Inside the
+   * hold's time the coupon's own validity no longer matters: the customer ordered while it was valid.
+   */
+  private async confirm(em: EntityManager, uc: UserCoupon, hold: Hold, order: OrderRow, dto: RedeemDto, now: Date): Promise<Redemption> {
+    const seen = effectiveHold(hold, now);
+    if (seen.status === 'RELEASED') {
+      throw seen.releaseReason === 'TIMEOUT'
+        ? new AppError('HOLD_EXPIRED', 'The hold for this order timed out', { expiresAt: hold.expiresAt.toISOString() })
+        : new AppError('HOLD_RELEASED', 'The hold for this order was released');
+    }
+    if (seen.status === 'CONFIRMED') throw new AppError('STATUS_CONFLICT', `Hold ${hold.id} is confirmed but its coupon is not USED`);
+    if (dto.orderAmountCents !== hold.orderAmountCents) {
+      throw new AppError('HOLD_MISMATCH', `The hold was placed for an order of ${hold.orderAmountCents} cents`, {
+        orderAmountCents: hold.orderAmountCents,
+      });
+    }
+    refuseRefundedOrder(order);
+    const confirmed = await execute(em, `UPDATE redemption_hold SET status = 'CONFIRMED' WHERE id = ? AND status = 'ACTIVE'`, [hold.id]);
+    if (confirmed !== 1) throw new AppError('STATUS_CONFLICT', `Hold ${hold.id} is no longer active`, { holdId: hold.id });
+    const redemption = await this.insertRedemption(em, uc.id, dto, hold.userId, hold.discountCents, now);
+    await this.stateMachine.transit(em, uc.id, 'LOCKED', 'USED', TxIds.order(dto.orderNo), 'hold confirmed', now);
+    return redemption;
+  }
+
+  private async insertRedemption(
+    em: EntityManager,
+    userCouponId: string,
+    dto: RedeemDto,
+    userId: string,
+    discountCents: number,
+    now: Date,
+  ): Promise<Redemption> {
+    const redemption = Object.assign(new Redemption(), {
+      userCouponId,
+      orderNo: dto.orderNo,
+      userId,
+      orderAmountCents: dto.orderAmountCents,
+      discountCents,
+      status: 'USED' as const,
+      usedAt: now,
+    });
+    await em.insert(Redemption, redemption);
+    // The driver hands back the generated id as a number; the API's ids are strings.
+    redemption.id = String(redemption.id);
+    return redemption;
   }
 
   refund(dto: RefundDto): Promise<{ refund: Refund; replacement: UserCoupon | null; replayed: boolean }> {
@@ -163,8 +190,10 @@ export class RedemptionService {
 
   private refundOnce(dto: RefundDto): Promise<{ refund: Refund; replacement: UserCoupon | null; replayed: boolean }> {
     return this.tx.inTransaction(async (em) => {
+      // The order first, as every hold and redemption locks it: marked refunded, it takes no new coupon.
+      await markOrderRefunded(em, dto.orderNo);
       const uc = await lockUserCoupon(em, dto.userCouponId, 'exclusive');
-      if (!uc) throw notFound();
+      if (!uc) throw userCouponNotFound();
       const redemption = await em.findOneBy(Redemption, { orderNo: dto.orderNo, userCouponId: uc.id });
       if (!redemption) throw new AppError('NOT_REDEEMED', 'This coupon was not redeemed on this order');
       const sameRedemption = await em.findOneBy(Refund, { redemptionId: redemption.id });

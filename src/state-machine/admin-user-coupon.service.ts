@@ -7,6 +7,7 @@ import { IssueService } from '../ledger/issue.service.js';
 import { effectiveStatus, toUserCouponView, UserCoupon, UserCouponView } from '../ledger/user-coupon.entity.js';
 import { findByKeys, findUserCoupon, lockUserCoupon } from '../ledger/user-coupons.js';
 import { TransactionService } from '../database/transaction.service.js';
+import { releaseTimedOutHold } from '../redemption/holds.js';
 import { ReissueUserCouponDto } from './admin-user-coupon.dto.js';
 import { findLog } from '../ledger/state-log.js';
 import { TxIds } from '../ledger/tx-id.js';
@@ -63,8 +64,9 @@ export class AdminUserCouponService {
   /**
    * UNUSED or EXPIRED -> VOID. The row is locked first, so a concurrent redemption or void either
    * finished before (and this answers ILLEGAL_TRANSITION) or waits for this one. An UNUSED coupon
-   * past its expiry is EXPIRED to everyone, so the log records that step before the void and the
-   * replay stays legal.
+   * past its expiry is EXPIRED to everyone, and a LOCKED one past its hold's time is released, so
+   * the log records that step before the void and the replay stays legal. A coupon held for an
+   * order (LOCKED) is refused: the order may still be paid.
    */
   voidUserCoupon(userCouponId: string, reason: string, adminId: string): Promise<UserCouponView> {
     return this.tx.inTransaction(async (em) => {
@@ -72,7 +74,13 @@ export class AdminUserCouponService {
       const txId = TxIds.admin(adminId, 'void');
       const uc = await this.lock(em, userCouponId, 'exclusive');
       const status = effectiveStatus(uc, now);
-      if (status !== uc.status) await this.stateMachine.transit(em, uc.id, uc.status, status, txId, 'expired', now);
+      if (status === 'LOCKED') {
+        throw new AppError('COUPON_LOCKED', 'This coupon is held for an unpaid order; it can be voided once released', {
+          lockedUntil: uc.lockedUntil?.toISOString(),
+        });
+      }
+      if (uc.status === 'LOCKED') await releaseTimedOutHold(em, this.stateMachine, uc, now);
+      else if (status !== uc.status) await this.stateMachine.transit(em, uc.id, uc.status, status, txId, 'expired', now);
       await this.stateMachine.transit(em, uc.id, status, 'VOID', txId, reason, now);
       return toUserCouponView(Object.assign(uc, { status: 'VOID', updatedAt: now }), now);
     });

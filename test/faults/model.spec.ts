@@ -11,7 +11,12 @@ const CLIENTS = 8;
 const RUNS = 6;
 const HOUR = 3600_000;
 
-type Status = 'UNUSED' | 'USED' | 'EXPIRED' | 'VOID';
+type Status = 'UNUSED' | 'LOCKED' | 'USED' | 'EXPIRED' | 'VOID';
+/** A hold's time: long ones never time out during the test, short ones (2 s) do while the clients run. */
+const LONG_TTL = 600;
+const SHORT_TTL = 2;
+/** Around a short hold's expiresAt the outcome depends on which side of it the server decides; the client waits this long past it. */
+const EDGE_MS = 1000;
 
 /** The coupon templates the clients play with, each with a behaviour the model must predict. */
 const TEMPLATES: { name: string; body: CouponInput; scarce: boolean; born: Status; notYetValid: boolean }[] = [
@@ -63,6 +68,9 @@ const THRESHOLD = 10_000;
 type Command =
   | { t: 'grab'; template: number; reuseKey: number | null }
   | { t: 'redeem'; pick: number; cents: number; reuseOrder: number | null }
+  | { t: 'hold'; pick: number; cents: number; reuseOrder: number | null; short: boolean }
+  | { t: 'confirm'; pick: number; sameCents: boolean }
+  | { t: 'release'; pick: number; neverHeld: boolean }
   | { t: 'refund'; pick: number; reuseRefund: number | null; redeemed: boolean }
   | { t: 'void'; pick: number }
   | { t: 'read'; pick: number }
@@ -87,6 +95,21 @@ const command: fc.Arbitrary<Command> = fc.oneof(
     }),
   },
   {
+    weight: 3,
+    arbitrary: fc.record({
+      t: fc.constant('hold' as const),
+      pick: fc.nat(),
+      cents: fc.constantFrom(THRESHOLD / 2, THRESHOLD * 2),
+      reuseOrder: fc.option(fc.nat(), { freq: 3 }),
+      short: fc.boolean(),
+    }),
+  },
+  {
+    weight: 3,
+    arbitrary: fc.record({ t: fc.constant('confirm' as const), pick: fc.nat(), sameCents: fc.constantFrom(true, true, true, false) }),
+  },
+  { weight: 2, arbitrary: fc.record({ t: fc.constant('release' as const), pick: fc.nat(), neverHeld: fc.boolean() }) },
+  {
     weight: 2,
     arbitrary: fc.record({
       t: fc.constant('refund' as const),
@@ -103,8 +126,22 @@ const command: fc.Arbitrary<Command> = fc.oneof(
 interface ModelCoupon {
   id: string;
   template: number;
+  /** Stored-as-modelled status; LOCKED means held by `heldBy`, which may have timed out (see UserModel.statusOf). */
   status: Status;
   source: 'GRAB' | 'REFUND_RETURN';
+  heldBy?: ModelHold;
+}
+
+interface ModelHold {
+  holdId: string;
+  orderNo: string;
+  couponId: string;
+  cents: number;
+  discountCents: number;
+  expiresAt: number;
+  /** As last decided: ACTIVE may have timed out since (see UserModel.holdStatus). */
+  status: 'ACTIVE' | 'CONFIRMED' | 'RELEASED';
+  releaseReason: 'CANCELLED' | 'TIMEOUT' | null;
 }
 
 /**
@@ -122,6 +159,10 @@ class UserModel {
   readonly orders: { orderNo: string; couponId: string }[] = [];
   readonly refunds = new Map<string, { couponId: string; orderNo: string; replacementId: string }>();
   readonly refundedRedemptions = new Map<string, string>();
+  /** Holds by `${orderNo}/${couponId}`, in the order they were placed. */
+  readonly holds = new Map<string, ModelHold>();
+  /** Orders that carry (or carried) a coupon: the amount their first hold or redemption named, and whether refunded. */
+  readonly orderBook = new Map<string, { cents: number; refunded: boolean }>();
   private seq = 0;
 
   constructor(readonly user: string) {}
@@ -132,6 +173,65 @@ class UserModel {
   grabbed(template: number): number {
     return this.coupons.filter((c) => c.template === template && c.source === 'GRAB').length;
   }
+  /** An ACTIVE hold past its expiresAt is released to everyone. */
+  holdStatus(h: ModelHold, now = Date.now()): { status: ModelHold['status']; releaseReason: ModelHold['releaseReason'] } {
+    return h.status === 'ACTIVE' && now >= h.expiresAt ? { status: 'RELEASED', releaseReason: 'TIMEOUT' } : h;
+  }
+  statusOf(c: ModelCoupon, now = Date.now()): Status {
+    return c.status === 'LOCKED' && c.heldBy && this.holdStatus(c.heldBy, now).status === 'RELEASED' ? 'UNUSED' : c.status;
+  }
+  /** The coupons on an order: its holds still ACTIVE in time and its redemptions. */
+  onOrder(orderNo: string, now = Date.now()): string[] {
+    const held = [...this.holds.values()].filter((h) => h.orderNo === orderNo && this.holdStatus(h, now).status === 'ACTIVE');
+    const used = [...this.redemptions.keys()].filter((k) => k.startsWith(`${orderNo}/`));
+    return [...held.map((h) => h.couponId), ...used.map((k) => k.slice(orderNo.length + 1))];
+  }
+  /** Waits until no short hold of this user is within EDGE_MS of its expiry, so the model knows which side the server is on. */
+  async settle(): Promise<void> {
+    const now = Date.now();
+    const edge = [...this.holds.values()].filter((h) => h.status === 'ACTIVE' && Math.abs(h.expiresAt - now) < EDGE_MS);
+    if (edge.length > 0) await sleep(Math.max(...edge.map((h) => h.expiresAt)) + EDGE_MS - now);
+  }
+  allOrders(): string[] {
+    return [...this.orderBook.keys()];
+  }
+}
+
+/** Every template's discount: couponBody's default, 1000 off from THRESHOLD. */
+const DISCOUNT = 1000;
+const STATUS_OF: Record<string, number> = {
+  THRESHOLD_NOT_MET: 422,
+  ORDER_AMOUNT_MISMATCH: 422,
+  HOLD_MISMATCH: 422,
+  COUPON_ALREADY_USED: 409,
+  COUPON_LOCKED: 409,
+  COUPON_VOID: 409,
+  COUPON_EXPIRED: 409,
+  COUPON_NOT_YET_VALID: 409,
+  ORDER_REFUNDED: 409,
+  ORDER_HAS_COUPON: 409,
+  HOLD_EXPIRED: 409,
+  HOLD_RELEASED: 409,
+};
+
+/** Why a new hold or redemption (no hold of this pair) of `uc` on `orderNo` is refused, in the order the service checks; null: it succeeds. */
+function refusalOf(m: UserModel, uc: ModelCoupon, orderNo: string, cents: number): string | null {
+  const byStatus: Record<Status, string | null> = {
+    USED: 'COUPON_ALREADY_USED',
+    LOCKED: 'COUPON_LOCKED',
+    VOID: 'COUPON_VOID',
+    EXPIRED: 'COUPON_EXPIRED',
+    UNUSED: null,
+  };
+  const order = m.orderBook.get(orderNo);
+  return (
+    byStatus[m.statusOf(uc)] ??
+    (TEMPLATES[uc.template].notYetValid ? 'COUPON_NOT_YET_VALID' : null) ??
+    (cents < THRESHOLD ? 'THRESHOLD_NOT_MET' : null) ??
+    (order?.refunded ? 'ORDER_REFUNDED' : null) ??
+    (order && order.cents !== cents ? 'ORDER_AMOUNT_MISMATCH' : null) ??
+    (m.onOrder(orderNo).some((id) => id !== uc.id) ? 'ORDER_HAS_COUPON' : null)
+  );
 }
 
 describe('randomized model test: concurrent clients against an in-memory model', () => {
@@ -147,13 +247,21 @@ describe('randomized model test: concurrent clients against an in-memory model',
     commands: 0,
     reconcileRunsDuringLoad: 0,
     discrepanciesDuringLoad: 0,
+    holdsPlaced: 0,
+    holdsConfirmed: 0,
+    holdsCancelled: 0,
+    holdsSeenTimedOut: 0,
   };
 
   beforeAll(async () => {
     await buildServer();
     fdb = await createFaultDatabase();
     // The expiry sweep runs every 2 s under the clients' feet, as it would in production.
-    server = await startServer({ dbName: fdb.name, env: { SCHEDULER_ENABLED: 'true', EXPIRE_CRON: '*/2 * * * * *' } });
+    // The hold sweep runs every second: timed-out holds must look the same before and after it.
+    server = await startServer({
+      dbName: fdb.name,
+      env: { SCHEDULER_ENABLED: 'true', EXPIRE_CRON: '*/2 * * * * *', HOLD_SWEEP_SECONDS: '1' },
+    });
     templateIds = [];
     for (const t of TEMPLATES) {
       const created = await call(server.url, 'POST', '/admin/coupons', { token: adminToken(), body: couponBody(t.body) });
@@ -205,14 +313,27 @@ describe('randomized model test: concurrent clients against an in-memory model',
         m.coupons.push({ id: r.body.id as string, template: c.template, status: t.born, source: 'GRAB' });
         return null;
       }
-      case 'redeem': {
-        const uc = pick(m.coupons, c.pick);
+      case 'redeem':
+      case 'confirm': {
+        let uc: ModelCoupon | undefined;
+        let orderNo: string;
+        let cents: number;
+        if (c.t === 'confirm') {
+          const h = pick([...m.holds.values()], c.pick);
+          if (!h) return null;
+          uc = m.coupons.find((x) => x.id === h.couponId);
+          orderNo = h.orderNo;
+          cents = c.sameCents ? h.cents : h.cents + 1;
+        } else {
+          uc = pick(m.coupons, c.pick);
+          orderNo = (c.reuseOrder === null ? undefined : pick(m.allOrders(), c.reuseOrder)) ?? m.fresh('order');
+          cents = c.cents;
+        }
         if (!uc) return null;
-        const reused = c.reuseOrder === null ? undefined : pick(m.orders, c.reuseOrder);
-        const orderNo = reused?.orderNo ?? m.fresh('order');
-        const r = await send('POST', '/redemptions', token, { userCouponId: uc.id, orderNo, orderAmountCents: c.cents });
-        const prior = m.redemptions.get(`${orderNo}/${uc.id}`);
-        if (prior && m.redeemedCents.get(`${orderNo}/${uc.id}`) !== c.cents)
+        const key = `${orderNo}/${uc.id}`;
+        const r = await send('POST', '/redemptions', token, { userCouponId: uc.id, orderNo, orderAmountCents: cents });
+        const prior = m.redemptions.get(key);
+        if (prior && m.redeemedCents.get(key) !== cents)
           return check(
             r,
             r.status === 422 && r.body.code === 'IDEMPOTENCY_KEY_REUSED',
@@ -224,26 +345,112 @@ describe('randomized model test: concurrent clients against an in-memory model',
             r.status === 200 && r.body.redemptionId === prior && r.body.firstUse === false && r.headers['idempotent-replayed'] === 'true',
             `repeat of order ${orderNo} on ${uc.id}`,
           );
-        const refusal: Record<Status, string | null> = {
-          USED: 'COUPON_ALREADY_USED',
-          VOID: 'COUPON_VOID',
-          EXPIRED: 'COUPON_EXPIRED',
-          UNUSED: null,
-        };
-        const code =
-          refusal[uc.status] ??
-          (TEMPLATES[uc.template].notYetValid ? 'COUPON_NOT_YET_VALID' : c.cents < THRESHOLD ? 'THRESHOLD_NOT_MET' : null);
+        const hold = m.holds.get(key);
+        let code: string | null;
+        if (hold) {
+          const seen = m.holdStatus(hold);
+          code =
+            seen.status === 'RELEASED'
+              ? seen.releaseReason === 'TIMEOUT'
+                ? 'HOLD_EXPIRED'
+                : 'HOLD_RELEASED'
+              : cents !== hold.cents
+                ? 'HOLD_MISMATCH'
+                : m.orderBook.get(orderNo)?.refunded
+                  ? 'ORDER_REFUNDED'
+                  : null;
+        } else {
+          code = refusalOf(m, uc, orderNo, cents);
+        }
+        if (code === 'HOLD_EXPIRED') figures.holdsSeenTimedOut++;
         if (code)
           return check(
             r,
-            r.body.code === code && r.status === (code === 'THRESHOLD_NOT_MET' ? 422 : 409),
-            `redeem of ${uc.status} ${uc.id}, expected ${code}`,
+            r.body.code === code && r.status === STATUS_OF[code],
+            `redeem of ${m.statusOf(uc)} ${uc.id} on ${orderNo}, expected ${code}`,
           );
-        if (r.status !== 201 || r.body.firstUse !== true) return check(r, false, `redeem of ${uc.id}`);
+        const discount = hold?.discountCents ?? DISCOUNT;
+        if (r.status !== 201 || r.body.firstUse !== true || r.body.discountCents !== discount)
+          return check(r, false, `redeem of ${uc.id} on ${orderNo}${hold ? ' confirming its hold' : ''}`);
+        if (hold) {
+          hold.status = 'CONFIRMED';
+          figures.holdsConfirmed++;
+        } else if (uc.heldBy) Object.assign(uc.heldBy, { status: 'RELEASED', releaseReason: 'TIMEOUT' });
         uc.status = 'USED';
-        m.redemptions.set(`${orderNo}/${uc.id}`, r.body.redemptionId as string);
-        m.redeemedCents.set(`${orderNo}/${uc.id}`, c.cents);
+        uc.heldBy = undefined;
+        m.redemptions.set(key, r.body.redemptionId as string);
+        m.redeemedCents.set(key, cents);
         m.orders.push({ orderNo, couponId: uc.id });
+        if (!m.orderBook.has(orderNo)) m.orderBook.set(orderNo, { cents, refunded: false });
+        return null;
+      }
+      case 'hold': {
+        const uc = pick(m.coupons, c.pick);
+        if (!uc) return null;
+        const orderNo = (c.reuseOrder === null ? undefined : pick(m.allOrders(), c.reuseOrder)) ?? m.fresh('order');
+        const key = `${orderNo}/${uc.id}`;
+        const body = { userCouponId: uc.id, orderNo, orderAmountCents: c.cents, ttlSeconds: c.short ? SHORT_TTL : LONG_TTL };
+        const r = await send('POST', '/redemptions/holds', token, body);
+        const earlier = m.holds.get(key);
+        if (earlier) {
+          if (earlier.cents !== c.cents)
+            return check(r, r.status === 422 && r.body.code === 'IDEMPOTENCY_KEY_REUSED', `hold repeat of ${key} with another amount`);
+          const seen = m.holdStatus(earlier);
+          return check(
+            r,
+            r.status === 200 &&
+              r.headers['idempotent-replayed'] === 'true' &&
+              r.body.holdId === earlier.holdId &&
+              r.body.status === seen.status &&
+              r.body.releaseReason === seen.releaseReason,
+            `hold repeat of ${key}, model says ${seen.status}`,
+          );
+        }
+        const code = refusalOf(m, uc, orderNo, c.cents);
+        if (code)
+          return check(
+            r,
+            r.body.code === code && r.status === STATUS_OF[code],
+            `hold of ${m.statusOf(uc)} ${uc.id} on ${orderNo}, expected ${code}`,
+          );
+        if (r.status !== 201 || r.body.status !== 'ACTIVE' || r.body.discountCents !== DISCOUNT) return check(r, false, `hold of ${key}`);
+        if (uc.heldBy) Object.assign(uc.heldBy, { status: 'RELEASED', releaseReason: 'TIMEOUT' });
+        const held: ModelHold = {
+          holdId: r.body.holdId as string,
+          orderNo,
+          couponId: uc.id,
+          cents: c.cents,
+          discountCents: r.body.discountCents as number,
+          expiresAt: Date.parse(r.body.expiresAt as string),
+          status: 'ACTIVE',
+          releaseReason: null,
+        };
+        m.holds.set(key, held);
+        figures.holdsPlaced++;
+        uc.status = 'LOCKED';
+        uc.heldBy = held;
+        if (!m.orderBook.has(orderNo)) m.orderBook.set(orderNo, { cents: c.cents, refunded: false });
+        return null;
+      }
+      case 'release': {
+        const h = c.neverHeld ? undefined : pick([...m.holds.values()], c.pick);
+        if (!h) {
+          const uc = pick(m.coupons, c.pick);
+          if (!uc) return null;
+          const r = await send('POST', '/redemptions/holds/release', token, { userCouponId: uc.id, orderNo: m.fresh('never-held') });
+          return check(r, r.status === 404 && r.body.code === 'HOLD_NOT_FOUND', `release of a hold never placed on ${uc.id}`);
+        }
+        const r = await send('POST', '/redemptions/holds/release', token, { userCouponId: h.couponId, orderNo: h.orderNo });
+        const seen = m.holdStatus(h);
+        if (seen.status === 'CONFIRMED')
+          return check(r, r.status === 409 && r.body.code === 'HOLD_ALREADY_CONFIRMED', `release of confirmed ${h.holdId}`);
+        const reason = seen.status === 'RELEASED' ? seen.releaseReason : 'CANCELLED';
+        if (r.status !== 200 || r.body.holdId !== h.holdId || r.body.status !== 'RELEASED' || r.body.releaseReason !== reason)
+          return check(r, false, `release of ${h.holdId}, model says ${seen.status}`);
+        if (seen.status === 'ACTIVE') figures.holdsCancelled++;
+        Object.assign(h, { status: 'RELEASED', releaseReason: reason });
+        const uc = m.coupons.find((x) => x.id === h.couponId);
+        if (uc?.heldBy === h) Object.assign(uc, { status: 'UNUSED', heldBy: undefined });
         return null;
       }
       case 'refund': {
@@ -277,6 +484,7 @@ describe('randomized model test: concurrent clients against an in-memory model',
         )
           return check(r, false, `refund ${refundNo}`);
         m.refunds.set(refundNo, { couponId: uc.id, orderNo, replacementId: replacement.id });
+        (m.orderBook.get(orderNo) as { refunded: boolean }).refunded = true;
         m.refundedRedemptions.set(`${orderNo}/${uc.id}`, replacement.id);
         m.coupons.push({ id: replacement.id, template: uc.template, status: TEMPLATES[uc.template].born, source: 'REFUND_RETURN' });
         return null;
@@ -285,17 +493,21 @@ describe('randomized model test: concurrent clients against an in-memory model',
         const uc = pick(m.coupons, c.pick);
         if (!uc) return null;
         const r = await send('POST', `/admin/user-coupons/${uc.id}/void`, adminToken(), { reason: 'model test' });
-        if (uc.status === 'USED' || uc.status === 'VOID')
-          return check(r, r.status === 409 && r.body.code === 'ILLEGAL_TRANSITION', `void of ${uc.status} ${uc.id}`);
+        const status = m.statusOf(uc);
+        if (status === 'USED' || status === 'VOID')
+          return check(r, r.status === 409 && r.body.code === 'ILLEGAL_TRANSITION', `void of ${status} ${uc.id}`);
+        if (status === 'LOCKED') return check(r, r.status === 409 && r.body.code === 'COUPON_LOCKED', `void of held ${uc.id}`);
         if (r.status !== 200 || r.body.status !== 'VOID') return check(r, false, `void of ${uc.id}`);
+        if (uc.heldBy) Object.assign(uc.heldBy, { status: 'RELEASED', releaseReason: 'TIMEOUT' });
         uc.status = 'VOID';
+        uc.heldBy = undefined;
         return null;
       }
       case 'read': {
         const uc = pick(m.coupons, c.pick);
         if (!uc) return null;
         const r = await send('GET', `/me/coupons/${uc.id}`, token);
-        return check(r, r.status === 200 && r.body.status === uc.status, `read of ${uc.id}, model says ${uc.status}`);
+        return check(r, r.status === 200 && r.body.status === m.statusOf(uc), `read of ${uc.id}, model says ${m.statusOf(uc)}`);
       }
       case 'reconcile': {
         const r = await send('POST', '/admin/reconciliation/runs', adminToken(), { mode: 'FULL' });
@@ -310,11 +522,20 @@ describe('randomized model test: concurrent clients against an in-memory model',
     const wrong: string[] = [];
     for (const m of models) {
       const rows = (await fdb.db.query(
-        `SELECT id, status, source, expires_at <= UTC_TIMESTAMP(3) AS past FROM user_coupon WHERE user_id = ? ORDER BY id`,
+        `SELECT id, status, source, expires_at <= UTC_TIMESTAMP(3) AS past, locked_until <= UTC_TIMESTAMP(3) AS released
+         FROM user_coupon WHERE user_id = ? ORDER BY id`,
         [m.user],
-      )) as { id: string; status: Status; source: string; past: string | number }[];
-      const seen = rows.map((r) => `${r.id}:${r.status === 'UNUSED' && Number(r.past) === 1 ? 'EXPIRED' : r.status}:${r.source}`);
-      const modelled = m.coupons.map((c) => `${c.id}:${c.status}:${c.source}`).sort();
+      )) as { id: string; status: Status; source: string; past: string | number; released: string | number | null }[];
+      const shown = (r: (typeof rows)[number]): Status =>
+        r.status === 'LOCKED' && Number(r.released) === 1
+          ? Number(r.past) === 1
+            ? 'EXPIRED'
+            : 'UNUSED'
+          : r.status === 'UNUSED' && Number(r.past) === 1
+            ? 'EXPIRED'
+            : r.status;
+      const seen = rows.map((r) => `${r.id}:${shown(r)}:${r.source}`);
+      const modelled = m.coupons.map((c) => `${c.id}:${m.statusOf(c)}:${c.source}`).sort();
       if (JSON.stringify(seen.sort()) !== JSON.stringify(modelled))
         wrong.push(`${m.user}: database ${JSON.stringify(seen)} model ${JSON.stringify(modelled)}`);
       const redemptions = (await fdb.db.query(`SELECT id, order_no, user_coupon_id FROM redemption WHERE user_id = ?`, [m.user])) as {
@@ -326,6 +547,32 @@ describe('randomized model test: concurrent clients against an in-memory model',
       const expected = [...m.redemptions].map(([k, v]) => `${k}=${v}`).sort();
       if (JSON.stringify(stored) !== JSON.stringify(expected))
         wrong.push(`${m.user}: redemptions ${JSON.stringify(stored)} model ${JSON.stringify(expected)}`);
+      const holds = (await fdb.db.query(
+        `SELECT id, order_no, user_coupon_id, status, release_reason, expires_at <= UTC_TIMESTAMP(3) AS past FROM redemption_hold WHERE user_id = ?`,
+        [m.user],
+      )) as {
+        id: string;
+        order_no: string;
+        user_coupon_id: string;
+        status: string;
+        release_reason: string | null;
+        past: string | number;
+      }[];
+      const storedHolds = holds
+        .map((h) =>
+          h.status === 'ACTIVE' && Number(h.past) === 1
+            ? `${h.order_no}/${h.user_coupon_id}=${h.id}:RELEASED:TIMEOUT`
+            : `${h.order_no}/${h.user_coupon_id}=${h.id}:${h.status}:${h.release_reason}`,
+        )
+        .sort();
+      const modelHolds = [...m.holds]
+        .map(([k, h]) => {
+          const seenHold = m.holdStatus(h);
+          return `${k}=${h.holdId}:${seenHold.status}:${seenHold.releaseReason}`;
+        })
+        .sort();
+      if (JSON.stringify(storedHolds) !== JSON.stringify(modelHolds))
+        wrong.push(`${m.user}: holds ${JSON.stringify(storedHolds)} model ${JSON.stringify(modelHolds)}`);
     }
     return wrong;
   }
@@ -343,12 +590,19 @@ describe('randomized model test: concurrent clients against an in-memory model',
             programs.map(async (program, i) => {
               for (const c of program) {
                 figures.commands++;
+                await models[i].settle();
                 const wrong = await step(models[i], c);
                 if (wrong) mismatches.push(wrong);
               }
             }),
           );
           expect(mismatches).toEqual([]);
+          // Past every short hold's expiry (and its edge), so the database and the model agree on which timed out.
+          const lastShort = Math.max(
+            0,
+            ...models.flatMap((mm) => [...mm.holds.values()].map((h) => h.expiresAt).filter((at) => at <= Date.now() + SHORT_TTL * 1000)),
+          );
+          if (lastShort + EDGE_MS > Date.now()) await sleep(lastShort + EDGE_MS - Date.now());
           expect(await compare(models)).toEqual([]);
           return true;
         },

@@ -10,13 +10,16 @@ export interface CouponInput {
   grabStartAt?: string;
   grabEndAt?: string;
   validity?: { type: 'FIXED'; startAt: string; endAt: string } | { type: 'RELATIVE'; days: number };
-  discount?: { thresholdCents: number; amountCents: number };
+  discount?:
+    | { type?: 'AMOUNT'; thresholdCents: number; amountCents: number }
+    | { type: 'PERCENT'; thresholdCents: number; percentOff: number; maxDiscountCents?: number };
   rateLimitPerSecond?: number;
   returnOnRefund?: boolean;
+  stackable?: boolean;
 }
 
 /** A creation body for a coupon that is grabbable now, with overrides. */
-export function couponBody(overrides: CouponInput = {}): Required<Omit<CouponInput, 'rateLimitPerSecond'>> & CouponInput {
+export function couponBody(overrides: CouponInput = {}): Required<Omit<CouponInput, 'rateLimitPerSecond' | 'stackable'>> & CouponInput {
   const now = Date.now();
   return {
     name: 'Spend 100 save 10',

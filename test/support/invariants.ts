@@ -63,7 +63,7 @@ export async function checkInvariants(db: Queryable): Promise<string[]> {
   add(
     'used_at',
     await db.query(
-      `SELECT id, status, used_at FROM user_coupon WHERE status NOT IN ('UNUSED', 'USED', 'EXPIRED', 'VOID') OR (status = 'USED') <> (used_at IS NOT NULL)`,
+      `SELECT id, status, used_at FROM user_coupon WHERE status NOT IN ('UNUSED', 'LOCKED', 'USED', 'EXPIRED', 'VOID') OR (status = 'USED') <> (used_at IS NOT NULL)`,
     ),
   );
   // Where a coupon comes from decides whether it took stock; a mismatch would silently break invariant 1.
@@ -90,12 +90,57 @@ export async function checkInvariants(db: Queryable): Promise<string[]> {
       `SELECT uc.id FROM user_coupon uc LEFT JOIN refund f ON f.replacement_user_coupon_id = uc.id WHERE uc.source = 'REFUND_RETURN' AND f.id IS NULL`,
     ),
   );
+  // 6. LOCKED exactly when one ACTIVE hold references it, and the coupon knows when that hold times out
+  add(
+    'locked/hold',
+    await db.query(`
+      SELECT uc.id, uc.status, uc.locked_until, COALESCE(h.n, 0) AS active_holds, h.expires_at
+      FROM user_coupon uc
+      LEFT JOIN (SELECT user_coupon_id, COUNT(*) n, MAX(expires_at) expires_at FROM redemption_hold WHERE status = 'ACTIVE' GROUP BY user_coupon_id) h
+        ON h.user_coupon_id = uc.id
+      WHERE (uc.status = 'LOCKED') <> (COALESCE(h.n, 0) = 1) OR COALESCE(h.n, 0) > 1 OR (uc.status = 'LOCKED' AND NOT (uc.locked_until <=> h.expires_at))`),
+  );
+  add(
+    'hold',
+    await db.query(`
+      SELECT h.id, h.status, h.release_reason, r.id AS redemption_id
+      FROM redemption_hold h
+      LEFT JOIN user_coupon uc ON uc.id = h.user_coupon_id
+      LEFT JOIN redemption r ON r.order_no = h.order_no AND r.user_coupon_id = h.user_coupon_id AND r.status = 'USED'
+      WHERE uc.id IS NULL OR h.user_id <> uc.user_id OR h.status NOT IN ('ACTIVE', 'CONFIRMED', 'RELEASED')
+         OR (h.status = 'CONFIRMED') <> (r.id IS NOT NULL AND r.discount_cents = h.discount_cents)
+         OR (h.status = 'RELEASED') <> (h.released_at IS NOT NULL AND h.release_reason IS NOT NULL)`),
+  );
+  // Orders: the discounts on one order (USED redemptions and ACTIVE holds) never exceed its amount,
+  // more than one coupon only when all are stackable, and every hold and redemption names one amount.
+  add(
+    'order discounts',
+    await db.query(`
+      SELECT x.order_no, SUM(x.discount_cents) AS discounts, COUNT(*) AS coupons, SUM(c.stackable = 0) AS not_stackable,
+             MIN(x.order_amount_cents) AS lo, MAX(x.order_amount_cents) AS hi
+      FROM (
+        SELECT order_no, user_coupon_id, discount_cents, order_amount_cents FROM redemption_hold WHERE status = 'ACTIVE'
+        UNION ALL
+        SELECT order_no, user_coupon_id, discount_cents, order_amount_cents FROM redemption WHERE status = 'USED'
+      ) x
+      JOIN user_coupon uc ON uc.id = x.user_coupon_id JOIN coupon c ON c.id = uc.coupon_id
+      GROUP BY x.order_no
+      HAVING SUM(x.discount_cents) > MIN(x.order_amount_cents) OR (COUNT(*) > 1 AND SUM(c.stackable = 0) > 0)
+          OR MIN(x.order_amount_cents) <> MAX(x.order_amount_cents)`),
+  );
   // 5. the log replays to the current status through legal steps
   const logs: { id: string; status: string; steps: string | null }[] = await db.query(`
     SELECT uc.id, uc.status, GROUP_CONCAT(CONCAT(COALESCE(l.from_status, 'null'), '>', l.to_status) ORDER BY l.id SEPARATOR ',') AS steps
     FROM user_coupon uc LEFT JOIN user_coupon_state_log l ON l.user_coupon_id = uc.id
     GROUP BY uc.id, uc.status`);
-  const legal: Record<string, string[]> = { null: ['UNUSED'], UNUSED: ['USED', 'EXPIRED', 'VOID'], EXPIRED: ['VOID'], USED: [], VOID: [] };
+  const legal: Record<string, string[]> = {
+    null: ['UNUSED'],
+    UNUSED: ['LOCKED', 'USED', 'EXPIRED', 'VOID'],
+    LOCKED: ['USED', 'UNUSED', 'EXPIRED'],
+    EXPIRED: ['VOID'],
+    USED: [],
+    VOID: [],
+  };
   for (const row of logs) {
     let state = 'null';
     let ok = true;

@@ -1,0 +1,65 @@
+import type { EntityManager } from 'typeorm';
+import { AppError } from '../common/errors.js';
+import type { UserCoupon } from '../ledger/user-coupon.entity.js';
+import { execute } from '../database/transaction.service.js';
+import { TxIds } from '../ledger/tx-id.js';
+import type { StateMachineService } from '../ledger/state-machine.service.js';
+import { Hold, ReleaseReason } from './hold.entity.js';
+
+/** The hold of (orderNo, userCouponId), locked when `lock`: callers lock the user coupon row first. */
+export function findHold(em: EntityManager, orderNo: string, userCouponId: string, lock: boolean): Promise<Hold | null> {
+  const qb = em
+    .createQueryBuilder(Hold, 'h')
+    .where('h.order_no = :orderNo AND h.user_coupon_id = :userCouponId', { orderNo, userCouponId });
+  if (lock) qb.setLock('pessimistic_write');
+  return qb.getOne();
+}
+
+/** Where a released coupon goes: back to UNUSED, or EXPIRED when its validity ended during the hold. */
+export const releasedTo = (uc: Pick<UserCoupon, 'expiresAt'>, now: Date) =>
+  uc.expiresAt.getTime() <= now.getTime() ? 'EXPIRED' : 'UNUSED';
+
+/** A timed-out hold is recorded as released at its expiry, so storing it changes nothing a reader saw. */
+export const releasedAt = (hold: Pick<Hold, 'expiresAt'>, reason: ReleaseReason, now: Date) =>
+  reason === 'TIMEOUT' ? hold.expiresAt : now;
+
+/**
+ * Closes an ACTIVE hold and gives its coupon back (LOCKED -> UNUSED or EXPIRED), in the caller's
+ * transaction, which holds the user coupon's row lock.
+ */
+export async function releaseHold(
+  em: EntityManager,
+  stateMachine: StateMachineService,
+  uc: Pick<UserCoupon, 'id' | 'expiresAt'>,
+  hold: Pick<Hold, 'id' | 'orderNo' | 'expiresAt'>,
+  reason: ReleaseReason,
+  now: Date,
+): Promise<void> {
+  const closed = await execute(
+    em,
+    `UPDATE redemption_hold SET status = 'RELEASED', released_at = ?, release_reason = ? WHERE id = ? AND status = 'ACTIVE'`,
+    [releasedAt(hold, reason, now), reason, hold.id],
+  );
+  if (closed !== 1) throw new AppError('STATUS_CONFLICT', `Hold ${hold.id} is no longer active`, { holdId: hold.id });
+  await stateMachine.transit(em, uc.id, 'LOCKED', releasedTo(uc, now), TxIds.hold(hold.orderNo), `hold released: ${reason}`, now);
+}
+
+/**
+ * A LOCKED coupon whose hold timed out is released already to every reader; before it is used,
+ * held again or voided, its stored state catches up here (hold TIMEOUT, coupon LOCKED -> UNUSED or
+ * EXPIRED), in the same transaction as what comes next.
+ */
+export async function releaseTimedOutHold(
+  em: EntityManager,
+  stateMachine: StateMachineService,
+  uc: Pick<UserCoupon, 'id' | 'expiresAt'>,
+  now: Date,
+): Promise<void> {
+  const hold = await em
+    .createQueryBuilder(Hold, 'h')
+    .setLock('pessimistic_write')
+    .where(`h.user_coupon_id = :id AND h.status = 'ACTIVE'`, { id: uc.id })
+    .getOne();
+  if (!hold) throw new AppError('STATUS_CONFLICT', `User coupon ${uc.id} is LOCKED without an active hold; reconciliation reports it`);
+  await releaseHold(em, stateMachine, uc, hold, 'TIMEOUT', now);
+}

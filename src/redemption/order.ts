@@ -1,0 +1,84 @@
+import type { EntityManager } from 'typeorm';
+import { AppError } from '../common/errors.js';
+import type { Coupon } from '../coupon/coupon.entity.js';
+
+export interface OrderRow {
+  orderNo: string;
+  orderAmountCents: number;
+  refunded: boolean;
+}
+
+/**
+ * Locks the order's row, creating it with this amount when this is the order's first coupon. Every
+ * hold, redemption and refund of an order takes this lock before the user coupon's, so two coupons
+ * racing onto one order are decided one after the other, each seeing what the other committed.
+ * Inside the caller's transaction: a refusal rolls the new row back with everything else.
+ */
+export async function lockOrder(em: EntityManager, orderNo: string, orderAmountCents: number, now: Date): Promise<OrderRow> {
+  await em.query(
+    `INSERT INTO coupon_order (order_no, order_amount_cents, refunded, created_at) VALUES (?, ?, 0, ?) ON DUPLICATE KEY UPDATE order_no = order_no`,
+    [orderNo, orderAmountCents, now],
+  );
+  const [row] = (await em.query(`SELECT order_amount_cents, refunded FROM coupon_order WHERE order_no = ? FOR UPDATE`, [orderNo])) as {
+    order_amount_cents: string;
+    refunded: number;
+  }[];
+  return { orderNo, orderAmountCents: Number(row.order_amount_cents), refunded: Boolean(row.refunded) };
+}
+
+/** A refund marks its order, under the order's lock: from then on it takes no new hold or redemption. */
+export async function markOrderRefunded(em: EntityManager, orderNo: string): Promise<void> {
+  await em.query(`SELECT order_no FROM coupon_order WHERE order_no = ? FOR UPDATE`, [orderNo]);
+  await em.query(`UPDATE coupon_order SET refunded = 1 WHERE order_no = ?`, [orderNo]);
+}
+
+export function refuseRefundedOrder(order: OrderRow): void {
+  if (order.refunded) throw new AppError('ORDER_REFUNDED', `Order ${order.orderNo} was refunded and takes no new coupon`);
+}
+
+/**
+ * The order rules for adding `userCouponId` (of template `coupon`) to a locked order: not refunded,
+ * the same amount as its other holds and redemptions, at most one coupon unless all of them are
+ * stackable, and stacked discounts never beyond the order's amount. Answers the discount granted:
+ * `discountCents`, cut down to what the other coupons leave of the order.
+ */
+export async function orderDiscount(
+  em: EntityManager,
+  order: OrderRow,
+  orderAmountCents: number,
+  userCouponId: string,
+  coupon: Pick<Coupon, 'stackable'>,
+  discountCents: number,
+  now: Date,
+): Promise<number> {
+  refuseRefundedOrder(order);
+  if (orderAmountCents !== order.orderAmountCents) {
+    throw new AppError('ORDER_AMOUNT_MISMATCH', `Order ${order.orderNo} was priced at ${order.orderAmountCents} cents`, {
+      orderAmountCents: order.orderAmountCents,
+    });
+  }
+  // Timed-out holds count as released, as everywhere; a confirmed hold is counted by its redemption.
+  const others = (await em.query(
+    `SELECT x.user_coupon_id, x.discount_cents, c.stackable
+     FROM (
+       SELECT user_coupon_id, discount_cents FROM redemption_hold WHERE order_no = ? AND status = 'ACTIVE' AND expires_at > ?
+       UNION ALL
+       SELECT user_coupon_id, discount_cents FROM redemption WHERE order_no = ? AND status = 'USED'
+     ) x
+     JOIN user_coupon uc ON uc.id = x.user_coupon_id JOIN coupon c ON c.id = uc.coupon_id
+     WHERE x.user_coupon_id <> ?`,
+    [order.orderNo, now, order.orderNo, userCouponId],
+  )) as { user_coupon_id: string; discount_cents: string; stackable: number }[];
+  if (others.length === 0) return discountCents;
+  const onOrder = others.map((o) => String(o.user_coupon_id));
+  if (!coupon.stackable || others.some((o) => !o.stackable)) {
+    throw new AppError('ORDER_HAS_COUPON', `Order ${order.orderNo} already carries a coupon`, { userCouponIds: onOrder });
+  }
+  const room = order.orderAmountCents - others.reduce((sum, o) => sum + Number(o.discount_cents), 0);
+  if (room <= 0) {
+    throw new AppError('ORDER_HAS_COUPON', `The coupons on order ${order.orderNo} already take its whole amount off`, {
+      userCouponIds: onOrder,
+    });
+  }
+  return Math.min(discountCents, room);
+}

@@ -1,0 +1,434 @@
+import request from 'supertest';
+import { HoldSweepService } from '../src/redemption/hold-sweep.service.js';
+import { createCoupon, CouponInput, newKey } from './support/factories.js';
+import { adminToken, bearer, serviceToken, startTestApp, TestApp, tokenFor } from './support/harness.js';
+import { checkInvariants, databaseFingerprint } from './support/invariants.js';
+
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+
+describe('checkout holds', () => {
+  let t: TestApp;
+  let seq = 0;
+  beforeAll(async () => {
+    t = await startTestApp();
+  });
+  afterEach(async () => {
+    expect(await checkInvariants(t.db)).toEqual([]);
+  });
+  afterAll(() => t.close());
+
+  const order = () => `ORD-${process.pid}-${++seq}`;
+  /** A user coupon of `userId`, grabbed through the API; returns its id and its template's id. */
+  async function userCoupon(userId: string, overrides: CouponInput = {}): Promise<{ id: string; couponId: string }> {
+    const coupon = await createCoupon(t.url, { totalStock: 50, perUserLimit: 50, ...overrides });
+    const res = await request(t.url)
+      .post(`/coupons/${coupon.id}/grab`)
+      .set(bearer(tokenFor(userId)))
+      .set('Idempotency-Key', newKey());
+    if (res.status !== 201) throw new Error(`grab: ${res.status} ${JSON.stringify(res.body)}`);
+    return { id: res.body.id as string, couponId: coupon.id };
+  }
+  const hold = (token: string, body: Record<string, unknown>) => request(t.url).post('/redemptions/holds').set(bearer(token)).send(body);
+  const release = (token: string, body: Record<string, unknown>) =>
+    request(t.url).post('/redemptions/holds/release').set(bearer(token)).send(body);
+  const redeem = (token: string, body: Record<string, unknown>) => request(t.url).post('/redemptions').set(bearer(token)).send(body);
+  const mine = async (userId: string, id: string) =>
+    (
+      await request(t.url)
+        .get(`/me/coupons/${id}`)
+        .set(bearer(tokenFor(userId)))
+    ).body;
+  const stored = async (id: string) =>
+    ((await t.db.query(`SELECT status FROM user_coupon WHERE id = ?`, [id])) as { status: string }[])[0].status;
+  const steps = async (id: string) =>
+    (
+      (await t.db.query(`SELECT from_status, to_status FROM user_coupon_state_log WHERE user_coupon_id = ? ORDER BY id`, [id])) as {
+        from_status: string | null;
+        to_status: string;
+      }[]
+    ).map((l) => `${l.from_status}>${l.to_status}`);
+  const holdRow = async (orderNo: string, ucId: string) =>
+    (
+      (await t.db.query(`SELECT status, release_reason FROM redemption_hold WHERE order_no = ? AND user_coupon_id = ?`, [
+        orderNo,
+        ucId,
+      ])) as {
+        status: string;
+        release_reason: string | null;
+      }[]
+    )[0];
+  const counts = async (couponId: string) => (await request(t.url).get(`/admin/coupons/${couponId}`).set(bearer(adminToken()))).body.counts;
+  const sweep = () => t.app.get(HoldSweepService).runExclusive();
+
+  it('holds a coupon for an order: 201 Hold, the coupon LOCKED everywhere, counted as locked, one log row', async () => {
+    const uc = await userCoupon('alice');
+    const orderNo = order();
+    const before = Date.now();
+    const res = await hold(tokenFor('alice'), { userCouponId: uc.id, orderNo, orderAmountCents: 20000, ttlSeconds: 600 });
+    expect(res.status).toBe(201);
+    expect(res.headers['idempotent-replayed']).toBeUndefined();
+    expect(res.body).toEqual({
+      holdId: expect.any(String),
+      userCouponId: uc.id,
+      orderNo,
+      userId: 'alice',
+      discountCents: 1000,
+      status: 'ACTIVE',
+      expiresAt: expect.any(String),
+      createdAt: expect.any(String),
+      releasedAt: null,
+      releaseReason: null,
+    });
+    const ttl = Date.parse(res.body.expiresAt) - before;
+    expect(ttl).toBeGreaterThanOrEqual(600_000 - 50);
+    expect(ttl).toBeLessThan(605_000);
+    expect((await mine('alice', uc.id)).status).toBe('LOCKED');
+    const list = await request(t.url)
+      .get('/me/coupons?status=LOCKED')
+      .set(bearer(tokenFor('alice')));
+    expect(list.body.items.map((i: { id: string }) => i.id)).toEqual([uc.id]);
+    expect(await counts(uc.couponId)).toEqual({ issued: 1, unused: 0, locked: 1, used: 0, expired: 0, void: 0 });
+    expect(await steps(uc.id)).toEqual(['null>UNUSED', 'UNUSED>LOCKED']);
+    const log = (await t.db.query(`SELECT tx_id FROM user_coupon_state_log WHERE user_coupon_id = ? ORDER BY id DESC LIMIT 1`, [
+      uc.id,
+    ])) as { tx_id: string }[];
+    expect(log[0].tx_id).toBe(`hold:${orderNo}`);
+  });
+
+  it('defaults to HOLD_TTL_SECONDS (900 s)', async () => {
+    const uc = await userCoupon('ttl');
+    const before = Date.now();
+    const res = await hold(tokenFor('ttl'), { userCouponId: uc.id, orderNo: order(), orderAmountCents: 20000 });
+    const ttl = Date.parse(res.body.expiresAt) - before;
+    expect(ttl).toBeGreaterThanOrEqual(900_000 - 50);
+    expect(ttl).toBeLessThan(905_000);
+  });
+
+  it('a repeat answers the hold as it is now (200, Idempotent-Replayed); another amount 422; another order 409 COUPON_LOCKED', async () => {
+    const uc = await userCoupon('bob');
+    const orderNo = order();
+    const body = { userCouponId: uc.id, orderNo, orderAmountCents: 20000 };
+    const first = await hold(tokenFor('bob'), body);
+    const again = await hold(serviceToken(), { ...body, userId: 'bob' });
+    expect([again.status, again.headers['idempotent-replayed']]).toEqual([200, 'true']);
+    expect(again.body).toEqual(first.body);
+    const fingerprint = await databaseFingerprint(t.db);
+    const amount = await hold(tokenFor('bob'), { ...body, orderAmountCents: 30000 });
+    expect([amount.status, amount.body.code]).toEqual([422, 'IDEMPOTENCY_KEY_REUSED']);
+    const other = await hold(tokenFor('bob'), { ...body, orderNo: order() });
+    expect([other.status, other.body.code]).toEqual([409, 'COUPON_LOCKED']);
+    const plain = await redeem(tokenFor('bob'), { ...body, orderNo: order() });
+    expect([plain.status, plain.body.code]).toEqual([409, 'COUPON_LOCKED']);
+    const stranger = await hold(tokenFor('mallory'), body);
+    expect([stranger.status, stranger.body.code]).toEqual([404, 'USER_COUPON_NOT_FOUND']);
+    expect(await databaseFingerprint(t.db)).toEqual(fingerprint);
+    // Released, a repeat still answers that hold (RELEASED), it does not hold again.
+    expect((await release(tokenFor('bob'), { userCouponId: uc.id, orderNo })).status).toBe(200);
+    const afterRelease = await hold(tokenFor('bob'), body);
+    expect([afterRelease.status, afterRelease.body.status, afterRelease.body.releaseReason]).toEqual([200, 'RELEASED', 'CANCELLED']);
+    expect(await stored(uc.id)).toBe('UNUSED');
+  });
+
+  it('checks like a redemption: threshold, expired, void, not yet valid, used, writing nothing', async () => {
+    const uc = await userCoupon('carol');
+    const fingerprint = await databaseFingerprint(t.db);
+    const below = await hold(tokenFor('carol'), { userCouponId: uc.id, orderNo: order(), orderAmountCents: 9999 });
+    expect([below.status, below.body.code]).toEqual([422, 'THRESHOLD_NOT_MET']);
+    const missing = await hold(tokenFor('carol'), { userCouponId: '987654321', orderNo: order(), orderAmountCents: 20000 });
+    expect([missing.status, missing.body.code]).toEqual([404, 'USER_COUPON_NOT_FOUND']);
+    expect(await databaseFingerprint(t.db)).toEqual(fingerprint);
+    const future = await userCoupon('carol', {
+      validity: {
+        type: 'FIXED',
+        startAt: new Date(Date.now() + 86_400_000).toISOString(),
+        endAt: new Date(Date.now() + 2 * 86_400_000).toISOString(),
+      },
+    });
+    const early = await hold(tokenFor('carol'), { userCouponId: future.id, orderNo: order(), orderAmountCents: 20000 });
+    expect([early.status, early.body.code]).toEqual([409, 'COUPON_NOT_YET_VALID']);
+    const used = await userCoupon('carol');
+    expect((await redeem(tokenFor('carol'), { userCouponId: used.id, orderNo: order(), orderAmountCents: 20000 })).status).toBe(201);
+    const again = await hold(tokenFor('carol'), { userCouponId: used.id, orderNo: order(), orderAmountCents: 20000 });
+    expect([again.status, again.body.code]).toEqual([409, 'COUPON_ALREADY_USED']);
+    const expiring = await userCoupon('carol');
+    await t.db.query(`UPDATE user_coupon SET expires_at = ? WHERE id = ?`, [new Date(Date.now() - 1000), expiring.id]);
+    const expired = await hold(tokenFor('carol'), { userCouponId: expiring.id, orderNo: order(), orderAmountCents: 20000 });
+    expect([expired.status, expired.body.code]).toEqual([409, 'COUPON_EXPIRED']);
+    const voided = await userCoupon('carol');
+    await request(t.url).post(`/admin/user-coupons/${voided.id}/void`).set(bearer(adminToken())).send({ reason: 'test' });
+    const isVoid = await hold(tokenFor('carol'), { userCouponId: voided.id, orderNo: order(), orderAmountCents: 20000 });
+    expect([isVoid.status, isVoid.body.code]).toEqual([409, 'COUPON_VOID']);
+    expect(Number(((await t.db.query(`SELECT COUNT(*) AS n FROM redemption_hold`)) as { n: string }[])[0].n)).toBe(
+      Number(((await t.db.query(`SELECT COUNT(*) AS n FROM redemption_hold WHERE user_id <> 'carol'`)) as { n: string }[])[0].n),
+    );
+  });
+
+  it('confirmation: the redemption of the pair makes it USED with the hold discount; another amount 422 HOLD_MISMATCH; then release 409', async () => {
+    const uc = await userCoupon('dave', { discount: { thresholdCents: 10000, amountCents: 1000 } });
+    const orderNo = order();
+    await hold(tokenFor('dave'), { userCouponId: uc.id, orderNo, orderAmountCents: 20000 });
+    const fingerprint = await databaseFingerprint(t.db);
+    const mismatch = await redeem(tokenFor('dave'), { userCouponId: uc.id, orderNo, orderAmountCents: 25000 });
+    expect([mismatch.status, mismatch.body.code]).toEqual([422, 'HOLD_MISMATCH']);
+    expect(await databaseFingerprint(t.db)).toEqual(fingerprint);
+    const ok = await redeem(serviceToken(), { userCouponId: uc.id, orderNo, orderAmountCents: 20000, userId: 'dave' });
+    expect(ok.status).toBe(201);
+    expect(ok.body).toMatchObject({ userCouponId: uc.id, orderNo, userId: 'dave', discountCents: 1000, status: 'USED', firstUse: true });
+    const replay = await redeem(tokenFor('dave'), { userCouponId: uc.id, orderNo, orderAmountCents: 20000 });
+    expect([replay.status, replay.body.firstUse, replay.body.redemptionId]).toEqual([200, false, ok.body.redemptionId]);
+    expect(await steps(uc.id)).toEqual(['null>UNUSED', 'UNUSED>LOCKED', 'LOCKED>USED']);
+    expect(await holdRow(orderNo, uc.id)).toEqual({ status: 'CONFIRMED', release_reason: null });
+    const held = await hold(tokenFor('dave'), { userCouponId: uc.id, orderNo, orderAmountCents: 20000 });
+    expect([held.status, held.body.status]).toEqual([200, 'CONFIRMED']);
+    const late = await release(tokenFor('dave'), { userCouponId: uc.id, orderNo });
+    expect([late.status, late.body.code]).toEqual([409, 'HOLD_ALREADY_CONFIRMED']);
+    expect(await counts(uc.couponId)).toMatchObject({ locked: 0, used: 1 });
+  });
+
+  it('release: RELEASED (CANCELLED), coupon UNUSED; repeats answer the same; confirmation after it 409 HOLD_RELEASED; unknown 404', async () => {
+    const uc = await userCoupon('erin');
+    const orderNo = order();
+    await hold(tokenFor('erin'), { userCouponId: uc.id, orderNo, orderAmountCents: 20000 });
+    const res = await release(tokenFor('erin'), { userCouponId: uc.id, orderNo });
+    expect(res.status).toBe(200);
+    expect(res.body).toMatchObject({ userCouponId: uc.id, orderNo, status: 'RELEASED', releaseReason: 'CANCELLED' });
+    expect(typeof res.body.releasedAt).toBe('string');
+    const again = await release(serviceToken(), { userCouponId: uc.id, orderNo, userId: 'erin' });
+    expect([again.status, again.headers['idempotent-replayed']]).toEqual([200, 'true']);
+    expect(again.body).toEqual(res.body);
+    expect(await stored(uc.id)).toBe('UNUSED');
+    expect(await steps(uc.id)).toEqual(['null>UNUSED', 'UNUSED>LOCKED', 'LOCKED>UNUSED']);
+    const fingerprint = await databaseFingerprint(t.db);
+    const confirm = await redeem(tokenFor('erin'), { userCouponId: uc.id, orderNo, orderAmountCents: 20000 });
+    expect([confirm.status, confirm.body.code]).toEqual([409, 'HOLD_RELEASED']);
+    for (const [token, body] of [
+      [tokenFor('erin'), { userCouponId: uc.id, orderNo: 'never-held' }],
+      [tokenFor('erin'), { userCouponId: '987654321', orderNo }],
+      [tokenFor('someone-else'), { userCouponId: uc.id, orderNo }],
+    ] as const) {
+      const r = await release(token, body);
+      expect([r.status, r.body.code]).toEqual([404, 'HOLD_NOT_FOUND']);
+    }
+    expect(await databaseFingerprint(t.db)).toEqual(fingerprint);
+    // The coupon is free again: another order can use it.
+    expect((await redeem(tokenFor('erin'), { userCouponId: uc.id, orderNo: order(), orderAmountCents: 20000 })).status).toBe(201);
+  });
+
+  it('a timed-out hold behaves as released before the sweep: reads UNUSED, confirmation 409 HOLD_EXPIRED, another order holds it', async () => {
+    const uc = await userCoupon('frank');
+    const first = order();
+    await hold(tokenFor('frank'), { userCouponId: uc.id, orderNo: first, orderAmountCents: 20000, ttlSeconds: 1 });
+    await sleep(1100);
+    expect(await stored(uc.id)).toBe('LOCKED');
+    expect((await mine('frank', uc.id)).status).toBe('UNUSED');
+    expect(await counts(uc.couponId)).toMatchObject({ unused: 1, locked: 0 });
+    const unused = await request(t.url)
+      .get('/me/coupons?status=UNUSED')
+      .set(bearer(tokenFor('frank')));
+    expect(unused.body.items.map((i: { id: string }) => i.id)).toEqual([uc.id]);
+    const replay = await hold(tokenFor('frank'), { userCouponId: uc.id, orderNo: first, orderAmountCents: 20000 });
+    expect([replay.status, replay.body.status, replay.body.releaseReason]).toEqual([200, 'RELEASED', 'TIMEOUT']);
+    expect(replay.body.releasedAt).toBe(replay.body.expiresAt);
+    const fingerprint = await databaseFingerprint(t.db);
+    const late = await redeem(tokenFor('frank'), { userCouponId: uc.id, orderNo: first, orderAmountCents: 20000 });
+    expect([late.status, late.body.code]).toEqual([409, 'HOLD_EXPIRED']);
+    expect(await databaseFingerprint(t.db)).toEqual(fingerprint);
+    const second = order();
+    const next = await hold(tokenFor('frank'), { userCouponId: uc.id, orderNo: second, orderAmountCents: 20000 });
+    expect([next.status, next.body.status]).toEqual([201, 'ACTIVE']);
+    expect(await holdRow(first, uc.id)).toEqual({ status: 'RELEASED', release_reason: 'TIMEOUT' });
+    expect(await steps(uc.id)).toEqual(['null>UNUSED', 'UNUSED>LOCKED', 'LOCKED>UNUSED', 'UNUSED>LOCKED']);
+    // Still HOLD_EXPIRED once stored: the first order's hold stays what it was.
+    const stillLate = await redeem(tokenFor('frank'), { userCouponId: uc.id, orderNo: first, orderAmountCents: 20000 });
+    expect([stillLate.status, stillLate.body.code]).toEqual([409, 'HOLD_EXPIRED']);
+    expect((await redeem(tokenFor('frank'), { userCouponId: uc.id, orderNo: second, orderAmountCents: 20000 })).status).toBe(201);
+  });
+
+  it('a plain redemption by another order takes a coupon whose hold timed out; a void too', async () => {
+    const a = await userCoupon('gina');
+    const b = await userCoupon('gina');
+    for (const uc of [a, b])
+      await hold(tokenFor('gina'), { userCouponId: uc.id, orderNo: order(), orderAmountCents: 20000, ttlSeconds: 1 });
+    const voidLocked = await request(t.url).post(`/admin/user-coupons/${b.id}/void`).set(bearer(adminToken())).send({ reason: 'fraud' });
+    expect([voidLocked.status, voidLocked.body.code]).toEqual([409, 'COUPON_LOCKED']);
+    await sleep(1100);
+    expect((await redeem(tokenFor('gina'), { userCouponId: a.id, orderNo: order(), orderAmountCents: 20000 })).status).toBe(201);
+    expect(await steps(a.id)).toEqual(['null>UNUSED', 'UNUSED>LOCKED', 'LOCKED>UNUSED', 'UNUSED>USED']);
+    const voided = await request(t.url).post(`/admin/user-coupons/${b.id}/void`).set(bearer(adminToken())).send({ reason: 'fraud' });
+    expect([voided.status, voided.body.status]).toEqual([200, 'VOID']);
+    expect(await steps(b.id)).toEqual(['null>UNUSED', 'UNUSED>LOCKED', 'LOCKED>UNUSED', 'UNUSED>VOID']);
+  });
+
+  it('the sweep releases timed-out holds (TIMEOUT), leaves live ones, and a confirmation afterwards is 409 HOLD_EXPIRED', async () => {
+    const short = await userCoupon('hank');
+    const long = await userCoupon('hank');
+    const [o1, o2] = [order(), order()];
+    await hold(tokenFor('hank'), { userCouponId: short.id, orderNo: o1, orderAmountCents: 20000, ttlSeconds: 1 });
+    await hold(tokenFor('hank'), { userCouponId: long.id, orderNo: o2, orderAmountCents: 20000, ttlSeconds: 600 });
+    await sleep(1100);
+    const result = await sweep();
+    expect(result).toMatchObject({ complete: true });
+    expect(result!.released).toBeGreaterThanOrEqual(1);
+    expect([await stored(short.id), await stored(long.id)]).toEqual(['UNUSED', 'LOCKED']);
+    expect(await holdRow(o1, short.id)).toEqual({ status: 'RELEASED', release_reason: 'TIMEOUT' });
+    const late = await redeem(tokenFor('hank'), { userCouponId: short.id, orderNo: o1, orderAmountCents: 20000 });
+    expect([late.status, late.body.code]).toEqual([409, 'HOLD_EXPIRED']);
+    expect(await sweep()).toMatchObject({ released: 0, complete: true });
+  });
+
+  it('validity ending during a hold: a confirmation in time succeeds; a release or a timeout then leaves it EXPIRED', async () => {
+    const paid = await userCoupon('ivy');
+    const cancelled = await userCoupon('ivy');
+    const abandoned = await userCoupon('ivy');
+    const orders = [order(), order(), order()];
+    await hold(tokenFor('ivy'), { userCouponId: paid.id, orderNo: orders[0], orderAmountCents: 20000, ttlSeconds: 60 });
+    await hold(tokenFor('ivy'), { userCouponId: cancelled.id, orderNo: orders[1], orderAmountCents: 20000, ttlSeconds: 60 });
+    await hold(tokenFor('ivy'), { userCouponId: abandoned.id, orderNo: orders[2], orderAmountCents: 20000, ttlSeconds: 1 });
+    // The coupons' validity ends while they are held.
+    await t.db.query(`UPDATE user_coupon SET expires_at = ? WHERE id IN (?)`, [
+      new Date(Date.now() - 1000),
+      [paid.id, cancelled.id, abandoned.id],
+    ]);
+    expect((await mine('ivy', paid.id)).status).toBe('LOCKED');
+    const ok = await redeem(tokenFor('ivy'), { userCouponId: paid.id, orderNo: orders[0], orderAmountCents: 20000 });
+    expect([ok.status, ok.body.status]).toEqual([201, 'USED']);
+    const rel = await release(tokenFor('ivy'), { userCouponId: cancelled.id, orderNo: orders[1] });
+    expect(rel.status).toBe(200);
+    expect(await stored(cancelled.id)).toBe('EXPIRED');
+    expect(await steps(cancelled.id)).toEqual(['null>UNUSED', 'UNUSED>LOCKED', 'LOCKED>EXPIRED']);
+    await sleep(1100);
+    expect((await mine('ivy', abandoned.id)).status).toBe('EXPIRED');
+    expect(await counts(abandoned.couponId)).toMatchObject({ expired: 1, locked: 0 });
+    await sweep();
+    expect(await stored(abandoned.id)).toBe('EXPIRED');
+    expect(await steps(abandoned.id)).toEqual(['null>UNUSED', 'UNUSED>LOCKED', 'LOCKED>EXPIRED']);
+  });
+
+  it('refuses bad input with 400 naming the fields and changes nothing', async () => {
+    const uc = await userCoupon('jack');
+    const fingerprint = await databaseFingerprint(t.db);
+    const ok = { userCouponId: uc.id, orderNo: order(), orderAmountCents: 20000 };
+    for (const [body, field] of [
+      [{ ...ok, extra: 1 }, 'extra'],
+      [{ ...ok, ttlSeconds: 0 }, 'ttlSeconds'],
+      [{ ...ok, ttlSeconds: 86401 }, 'ttlSeconds'],
+      [{ ...ok, ttlSeconds: 1.5 }, 'ttlSeconds'],
+      [{ ...ok, ttlSeconds: null }, 'ttlSeconds'],
+      [{ ...ok, orderAmountCents: -1 }, 'orderAmountCents'],
+      [{ userCouponId: uc.id, orderNo: ok.orderNo }, 'orderAmountCents'],
+      [{ ...ok, userCouponId: 'abc' }, 'userCouponId'],
+      [{ ...ok, userCouponId: '01' }, 'userCouponId'],
+      [{ ...ok, orderNo: '' }, 'orderNo'],
+      [{ ...ok, userId: 'bad id!' }, 'userId'],
+    ] as const) {
+      const res = await hold(tokenFor('jack'), body);
+      expect([JSON.stringify(body), res.status, res.body.code]).toEqual([JSON.stringify(body), 400, 'VALIDATION_FAILED']);
+      expect(Object.keys(res.body.details.fields)).toContain(field);
+    }
+    for (const [body, field] of [
+      [{ userCouponId: uc.id, orderNo: ok.orderNo, orderAmountCents: 1 }, 'orderAmountCents'],
+      [{ userCouponId: 'x', orderNo: ok.orderNo }, 'userCouponId'],
+      [{ userCouponId: uc.id }, 'orderNo'],
+    ] as const) {
+      const res = await release(tokenFor('jack'), body);
+      expect([res.status, res.body.code]).toEqual([400, 'VALIDATION_FAILED']);
+      expect(Object.keys(res.body.details.fields)).toContain(field);
+    }
+    const noUser = await hold(serviceToken(), ok);
+    expect([noUser.status, noUser.body.details.fields.userId]).toEqual([400, expect.any(Array)]);
+    const naming = await hold(tokenFor('jack'), { ...ok, userId: 'someone' });
+    expect([naming.status, naming.body.code]).toEqual([403, 'FORBIDDEN']);
+    const anon = await request(t.url).post('/redemptions/holds').send(ok);
+    expect(anon.status).toBe(401);
+    expect(await databaseFingerprint(t.db)).toEqual(fingerprint);
+  });
+
+  it('20 orders racing to hold one coupon: exactly one wins, the others 409 COUPON_LOCKED', async () => {
+    for (let round = 0; round < 3; round++) {
+      const uc = await userCoupon(`racer-${round}`);
+      const answers = await Promise.all(
+        Array.from({ length: 20 }, (_, i) =>
+          hold(i % 2 ? serviceToken() : tokenFor(`racer-${round}`), {
+            userCouponId: uc.id,
+            orderNo: `RACE-${round}-${i}-${seq}`,
+            orderAmountCents: 20000,
+            userId: `racer-${round}`,
+          }),
+        ),
+      );
+      expect(answers.filter((r) => r.status === 201)).toHaveLength(1);
+      expect(answers.filter((r) => r.status === 409 && r.body.code === 'COUPON_LOCKED')).toHaveLength(19);
+      expect(
+        Number(((await t.db.query(`SELECT COUNT(*) AS n FROM redemption_hold WHERE user_coupon_id = ?`, [uc.id])) as { n: string }[])[0].n),
+      ).toBe(1);
+      expect(await steps(uc.id)).toEqual(['null>UNUSED', 'UNUSED>LOCKED']);
+    }
+  });
+
+  it('confirm racing release for one hold, 20 rounds: exactly one wins and the coupon ends in the matching state', async () => {
+    const outcomes = { confirmed: 0, released: 0 };
+    for (let round = 0; round < 20; round++) {
+      const uc = await userCoupon('racing');
+      const orderNo = order();
+      await hold(tokenFor('racing'), { userCouponId: uc.id, orderNo, orderAmountCents: 20000 });
+      const [c, r] = await Promise.all([
+        redeem(serviceToken(), { userCouponId: uc.id, orderNo, orderAmountCents: 20000, userId: 'racing' }),
+        release(serviceToken(), { userCouponId: uc.id, orderNo, userId: 'racing' }),
+      ]);
+      if (c.status === 201) {
+        outcomes.confirmed++;
+        expect([r.status, r.body.code]).toEqual([409, 'HOLD_ALREADY_CONFIRMED']);
+        expect(await stored(uc.id)).toBe('USED');
+        expect(await holdRow(orderNo, uc.id)).toEqual({ status: 'CONFIRMED', release_reason: null });
+      } else {
+        outcomes.released++;
+        expect([c.status, c.body.code, r.status]).toEqual([409, 'HOLD_RELEASED', 200]);
+        expect(await stored(uc.id)).toBe('UNUSED');
+        expect(await holdRow(orderNo, uc.id)).toEqual({ status: 'RELEASED', release_reason: 'CANCELLED' });
+      }
+    }
+    expect(outcomes.confirmed + outcomes.released).toBe(20);
+  });
+
+  it('the sweep racing confirmations at the timeout: each coupon ends USED exactly when its confirmation answered 201', async () => {
+    const n = 40;
+    const coupon = await createCoupon(t.url, { totalStock: n, perUserLimit: n });
+    const ucs = await Promise.all(
+      Array.from({ length: n }, async () => {
+        const res = await request(t.url)
+          .post(`/coupons/${coupon.id}/grab`)
+          .set(bearer(tokenFor('sweepy')))
+          .set('Idempotency-Key', newKey());
+        return { id: res.body.id as string };
+      }),
+    );
+    const orders = ucs.map(() => order());
+    const held = await Promise.all(
+      ucs.map((uc, i) => hold(tokenFor('sweepy'), { userCouponId: uc.id, orderNo: orders[i], orderAmountCents: 20000, ttlSeconds: 2 })),
+    );
+    // Confirmation i is sent at its hold's expiresAt + (i/n - 1/2) * 400 ms, while the sweep runs over and over.
+    const expiries = held.map((h) => Date.parse(h.body.expiresAt));
+    const sweepUntil = Math.max(...expiries) + 400;
+    const sweeping = (async () => {
+      await sleep(Math.min(...expiries) - 300 - Date.now());
+      while (Date.now() < sweepUntil) await sweep();
+    })();
+    const answers = await Promise.all(
+      ucs.map(async (uc, i) => {
+        await sleep(expiries[i] + (i / n - 0.5) * 400 - Date.now());
+        return redeem(tokenFor('sweepy'), { userCouponId: uc.id, orderNo: orders[i], orderAmountCents: 20000 });
+      }),
+    );
+    await sweeping;
+    await sweep();
+    for (let i = 0; i < n; i++) {
+      const a = answers[i];
+      expect([201, 409]).toContain(a.status);
+      if (a.status === 409) expect(a.body.code).toBe('HOLD_EXPIRED');
+      expect(await stored(ucs[i].id)).toBe(a.status === 201 ? 'USED' : 'UNUSED');
+    }
+    console.log(
+      `sweep vs confirmations: ${answers.filter((a) => a.status === 201).length} confirmed, ${answers.filter((a) => a.status === 409).length} expired`,
+    );
+  }, 180_000);
+});

@@ -1,0 +1,163 @@
+import request from 'supertest';
+import { createCoupon, CouponInput, newKey } from './support/factories.js';
+import { bearer, serviceToken, startTestApp, TestApp, tokenFor } from './support/harness.js';
+import { checkInvariants, databaseFingerprint } from './support/invariants.js';
+
+describe('order rules (issue 23 item 2)', () => {
+  let t: TestApp;
+  let seq = 0;
+  beforeAll(async () => {
+    t = await startTestApp();
+  });
+  afterEach(async () => {
+    expect(await checkInvariants(t.db)).toEqual([]);
+  });
+  afterAll(() => t.close());
+
+  const order = () => `OR-${process.pid}-${++seq}`;
+  async function userCoupon(userId: string, overrides: CouponInput = {}): Promise<string> {
+    const coupon = await createCoupon(t.url, { totalStock: 50, perUserLimit: 50, ...overrides });
+    const res = await request(t.url)
+      .post(`/coupons/${coupon.id}/grab`)
+      .set(bearer(tokenFor(userId)))
+      .set('Idempotency-Key', newKey());
+    if (res.status !== 201) throw new Error(`grab: ${res.status} ${JSON.stringify(res.body)}`);
+    return res.body.id as string;
+  }
+  const post = (path: string, body: Record<string, unknown>) => request(t.url).post(path).set(bearer(serviceToken())).send(body);
+  const redeem = (body: Record<string, unknown>) => post('/redemptions', body);
+  const hold = (body: Record<string, unknown>) => post('/redemptions/holds', body);
+  const off = (discount: number, stackable = false, threshold = 0): CouponInput & { stackable: boolean } => ({
+    discount: { thresholdCents: threshold, amountCents: discount },
+    stackable,
+  });
+  const orderDiscounts = async (orderNo: string) =>
+    Number(
+      (
+        (await t.db.query(`SELECT COALESCE(SUM(discount_cents), 0) AS n FROM redemption WHERE order_no = ? AND status = 'USED'`, [
+          orderNo,
+        ])) as { n: string }[]
+      )[0].n,
+    );
+
+  it('one coupon per order: a second coupon, held or redeemed, is 409 ORDER_HAS_COUPON and writes nothing; a released hold frees the order', async () => {
+    const [a, b] = [await userCoupon('u1', off(1000)), await userCoupon('u1', off(1000))];
+    const orderNo = order();
+    expect((await hold({ userCouponId: a, orderNo, orderAmountCents: 5000, userId: 'u1' })).status).toBe(201);
+    const fingerprint = await databaseFingerprint(t.db);
+    for (const attempt of [hold, redeem]) {
+      const res = await attempt({ userCouponId: b, orderNo, orderAmountCents: 5000, userId: 'u1' });
+      expect([res.status, res.body.code, res.body.details]).toEqual([409, 'ORDER_HAS_COUPON', { userCouponIds: [a] }]);
+    }
+    expect(await databaseFingerprint(t.db)).toEqual(fingerprint);
+    expect((await post('/redemptions/holds/release', { userCouponId: a, orderNo, userId: 'u1' })).status).toBe(200);
+    expect((await redeem({ userCouponId: b, orderNo, orderAmountCents: 5000, userId: 'u1' })).status).toBe(201);
+    const again = await redeem({ userCouponId: a, orderNo, orderAmountCents: 5000, userId: 'u1' });
+    expect([again.status, again.body.code]).toEqual([409, 'HOLD_RELEASED']);
+    const third = await redeem({ userCouponId: await userCoupon('u1', off(1000)), orderNo, orderAmountCents: 5000, userId: 'u1' });
+    expect([third.status, third.body.code]).toEqual([409, 'ORDER_HAS_COUPON']);
+  });
+
+  it('stackable coupons share an order, their discounts cut to its amount; a non-stackable one joins none', async () => {
+    const orderNo = order();
+    const [s1, s2, s3] = [
+      await userCoupon('u2', off(1000, true)),
+      await userCoupon('u2', off(1000, true)),
+      await userCoupon('u2', off(1000, true)),
+    ];
+    const plain = await userCoupon('u2', off(100));
+    const first = await redeem({ userCouponId: s1, orderNo, orderAmountCents: 1500, userId: 'u2' });
+    expect([first.status, first.body.discountCents]).toEqual([201, 1000]);
+    const notStackable = await hold({ userCouponId: plain, orderNo, orderAmountCents: 1500, userId: 'u2' });
+    expect([notStackable.status, notStackable.body.code]).toEqual([409, 'ORDER_HAS_COUPON']);
+    const second = await hold({ userCouponId: s2, orderNo, orderAmountCents: 1500, userId: 'u2' });
+    expect([second.status, second.body.discountCents]).toEqual([201, 500]);
+    const full = await redeem({ userCouponId: s3, orderNo, orderAmountCents: 1500, userId: 'u2' });
+    expect([full.status, full.body.code]).toEqual([409, 'ORDER_HAS_COUPON']);
+    const confirmed = await redeem({ userCouponId: s2, orderNo, orderAmountCents: 1500, userId: 'u2' });
+    expect([confirmed.status, confirmed.body.discountCents]).toEqual([201, 500]);
+    expect(await orderDiscounts(orderNo)).toBe(1500);
+    // A stackable coupon does not join an order that carries a non-stackable one either.
+    const other = order();
+    expect((await redeem({ userCouponId: plain, orderNo: other, orderAmountCents: 9000, userId: 'u2' })).status).toBe(201);
+    const onPlain = await redeem({ userCouponId: s3, orderNo: other, orderAmountCents: 9000, userId: 'u2' });
+    expect([onPlain.status, onPlain.body.code]).toEqual([409, 'ORDER_HAS_COUPON']);
+  });
+
+  it('every hold and redemption of an order names one amount: else 422 ORDER_AMOUNT_MISMATCH', async () => {
+    const orderNo = order();
+    const [a, b] = [await userCoupon('u3', off(100, true)), await userCoupon('u3', off(100, true))];
+    expect((await hold({ userCouponId: a, orderNo, orderAmountCents: 2000, userId: 'u3' })).status).toBe(201);
+    const fingerprint = await databaseFingerprint(t.db);
+    for (const attempt of [hold, redeem]) {
+      const res = await attempt({ userCouponId: b, orderNo, orderAmountCents: 2500, userId: 'u3' });
+      expect([res.status, res.body.code, res.body.details]).toEqual([422, 'ORDER_AMOUNT_MISMATCH', { orderAmountCents: 2000 }]);
+    }
+    expect(await databaseFingerprint(t.db)).toEqual(fingerprint);
+    expect((await redeem({ userCouponId: b, orderNo, orderAmountCents: 2000, userId: 'u3' })).status).toBe(201);
+  });
+
+  it('a refunded order takes no new hold or redemption (409 ORDER_REFUNDED): the replacement cannot be redeemed on it again and again', async () => {
+    const orderNo = order();
+    const first = await userCoupon('u4', { ...off(500), returnOnRefund: true });
+    expect((await redeem({ userCouponId: first, orderNo, orderAmountCents: 600, userId: 'u4' })).status).toBe(201);
+    const refund = await post('/redemptions/refunds', { userCouponId: first, orderNo, refundNo: `RF-${orderNo}` });
+    expect(refund.status).toBe(201);
+    const replacement = refund.body.replacementUserCoupon.id as string;
+    const fingerprint = await databaseFingerprint(t.db);
+    for (let i = 0; i < 3; i++) {
+      for (const attempt of [redeem, hold]) {
+        const res = await attempt({ userCouponId: replacement, orderNo, orderAmountCents: 600, userId: 'u4' });
+        expect([res.status, res.body.code]).toEqual([409, 'ORDER_REFUNDED']);
+      }
+    }
+    expect(await databaseFingerprint(t.db)).toEqual(fingerprint);
+    expect(await orderDiscounts(orderNo)).toBe(500);
+    // The replacement works on another order; a replay of the refunded order's redemption still answers.
+    expect((await redeem({ userCouponId: replacement, orderNo: order(), orderAmountCents: 600, userId: 'u4' })).status).toBe(201);
+    const replay = await redeem({ userCouponId: first, orderNo, orderAmountCents: 600, userId: 'u4' });
+    expect([replay.status, replay.body.firstUse]).toEqual([200, false]);
+  });
+
+  it('a hold placed before the refund of another coupon on the order cannot be confirmed after it', async () => {
+    const orderNo = order();
+    const [a, b] = [await userCoupon('u5', { ...off(100, true), returnOnRefund: true }), await userCoupon('u5', off(100, true))];
+    expect((await redeem({ userCouponId: a, orderNo, orderAmountCents: 1000, userId: 'u5' })).status).toBe(201);
+    expect((await hold({ userCouponId: b, orderNo, orderAmountCents: 1000, userId: 'u5' })).status).toBe(201);
+    expect((await post('/redemptions/refunds', { userCouponId: a, orderNo, refundNo: `RF-${orderNo}` })).status).toBe(201);
+    const confirm = await redeem({ userCouponId: b, orderNo, orderAmountCents: 1000, userId: 'u5' });
+    expect([confirm.status, confirm.body.code]).toEqual([409, 'ORDER_REFUNDED']);
+    expect((await post('/redemptions/holds/release', { userCouponId: b, orderNo, userId: 'u5' })).status).toBe(200);
+  });
+
+  it('two coupons racing onto one order, 20 rounds: exactly one wins, the other 409 ORDER_HAS_COUPON', async () => {
+    for (let round = 0; round < 20; round++) {
+      const user = `racer-${round}`;
+      const [a, b] = [await userCoupon(user, off(1000)), await userCoupon(user, off(1000))];
+      const orderNo = order();
+      const attempts = round % 2 ? [hold, redeem] : [redeem, redeem];
+      const answers = await Promise.all(
+        [a, b].map((uc, i) => attempts[i]({ userCouponId: uc, orderNo, orderAmountCents: 5000, userId: user })),
+      );
+      expect(answers.map((r) => r.status).sort()).toEqual([201, 409]);
+      expect(answers.find((r) => r.status === 409)!.body.code).toBe('ORDER_HAS_COUPON');
+    }
+  });
+
+  it('ten stackable coupons racing onto one order of 3500: the discounts add up to exactly 3500, never more', async () => {
+    const user = 'stacker';
+    const ucs = await Promise.all(Array.from({ length: 10 }, () => userCoupon(user, off(1000, true))));
+    const orderNo = order();
+    const answers = await Promise.all(
+      ucs.map((uc, i) => (i % 2 ? hold : redeem)({ userCouponId: uc, orderNo, orderAmountCents: 3500, userId: user })),
+    );
+    const won = answers.filter((r) => r.status === 201);
+    expect(won.map((r) => r.body.discountCents as number).sort((x, y) => y - x)).toEqual([1000, 1000, 1000, 500]);
+    expect(answers.filter((r) => r.status === 409).every((r) => r.body.code === 'ORDER_HAS_COUPON')).toBe(true);
+    const [{ n }] = (await t.db.query(
+      `SELECT SUM(discount_cents) AS n FROM (SELECT discount_cents FROM redemption WHERE order_no = ? UNION ALL SELECT discount_cents FROM redemption_hold WHERE order_no = ? AND status = 'ACTIVE') x`,
+      [orderNo, orderNo],
+    )) as { n: string }[];
+    expect(Number(n)).toBe(3500);
+  });
+});
