@@ -705,10 +705,10 @@ export interface components {
         };
         DiscountDto: {
             /**
-             * @default AMOUNT
+             * @description AMOUNT when left out
              * @enum {string}
              */
-            type: "AMOUNT" | "PERCENT";
+            type?: "AMOUNT" | "PERCENT";
             thresholdCents: number;
             /** @description AMOUNT only (required there): the amount off */
             amountCents?: number;

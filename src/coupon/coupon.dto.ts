@@ -46,7 +46,7 @@ export class ValidityDto {
 }
 
 export class DiscountDto {
-  @ApiPropertyOptional({ enum: ['AMOUNT', 'PERCENT'], default: 'AMOUNT' })
+  @ApiPropertyOptional({ enum: ['AMOUNT', 'PERCENT'], description: 'AMOUNT when left out' })
   @IsOmittable()
   @IsIn(['AMOUNT', 'PERCENT'])
   type?: 'AMOUNT' | 'PERCENT';
