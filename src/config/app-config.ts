@@ -117,26 +117,26 @@ export class AppConfig {
   @Max(600_000)
   REQUEST_TIMEOUT_MS: number = 10_000;
 
-  /** A statement unanswered this long (in a request: or at its deadline) ends, its connection closed: a stalled database is a 503, not a hang. */
+  /** Outside requests (jobs), a statement unanswered this long ends, its connection closed; a request's statements end at its deadline. */
   @Transform(toInt)
   @IsInt()
   @Min(100)
   @Max(600_000)
-  DB_STATEMENT_TIMEOUT_MS: number = 4000;
+  DB_STATEMENT_TIMEOUT_MS: number = 30_000;
 
   /** Outside requests (jobs), waiting for a pool connection (or for a new one to open) gives up after this long; a request waits until its deadline. */
   @Transform(toInt)
   @IsInt()
   @Min(100)
   @Max(600_000)
-  DB_ACQUIRE_TIMEOUT_MS: number = 5000;
+  DB_ACQUIRE_TIMEOUT_MS: number = 10_000;
 
   /** innodb_lock_wait_timeout of the service's connections; with DB_TX_RETRIES, how long a request may queue on a row lock. */
   @Transform(toInt)
   @IsInt()
   @Min(1)
   @Max(3600)
-  DB_LOCK_WAIT_TIMEOUT_SECONDS: number = 2;
+  DB_LOCK_WAIT_TIMEOUT_SECONDS: number = 5;
 
   /** How many times inTransaction() retries a deadlock or lock-wait timeout in a fresh transaction. */
   @Transform(toInt)

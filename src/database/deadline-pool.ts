@@ -47,11 +47,11 @@ function timeoutError(code: string, message: string): NodeJS.ErrnoException {
  * deadline instead of hanging it: the TCP connection stays open and nothing ever answers, so only
  * the client's own clocks can end the wait. Inside a request (withDeadline) every wait ends before
  * the request's deadline, so no work of a request answered 503 goes on after it; in jobs:
- * - acquiring a connection (queueing for a free one, or opening one) gives up after
- *   DB_ACQUIRE_TIMEOUT_MS (in a request: at its deadline, since queueing for a connection is also
- *   what a burst does); a connection that arrives later goes back to the pool;
- * - a statement gives up after DB_STATEMENT_TIMEOUT_MS (in a request: at most that, and never past
- *   the deadline; one that would start after it is not sent) and its connection is destroyed
+ * - acquiring a connection (queueing for a free one, or opening one) gives up at the request's
+ *   deadline (queueing for a connection is also what a burst does), in jobs after
+ *   DB_ACQUIRE_TIMEOUT_MS; a connection that arrives later goes back to the pool;
+ * - a statement gives up at the request's deadline (one that would start after it is not sent),
+ *   in jobs after DB_STATEMENT_TIMEOUT_MS, and its connection is destroyed
  *   (mysql2's timeout only stops waiting: the statement would still occupy the connection, and the
  *   ROLLBACK queued behind it would hang too); the server rolls back the open transaction when it
  *   sees the connection gone;
@@ -116,7 +116,7 @@ function withStatementTimeout(conn: mysql2.PoolConnection, timeoutMs: number): v
     const cb = args[args.length - 1];
     // Without a callback it is a stream (read row by row, for as long as it takes): left as it is.
     if (typeof cb !== 'function') return query(...args);
-    const limit = Math.min(timeoutMs, budget(timeoutMs));
+    const limit = budget(timeoutMs);
     if (limit <= 0) {
       // Not sent (a COMMIT sent now could commit after the client was told 503); the server rolls back what is open.
       destroy();

@@ -26,6 +26,8 @@ export function testConfig(overrides: Record<string, string> = {}): AppConfig {
     RATE_LIMIT_ENABLED: 'false',
     NODE_ENV: 'test',
     DB_POOL_SIZE: '20',
+    // The deadline is tested in deadlines.spec.ts; elsewhere a loaded machine's slowness must not become a 503.
+    REQUEST_TIMEOUT_MS: '60000',
     ...pickEnv('DB_HOST', 'DB_PORT', 'DB_USER', 'DB_PASSWORD'),
     ...overrides,
   });
