@@ -410,3 +410,29 @@ describe('webhooks', () => {
     await dead.close();
   });
 });
+
+describe('webhooks with WEBHOOK_ALLOWED_HOSTS', () => {
+  let t: TestApp;
+  beforeAll(async () => {
+    t = await startTestApp({ WEBHOOK_ALLOWED_HOSTS: 'hooks.example.com,*.partner.test' });
+  });
+  afterAll(() => t?.close());
+
+  it('takes listed hosts and answers 422 WEBHOOK_URL_NOT_ALLOWED for others, on create and on change', async () => {
+    const ok = await request(t.url).post('/admin/webhooks').set(admin()).send({ url: 'https://crm.partner.test/in' });
+    expect(ok.status).toBe(201);
+    for (const url of [
+      'http://127.0.0.1:6379/',
+      'http://localhost/hook',
+      'https://partner.test/',
+      'http://169.254.169.254/latest/meta-data',
+    ]) {
+      const res = await request(t.url).post('/admin/webhooks').set(admin()).send({ url });
+      expect([url, res.status, res.body.code]).toEqual([url, 422, 'WEBHOOK_URL_NOT_ALLOWED']);
+    }
+    const moved = await request(t.url).patch(`/admin/webhooks/${ok.body.id}`).set(admin()).send({ url: 'http://10.0.0.5/' });
+    expect([moved.status, moved.body.code]).toEqual([422, 'WEBHOOK_URL_NOT_ALLOWED']);
+    const list = await request(t.url).get('/admin/webhooks').set(admin());
+    expect(list.body.map((w: { url: string }) => w.url)).toEqual(['https://crm.partner.test/in']);
+  });
+});
