@@ -241,6 +241,34 @@ describe('webhooks', () => {
     expect((await request(t.url).get(`/admin/webhooks/${hook.id}/deliveries?status=NOPE`).set(admin())).status).toBe(400);
   });
 
+  it('checkout holds give locked, released and used events, in that order, LOCKED -> UNUSED as released', async () => {
+    const coupon = await createCoupon(t.url, { totalStock: 5 });
+    const uc = await grab(coupon.id, 'wh-hold');
+    const user = bearer(tokenFor('wh-hold'));
+    const body = { userCouponId: uc, orderNo: 'WH-H1', orderAmountCents: 20000 };
+    expect((await request(t.url).post('/redemptions/holds').set(user).send(body)).status).toBe(201);
+    expect((await request(t.url).post('/redemptions/holds/release').set(user).send({ userCouponId: uc, orderNo: 'WH-H1' })).status).toBe(
+      200,
+    );
+    const again = { ...body, orderNo: 'WH-H2' };
+    expect((await request(t.url).post('/redemptions/holds').set(user).send(again)).status).toBe(201);
+    expect((await request(t.url).post('/redemptions').set(user).send(again)).status).toBe(201);
+    const expected = await logIds([uc]);
+    expect(expected).toHaveLength(5);
+    await rx.waitFor(() => forCoupons([uc]).length >= 5);
+    const got = forCoupons([uc]);
+    expect(got.map((r) => r.webhookId)).toEqual(expected);
+    expect(
+      got.map((r) => `${r.event.type}:${String(r.event.data.from)}>${String(r.event.data.to)}:${String(r.event.data.userCoupon.status)}`),
+    ).toEqual([
+      'user_coupon.issued:null>UNUSED:UNUSED',
+      'user_coupon.locked:UNUSED>LOCKED:LOCKED',
+      'user_coupon.released:LOCKED>UNUSED:UNUSED',
+      'user_coupon.locked:UNUSED>LOCKED:LOCKED',
+      'user_coupon.used:LOCKED>USED:USED',
+    ]);
+  });
+
   it('a receiver answering 500 gets the event again on the retry, with the same webhook-id, and the attempts are listed', async () => {
     rx.answer = (r) => (r.attempt === 1 ? 500 : 200);
     const coupon = await createCoupon(t.url);
