@@ -35,6 +35,7 @@ describe('migrations', () => {
       'redemption',
       'redemption_hold',
       'refund',
+      'tx_marker',
       'user_coupon',
       'user_coupon_state_log',
       'webhook_delivery',
@@ -58,7 +59,7 @@ describe('migrations', () => {
     expect(await tables()).toEqual([]);
     const applied = await ds.runMigrations({ transaction: 'each' });
     expect(applied.map((m) => m.name)).toEqual(migrations.map((m) => new m().name));
-    expect(await tables()).toHaveLength(15);
+    expect(await tables()).toHaveLength(16);
     expect(await ds.showMigrations()).toBe(false);
   });
 });

@@ -49,6 +49,8 @@ export const ERROR_STATUS = {
   INTERNAL: 500,
   NOT_IMPLEMENTED: 501,
   SERVICE_UNAVAILABLE: 503,
+  /** The COMMIT's answer was lost and the database stayed unreachable: whether the change committed is not known; look it up. */
+  OUTCOME_UNKNOWN: 503,
 } as const;
 
 export type ErrorCode = keyof typeof ERROR_STATUS;

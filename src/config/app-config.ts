@@ -145,6 +145,16 @@ export class AppConfig {
   @Max(20)
   DB_TX_RETRIES: number = 3;
 
+  /**
+   * How long a write whose COMMIT answer was lost keeps trying to learn whether it committed,
+   * before answering 503 OUTCOME_UNKNOWN. Below REQUEST_TIMEOUT_MS, so the answer comes first.
+   */
+  @Transform(toInt)
+  @IsInt()
+  @Min(100)
+  @Max(60_000)
+  OUTCOME_RESOLVE_MS: number = 5000;
+
   /** How long a job's lease (src/database/lease.ts) lasts without renewal: how soon another instance takes over a job whose holder died. */
   @Transform(toInt)
   @IsInt()

@@ -4,6 +4,7 @@ import { DataSource } from 'typeorm';
 import { isDuplicateKey } from '../common/db-errors.js';
 import { AppError } from '../common/errors.js';
 import { counter, histogram } from '../common/metrics.js';
+import { withLookup } from '../database/outcome.js';
 import { TransactionService } from '../database/transaction.service.js';
 import { RateLimitService } from '../rate-limit/rate-limit.service.js';
 import { Coupon } from './coupon.entity.js';
@@ -70,7 +71,7 @@ export class GrabService {
       return r;
     } catch (err) {
       if (err instanceof AppError) result = err.code;
-      throw err;
+      throw withLookup(err, { idempotencyKey: key, lookup: `GET /grabs/${key}` });
     } finally {
       outcomes.inc({ result });
       // Unknown ids are not tracked: a scan of made-up ids would push real campaigns out of the series.

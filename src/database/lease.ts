@@ -1,9 +1,8 @@
-import { randomUUID } from 'node:crypto';
-import { hostname } from 'node:os';
 import { Injectable, Logger } from '@nestjs/common';
 import { DataSource } from 'typeorm';
 import { AppConfig } from '../config/app-config.js';
 import { counter } from '../common/metrics.js';
+import { PROCESS_ID } from './process-identity.js';
 import { execute, runTransaction } from './transaction.service.js';
 
 const lost = counter(
@@ -46,8 +45,7 @@ export async function ensureLeaseTable(ds: DataSource): Promise<void> {
   await ds.query(LEASE_TABLE_DDL);
 }
 
-/** This process, as a lease holder; each acquisition adds a sequence number, so two runs in one process exclude each other too. */
-export const PROCESS_HOLDER = `${hostname().slice(0, 64)}:${process.pid}:${randomUUID().slice(0, 8)}`;
+/** Each acquisition adds a sequence number to the holder id, so two runs in one process exclude each other too. */
 let acquisitions = 0;
 
 export interface LeaseSettings {
@@ -128,7 +126,7 @@ export class Lease {
 
 /** Claims the lease `name` if it is free or expired; null when another holder has it. */
 export async function tryAcquireLease(ds: DataSource, name: string, settings: LeaseSettings): Promise<Lease | null> {
-  const holder = `${PROCESS_HOLDER}#${++acquisitions}`;
+  const holder = `${PROCESS_ID}#${++acquisitions}`;
   const started = performance.now();
   const claimed = await runTransaction(ds, settings.retries, async (em) => {
     await em.query(`INSERT INTO job_lease (name, expires_at) VALUES (?, NOW(3)) ON DUPLICATE KEY UPDATE name = name`, [name]);

@@ -1,10 +1,15 @@
 import { Injectable } from '@nestjs/common';
 import { DataSource, EntityManager } from 'typeorm';
-import { AppConfig } from '../config/app-config.js';
-import { isRetryableTxError } from '../common/db-errors.js';
+import { AppConfig, databaseHosts } from '../config/app-config.js';
+import { errnoOf, isRetryableTxError } from '../common/db-errors.js';
 import { counter } from '../common/metrics.js';
+import { identify, leavesOutcomeOpen, LostCommitRolledBack, OutcomeSettings, resolveOutcome, STAMP_SQL } from './outcome.js';
 
-const retriesTotal = counter('db_transaction_retries_total', 'Transactions retried after a deadlock or lock-wait timeout', ['errno']);
+const retriesTotal = counter(
+  'db_transaction_retries_total',
+  'Transactions retried after a deadlock, a lock-wait timeout, or a lost COMMIT found not to have committed (errno lost-commit)',
+  ['errno'],
+);
 
 /**
  * The one way to run a transaction. READ COMMITTED, so a statement that waited on a row lock sees
@@ -13,29 +18,85 @@ const retriesTotal = counter('db_transaction_retries_total', 'Transactions retri
  * transaction, at most `retries` times. `fn` must therefore have no side effects outside the
  * EntityManager it is given. For code without Nest (bootstrap, leases); the app injects
  * TransactionService.
+ *
+ * With `outcome`, a COMMIT whose answer is lost is not reported as a failure: the transaction's
+ * outcome is found out (outcome.ts) and the committed result returned, or the transaction runs
+ * again as if it had never happened (counted as a retry), or, with the database unreachable past
+ * OUTCOME_RESOLVE_MS, OUTCOME_UNKNOWN (503) is thrown.
  */
-export async function runTransaction<T>(dataSource: DataSource, retries: number, fn: (em: EntityManager) => Promise<T>): Promise<T> {
+export async function runTransaction<T>(
+  dataSource: DataSource,
+  retries: number,
+  fn: (em: EntityManager) => Promise<T>,
+  outcome?: OutcomeSettings,
+): Promise<T> {
   for (let attempt = 0; ; attempt++) {
     try {
-      return await dataSource.transaction('READ COMMITTED', fn);
+      return await (outcome ? resolvingTransaction(dataSource, fn, outcome) : dataSource.transaction('READ COMMITTED', fn));
     } catch (err) {
-      if (!isRetryableTxError(err) || attempt >= retries) throw err;
-      retriesTotal.inc({ errno: String((err as { driverError?: { errno?: number } }).driverError?.errno ?? '') });
+      const lostCommit = err instanceof LostCommitRolledBack;
+      if (!(lostCommit || isRetryableTxError(err)) || attempt >= retries) throw lostCommit ? err.commitError : err;
+      retriesTotal.inc({ errno: lostCommit ? 'lost-commit' : String(errnoOf(err) ?? '') });
       await new Promise((r) => setTimeout(r, 5 * 2 ** attempt + Math.random() * 10));
     }
   }
 }
 
-/** runTransaction with DB_TX_RETRIES on the app's pool. */
+/** One attempt: `fn`, then its connection's stamp, then COMMIT; a lost COMMIT answer is resolved. */
+async function resolvingTransaction<T>(
+  dataSource: DataSource,
+  fn: (em: EntityManager) => Promise<T>,
+  settings: OutcomeSettings,
+): Promise<T> {
+  const qr = dataSource.createQueryRunner('master');
+  try {
+    await qr.connect();
+    await qr.startTransaction('READ COMMITTED');
+    const id = identify(qr);
+    let result: T;
+    try {
+      result = await fn(qr.manager);
+      await qr.query(STAMP_SQL, [id.slot, id.txId]);
+    } catch (err) {
+      // No COMMIT was sent: nothing of this attempt can commit.
+      await qr.rollbackTransaction().catch(() => undefined);
+      throw err;
+    }
+    try {
+      await qr.commitTransaction();
+    } catch (err) {
+      if (!leavesOutcomeOpen(err)) {
+        await qr.rollbackTransaction().catch(() => undefined);
+        throw err;
+      }
+      if ((await resolveOutcome(id, settings)) === 'rolled_back') throw new LostCommitRolledBack(err);
+    }
+    return result;
+  } finally {
+    await qr.release().catch(() => undefined);
+  }
+}
+
+/** runTransaction with DB_TX_RETRIES on the app's pool, resolving lost COMMIT answers. */
 @Injectable()
 export class TransactionService {
+  private readonly outcome: OutcomeSettings;
+
   constructor(
     private readonly dataSource: DataSource,
     private readonly config: AppConfig,
-  ) {}
+  ) {
+    this.outcome = {
+      hosts: databaseHosts(config),
+      user: config.DB_USER,
+      password: config.DB_PASSWORD,
+      database: config.DB_NAME,
+      resolveMs: config.OUTCOME_RESOLVE_MS,
+    };
+  }
 
   inTransaction<T>(fn: (em: EntityManager) => Promise<T>): Promise<T> {
-    return runTransaction(this.dataSource, this.config.DB_TX_RETRIES, fn);
+    return runTransaction(this.dataSource, this.config.DB_TX_RETRIES, fn, this.outcome);
   }
 }
 

@@ -9,6 +9,7 @@ import { Coupon } from '../coupon/coupon.entity.js';
 import { IssueService } from '../ledger/issue.service.js';
 import { toUserCouponView, UserCoupon } from '../ledger/user-coupon.entity.js';
 import { findUserCoupon, lockUserCoupon } from '../ledger/user-coupons.js';
+import { withLookup } from '../database/outcome.js';
 import { execute, TransactionService } from '../database/transaction.service.js';
 import { StateMachineService } from '../ledger/state-machine.service.js';
 import { TxIds } from '../ledger/tx-id.js';
@@ -58,6 +59,11 @@ async function measured<T>(operation: string, fn: () => Promise<T>, resultOf: (v
   }
 }
 
+/** Repeating the same request is how a client learns what happened to a redemption or refund whose outcome is unknown. */
+const repeatToLearn = (key: Record<string, unknown>) => (err: unknown) => {
+  throw withLookup(err, { ...key, lookup: 'repeat the same request: it answers the committed result, or does it now' });
+};
+
 /**
  * Using a coupon on an order, and returning it on refund. Both are idempotent by a unique key and
  * run as one transaction that locks the user coupon row first, so repeats and races serialize on it.
@@ -77,7 +83,7 @@ export class RedemptionService {
       'redeem',
       () => this.doRedeem(actingFor(principal, dto.userId), dto),
       (r) => (r.firstUse ? 'USED' : 'REPLAYED'),
-    );
+    ).catch(repeatToLearn({ orderNo: dto.orderNo, userCouponId: dto.userCouponId }));
   }
 
   /**
@@ -172,7 +178,7 @@ export class RedemptionService {
       'refund',
       () => this.doRefund(dto),
       (r) => (r.replayed ? 'REPLAYED' : 'REFUNDED'),
-    );
+    ).catch(repeatToLearn({ refundNo: dto.refundNo }));
   }
 
   private async doRefund(dto: RefundDto): Promise<{ refund: Refund; replacement: UserCoupon | null; replayed: boolean }> {

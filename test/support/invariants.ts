@@ -156,14 +156,18 @@ export async function checkInvariants(db: Queryable): Promise<string[]> {
 
 /**
  * A checksum of every table's content, keyed by table. Equal before and after a request means the
- * request wrote nothing (AUTO_INCREMENT counters, which a rolled-back insert may bump, are not content).
+ * request wrote nothing (AUTO_INCREMENT counters, which a rolled-back insert may bump, are not content;
+ * nor are tx_marker, where any committed transaction stamps its connection's row, read-only ones too,
+ * and job_lease).
  * Pass `tables` (the keys of an earlier fingerprint) to skip looking them up on every call.
  */
 export async function databaseFingerprint(db: Queryable, tables?: readonly string[]): Promise<Record<string, string>> {
   const names =
     tables ??
     (
-      (await db.query(`SELECT table_name AS t FROM information_schema.tables WHERE table_schema = DATABASE() ORDER BY table_name`)) as {
+      (await db.query(
+        `SELECT table_name AS t FROM information_schema.tables WHERE table_schema = DATABASE() AND table_name NOT IN ('tx_marker', 'job_lease') ORDER BY table_name`,
+      )) as {
         t: string;
       }[]
     ).map((r) => r.t);

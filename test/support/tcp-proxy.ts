@@ -10,6 +10,8 @@ export interface TcpProxyOptions {
    * forwarding it (the server rolls back). Either way the client sees a lost connection at COMMIT.
    */
   onCommit?: () => CommitFate;
+  /** Listen on this port (to bring a "host" back where it was); a free one by default. */
+  port?: number;
 }
 
 export interface TcpProxy {
@@ -71,7 +73,7 @@ export function startTcpProxy(target: { host: string; port: number }, opts: TcpP
   });
   return new Promise((resolve, reject) => {
     server.once('error', reject);
-    server.listen(0, '127.0.0.1', () => {
+    server.listen(opts.port ?? 0, '127.0.0.1', () => {
       resolve({
         port: (server.address() as { port: number }).port,
         get accepted() {

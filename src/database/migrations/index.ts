@@ -1,7 +1,14 @@
 import { InitialSchema1764460800000 } from './1764460800000-initial-schema.js';
 import { CaseSensitiveKeys1764547200000 } from './1764547200000-case-sensitive-keys.js';
 import { CheckoutHolds1764633600000 } from './1764633600000-checkout-holds.js';
+import { TxMarker1764720000000 } from './1764720000000-tx-marker.js';
 import { Webhooks1764806400000 } from './1764806400000-webhooks.js';
 
 /** Every migration, in order. The app, the CLI (ormconfig.ts) and the tests all use this list. */
-export const migrations = [InitialSchema1764460800000, CaseSensitiveKeys1764547200000, CheckoutHolds1764633600000, Webhooks1764806400000];
+export const migrations = [
+  InitialSchema1764460800000,
+  CaseSensitiveKeys1764547200000,
+  CheckoutHolds1764633600000,
+  TxMarker1764720000000,
+  Webhooks1764806400000,
+];

@@ -1,0 +1,63 @@
+import request from 'supertest';
+import { createCoupon, newKey } from './support/factories.js';
+import { bearer, startTestApp, TestApp, tokenFor } from './support/harness.js';
+import { CommitFate, startTcpProxy, TcpProxy } from './support/tcp-proxy.js';
+
+const real = { host: process.env.DB_HOST ?? '127.0.0.1', port: Number(process.env.DB_PORT ?? 3306) };
+
+/** When the COMMIT's answer is lost and the database then stays out of reach, the answer says the outcome is unknown. */
+describe('a lost COMMIT with the database unreachable', () => {
+  let proxy: TcpProxy;
+  let t: TestApp;
+  let armed = false;
+  /** The armed COMMIT is cut before it reaches the server, and the "host" dies with it: nothing answers until it is back. */
+  const onCommit = (): CommitFate => {
+    if (!armed) return 'pass';
+    armed = false;
+    void proxy.close();
+    return 'drop';
+  };
+
+  beforeAll(async () => {
+    proxy = await startTcpProxy(real, { onCommit });
+    t = await startTestApp({ DB_HOST: '127.0.0.1', DB_PORT: String(proxy.port), OUTCOME_RESOLVE_MS: '1000', DB_POOL_SIZE: '4' });
+  });
+  afterAll(async () => {
+    await t.close();
+    await proxy.close();
+  });
+
+  it('answers 503 OUTCOME_UNKNOWN naming the key after OUTCOME_RESOLVE_MS; once the database is back, the key tells the truth', async () => {
+    const { id: couponId } = await createCoupon(t.url, { totalStock: 5 });
+    const key = newKey('unknown');
+    const grab = () =>
+      request(t.url)
+        .post(`/coupons/${couponId}/grab`)
+        .set(bearer(tokenFor('unlucky')))
+        .set('Idempotency-Key', key);
+    const port = proxy.port;
+    armed = true;
+    const started = Date.now();
+    const res = await grab();
+    expect(res.status).toBe(503);
+    expect(res.body).toMatchObject({ code: 'OUTCOME_UNKNOWN', details: { idempotencyKey: key, lookup: `GET /grabs/${key}` } });
+    expect(Date.now() - started).toBeGreaterThanOrEqual(1000);
+    expect(Date.now() - started).toBeLessThan(10_000);
+
+    proxy = await startTcpProxy(real, { onCommit, port });
+    const metrics = (await request(t.url).get('/metrics')).text;
+    expect(metrics).toMatch(/^db_commit_outcome_resolved_total\{outcome="unknown"\} [1-9]/m);
+    // It was dropped before the server saw it: not committed, and the retry issues the coupon.
+    let lookup = await request(t.url)
+      .get(`/grabs/${key}`)
+      .set(bearer(tokenFor('unlucky')));
+    for (let i = 0; i < 20 && lookup.status === 503; i++) {
+      await new Promise((r) => setTimeout(r, 250));
+      lookup = await request(t.url)
+        .get(`/grabs/${key}`)
+        .set(bearer(tokenFor('unlucky')));
+    }
+    expect(lookup.status).toBe(404);
+    expect((await grab()).status).toBe(201);
+  });
+});
