@@ -1,4 +1,5 @@
 import request from 'supertest';
+import { TransactionService } from '../src/database/transaction.service.js';
 import { createCoupon, newKey } from './support/factories.js';
 import { bearer, startTestApp, TestApp, tokenFor } from './support/harness.js';
 import { CommitFate, startTcpProxy, TcpProxy } from './support/tcp-proxy.js';
@@ -59,5 +60,30 @@ describe('a lost COMMIT with the database unreachable', () => {
     }
     expect(lookup.status).toBe(404);
     expect((await grab()).status).toBe(201);
+  });
+});
+
+describe('tx_marker', () => {
+  let t: TestApp;
+  beforeAll(async () => {
+    t = await startTestApp();
+  });
+  afterAll(() => t.close());
+
+  it('gets a row per connection from write transactions, and rows idle for a day go at start-up', async () => {
+    const { id: couponId } = await createCoupon(t.url, { totalStock: 5 });
+    const res = await request(t.url)
+      .post(`/coupons/${couponId}/grab`)
+      .set(bearer(tokenFor('stamped')))
+      .set('Idempotency-Key', newKey('s'));
+    expect(res.status).toBe(201);
+    const fresh = (await t.db.query(`SELECT slot FROM tx_marker`)) as { slot: string }[];
+    expect(fresh.length).toBeGreaterThan(0);
+    await t.db.query(
+      `INSERT INTO tx_marker (slot, tx_id, updated_at) VALUES ('gone-long-ago', REPEAT('0', 32), NOW(3) - INTERVAL 25 HOUR)`,
+    );
+    await t.app.get(TransactionService).onApplicationBootstrap();
+    const left = (await t.db.query(`SELECT slot FROM tx_marker`)) as { slot: string }[];
+    expect(left.map((r) => r.slot).sort()).toEqual(fresh.map((r) => r.slot).sort());
   });
 });

@@ -1,4 +1,4 @@
-import { Injectable } from '@nestjs/common';
+import { Injectable, Logger, OnApplicationBootstrap } from '@nestjs/common';
 import { DataSource, EntityManager } from 'typeorm';
 import { AppConfig, databaseHosts } from '../config/app-config.js';
 import { errnoOf, isRetryableTxError } from '../common/db-errors.js';
@@ -77,9 +77,12 @@ async function resolvingTransaction<T>(
   }
 }
 
+/** How long a connection's tx_marker row is kept after its last transaction (a lost COMMIT is resolved within seconds). */
+const MARKER_KEEP_HOURS = 24;
+
 /** runTransaction with DB_TX_RETRIES on the app's pool, resolving lost COMMIT answers. */
 @Injectable()
-export class TransactionService {
+export class TransactionService implements OnApplicationBootstrap {
   private readonly outcome: OutcomeSettings;
 
   constructor(
@@ -97,6 +100,15 @@ export class TransactionService {
 
   inTransaction<T>(fn: (em: EntityManager) => Promise<T>): Promise<T> {
     return runTransaction(this.dataSource, this.config.DB_TX_RETRIES, fn, this.outcome);
+  }
+
+  /** tx_marker has a row per connection ever opened; the rows of connections long gone go at each start. */
+  async onApplicationBootstrap(): Promise<void> {
+    try {
+      await this.dataSource.query(`DELETE FROM tx_marker WHERE updated_at < NOW(3) - INTERVAL ? HOUR`, [MARKER_KEEP_HOURS]);
+    } catch (err) {
+      new Logger('TransactionService').warn(`Could not prune tx_marker: ${(err as Error).message}`);
+    }
   }
 }
 
