@@ -58,6 +58,7 @@ const ZH_CN: Record<ErrorCode, string> = {
   INTERNAL: '服务出了点问题，请稍后重试',
   NOT_IMPLEMENTED: '暂不支持此功能',
   SERVICE_UNAVAILABLE: '系统繁忙，请稍后重试',
+  OUTCOME_UNKNOWN: '暂时无法确认这次操作是否成功，请稍后查询结果后再重试',
 };
 
 export const CATALOGUES = { 'zh-CN': ZH_CN } as const;
