@@ -49,6 +49,8 @@ function commonErrors(method: string, op: Operation, route: RouteContract): Erro
   // REQUEST_TIMEOUT: the body did not all arrive within REQUEST_TIMEOUT_MS.
   if (takesBody) codes.push('PAYLOAD_TOO_LARGE', 'UNSUPPORTED_MEDIA_TYPE', 'REQUEST_TIMEOUT');
   if (route.usesDatabase !== false) codes.push('SERVICE_UNAVAILABLE');
+  // Every write commits through TransactionService, which answers this when a lost COMMIT cannot be resolved.
+  if (route.usesDatabase !== false && method !== 'get') codes.push('OUTCOME_UNKNOWN');
   return codes;
 }
 
