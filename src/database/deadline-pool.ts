@@ -9,6 +9,9 @@ type GetConnection = (cb: (err: NodeJS.ErrnoException | null, conn?: mysql2.Pool
 /** The code of the error a connection request gets when no connection came in time (an outage: 503). */
 export const POOL_ACQUIRE_TIMEOUT = 'POOL_ACQUIRE_TIMEOUT';
 
+/** Marks the error of a statement that was never sent (so a COMMIT that got it certainly did not commit). */
+export const NOT_SENT = Symbol('not sent');
+
 /** Left for writing the 503 before the request's deadline, when the database used up its time. */
 const ANSWER_MARGIN_MS = 250;
 
@@ -30,7 +33,7 @@ export function withDeadline(deadline: Deadline, fn: () => void): void {
 }
 
 /** Milliseconds a database wait may take: before the current request's deadline, else `outside`. */
-function budget(outside: number): number {
+export function budget(outside: number): number {
   const d = deadlines.getStore();
   return d === undefined || d.answered ? outside : d.at - ANSWER_MARGIN_MS - Date.now();
 }
@@ -120,7 +123,10 @@ function withStatementTimeout(conn: mysql2.PoolConnection, timeoutMs: number): v
     if (limit <= 0) {
       // Not sent (a COMMIT sent now could commit after the client was told 503); the server rolls back what is open.
       destroy();
-      process.nextTick(cb as Callback, timeoutError('PROTOCOL_SEQUENCE_TIMEOUT', "The request's deadline passed before this statement"));
+      const notSent = Object.assign(timeoutError('PROTOCOL_SEQUENCE_TIMEOUT', "The request's deadline passed before this statement"), {
+        [NOT_SENT]: true,
+      });
+      process.nextTick(cb as Callback, notSent);
       return undefined;
     }
     const sql = args[0];

@@ -5,6 +5,7 @@ import type { DatabaseHost } from '../config/app-config.js';
 import { errnoOf, isDatabaseOutage } from '../common/db-errors.js';
 import { AppError } from '../common/errors.js';
 import { counter, histogram } from '../common/metrics.js';
+import { budget, NOT_SENT } from './deadline-pool.js';
 import { PROCESS_ID } from './process-identity.js';
 
 const unknownTotal = counter(
@@ -30,7 +31,7 @@ export interface OutcomeSettings {
   user: string;
   password: string;
   database: string;
-  /** How long to keep trying before answering OUTCOME_UNKNOWN. */
+  /** How long to keep trying before answering OUTCOME_UNKNOWN (never past the request's deadline). */
   resolveMs: number;
 }
 
@@ -73,6 +74,8 @@ const FINAL_COMMIT_ERRNOS = new Set([1040, 1047, 1203, 1205, 1213, 1290, 1792, 1
 
 export function leavesOutcomeOpen(commitError: unknown): boolean {
   const errno = errnoOf(commitError);
+  const driverError = (commitError as { driverError?: Record<symbol, unknown> } | null)?.driverError;
+  if (driverError?.[NOT_SENT]) return false;
   return isDatabaseOutage(commitError) && (errno === undefined || !FINAL_COMMIT_ERRNOS.has(errno));
 }
 
@@ -152,7 +155,8 @@ async function askOtherNode(conn: mysql.Connection, id: TxIdentity): Promise<'co
 export async function resolveOutcome(id: TxIdentity, s: OutcomeSettings): Promise<'committed' | 'rolled_back'> {
   unknownTotal.inc();
   const started = performance.now();
-  const deadline = Date.now() + s.resolveMs;
+  // Within the request's deadline too: past it the request is answered 503 anyway, so it had better be this one.
+  const deadline = Date.now() + Math.min(s.resolveMs, budget(s.resolveMs));
   const others = s.hosts.filter((h) => h.host !== id.host || h.port !== id.port);
   while (Date.now() < deadline) {
     for (const [host, ask] of [
