@@ -44,7 +44,7 @@ export interface TxIdentity {
   txId: string;
 }
 
-/** The last statement of every write transaction: its connection's row names this transaction. */
+/** The first statement of every app transaction: its connection's row names this transaction. */
 export const STAMP_SQL = `INSERT INTO tx_marker (slot, tx_id, updated_at) VALUES (?, ?, NOW(3)) ON DUPLICATE KEY UPDATE tx_id = VALUES(tx_id), updated_at = VALUES(updated_at)`;
 
 interface MysqlConnectionInfo {

@@ -42,7 +42,7 @@ export async function runTransaction<T>(
   }
 }
 
-/** One attempt: `fn`, then its connection's stamp, then COMMIT; a lost COMMIT answer is resolved. */
+/** One attempt: its connection's stamp, `fn`, then COMMIT; a lost COMMIT answer is resolved. */
 async function resolvingTransaction<T>(
   dataSource: DataSource,
   fn: (em: EntityManager) => Promise<T>,
@@ -55,8 +55,10 @@ async function resolvingTransaction<T>(
     const id = identify(qr);
     let result: T;
     try {
-      result = await fn(qr.manager);
+      // First, before `fn` takes its row locks: the stamp's row is this connection's alone, so it
+      // waits for nobody, and the locks of a hot row are not held a statement longer.
       await qr.query(STAMP_SQL, [id.slot, id.txId]);
+      result = await fn(qr.manager);
     } catch (err) {
       // No COMMIT was sent: nothing of this attempt can commit.
       await qr.rollbackTransaction().catch(() => undefined);

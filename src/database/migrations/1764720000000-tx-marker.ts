@@ -2,7 +2,7 @@ import { MigrationInterface, QueryRunner } from 'typeorm';
 
 /**
  * One row per database connection the service opened: every write transaction stamps its own
- * connection's row with its id just before COMMIT. When the answer to a COMMIT is lost, another
+ * connection's row with its id first thing. When the answer to a COMMIT is lost, another
  * connection reads that row to learn whether the transaction committed (src/database/outcome.ts).
  * Rows are per connection, not per transaction, so the table stays small and no two transactions
  * ever write the same row (no lock waits, no Galera certification conflicts on it).
