@@ -894,7 +894,7 @@ export interface components {
         /** @description Every error answer. `code` is stable; `message` is for people; `details` names what was wrong. */
         Error: {
             /** @enum {string} */
-            code: "VALIDATION_FAILED" | "UNAUTHENTICATED" | "FORBIDDEN" | "NOT_FOUND" | "COUPON_NOT_FOUND" | "USER_COUPON_NOT_FOUND" | "GRAB_NOT_FOUND" | "REDEMPTION_NOT_FOUND" | "RUN_NOT_FOUND" | "COMPENSATION_NOT_FOUND" | "WEBHOOK_NOT_FOUND" | "HOLD_NOT_FOUND" | "METHOD_NOT_ALLOWED" | "REQUEST_TIMEOUT" | "GRAB_NOT_STARTED" | "GRAB_ENDED" | "COUPON_PAUSED" | "SOLD_OUT" | "USER_LIMIT_REACHED" | "IDEMPOTENCY_IN_PROGRESS" | "INSUFFICIENT_STOCK" | "ILLEGAL_TRANSITION" | "STATUS_CONFLICT" | "COUPON_ALREADY_USED" | "COUPON_EXPIRED" | "COUPON_VOID" | "COUPON_NOT_YET_VALID" | "REFUND_RETURN_DISABLED" | "NOT_REDEEMED" | "RECONCILIATION_RUNNING" | "COMPENSATION_ALREADY_DECIDED" | "COUPON_LOCKED" | "HOLD_EXPIRED" | "HOLD_RELEASED" | "HOLD_ALREADY_CONFIRMED" | "ORDER_HAS_COUPON" | "ORDER_REFUNDED" | "PAYLOAD_TOO_LARGE" | "UNSUPPORTED_MEDIA_TYPE" | "HEADERS_TOO_LARGE" | "IDEMPOTENCY_KEY_REUSED" | "THRESHOLD_NOT_MET" | "WEBHOOK_URL_NOT_ALLOWED" | "HOLD_MISMATCH" | "ORDER_AMOUNT_MISMATCH" | "RATE_LIMITED" | "INTERNAL" | "NOT_IMPLEMENTED" | "SERVICE_UNAVAILABLE";
+            code: "VALIDATION_FAILED" | "UNAUTHENTICATED" | "FORBIDDEN" | "NOT_FOUND" | "COUPON_NOT_FOUND" | "USER_COUPON_NOT_FOUND" | "GRAB_NOT_FOUND" | "REDEMPTION_NOT_FOUND" | "RUN_NOT_FOUND" | "COMPENSATION_NOT_FOUND" | "WEBHOOK_NOT_FOUND" | "HOLD_NOT_FOUND" | "METHOD_NOT_ALLOWED" | "REQUEST_TIMEOUT" | "GRAB_NOT_STARTED" | "GRAB_ENDED" | "COUPON_PAUSED" | "SOLD_OUT" | "USER_LIMIT_REACHED" | "IDEMPOTENCY_IN_PROGRESS" | "INSUFFICIENT_STOCK" | "ILLEGAL_TRANSITION" | "STATUS_CONFLICT" | "COUPON_ALREADY_USED" | "COUPON_EXPIRED" | "COUPON_VOID" | "COUPON_NOT_YET_VALID" | "REFUND_RETURN_DISABLED" | "NOT_REDEEMED" | "RECONCILIATION_RUNNING" | "COMPENSATION_ALREADY_DECIDED" | "COUPON_LOCKED" | "HOLD_EXPIRED" | "HOLD_RELEASED" | "HOLD_ALREADY_CONFIRMED" | "ORDER_HAS_COUPON" | "ORDER_REFUNDED" | "PAYLOAD_TOO_LARGE" | "UNSUPPORTED_MEDIA_TYPE" | "HEADERS_TOO_LARGE" | "IDEMPOTENCY_KEY_REUSED" | "THRESHOLD_NOT_MET" | "WEBHOOK_URL_NOT_ALLOWED" | "HOLD_MISMATCH" | "ORDER_AMOUNT_MISMATCH" | "RATE_LIMITED" | "INTERNAL" | "NOT_IMPLEMENTED" | "SERVICE_UNAVAILABLE" | "OUTCOME_UNKNOWN";
             message: string;
             /** @description e.g. `fields` for VALIDATION_FAILED */
             details?: {
@@ -1587,7 +1587,7 @@ export interface operations {
                     };
                 };
             };
-            /** @description SERVICE_UNAVAILABLE */
+            /** @description SERVICE_UNAVAILABLE, OUTCOME_UNKNOWN */
             503: {
                 headers: {
                     /** @description The request's id: the client's `X-Request-Id` when it is 1-128 of [A-Za-z0-9._:-], else a generated UUID */
@@ -1605,7 +1605,7 @@ export interface operations {
                      */
                     "application/json": components["schemas"]["Error"] & {
                         /** @enum {string} */
-                        code?: "SERVICE_UNAVAILABLE";
+                        code?: "SERVICE_UNAVAILABLE" | "OUTCOME_UNKNOWN";
                     };
                 };
             };
@@ -1828,7 +1828,7 @@ export interface operations {
                     };
                 };
             };
-            /** @description SERVICE_UNAVAILABLE */
+            /** @description SERVICE_UNAVAILABLE, OUTCOME_UNKNOWN */
             503: {
                 headers: {
                     /** @description The request's id: the client's `X-Request-Id` when it is 1-128 of [A-Za-z0-9._:-], else a generated UUID */
@@ -1846,7 +1846,7 @@ export interface operations {
                      */
                     "application/json": components["schemas"]["Error"] & {
                         /** @enum {string} */
-                        code?: "SERVICE_UNAVAILABLE";
+                        code?: "SERVICE_UNAVAILABLE" | "OUTCOME_UNKNOWN";
                     };
                 };
             };
@@ -2402,7 +2402,7 @@ export interface operations {
                     };
                 };
             };
-            /** @description SERVICE_UNAVAILABLE */
+            /** @description SERVICE_UNAVAILABLE, OUTCOME_UNKNOWN */
             503: {
                 headers: {
                     /** @description The request's id: the client's `X-Request-Id` when it is 1-128 of [A-Za-z0-9._:-], else a generated UUID */
@@ -2420,7 +2420,7 @@ export interface operations {
                      */
                     "application/json": components["schemas"]["Error"] & {
                         /** @enum {string} */
-                        code?: "SERVICE_UNAVAILABLE";
+                        code?: "SERVICE_UNAVAILABLE" | "OUTCOME_UNKNOWN";
                     };
                 };
             };
@@ -2851,7 +2851,7 @@ export interface operations {
                     };
                 };
             };
-            /** @description SERVICE_UNAVAILABLE */
+            /** @description SERVICE_UNAVAILABLE, OUTCOME_UNKNOWN */
             503: {
                 headers: {
                     /** @description The request's id: the client's `X-Request-Id` when it is 1-128 of [A-Za-z0-9._:-], else a generated UUID */
@@ -2869,7 +2869,7 @@ export interface operations {
                      */
                     "application/json": components["schemas"]["Error"] & {
                         /** @enum {string} */
-                        code?: "SERVICE_UNAVAILABLE";
+                        code?: "SERVICE_UNAVAILABLE" | "OUTCOME_UNKNOWN";
                     };
                 };
             };
@@ -3066,7 +3066,7 @@ export interface operations {
                     };
                 };
             };
-            /** @description SERVICE_UNAVAILABLE */
+            /** @description SERVICE_UNAVAILABLE, OUTCOME_UNKNOWN */
             503: {
                 headers: {
                     /** @description The request's id: the client's `X-Request-Id` when it is 1-128 of [A-Za-z0-9._:-], else a generated UUID */
@@ -3084,7 +3084,7 @@ export interface operations {
                      */
                     "application/json": components["schemas"]["Error"] & {
                         /** @enum {string} */
-                        code?: "SERVICE_UNAVAILABLE";
+                        code?: "SERVICE_UNAVAILABLE" | "OUTCOME_UNKNOWN";
                     };
                 };
             };
@@ -3299,7 +3299,7 @@ export interface operations {
                     };
                 };
             };
-            /** @description SERVICE_UNAVAILABLE */
+            /** @description SERVICE_UNAVAILABLE, OUTCOME_UNKNOWN */
             503: {
                 headers: {
                     /** @description The request's id: the client's `X-Request-Id` when it is 1-128 of [A-Za-z0-9._:-], else a generated UUID */
@@ -3317,7 +3317,7 @@ export interface operations {
                      */
                     "application/json": components["schemas"]["Error"] & {
                         /** @enum {string} */
-                        code?: "SERVICE_UNAVAILABLE";
+                        code?: "SERVICE_UNAVAILABLE" | "OUTCOME_UNKNOWN";
                     };
                 };
             };
@@ -4068,7 +4068,7 @@ export interface operations {
                     };
                 };
             };
-            /** @description SERVICE_UNAVAILABLE */
+            /** @description SERVICE_UNAVAILABLE, OUTCOME_UNKNOWN */
             503: {
                 headers: {
                     /** @description The request's id: the client's `X-Request-Id` when it is 1-128 of [A-Za-z0-9._:-], else a generated UUID */
@@ -4086,7 +4086,7 @@ export interface operations {
                      */
                     "application/json": components["schemas"]["Error"] & {
                         /** @enum {string} */
-                        code?: "SERVICE_UNAVAILABLE";
+                        code?: "SERVICE_UNAVAILABLE" | "OUTCOME_UNKNOWN";
                     };
                 };
             };
@@ -4305,7 +4305,7 @@ export interface operations {
                     };
                 };
             };
-            /** @description SERVICE_UNAVAILABLE */
+            /** @description SERVICE_UNAVAILABLE, OUTCOME_UNKNOWN */
             503: {
                 headers: {
                     /** @description The request's id: the client's `X-Request-Id` when it is 1-128 of [A-Za-z0-9._:-], else a generated UUID */
@@ -4323,7 +4323,7 @@ export interface operations {
                      */
                     "application/json": components["schemas"]["Error"] & {
                         /** @enum {string} */
-                        code?: "SERVICE_UNAVAILABLE";
+                        code?: "SERVICE_UNAVAILABLE" | "OUTCOME_UNKNOWN";
                     };
                 };
             };
@@ -4554,7 +4554,7 @@ export interface operations {
                     };
                 };
             };
-            /** @description SERVICE_UNAVAILABLE */
+            /** @description SERVICE_UNAVAILABLE, OUTCOME_UNKNOWN */
             503: {
                 headers: {
                     /** @description The request's id: the client's `X-Request-Id` when it is 1-128 of [A-Za-z0-9._:-], else a generated UUID */
@@ -4572,7 +4572,7 @@ export interface operations {
                      */
                     "application/json": components["schemas"]["Error"] & {
                         /** @enum {string} */
-                        code?: "SERVICE_UNAVAILABLE";
+                        code?: "SERVICE_UNAVAILABLE" | "OUTCOME_UNKNOWN";
                     };
                 };
             };
@@ -4770,7 +4770,7 @@ export interface operations {
                     };
                 };
             };
-            /** @description SERVICE_UNAVAILABLE */
+            /** @description SERVICE_UNAVAILABLE, OUTCOME_UNKNOWN */
             503: {
                 headers: {
                     /** @description The request's id: the client's `X-Request-Id` when it is 1-128 of [A-Za-z0-9._:-], else a generated UUID */
@@ -4788,7 +4788,7 @@ export interface operations {
                      */
                     "application/json": components["schemas"]["Error"] & {
                         /** @enum {string} */
-                        code?: "SERVICE_UNAVAILABLE";
+                        code?: "SERVICE_UNAVAILABLE" | "OUTCOME_UNKNOWN";
                     };
                 };
             };
@@ -5071,7 +5071,7 @@ export interface operations {
                     };
                 };
             };
-            /** @description SERVICE_UNAVAILABLE */
+            /** @description SERVICE_UNAVAILABLE, OUTCOME_UNKNOWN */
             503: {
                 headers: {
                     /** @description The request's id: the client's `X-Request-Id` when it is 1-128 of [A-Za-z0-9._:-], else a generated UUID */
@@ -5089,7 +5089,7 @@ export interface operations {
                      */
                     "application/json": components["schemas"]["Error"] & {
                         /** @enum {string} */
-                        code?: "SERVICE_UNAVAILABLE";
+                        code?: "SERVICE_UNAVAILABLE" | "OUTCOME_UNKNOWN";
                     };
                 };
             };
@@ -5523,7 +5523,7 @@ export interface operations {
                     };
                 };
             };
-            /** @description SERVICE_UNAVAILABLE */
+            /** @description SERVICE_UNAVAILABLE, OUTCOME_UNKNOWN */
             503: {
                 headers: {
                     /** @description The request's id: the client's `X-Request-Id` when it is 1-128 of [A-Za-z0-9._:-], else a generated UUID */
@@ -5541,7 +5541,7 @@ export interface operations {
                      */
                     "application/json": components["schemas"]["Error"] & {
                         /** @enum {string} */
-                        code?: "SERVICE_UNAVAILABLE";
+                        code?: "SERVICE_UNAVAILABLE" | "OUTCOME_UNKNOWN";
                     };
                 };
             };
@@ -5738,7 +5738,7 @@ export interface operations {
                     };
                 };
             };
-            /** @description SERVICE_UNAVAILABLE */
+            /** @description SERVICE_UNAVAILABLE, OUTCOME_UNKNOWN */
             503: {
                 headers: {
                     /** @description The request's id: the client's `X-Request-Id` when it is 1-128 of [A-Za-z0-9._:-], else a generated UUID */
@@ -5756,7 +5756,7 @@ export interface operations {
                      */
                     "application/json": components["schemas"]["Error"] & {
                         /** @enum {string} */
-                        code?: "SERVICE_UNAVAILABLE";
+                        code?: "SERVICE_UNAVAILABLE" | "OUTCOME_UNKNOWN";
                     };
                 };
             };
@@ -6019,7 +6019,7 @@ export interface operations {
                     };
                 };
             };
-            /** @description SERVICE_UNAVAILABLE */
+            /** @description SERVICE_UNAVAILABLE, OUTCOME_UNKNOWN */
             503: {
                 headers: {
                     /** @description The request's id: the client's `X-Request-Id` when it is 1-128 of [A-Za-z0-9._:-], else a generated UUID */
@@ -6037,7 +6037,7 @@ export interface operations {
                      */
                     "application/json": components["schemas"]["Error"] & {
                         /** @enum {string} */
-                        code?: "SERVICE_UNAVAILABLE";
+                        code?: "SERVICE_UNAVAILABLE" | "OUTCOME_UNKNOWN";
                     };
                 };
             };
@@ -6329,7 +6329,7 @@ export interface operations {
                     };
                 };
             };
-            /** @description SERVICE_UNAVAILABLE */
+            /** @description SERVICE_UNAVAILABLE, OUTCOME_UNKNOWN */
             503: {
                 headers: {
                     /** @description The request's id: the client's `X-Request-Id` when it is 1-128 of [A-Za-z0-9._:-], else a generated UUID */
@@ -6347,7 +6347,7 @@ export interface operations {
                      */
                     "application/json": components["schemas"]["Error"] & {
                         /** @enum {string} */
-                        code?: "SERVICE_UNAVAILABLE";
+                        code?: "SERVICE_UNAVAILABLE" | "OUTCOME_UNKNOWN";
                     };
                 };
             };
@@ -6544,7 +6544,7 @@ export interface operations {
                     };
                 };
             };
-            /** @description SERVICE_UNAVAILABLE */
+            /** @description SERVICE_UNAVAILABLE, OUTCOME_UNKNOWN */
             503: {
                 headers: {
                     /** @description The request's id: the client's `X-Request-Id` when it is 1-128 of [A-Za-z0-9._:-], else a generated UUID */
@@ -6562,7 +6562,7 @@ export interface operations {
                      */
                     "application/json": components["schemas"]["Error"] & {
                         /** @enum {string} */
-                        code?: "SERVICE_UNAVAILABLE";
+                        code?: "SERVICE_UNAVAILABLE" | "OUTCOME_UNKNOWN";
                     };
                 };
             };
