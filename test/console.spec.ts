@@ -30,9 +30,11 @@ async function eventually<T>(read: () => Promise<T>, ok: (v: T) => boolean, ms =
   }
 }
 
-/** After Ant Design's opening animations (drawers, modals: 0.3 s) have finished. */
+/** Ant Design's opening animations (drawers, modals) take 0.3 s; a click before they end can be lost on a loaded machine. */
+const settle = () => page.waitForTimeout(400);
+
 async function shot(name: string): Promise<void> {
-  await page.waitForTimeout(400);
+  await settle();
   await page.screenshot({ path: `${SHOTS}/${name}.png`, fullPage: true });
 }
 
@@ -143,11 +145,13 @@ describe('admin console in a browser', () => {
     await page.getByTestId('field-name').fill('Double 11: spend ¥100 save ¥10');
     await page.getByTestId('field-totalStock').fill('50');
     await page.getByTestId('field-validity-days').fill('0');
+    await settle();
     await page.getByTestId('create-submit').click();
     // The message is the API's (class-validator's wording), placed under the field it names.
     await page.getByText('days must not be less than 1').waitFor();
     await shot('02-create-validation');
     await page.getByTestId('field-validity-days').fill('7');
+    await settle();
     await page.getByTestId('create-submit').click();
     const listed = async () =>
       (await request(t.url).get('/admin/coupons').set(bearer(adminToken()))).body.items as {
@@ -167,6 +171,7 @@ describe('admin console in a browser', () => {
     await page.getByRole('menuitem', { name: 'Webhooks' }).click();
     await page.getByTestId('new-webhook').click();
     await page.getByTestId('webhook-url').fill(receiver.url);
+    await settle();
     await page.getByTestId('webhook-submit').click();
     const secret = page.getByTestId('webhook-secret');
     await secret.waitFor();
@@ -197,10 +202,29 @@ describe('admin console in a browser', () => {
     const series = await request(t.url).get(`/admin/coupons/${couponId}/series?seconds=60`).set(bearer(adminToken()));
     expect(series.status).toBe(200);
     expect(series.body.remainingStock).toBe(25);
+
     expect((series.body.outcomes.ISSUED as number[]).reduce((a, b) => a + b, 0)).toBe(25);
-    expect((series.body.outcomes.USER_LIMIT_REACHED as number[]).reduce((a, b) => a + b, 0)).toBe(1);
+    expect((series.body.outcomes.USER_LIMIT_REACHED as number[]).reduce((a, b) => a + b, 0)).toBe(1); // The counts are a full count, refreshed every 10 s or on demand.
+    await page.getByTestId('counts-refresh').click();
+    const issued = async () => Number(await page.getByTestId('count-issued').locator('.ant-statistic-content-value').textContent());
+    expect(await eventually(issued, (n) => n === 25)).toBe(25);
+    await page.getByTestId('live-window').getByText('1 min').click();
     await page.waitForTimeout(1200);
     await shot('03-campaign-live');
+    // Pause: grabs are refused while the tag says so; resume: they go through again.
+    await page.getByRole('button', { name: 'Pause' }).click();
+    await page.locator('.ant-tag', { hasText: 'Paused' }).waitFor();
+    expect(await grab('paused-fan')).toBe(409);
+    await page.getByRole('button', { name: 'Resume' }).click();
+    await page.locator('.ant-tag', { hasText: 'Running' }).waitFor();
+    expect(await grab('paused-fan', 'paused-fan-2')).toBe(201);
+    expect(await eventually(remaining, (v) => v === '24')).toBe('24');
+    // Add stock: 10 more, and the bar follows.
+    await page.getByRole('button', { name: 'Stock', exact: true }).click();
+    await page.getByTestId('stock-amount').fill('10');
+    await settle();
+    await page.getByTestId('stock-submit').click();
+    expect(await eventually(remaining, (v) => v === '34')).toBe('34');
     await page.getByRole('button', { name: 'Back' }).click();
     await page.getByTestId(`campaign-${couponId}`).waitFor();
     await shot('04-campaigns');
@@ -213,6 +237,7 @@ describe('admin console in a browser', () => {
     const [uc] = (await request(t.url).get('/admin/users/alice/coupons').set(bearer(adminToken()))).body.items as { id: string }[];
     await page.getByTestId(`void-${uc.id}`).click();
     await page.getByTestId('action-reason').fill('Fraud report #4411');
+    await settle();
     await page.getByTestId('action-submit').click();
     const timeline = page.getByTestId('timeline');
     await timeline.getByText('Fraud report #4411').waitFor();
@@ -222,11 +247,28 @@ describe('admin console in a browser', () => {
     expect(history.body.userCoupon.status).toBe('VOID');
     await shot('05-coupon-timeline');
     await page.keyboard.press('Escape');
+    // Reissue in its place, with a reason: a new REISSUE coupon in the list.
+    await page.getByRole('button', { name: 'Reissue' }).nth(1).click();
+    await page.getByTestId('action-reason').fill('Replacement after the fraud check');
+    await settle();
+    await page.getByTestId('action-submit').click();
+    await page.getByRole('cell', { name: 'REISSUE', exact: true }).waitFor();
+    const after = (await request(t.url).get('/admin/users/alice/coupons').set(bearer(adminToken()))).body.items as {
+      source: string;
+      status: string;
+    }[];
+    expect(after.map((c) => [c.source, c.status])).toEqual([
+      ['REISSUE', 'UNUSED'],
+      ['GRAB', 'VOID'],
+    ]);
     await shot('06-user-coupons');
   });
 
   it('lists the webhook’s deliveries, the void among them', async () => {
-    await receiver.waitFor(() => receiver.accepted.some((r) => r.event.type === 'user_coupon.voided'), 15_000);
+    // Every state-log row is one event: wait until all of them arrived.
+    const [{ n }] = (await t.db.query('SELECT COUNT(*) AS n FROM user_coupon_state_log')) as { n: string }[];
+    await receiver.waitFor(() => receiver.accepted.length >= Number(n), 15_000);
+    expect(receiver.accepted.some((r) => r.event.type === 'user_coupon.voided')).toBe(true);
     expect(receiver.badSignatures).toBe(0);
     await page.getByRole('menuitem', { name: 'Webhooks' }).click();
     await page.locator('[data-testid^="deliveries-"]').first().click();
@@ -247,13 +289,15 @@ describe('admin console in a browser', () => {
     await approve.waitFor();
     await shot('07-reconciliation-run');
     await approve.click();
+    await settle();
     await page.getByTestId('decide-submit').click();
     await page.getByText('A reason is required').waitFor();
     await page.getByTestId('decide-reason').fill('Checked the order log: two deductions were lost');
+    await settle();
     await page.getByTestId('decide-submit').click();
     await page.locator('.ant-tag', { hasText: 'Done' }).waitFor();
     const [stock] = (await t.db.query('SELECT stock FROM coupon_stock WHERE coupon_id = ?', [couponId])) as { stock: string }[];
-    expect(Number(stock.stock)).toBe(25);
+    expect(Number(stock.stock)).toBe(34);
     await page.locator('.ant-table-row', { hasText: 'RESTORE_STOCK' }).click();
     await page.getByText('What was done').waitFor();
     await shot('08-compensation-done');

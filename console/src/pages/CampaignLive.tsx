@@ -1,5 +1,5 @@
 import { useEffect, useMemo, useRef, useState } from 'react';
-import { Badge, Button, Card, Col, Descriptions, Row, Space, Statistic, Typography } from 'antd';
+import { Badge, Button, Card, Col, Descriptions, Row, Segmented, Space, Statistic, Typography } from 'antd';
 import { ArrowLeftOutlined, ReloadOutlined } from '@ant-design/icons';
 import type { EChartsOption } from 'echarts';
 import dayjs from 'dayjs';
@@ -15,7 +15,7 @@ import { StockModal } from './StockModal';
 const POLL_MS = 1000;
 /** The counts are a real count on the server: refreshed now and then, never every second. */
 const COUNTS_MS = 10_000;
-const WINDOW_SECONDS = 300;
+const WINDOWS = [60, 300];
 const COLORS: Record<string, string> = {
   ISSUED: '#52c41a',
   REPLAYED: '#1677ff',
@@ -76,11 +76,12 @@ export function CampaignLive() {
   const { couponId = '' } = useParams();
   const { t } = useI18n();
   const [stockOpen, setStockOpen] = useState(false);
+  const [windowSeconds, setWindowSeconds] = useState(300);
   const path = { couponId };
   const detail = usePoll(() => ok(client.GET('/admin/coupons/{couponId}', { params: { path } })), [couponId], COUNTS_MS);
   const live = usePoll(
-    () => ok(client.GET('/admin/coupons/{couponId}/series', { params: { path, query: { seconds: WINDOW_SECONDS } } })),
-    [couponId],
+    () => ok(client.GET('/admin/coupons/{couponId}/series', { params: { path, query: { seconds: windowSeconds } } })),
+    [couponId, windowSeconds],
     POLL_MS,
   );
 
@@ -89,7 +90,10 @@ export function CampaignLive() {
   const [, redraw] = useState(0);
   useEffect(() => {
     if (!live.data) return;
-    trail.current = [...trail.current.filter(([at]) => at > Date.now() - WINDOW_SECONDS * 1000), [Date.now(), live.data.remainingStock]];
+    trail.current = [
+      ...trail.current.filter(([at]) => at > Date.now() - Math.max(...WINDOWS) * 1000),
+      [Date.now(), live.data.remainingStock],
+    ];
     redraw((n) => n + 1);
   }, [live.data]);
 
@@ -154,7 +158,17 @@ export function CampaignLive() {
           </Card>
         </Col>
       </Row>
-      <Card title={t('grabsPerSecond', { minutes: WINDOW_SECONDS / 60 })}>
+      <Card
+        title={t('grabsPerSecond', { minutes: windowSeconds / 60 })}
+        extra={
+          <Segmented<number>
+            data-testid="live-window"
+            value={windowSeconds}
+            onChange={setWindowSeconds}
+            options={WINDOWS.map((s) => ({ value: s, label: t('minutes', { n: s / 60 }) }))}
+          />
+        }
+      >
         {option && <Chart option={option} height={340} testId="live-chart" />}
       </Card>
       {coupon && (
@@ -163,14 +177,14 @@ export function CampaignLive() {
           extra={
             <Space>
               <Typography.Text type="secondary">{t('countsNote')}</Typography.Text>
-              <Button size="small" icon={<ReloadOutlined />} onClick={() => void detail.reload()} />
+              <Button size="small" icon={<ReloadOutlined />} onClick={() => void detail.reload()} data-testid="counts-refresh" />
             </Space>
           }
         >
           <Row gutter={16} style={{ marginBottom: 24 }}>
             {(['issued', 'unused', 'locked', 'used', 'expired', 'void'] as const).map((k) => (
               <Col span={4} key={k}>
-                <Statistic title={t(k)} value={k === 'locked' ? lockedCount(coupon.counts) : coupon.counts[k]} />
+                <Statistic title={t(k)} value={k === 'locked' ? lockedCount(coupon.counts) : coupon.counts[k]} data-testid={`count-${k}`} />
               </Col>
             ))}
           </Row>
