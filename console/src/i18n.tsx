@@ -75,6 +75,7 @@ const en = {
   rateLimit: 'Grab rate limit (per second)',
   rateLimitHelp: 'Empty: the service default',
   returnOnRefund: 'Return the coupon on refund',
+  stackable: 'Stacks with other coupons on one order',
   required: 'Required',
   apiRefused: 'The API refused: {message}',
   // live
@@ -275,6 +276,7 @@ const zhCN: Messages = {
   rateLimit: '抢券限流（每秒）',
   rateLimitHelp: '留空：使用服务默认值',
   returnOnRefund: '退款时退还优惠券',
+  stackable: '可与其他优惠券叠加使用',
   required: '必填',
   apiRefused: '接口拒绝：{message}',
   remaining: '剩余',

@@ -28,10 +28,9 @@ const COLORS: Record<string, string> = {
 };
 const ORDER = Object.keys(COLORS);
 
-/** Amount off, or (once the API has percentage discounts) percent off. */
 function describeDiscount(c: CouponView, t: Translate): string {
-  const d = c.discount as CouponView['discount'] & { percentOff?: number };
-  if (d.percentOff !== undefined) return t('percentDesc', { percent: d.percentOff, threshold: yuan(d.thresholdCents) });
+  const d = c.discount;
+  if (d.type === 'PERCENT') return t('percentDesc', { percent: d.percentOff, threshold: yuan(d.thresholdCents) });
   return t('discountDesc', { amount: yuan(d.amountCents), threshold: yuan(d.thresholdCents) });
 }
 

@@ -16,6 +16,7 @@ interface Values {
   discount: { thresholdCents: number; amountCents: number };
   rateLimitPerSecond?: number | null;
   returnOnRefund: boolean;
+  stackable: boolean;
 }
 
 /** Every body path the form shows; the API's messages for these go under the field. */
@@ -33,6 +34,7 @@ const FIELDS = [
   ['discount', 'amountCents'],
   ['rateLimitPerSecond'],
   ['returnOnRefund'],
+  ['stackable'],
 ];
 
 /** The form shows yuan; the API takes cents. */
@@ -53,6 +55,7 @@ function toBody(v: Values): components['schemas']['CreateCouponDto'] {
     discount: { thresholdCents: cents(v.discount.thresholdCents), amountCents: cents(v.discount.amountCents) },
     ...(v.rateLimitPerSecond == null ? {} : { rateLimitPerSecond: v.rateLimitPerSecond }),
     returnOnRefund: v.returnOnRefund,
+    stackable: v.stackable,
   };
 }
 
@@ -115,6 +118,7 @@ export function CreateCampaign({ open, onClose, onCreated }: { open: boolean; on
           validity: { type: 'RELATIVE', days: 7 },
           discount: { thresholdCents: 100, amountCents: 10 },
           returnOnRefund: false,
+          stackable: false,
         }}
       >
         <Form.Item name="name" label={t('name')} rules={required}>
@@ -185,10 +189,19 @@ export function CreateCampaign({ open, onClose, onCreated }: { open: boolean; on
         </Row>
         <Form.Item name="rateLimitPerSecond" label={t('rateLimit')} extra={t('rateLimitHelp')}>
           <InputNumber style={{ width: '100%' }} precision={0} />
-        </Form.Item>
-        <Form.Item name="returnOnRefund" label={t('returnOnRefund')} valuePropName="checked">
-          <Switch />
-        </Form.Item>
+        </Form.Item>{' '}
+        <Row gutter={16}>
+          <Col span={12}>
+            <Form.Item name="returnOnRefund" label={t('returnOnRefund')} valuePropName="checked">
+              <Switch />
+            </Form.Item>
+          </Col>
+          <Col span={12}>
+            <Form.Item name="stackable" label={t('stackable')} valuePropName="checked">
+              <Switch />
+            </Form.Item>
+          </Col>
+        </Row>
       </Form>
     </Drawer>
   );
