@@ -1236,7 +1236,7 @@ export interface components {
              */
             runId: string;
             /** @enum {string} */
-            type: "STOCK_MISMATCH" | "USED_WITHOUT_REDEMPTION" | "REDEMPTION_WITHOUT_USED" | "LOG_MISMATCH";
+            type: "STOCK_MISMATCH" | "USED_WITHOUT_REDEMPTION" | "REDEMPTION_WITHOUT_USED" | "LOG_MISMATCH" | "LOCKED_WITHOUT_HOLD" | "HOLD_WITHOUT_LOCKED" | "ORDER_DISCOUNT_EXCEEDED";
             /** @description The coupon template concerned */
             couponId: string | null;
             /** @description The user coupon concerned */
@@ -1261,7 +1261,7 @@ export interface components {
             /** @enum {string} */
             status: "PENDING" | "DONE" | "REJECTED";
             /** @enum {string} */
-            action: "RESTORE_STOCK" | "REMOVE_STOCK" | "MARK_CONSISTENT" | "MANUAL_REVIEW";
+            action: "RESTORE_STOCK" | "REMOVE_STOCK" | "MARK_CONSISTENT" | "RELEASE_COUPON" | "CLOSE_HOLD" | "MANUAL_REVIEW";
             /** @description What the action will do, and what it expects to find */
             params: {
                 [key: string]: unknown;

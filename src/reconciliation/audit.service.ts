@@ -1,6 +1,7 @@
 import { Injectable } from '@nestjs/common';
 import type { EntityManager, QueryRunner } from 'typeorm';
 import { TRANSITIONS, UserCouponStatus } from '../ledger/transitions.js';
+import type { HoldFinding, OrderDiscountFinding } from './hold-audit.js';
 import { diagnoseStock, diagnoseUserCoupon, LogEntry, StockFinding, UserCouponFacts, UserCouponFinding } from './diagnosis.js';
 
 type Queryable = Pick<QueryRunner | EntityManager, 'query'>;
@@ -16,7 +17,7 @@ export interface OrphanRedemptionFinding {
   params: { redemptionId: string; userCouponId: string };
 }
 
-export type Finding = StockFinding | UserCouponFinding | OrphanRedemptionFinding;
+export type Finding = StockFinding | UserCouponFinding | OrphanRedemptionFinding | HoldFinding | OrderDiscountFinding;
 
 export interface ChunkResult {
   checked: number;

@@ -10,10 +10,12 @@ import { StateMachineService } from '../ledger/state-machine.service.js';
 import { removeLogRows, writeLog } from '../ledger/state-log.js';
 import { StockService } from '../ledger/stock.service.js';
 import { TxIds } from '../ledger/tx-id.js';
-import { countFromStock, setStatus } from '../ledger/user-coupons.js';
+import { countFromStock, lockUserCoupon, setStatus } from '../ledger/user-coupons.js';
 import { loadUserCouponFacts } from './audit.service.js';
 import { Compensation, CompensationStatus, CompensationView, toCompensationView } from './compensation.entity.js';
 import type { RepairParams, RepairStep, StockFinding } from './diagnosis.js';
+import type { HoldWithoutLockedFinding, LockedWithoutHoldFinding } from './hold-audit.js';
+import { releasedTo } from '../redemption/holds.js';
 
 const decided = counter('reconciliation_compensations_decided_total', 'Compensations decided by an admin', ['action', 'decision']);
 
@@ -84,9 +86,57 @@ export class CompensationService {
         return this.fixStock(em, comp, JSON.parse(comp.params) as StockFinding['params'], now);
       case 'MARK_CONSISTENT':
         return this.repair(em, comp, JSON.parse(comp.params) as RepairParams, now);
+      case 'RELEASE_COUPON':
+        return this.releaseCoupon(em, comp, JSON.parse(comp.params) as LockedWithoutHoldFinding['params'], now);
+      case 'CLOSE_HOLD':
+        return this.closeHold(em, JSON.parse(comp.params) as HoldWithoutLockedFinding['params'], now);
       case 'MANUAL_REVIEW':
         return { done: 'nothing: approved as reviewed; the data was not changed by this compensation' };
     }
+  }
+
+  /** LOCKED with no ACTIVE hold, still: back to UNUSED (or EXPIRED past its validity) through the state machine. */
+  private async releaseCoupon(
+    em: EntityManager,
+    comp: Compensation,
+    p: LockedWithoutHoldFinding['params'],
+    now: Date,
+  ): Promise<Record<string, unknown>> {
+    const uc = await lockUserCoupon(em, p.userCouponId, 'exclusive');
+    const [active]: { id: string }[] = await em.query(
+      `SELECT id FROM redemption_hold WHERE user_coupon_id = ? AND status = 'ACTIVE' LIMIT 1 FOR UPDATE`,
+      [p.userCouponId],
+    );
+    if (uc?.status !== 'LOCKED' || active) {
+      throw changedSinceRun(`User coupon ${p.userCouponId}`, { status: uc?.status ?? null, activeHoldId: active?.id ?? null });
+    }
+    const to = releasedTo(uc, now);
+    await this.stateMachine.transit(
+      em,
+      p.userCouponId,
+      'LOCKED',
+      to,
+      TxIds.compensation(comp.id),
+      `reconciliation: compensation ${comp.id} (LOCKED_WITHOUT_HOLD)`,
+      now,
+    );
+    return { done: 'RELEASE_COUPON', userCouponId: p.userCouponId, from: 'LOCKED', to };
+  }
+
+  /** An ACTIVE hold its coupon is not LOCKED for, still: CONFIRMED if the order used the coupon, else RELEASED (RECONCILIATION). */
+  private async closeHold(em: EntityManager, p: HoldWithoutLockedFinding['params'], now: Date): Promise<Record<string, unknown>> {
+    const uc = await lockUserCoupon(em, p.userCouponId, 'exclusive');
+    const [hold]: { status: string }[] = await em.query(`SELECT status FROM redemption_hold WHERE id = ? FOR UPDATE`, [p.holdId]);
+    if (hold?.status !== 'ACTIVE' || (uc?.status ?? null) !== p.expectStatus) {
+      throw changedSinceRun(`Hold ${p.holdId}`, { holdStatus: hold?.status ?? null, userCouponStatus: uc?.status ?? null });
+    }
+    await em.query(
+      p.closeAs === 'CONFIRMED'
+        ? `UPDATE redemption_hold SET status = 'CONFIRMED' WHERE id = ?`
+        : `UPDATE redemption_hold SET status = 'RELEASED', released_at = ?, release_reason = 'RECONCILIATION' WHERE id = ?`,
+      p.closeAs === 'CONFIRMED' ? [p.holdId] : [now, p.holdId],
+    );
+    return { done: 'CLOSE_HOLD', holdId: p.holdId, to: p.closeAs };
   }
 
   private async fixStock(em: EntityManager, comp: Compensation, p: StockFinding['params'], now: Date): Promise<Record<string, unknown>> {

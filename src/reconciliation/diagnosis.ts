@@ -1,10 +1,25 @@
 import { parseTxId, TxIds } from '../ledger/tx-id.js';
 import { replay, TRANSITIONS, UserCouponStatus } from '../ledger/transitions.js';
 
-export const DISCREPANCY_TYPES = ['STOCK_MISMATCH', 'USED_WITHOUT_REDEMPTION', 'REDEMPTION_WITHOUT_USED', 'LOG_MISMATCH'] as const;
+export const DISCREPANCY_TYPES = [
+  'STOCK_MISMATCH',
+  'USED_WITHOUT_REDEMPTION',
+  'REDEMPTION_WITHOUT_USED',
+  'LOG_MISMATCH',
+  'LOCKED_WITHOUT_HOLD',
+  'HOLD_WITHOUT_LOCKED',
+  'ORDER_DISCOUNT_EXCEEDED',
+] as const;
 export type DiscrepancyType = (typeof DISCREPANCY_TYPES)[number];
 
-export const COMPENSATION_ACTIONS = ['RESTORE_STOCK', 'REMOVE_STOCK', 'MARK_CONSISTENT', 'MANUAL_REVIEW'] as const;
+export const COMPENSATION_ACTIONS = [
+  'RESTORE_STOCK',
+  'REMOVE_STOCK',
+  'MARK_CONSISTENT',
+  'RELEASE_COUPON',
+  'CLOSE_HOLD',
+  'MANUAL_REVIEW',
+] as const;
 export type CompensationAction = (typeof COMPENSATION_ACTIONS)[number];
 
 export interface LogEntry {
@@ -66,7 +81,7 @@ export interface RepairParams {
 }
 
 export interface UserCouponFinding {
-  type: Exclude<DiscrepancyType, 'STOCK_MISMATCH'>;
+  type: 'USED_WITHOUT_REDEMPTION' | 'REDEMPTION_WITHOUT_USED' | 'LOG_MISMATCH';
   couponId: string;
   userCouponId: string;
   redemptionId: string | null;

@@ -9,6 +9,7 @@ import { Page, toPage } from '../common/page.js';
 import { Lease, LeaseService } from '../database/lease.js';
 import { TransactionService } from '../database/transaction.service.js';
 import { AuditService, ChunkResult, Finding } from './audit.service.js';
+import { holdChunk, orderChunk } from './hold-audit.js';
 import { DiscrepancyType } from './diagnosis.js';
 import { ReconciliationRun, RunMode, RunView, toRunView } from './reconciliation-run.entity.js';
 
@@ -26,6 +27,22 @@ const runDuration = histogram(
   ['status'],
   [0.1, 1, 5, 15, 60, 300, 900, 3600],
 );
+
+/** The entity a finding is about, unique while its discrepancy is open (see Discrepancy.openKey). */
+function openKeyOf(f: Finding): string {
+  switch (f.type) {
+    case 'STOCK_MISMATCH':
+      return `coupon:${f.couponId}`;
+    case 'LOCKED_WITHOUT_HOLD':
+      return `locked:${f.userCouponId}`;
+    case 'HOLD_WITHOUT_LOCKED':
+      return `hold:${f.details.holdId}`;
+    case 'ORDER_DISCOUNT_EXCEEDED':
+      return `order:${f.orderNo}`;
+    default:
+      return f.couponId === null ? `redemption:${f.redemptionId}` : `uc:${f.userCouponId}`;
+  }
+}
 
 /** User coupon / redemption ids per chunk, and coupons per stock chunk (each counts its coupons' user coupons). */
 export const USER_COUPON_CHUNK = 5000;
@@ -210,12 +227,24 @@ export class ReconciliationService implements BeforeApplicationShutdown {
       const ucs = await this.audits.idRange(q, 'user_coupon');
       for (let lo = ucs?.min ?? 1n; ucs && lo <= ucs.max; lo += BigInt(USER_COUPON_CHUNK)) {
         const hi = lo + BigInt(USER_COUPON_CHUNK) - 1n;
-        await step('user_coupon', await this.snapshot(q, () => this.audits.userCouponChunk(q, lo, hi, since)));
+        await step(
+          'user_coupon',
+          await this.snapshot(q, async () => {
+            const chunk = await this.audits.userCouponChunk(q, lo, hi, since);
+            return { checked: chunk.checked, findings: [...chunk.findings, ...(await holdChunk(q, lo, hi, new Date()))] };
+          }),
+        );
       }
       const reds = await this.audits.idRange(q, 'redemption');
       for (let lo = reds?.min ?? 1n; reds && lo <= reds.max; lo += BigInt(USER_COUPON_CHUNK)) {
         const hi = lo + BigInt(USER_COUPON_CHUNK) - 1n;
         await step('redemption', await this.snapshot(q, () => this.audits.orphanRedemptionChunk(q, lo, hi)));
+      }
+      for (let after: string | null = null; ;) {
+        const chunk = await this.snapshot(q, () => orderChunk(q, after, USER_COUPON_CHUNK));
+        await step('order', chunk);
+        if (chunk.lastOrderNo === null) break;
+        after = chunk.lastOrderNo;
       }
       status = 'COMPLETED';
     } catch (err) {
@@ -285,8 +314,7 @@ export class ReconciliationService implements BeforeApplicationShutdown {
 
   /** Writes a finding and its PENDING compensation; false when the same entity already has an open discrepancy. */
   private async record(runId: string, f: Finding): Promise<boolean> {
-    const openKey =
-      f.type === 'STOCK_MISMATCH' ? `coupon:${f.couponId}` : f.couponId === null ? `redemption:${f.redemptionId}` : `uc:${f.userCouponId}`;
+    const openKey = openKeyOf(f);
     try {
       await this.tx.inTransaction(async (em) => {
         const now = new Date();

@@ -1,0 +1,162 @@
+import type { EntityManager, QueryRunner } from 'typeorm';
+
+type Queryable = Pick<QueryRunner | EntityManager, 'query'>;
+
+/** A LOCKED coupon that no ACTIVE hold references: nothing will ever confirm, release or time it out. */
+export interface LockedWithoutHoldFinding {
+  type: 'LOCKED_WITHOUT_HOLD';
+  couponId: string;
+  userCouponId: string;
+  redemptionId: null;
+  details: { lockedUntil: string | null; expiresAt: string; releaseTo: 'UNUSED' | 'EXPIRED'; explanation: string };
+  action: 'RELEASE_COUPON';
+  params: { userCouponId: string };
+}
+
+/** An ACTIVE hold whose coupon is not LOCKED for it (another state, or locked for another hold). */
+export interface HoldWithoutLockedFinding {
+  type: 'HOLD_WITHOUT_LOCKED';
+  couponId: string | null;
+  userCouponId: string;
+  redemptionId: string | null;
+  details: { holdId: string; orderNo: string; status: string | null; closeAs: 'CONFIRMED' | 'RELEASED'; explanation: string };
+  action: 'CLOSE_HOLD';
+  params: { holdId: string; userCouponId: string; expectStatus: string | null; closeAs: 'CONFIRMED' | 'RELEASED' };
+}
+
+/** An order whose USED redemptions take more off than the order's amount. */
+export interface OrderDiscountFinding {
+  type: 'ORDER_DISCOUNT_EXCEEDED';
+  couponId: null;
+  userCouponId: null;
+  redemptionId: string;
+  orderNo: string;
+  details: { orderNo: string; orderAmountCents: number; discountCents: number; redemptionIds: string[]; explanation: string };
+  action: 'MANUAL_REVIEW';
+  params: { orderNo: string; redemptionIds: string[] };
+}
+
+export type HoldFinding = LockedWithoutHoldFinding | HoldWithoutLockedFinding;
+
+/**
+ * Invariant 6 for the user coupons with ids in [lo, hi]: LOCKED exactly when one ACTIVE hold
+ * references it. A LOCKED coupon without one is proposed for release (to UNUSED, or EXPIRED past its
+ * validity); an ACTIVE hold whose coupon is not LOCKED, or is LOCKED for another of its holds (the
+ * one whose expiry the coupon carries), is proposed for closing: CONFIRMED when a USED redemption of
+ * the same (order, coupon) exists, else RELEASED.
+ */
+export async function holdChunk(q: Queryable, lo: bigint, hi: bigint, now: Date): Promise<HoldFinding[]> {
+  const range = [String(lo), String(hi)];
+  const locked: { id: string; coupon_id: string; locked_until: Date | null; expires_at: Date }[] = await q.query(
+    `SELECT uc.id, uc.coupon_id, uc.locked_until, uc.expires_at
+     FROM user_coupon uc
+     WHERE uc.id BETWEEN ? AND ? AND uc.status = 'LOCKED'
+       AND NOT EXISTS (SELECT 1 FROM redemption_hold h WHERE h.user_coupon_id = uc.id AND h.status = 'ACTIVE')
+     ORDER BY uc.id`,
+    range,
+  );
+  const holds: {
+    id: string;
+    user_coupon_id: string;
+    order_no: string;
+    coupon_id: string | null;
+    status: string | null;
+    redemption_id: string | null;
+  }[] = await q.query(
+    `SELECT h.id, h.user_coupon_id, h.order_no, uc.coupon_id, uc.status, r.id AS redemption_id
+     FROM redemption_hold h
+     LEFT JOIN user_coupon uc ON uc.id = h.user_coupon_id
+     LEFT JOIN redemption r ON r.order_no = h.order_no AND r.user_coupon_id = h.user_coupon_id AND r.status = 'USED'
+     WHERE h.user_coupon_id BETWEEN ? AND ? AND h.status = 'ACTIVE'
+       AND (uc.id IS NULL OR uc.status <> 'LOCKED' OR NOT (uc.locked_until <=> h.expires_at))
+     ORDER BY h.id`,
+    range,
+  );
+  return [
+    ...locked.map((r): LockedWithoutHoldFinding => {
+      const releaseTo = r.expires_at.getTime() <= now.getTime() ? 'EXPIRED' : 'UNUSED';
+      return {
+        type: 'LOCKED_WITHOUT_HOLD',
+        couponId: String(r.coupon_id),
+        userCouponId: String(r.id),
+        redemptionId: null,
+        details: {
+          lockedUntil: r.locked_until?.toISOString() ?? null,
+          expiresAt: r.expires_at.toISOString(),
+          releaseTo,
+          explanation: `LOCKED but no ACTIVE hold references it: release it to ${releaseTo} through the state machine.`,
+        },
+        action: 'RELEASE_COUPON',
+        params: { userCouponId: String(r.id) },
+      };
+    }),
+    ...holds.map((h): HoldWithoutLockedFinding => {
+      const closeAs = h.redemption_id === null ? 'RELEASED' : 'CONFIRMED';
+      return {
+        type: 'HOLD_WITHOUT_LOCKED',
+        couponId: h.coupon_id === null ? null : String(h.coupon_id),
+        userCouponId: String(h.user_coupon_id),
+        redemptionId: h.redemption_id === null ? null : String(h.redemption_id),
+        details: {
+          holdId: String(h.id),
+          orderNo: h.order_no,
+          status: h.status,
+          closeAs,
+          explanation:
+            closeAs === 'CONFIRMED'
+              ? `ACTIVE, but the order used the coupon (redemption ${h.redemption_id}): close the hold as CONFIRMED.`
+              : `ACTIVE, but its coupon is ${h.status ?? 'gone'}${h.status === 'LOCKED' ? ' for another hold' : ''}: close the hold as RELEASED (RECONCILIATION).`,
+        },
+        action: 'CLOSE_HOLD',
+        params: { holdId: String(h.id), userCouponId: String(h.user_coupon_id), expectStatus: h.status, closeAs },
+      };
+    }),
+  ];
+}
+
+/**
+ * Orders after `afterOrderNo` (at most `limit`) whose USED redemptions add up to more than the
+ * order's amount (the smaller of its recorded amount and the amounts its redemptions named). Only
+ * an operator can decide what to do about money already taken off, so the proposal is a review.
+ */
+export async function orderChunk(
+  q: Queryable,
+  afterOrderNo: string | null,
+  limit: number,
+): Promise<{ checked: number; findings: OrderDiscountFinding[]; lastOrderNo: string | null }> {
+  const orders: { order_no: string; order_amount_cents: string }[] = await q.query(
+    `SELECT order_no, order_amount_cents FROM coupon_order ${afterOrderNo === null ? '' : 'WHERE order_no > ?'} ORDER BY order_no LIMIT ?`,
+    afterOrderNo === null ? [limit] : [afterOrderNo, limit],
+  );
+  if (orders.length === 0) return { checked: 0, findings: [], lastOrderNo: null };
+  const sums: { order_no: string; amount: string; discounts: string; ids: string }[] = await q.query(
+    `SELECT r.order_no, LEAST(o.order_amount_cents, MIN(r.order_amount_cents)) AS amount, SUM(r.discount_cents) AS discounts,
+            GROUP_CONCAT(r.id ORDER BY r.id) AS ids
+     FROM redemption r JOIN coupon_order o ON o.order_no = r.order_no
+     WHERE r.order_no IN (?) AND r.status = 'USED'
+     GROUP BY r.order_no, o.order_amount_cents
+     HAVING SUM(r.discount_cents) > LEAST(o.order_amount_cents, MIN(r.order_amount_cents))
+     ORDER BY r.order_no`,
+    [orders.map((o) => o.order_no)],
+  );
+  const findings = sums.map((s): OrderDiscountFinding => {
+    const redemptionIds = String(s.ids).split(',');
+    return {
+      type: 'ORDER_DISCOUNT_EXCEEDED',
+      couponId: null,
+      userCouponId: null,
+      redemptionId: redemptionIds[0],
+      orderNo: s.order_no,
+      details: {
+        orderNo: s.order_no,
+        orderAmountCents: Number(s.amount),
+        discountCents: Number(s.discounts),
+        redemptionIds,
+        explanation: `The coupons used on order ${s.order_no} took ${s.discounts} cents off an order of ${s.amount}: an operator decides.`,
+      },
+      action: 'MANUAL_REVIEW',
+      params: { orderNo: s.order_no, redemptionIds },
+    };
+  });
+  return { checked: orders.length, findings, lastOrderNo: orders[orders.length - 1].order_no };
+}

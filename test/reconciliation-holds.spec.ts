@@ -1,0 +1,174 @@
+import request from 'supertest';
+import { ReconciliationService } from '../src/reconciliation/reconciliation.service.js';
+import { createCoupon, newKey } from './support/factories.js';
+import { adminToken, bearer, serviceToken, startTestApp, TestApp, tokenFor } from './support/harness.js';
+import { checkInvariants, databaseFingerprint } from './support/invariants.js';
+
+interface Proposal {
+  id: string;
+  action: string;
+  params: Record<string, unknown>;
+  discrepancy: { type: string; userCouponId: string | null; redemptionId: string | null; details: Record<string, unknown> };
+}
+
+describe('reconciliation of holds and orders', () => {
+  let t: TestApp;
+  let svc: ReconciliationService;
+  const admin = () => bearer(adminToken());
+  beforeAll(async () => {
+    t = await startTestApp();
+    svc = t.app.get(ReconciliationService);
+  });
+  afterEach(async () => {
+    expect(await checkInvariants(t.db)).toEqual([]);
+  });
+  afterAll(() => t.close());
+
+  const sql = (q: string, params: unknown[] = []) => t.db.query(q, params);
+  const one = async <T>(q: string, params: unknown[] = []) => ((await sql(q, params)) as T[])[0];
+  async function held(user: string, orderNo = newKey('order')): Promise<{ ucId: string; orderNo: string; holdId: string }> {
+    const coupon = await createCoupon(t.url, { totalStock: 20, perUserLimit: 5 });
+    const grab = await request(t.url)
+      .post(`/coupons/${coupon.id}/grab`)
+      .set(bearer(tokenFor(user)))
+      .set('Idempotency-Key', newKey());
+    const hold = await request(t.url)
+      .post('/redemptions/holds')
+      .set(bearer(serviceToken()))
+      .send({ userCouponId: grab.body.id, orderNo, orderAmountCents: 20000, userId: user });
+    expect(hold.status).toBe(201);
+    return { ucId: grab.body.id as string, orderNo, holdId: hold.body.holdId as string };
+  }
+  async function findings(): Promise<Proposal[]> {
+    const run = await svc.runNow('FULL', 'test');
+    expect(run.status).toBe('COMPLETED');
+    const res = await request(t.url).get(`/admin/compensations?status=PENDING&runId=${run.id}&limit=100`).set(admin());
+    return res.body.items as Proposal[];
+  }
+  const decide = (id: string, decision: 'approve' | 'reject' = 'approve') =>
+    request(t.url).post(`/admin/compensations/${id}/${decision}`).set(admin()).send({ reason: 'checked' });
+  const logOf = async (ucId: string) =>
+    (
+      (await sql(`SELECT from_status, to_status, tx_id FROM user_coupon_state_log WHERE user_coupon_id = ? ORDER BY id`, [ucId])) as {
+        from_status: string;
+        to_status: string;
+        tx_id: string;
+      }[]
+    ).map((l) => `${l.from_status}>${l.to_status}`);
+
+  it('a clean database with holds in every state gives a clean run', async () => {
+    const a = await held('clean');
+    await held('clean');
+    const c = await held('clean');
+    await request(t.url)
+      .post('/redemptions')
+      .set(bearer(tokenFor('clean')))
+      .send({ userCouponId: a.ucId, orderNo: a.orderNo, orderAmountCents: 20000 });
+    await request(t.url)
+      .post('/redemptions/holds/release')
+      .set(bearer(tokenFor('clean')))
+      .send({ userCouponId: c.ucId, orderNo: c.orderNo });
+    expect(await findings()).toEqual([]);
+  });
+
+  it('LOCKED_WITHOUT_HOLD: found once, proposed RELEASE_COUPON; approving moves it LOCKED -> UNUSED through the state machine', async () => {
+    const h = await held('lwh');
+    await sql(`DELETE FROM redemption_hold WHERE id = ?`, [h.holdId]);
+    const found = await findings();
+    expect(found.map((p) => [p.discrepancy.type, p.action, p.discrepancy.userCouponId])).toEqual([
+      ['LOCKED_WITHOUT_HOLD', 'RELEASE_COUPON', h.ucId],
+    ]);
+    expect(await findings()).toEqual([]); // reported once while open
+    const res = await decide(found[0].id);
+    expect(res.status).toBe(200);
+    expect(res.body.result).toMatchObject({ done: 'RELEASE_COUPON', from: 'LOCKED', to: 'UNUSED' });
+    expect(await one(`SELECT status FROM user_coupon WHERE id = ?`, [h.ucId])).toEqual({ status: 'UNUSED' });
+    expect(await logOf(h.ucId)).toEqual(['null>UNUSED', 'UNUSED>LOCKED', 'LOCKED>UNUSED']);
+    expect(await findings()).toEqual([]);
+  });
+
+  it('HOLD_WITHOUT_LOCKED: an ACTIVE hold of a coupon moved on is closed RELEASED (RECONCILIATION), or CONFIRMED when the order used it', async () => {
+    const released = await held('hwl');
+    // The coupon went back to UNUSED (logged) but its hold stayed ACTIVE.
+    await sql(`UPDATE user_coupon SET status = 'UNUSED' WHERE id = ?`, [released.ucId]);
+    await sql(
+      `INSERT INTO user_coupon_state_log (user_coupon_id, from_status, to_status, tx_id, reason, created_at) VALUES (?, 'LOCKED', 'UNUSED', 'test', 'test', NOW(3))`,
+      [released.ucId],
+    );
+    const used = await held('hwl');
+    expect(
+      (
+        await request(t.url)
+          .post('/redemptions')
+          .set(bearer(tokenFor('hwl')))
+          .send({ userCouponId: used.ucId, orderNo: used.orderNo, orderAmountCents: 20000 })
+      ).status,
+    ).toBe(201);
+    await sql(`UPDATE redemption_hold SET status = 'ACTIVE' WHERE id = ?`, [used.holdId]);
+    const found = await findings();
+    expect(found.map((p) => [p.discrepancy.type, p.action, p.params.holdId, p.params.closeAs]).sort()).toEqual(
+      [
+        ['HOLD_WITHOUT_LOCKED', 'CLOSE_HOLD', released.holdId, 'RELEASED'],
+        ['HOLD_WITHOUT_LOCKED', 'CLOSE_HOLD', used.holdId, 'CONFIRMED'],
+      ].sort(),
+    );
+    for (const p of found) expect((await decide(p.id)).status).toBe(200);
+    expect(await one(`SELECT status, release_reason FROM redemption_hold WHERE id = ?`, [released.holdId])).toEqual({
+      status: 'RELEASED',
+      release_reason: 'RECONCILIATION',
+    });
+    expect(await one(`SELECT status FROM redemption_hold WHERE id = ?`, [used.holdId])).toEqual({ status: 'CONFIRMED' });
+    expect(await findings()).toEqual([]);
+  });
+
+  it('a stale proposal is refused 409 with nothing changed', async () => {
+    const h = await held('stale');
+    await sql(`DELETE FROM redemption_hold WHERE id = ?`, [h.holdId]);
+    const [p] = await findings();
+    // Someone fixed it by hand meanwhile: a hold is back.
+    await sql(
+      `INSERT INTO redemption_hold (id, user_coupon_id, order_no, user_id, order_amount_cents, discount_cents, status, expires_at, created_at)
+       SELECT ?, id, ?, user_id, 20000, 1000, 'ACTIVE', locked_until, NOW(3) FROM user_coupon WHERE id = ?`,
+      [h.holdId, h.orderNo, h.ucId],
+    );
+    const fingerprint = await databaseFingerprint(t.db, ['user_coupon', 'user_coupon_state_log', 'redemption_hold']);
+    const res = await decide(p.id);
+    expect([res.status, res.body.code]).toEqual([409, 'STATUS_CONFLICT']);
+    expect(await databaseFingerprint(t.db, ['user_coupon', 'user_coupon_state_log', 'redemption_hold'])).toEqual(fingerprint);
+    expect((await decide(p.id, 'reject')).status).toBe(200);
+  });
+
+  it('ORDER_DISCOUNT_EXCEEDED: an order whose discounts exceed its amount is reported for manual review', async () => {
+    const coupons = [
+      await createCoupon(t.url, { discount: { thresholdCents: 0, amountCents: 500 } }),
+      await createCoupon(t.url, { discount: { thresholdCents: 0, amountCents: 500 } }),
+    ];
+    const ucs: string[] = [];
+    for (const c of coupons) {
+      const g = await request(t.url)
+        .post(`/coupons/${c.id}/grab`)
+        .set(bearer(tokenFor('over')))
+        .set('Idempotency-Key', newKey());
+      ucs.push(g.body.id as string);
+    }
+    const [o1, o2] = [newKey('o'), newKey('o')];
+    const r1 = await request(t.url)
+      .post('/redemptions')
+      .set(bearer(tokenFor('over')))
+      .send({ userCouponId: ucs[0], orderNo: o1, orderAmountCents: 600 });
+    const r2 = await request(t.url)
+      .post('/redemptions')
+      .set(bearer(tokenFor('over')))
+      .send({ userCouponId: ucs[1], orderNo: o2, orderAmountCents: 600 });
+    // What issue 23 found before the order rules: a second coupon's 500 off the same 600-cent order.
+    await sql(`UPDATE redemption SET order_no = ? WHERE id = ?`, [o1, r2.body.redemptionId]);
+    const found = await findings();
+    expect(found.map((p) => [p.discrepancy.type, p.action, p.discrepancy.details.orderNo, p.discrepancy.details.discountCents])).toEqual([
+      ['ORDER_DISCOUNT_EXCEEDED', 'MANUAL_REVIEW', o1, 1000],
+    ]);
+    expect(found[0].discrepancy.details.redemptionIds).toEqual([r1.body.redemptionId, r2.body.redemptionId]);
+    expect((await decide(found[0].id)).status).toBe(200);
+    await sql(`UPDATE redemption SET order_no = ? WHERE id = ?`, [o2, r2.body.redemptionId]);
+    expect(await findings()).toEqual([]);
+  });
+});
