@@ -11,8 +11,6 @@ COPY src ./src
 COPY scripts ./scripts
 # The admin console, built by Vite into dist/console.
 COPY console ./console
-# The invariant checker behind `npm run check:invariants`.
-COPY test/support/invariants.ts ./test/support/invariants.ts
 RUN npm run build
 
 FROM node:20-bookworm-slim AS deps

@@ -5,7 +5,7 @@ import { parseArgs } from 'node:util';
 import { DataSource } from 'typeorm';
 import { ConfigError, loadConfig, readEnvFile } from '../src/config/app-config.js';
 import { dataSourceOptions } from '../src/database/data-source-options.js';
-import { checkInvariants } from '../test/support/invariants.js';
+import { checkInvariants } from '../src/ledger/invariants.js';
 
 async function main(): Promise<number> {
   const { values } = parseArgs({ options: { db: { type: 'string' }, help: { type: 'boolean', short: 'h' } } });

@@ -2,7 +2,8 @@ import { createHmac } from 'node:crypto';
 import request from 'supertest';
 import { createCoupon, newKey } from './support/factories.js';
 import { adminToken, bearer, serviceToken, startTestApp, TEST_SECRET, TestApp, tokenFor } from './support/harness.js';
-import { checkInvariants, databaseFingerprint } from './support/invariants.js';
+import { checkInvariants } from '../src/ledger/invariants.js';
+import { databaseFingerprint } from './support/fingerprint.js';
 
 type Method = 'get' | 'post' | 'patch';
 interface Route {

@@ -104,7 +104,7 @@ describe('.dockerignore', () => {
     'package-lock.json',
     'scripts/token.ts',
     'ormconfig.ts',
-    'test/support/invariants.ts',
+    'src/ledger/invariants.ts',
     'tsconfig.build.json',
   ])('keeps %s', (path) => expect(ig.ignores(path)).toBe(false));
 });

@@ -9,7 +9,7 @@ import { EXPIRY_LEASE, ExpiryService } from '../src/state-machine/expiry.service
 import { StateMachineService } from '../src/ledger/state-machine.service.js';
 import { createCoupon } from './support/factories.js';
 import { startTestApp, TestApp } from './support/harness.js';
-import { checkInvariants } from './support/invariants.js';
+import { checkInvariants } from '../src/ledger/invariants.js';
 
 const MINUTE = 60_000;
 

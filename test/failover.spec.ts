@@ -2,7 +2,7 @@ import request from 'supertest';
 import { ConfigError, databaseHosts, loadConfig } from '../src/config/app-config.js';
 import { createCoupon, newKey } from './support/factories.js';
 import { bearer, startTestApp, TestApp, tokenFor } from './support/harness.js';
-import { checkInvariants } from './support/invariants.js';
+import { checkInvariants } from '../src/ledger/invariants.js';
 import { freePort } from './support/net.js';
 import { startTcpProxy, TcpProxy } from './support/tcp-proxy.js';
 

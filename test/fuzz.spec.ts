@@ -4,7 +4,8 @@ import request from 'supertest';
 import { ERROR_STATUS } from '../src/common/errors.js';
 import { couponBody, createCoupon, newKey } from './support/factories.js';
 import { adminToken, bearer, serviceToken, startTestApp, TestApp, tokenFor } from './support/harness.js';
-import { checkInvariants, databaseFingerprint } from './support/invariants.js';
+import { checkInvariants } from '../src/ledger/invariants.js';
+import { databaseFingerprint } from './support/fingerprint.js';
 
 /**
  * Generated input on every route (from the OpenAPI document): bodies, headers, paths, query strings,

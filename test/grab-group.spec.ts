@@ -3,8 +3,8 @@ import type { GrabDecision } from '../src/coupon/grab-decision.js';
 import { GrabGroupService } from '../src/coupon/grab-group.service.js';
 import { IssueService } from '../src/ledger/issue.service.js';
 import { createCoupon, newKey } from './support/factories.js';
+import { checkInvariantsAfterEach } from './support/scoped-invariants.js';
 import { startTestApp, TestApp } from './support/harness.js';
-import { checkInvariants } from './support/invariants.js';
 
 /**
  * How grouped grabs are gathered (issue 9): bounded by GRAB_GROUP_MAX, a burst in one event-loop
@@ -23,9 +23,7 @@ describe.each([
     groups = t.app.get(GrabGroupService);
     coupons = t.app.get(CouponService);
   });
-  afterEach(async () => {
-    expect(await checkInvariants(t.db)).toEqual([]);
-  });
+  checkInvariantsAfterEach(() => t.db);
   afterAll(() => t.close());
 
   /** Sizes of the groups that issued this coupon's coupons, in issue order. */

@@ -1,7 +1,7 @@
 import request from 'supertest';
-import { createCoupon, newKey } from './support/factories.js';
+import { createCoupon, grabRequest, newKey } from './support/factories.js';
+import { checkInvariantsAfterEach } from './support/scoped-invariants.js';
 import { adminToken, bearer, burstAgent, startTestApp, TestApp, tokenFor } from './support/harness.js';
-import { checkInvariants } from './support/invariants.js';
 
 const HOUR = 3600_000;
 
@@ -10,17 +10,10 @@ describe.each(['grouped', 'per-request'])('grab (GRAB_STRATEGY=%s)', (strategy) 
   beforeAll(async () => {
     t = await startTestApp({ GRAB_STRATEGY: strategy });
   });
-  afterEach(async () => {
-    expect(await checkInvariants(t.db)).toEqual([]);
-  });
+  checkInvariantsAfterEach(() => t.db);
   afterAll(() => t.close());
 
-  const grab = (couponId: string, userId: string, key: string = newKey()) =>
-    request(t.url)
-      .post(`/coupons/${couponId}/grab`)
-      .agent(burstAgent)
-      .set(bearer(tokenFor(userId)))
-      .set('Idempotency-Key', key);
+  const grab = (couponId: string, userId: string, key: string = newKey()) => grabRequest(t.url, couponId, userId, key).agent(burstAgent);
   const rowCount = async (sql: string, params: unknown[] = []) => Number(((await t.db.query(sql, params)) as { n: string }[])[0].n);
   const issuedOf = (couponId: string) => rowCount(`SELECT COUNT(*) AS n FROM user_coupon WHERE coupon_id = ?`, [couponId]);
   const stockOf = async (couponId: string) =>

@@ -1,7 +1,7 @@
 import request from 'supertest';
 import { createCoupon, newKey } from './support/factories.js';
+import { checkInvariantsAfterEach } from './support/scoped-invariants.js';
 import { adminToken, bearer, startTestApp, TestApp, tokenFor } from './support/harness.js';
-import { checkInvariants } from './support/invariants.js';
 import { RateLimitService } from '../src/rate-limit/rate-limit.service.js';
 import { grabBurst, issuedCount, mostAdmitted, recordDecisions, warmCoupon } from './rate-limit.helpers.js';
 
@@ -12,9 +12,7 @@ describe('grab route behind the rate limiter, in-memory buckets', () => {
     // every expiry would pace the burst by the database instead of by the limiter.
     t = await startTestApp({ RATE_LIMIT_ENABLED: 'true', RATE_LIMIT_PER_USER_PER_SECOND: '5', COUPON_CACHE_TTL_MS: '60000' });
   });
-  afterEach(async () => {
-    expect(await checkInvariants(t.db)).toEqual([]);
-  });
+  checkInvariantsAfterEach(() => t.db);
   afterAll(() => t.close());
 
   it('a burst of 2,000 grabs at 200/s admits the 200 of the bucket, then 200/s; the rest get 429 and leave no rows', async () => {

@@ -5,8 +5,9 @@ import { Redis } from 'ioredis';
 import { loadConfig } from '../src/config/app-config.js';
 import { RateLimitService } from '../src/rate-limit/rate-limit.service.js';
 import { createCoupon } from './support/factories.js';
+import { checkInvariantsAfterEach } from './support/scoped-invariants.js';
 import { startTestApp, TestApp } from './support/harness.js';
-import { checkInvariants } from './support/invariants.js';
+import { checkInvariants } from '../src/ledger/invariants.js';
 import { freePort } from './support/net.js';
 import {
   admitMany,
@@ -171,9 +172,7 @@ describe('Redis stopped mid-test', () => {
     await t?.close();
     if (redis) await stopRedis(redis);
   });
-  afterEach(async () => {
-    expect(await checkInvariants(t.db)).toEqual([]);
-  });
+  checkInvariantsAfterEach(() => t.db);
 
   it('a hung Redis (SIGSTOP) costs a grab about the 250 ms deadline, then the local buckets decide', async () => {
     const fallbacksBefore = await fallbackCount();

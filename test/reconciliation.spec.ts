@@ -3,7 +3,7 @@ import type { AppConfig } from '../src/config/app-config.js';
 import { RECONCILIATION_LEASE, ReconciliationService } from '../src/reconciliation/reconciliation.service.js';
 import { createCoupon, CouponInput, newKey } from './support/factories.js';
 import { adminToken, bearer, serviceToken, startTestApp, TestApp, tokenFor } from './support/harness.js';
-import { checkInvariants } from './support/invariants.js';
+import { checkInvariants } from '../src/ledger/invariants.js';
 import { tryAcquireLease } from '../src/database/lease.js';
 
 interface CompensationBody {

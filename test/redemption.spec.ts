@@ -1,7 +1,7 @@
 import request from 'supertest';
-import { createCoupon, CouponInput, newKey } from './support/factories.js';
+import { createCoupon, CouponInput, grabUserCoupon } from './support/factories.js';
+import { checkInvariantsAfterEach } from './support/scoped-invariants.js';
 import { bearer, serviceToken, startTestApp, TestApp, tokenFor } from './support/harness.js';
-import { checkInvariants } from './support/invariants.js';
 
 const DAY = 86_400_000;
 
@@ -10,9 +10,7 @@ describe('redemption', () => {
   beforeAll(async () => {
     t = await startTestApp();
   });
-  afterEach(async () => {
-    expect(await checkInvariants(t.db)).toEqual([]);
-  });
+  checkInvariantsAfterEach(() => t.db);
   afterAll(() => t.close());
 
   const count = async (sql: string, params: unknown[] = []) => Number(((await t.db.query(sql, params)) as { n: string }[])[0].n);
@@ -23,12 +21,7 @@ describe('redemption', () => {
   /** A user coupon of `userId`, grabbed through the API. */
   async function userCoupon(userId: string, overrides: CouponInput = {}): Promise<string> {
     const coupon = await createCoupon(t.url, { totalStock: 10, ...overrides });
-    const res = await request(t.url)
-      .post(`/coupons/${coupon.id}/grab`)
-      .set(bearer(tokenFor(userId)))
-      .set('Idempotency-Key', newKey());
-    if (res.status !== 201) throw new Error(`grab: ${res.status} ${JSON.stringify(res.body)}`);
-    return res.body.id as string;
+    return (await grabUserCoupon(t.url, coupon.id, userId)).id;
   }
   const redeem = (token: string, body: Record<string, unknown>) => request(t.url).post('/redemptions').set(bearer(token)).send(body);
 

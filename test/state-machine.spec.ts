@@ -7,7 +7,7 @@ import { StateMachineService } from '../src/ledger/state-machine.service.js';
 import { isLegal, USER_COUPON_STATUSES, UserCouponStatus } from '../src/ledger/transitions.js';
 import { createCoupon, CouponView } from './support/factories.js';
 import { adminToken, bearer, serviceToken, startTestApp, TestApp, tokenFor } from './support/harness.js';
-import { checkInvariants } from './support/invariants.js';
+import { checkInvariants } from '../src/ledger/invariants.js';
 
 const DAY = 86_400_000;
 

@@ -1,5 +1,5 @@
 import type { DataSource } from 'typeorm';
-import { checkInvariants } from '../../test/support/invariants.js';
+import { checkInvariants } from '../../src/ledger/invariants.js';
 import type { Answer, Shot } from './load.js';
 import { answerClass } from './stats.js';
 

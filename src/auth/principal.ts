@@ -10,6 +10,13 @@ export interface Principal {
   roles: Role[];
 }
 
+declare module 'fastify' {
+  interface FastifyRequest {
+    /** Set by the auth guard; the request log names the user by it. */
+    principal?: Principal;
+  }
+}
+
 export const PUBLIC_KEY = 'auth:public';
 export const ROLES_KEY = 'auth:roles';
 

@@ -1,13 +1,10 @@
 import type { FastifyReply, FastifyRequest } from 'fastify';
 import type { Logger } from 'pino';
-import type { Principal } from '../auth/principal.js';
 import type { ErrorCode } from './errors.js';
 import { counter, httpDuration } from './metrics.js';
 
 declare module 'fastify' {
   interface FastifyRequest {
-    /** Set by the auth guard. */
-    principal?: Principal;
     /** Set by the exception filter: the code answered. */
     errorCode?: ErrorCode;
   }

@@ -3,7 +3,7 @@ import { join } from 'node:path';
 import { promisify } from 'node:util';
 import { couponBody } from '../support/factories.js';
 import { adminToken, serviceToken, tokenFor } from '../support/harness.js';
-import { checkInvariants } from '../support/invariants.js';
+import { checkInvariants } from '../../src/ledger/invariants.js';
 import { createFaultDatabase, FaultDatabase } from './support/db.js';
 import { call } from './support/http.js';
 import { buildServer, ROOT, Server, startServer } from './support/server.js';

@@ -1,5 +1,5 @@
 import { tokenFor } from '../support/harness.js';
-import { checkInvariants } from '../support/invariants.js';
+import { checkInvariants } from '../../src/ledger/invariants.js';
 import { count, FaultDatabase, killConnections } from './support/db.js';
 import { call, callUntilAnswered, percentile, sleep } from './support/http.js';
 import { report } from './support/report.js';

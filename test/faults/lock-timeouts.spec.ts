@@ -1,7 +1,7 @@
 import type { QueryRunner } from 'typeorm';
 import { couponBody } from '../support/factories.js';
 import { adminToken, tokenFor } from '../support/harness.js';
-import { checkInvariants } from '../support/invariants.js';
+import { checkInvariants } from '../../src/ledger/invariants.js';
 import { count, createFaultDatabase, FaultDatabase } from './support/db.js';
 import { call, Reply, sleep } from './support/http.js';
 import { report } from './support/report.js';

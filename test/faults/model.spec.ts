@@ -1,7 +1,7 @@
 import fc from 'fast-check';
 import { couponBody, CouponInput } from '../support/factories.js';
 import { adminToken, serviceToken, tokenFor } from '../support/harness.js';
-import { checkInvariants } from '../support/invariants.js';
+import { checkInvariants } from '../../src/ledger/invariants.js';
 import { count, createFaultDatabase, FaultDatabase } from './support/db.js';
 import { call, Reply, sleep } from './support/http.js';
 import { report } from './support/report.js';

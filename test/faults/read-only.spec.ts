@@ -1,5 +1,6 @@
 import { tokenFor } from '../support/harness.js';
-import { checkInvariants, databaseFingerprint } from '../support/invariants.js';
+import { checkInvariants } from '../../src/ledger/invariants.js';
+import { databaseFingerprint } from '../support/fingerprint.js';
 import type { FaultDatabase } from './support/db.js';
 import { call, percentile, Reply, sleep } from './support/http.js';
 import { report } from './support/report.js';

@@ -2,7 +2,7 @@ import mysql from 'mysql2/promise';
 import { migrations } from '../../src/database/migrations/index.js';
 import { couponBody } from '../support/factories.js';
 import { adminToken, tokenFor } from '../support/harness.js';
-import { checkInvariants } from '../support/invariants.js';
+import { checkInvariants } from '../../src/ledger/invariants.js';
 import { call, callUntilAnswered, Reply, sleep } from '../faults/support/http.js';
 import { report } from '../faults/support/report.js';
 import { buildServer, cronAt, Server, startServer } from '../faults/support/server.js';
