@@ -3,7 +3,8 @@ import request from 'supertest';
 import { EntityManager, Repository } from 'typeorm';
 import { createCoupon, couponBody, CouponInput, newKey } from './support/factories.js';
 import { adminToken, bearer, serviceToken, startTestApp, TestApp, tokenFor } from './support/harness.js';
-import { checkInvariants, databaseFingerprint } from './support/invariants.js';
+import { checkInvariants } from '../src/ledger/invariants.js';
+import { databaseFingerprint } from './support/fingerprint.js';
 
 const HOUR = 3600_000;
 const DAY = 24 * HOUR;

@@ -3,7 +3,7 @@ import request from 'supertest';
 import { createCoupon, newKey } from './support/factories.js';
 import { bearer, createTestDatabase, dropTestDatabase, startTestApp, TestApp, testConfig, tokenFor } from './support/harness.js';
 import { loadConfig } from '../src/config/app-config.js';
-import { checkInvariants } from './support/invariants.js';
+import { checkInvariants } from '../src/ledger/invariants.js';
 import { startStallProxy, StallProxy } from './support/stall-proxy.js';
 
 /**

@@ -2,7 +2,8 @@ import request from 'supertest';
 import { HoldSweepService } from '../src/redemption/hold-sweep.service.js';
 import { createCoupon, CouponInput, newKey } from './support/factories.js';
 import { adminToken, bearer, serviceToken, startTestApp, TestApp, tokenFor } from './support/harness.js';
-import { checkInvariants, databaseFingerprint } from './support/invariants.js';
+import { checkInvariants } from '../src/ledger/invariants.js';
+import { databaseFingerprint } from './support/fingerprint.js';
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 

@@ -1,7 +1,8 @@
 import request from 'supertest';
 import { createCoupon, CouponInput, newKey } from './support/factories.js';
 import { bearer, serviceToken, startTestApp, TestApp, tokenFor } from './support/harness.js';
-import { checkInvariants, databaseFingerprint } from './support/invariants.js';
+import { checkInvariants } from '../src/ledger/invariants.js';
+import { databaseFingerprint } from './support/fingerprint.js';
 
 describe('order rules (issue 23 item 2)', () => {
   let t: TestApp;
