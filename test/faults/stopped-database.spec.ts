@@ -7,7 +7,7 @@ import { DataSource } from 'typeorm';
 import type { AppConfig } from '../../src/config/app-config.js';
 import { dataSourceOptions } from '../../src/database/data-source-options.js';
 import { adminToken, createTestDatabase, testConfig, tokenFor } from '../support/harness.js';
-import { checkInvariants } from '../support/invariants.js';
+import { checkInvariants } from '../../src/ledger/invariants.js';
 import { freePort } from '../support/net.js';
 import { call, Reply, sleep } from './support/http.js';
 import { report } from './support/report.js';
