@@ -1,5 +1,5 @@
 import { adminToken, serviceToken, tokenFor } from '../support/harness.js';
-import { checkInvariants } from '../support/invariants.js';
+import { checkInvariants } from '../../src/ledger/invariants.js';
 import { CommitFate, startTcpProxy, TcpProxy } from '../support/tcp-proxy.js';
 import { createFaultDatabase, FaultDatabase } from './support/db.js';
 import { call, mapConcurrent, Reply } from './support/http.js';
