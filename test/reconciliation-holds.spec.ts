@@ -2,7 +2,8 @@ import request from 'supertest';
 import { ReconciliationService } from '../src/reconciliation/reconciliation.service.js';
 import { createCoupon, newKey } from './support/factories.js';
 import { adminToken, bearer, serviceToken, startTestApp, TestApp, tokenFor } from './support/harness.js';
-import { checkInvariants, databaseFingerprint } from './support/invariants.js';
+import { checkInvariants } from '../src/ledger/invariants.js';
+import { databaseFingerprint } from './support/fingerprint.js';
 
 interface Proposal {
   id: string;

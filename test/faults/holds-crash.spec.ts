@@ -1,6 +1,6 @@
 import { couponBody } from '../support/factories.js';
 import { adminToken, tokenFor } from '../support/harness.js';
-import { checkInvariants } from '../support/invariants.js';
+import { checkInvariants } from '../../src/ledger/invariants.js';
 import { count, createFaultDatabase, FaultDatabase } from './support/db.js';
 import { call, mapConcurrent, Reply, sleep } from './support/http.js';
 import { report } from './support/report.js';
