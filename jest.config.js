@@ -17,4 +17,7 @@ export default {
   testPathIgnorePatterns: ['/node_modules/', '/test/faults/', '/test/galera/'],
   testTimeout: 60000,
   maxWorkers: 2,
+  // Lists the documented answers (route, status, error code) no e2e test produced.
+  globalSetup: '<rootDir>/test/support/contract-coverage-setup.mjs',
+  globalTeardown: '<rootDir>/test/support/contract-coverage-teardown.mjs',
 };

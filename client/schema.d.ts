@@ -1330,6 +1330,46 @@ export interface operations {
                     "application/json": components["schemas"]["Health"];
                 };
             };
+            /** @description REQUEST_TIMEOUT */
+            408: {
+                headers: {
+                    /** @description The request's id: the client's `X-Request-Id` when it is 1-128 of [A-Za-z0-9._:-], else a generated UUID */
+                    "x-request-id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "code": "REQUEST_TIMEOUT",
+                     *       "message": "request timeout"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"] & {
+                        /** @enum {string} */
+                        code?: "REQUEST_TIMEOUT";
+                    };
+                };
+            };
+            /** @description HEADERS_TOO_LARGE */
+            431: {
+                headers: {
+                    /** @description The request's id: the client's `X-Request-Id` when it is 1-128 of [A-Za-z0-9._:-], else a generated UUID */
+                    "x-request-id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "code": "HEADERS_TOO_LARGE",
+                     *       "message": "headers too large"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"] & {
+                        /** @enum {string} */
+                        code?: "HEADERS_TOO_LARGE";
+                    };
+                };
+            };
             /** @description SERVICE_UNAVAILABLE */
             503: {
                 headers: {
@@ -1391,6 +1431,46 @@ export interface operations {
                     "application/json": components["schemas"]["Error"] & {
                         /** @enum {string} */
                         code?: "UNAUTHENTICATED";
+                    };
+                };
+            };
+            /** @description REQUEST_TIMEOUT */
+            408: {
+                headers: {
+                    /** @description The request's id: the client's `X-Request-Id` when it is 1-128 of [A-Za-z0-9._:-], else a generated UUID */
+                    "x-request-id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "code": "REQUEST_TIMEOUT",
+                     *       "message": "request timeout"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"] & {
+                        /** @enum {string} */
+                        code?: "REQUEST_TIMEOUT";
+                    };
+                };
+            };
+            /** @description HEADERS_TOO_LARGE */
+            431: {
+                headers: {
+                    /** @description The request's id: the client's `X-Request-Id` when it is 1-128 of [A-Za-z0-9._:-], else a generated UUID */
+                    "x-request-id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "code": "HEADERS_TOO_LARGE",
+                     *       "message": "headers too large"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"] & {
+                        /** @enum {string} */
+                        code?: "HEADERS_TOO_LARGE";
                     };
                 };
             };
@@ -1584,6 +1664,26 @@ export interface operations {
                     "application/json": components["schemas"]["Error"] & {
                         /** @enum {string} */
                         code?: "UNSUPPORTED_MEDIA_TYPE";
+                    };
+                };
+            };
+            /** @description HEADERS_TOO_LARGE */
+            431: {
+                headers: {
+                    /** @description The request's id: the client's `X-Request-Id` when it is 1-128 of [A-Za-z0-9._:-], else a generated UUID */
+                    "x-request-id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "code": "HEADERS_TOO_LARGE",
+                     *       "message": "headers too large"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"] & {
+                        /** @enum {string} */
+                        code?: "HEADERS_TOO_LARGE";
                     };
                 };
             };
@@ -1828,6 +1928,26 @@ export interface operations {
                     };
                 };
             };
+            /** @description HEADERS_TOO_LARGE */
+            431: {
+                headers: {
+                    /** @description The request's id: the client's `X-Request-Id` when it is 1-128 of [A-Za-z0-9._:-], else a generated UUID */
+                    "x-request-id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "code": "HEADERS_TOO_LARGE",
+                     *       "message": "headers too large"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"] & {
+                        /** @enum {string} */
+                        code?: "HEADERS_TOO_LARGE";
+                    };
+                };
+            };
             /** @description SERVICE_UNAVAILABLE, OUTCOME_UNKNOWN */
             503: {
                 headers: {
@@ -1954,6 +2074,46 @@ export interface operations {
                     };
                 };
             };
+            /** @description REQUEST_TIMEOUT */
+            408: {
+                headers: {
+                    /** @description The request's id: the client's `X-Request-Id` when it is 1-128 of [A-Za-z0-9._:-], else a generated UUID */
+                    "x-request-id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "code": "REQUEST_TIMEOUT",
+                     *       "message": "request timeout"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"] & {
+                        /** @enum {string} */
+                        code?: "REQUEST_TIMEOUT";
+                    };
+                };
+            };
+            /** @description HEADERS_TOO_LARGE */
+            431: {
+                headers: {
+                    /** @description The request's id: the client's `X-Request-Id` when it is 1-128 of [A-Za-z0-9._:-], else a generated UUID */
+                    "x-request-id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "code": "HEADERS_TOO_LARGE",
+                     *       "message": "headers too large"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"] & {
+                        /** @enum {string} */
+                        code?: "HEADERS_TOO_LARGE";
+                    };
+                };
+            };
             /** @description SERVICE_UNAVAILABLE */
             503: {
                 headers: {
@@ -2019,6 +2179,46 @@ export interface operations {
                     "application/json": components["schemas"]["Error"] & {
                         /** @enum {string} */
                         code?: "VALIDATION_FAILED";
+                    };
+                };
+            };
+            /** @description REQUEST_TIMEOUT */
+            408: {
+                headers: {
+                    /** @description The request's id: the client's `X-Request-Id` when it is 1-128 of [A-Za-z0-9._:-], else a generated UUID */
+                    "x-request-id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "code": "REQUEST_TIMEOUT",
+                     *       "message": "request timeout"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"] & {
+                        /** @enum {string} */
+                        code?: "REQUEST_TIMEOUT";
+                    };
+                };
+            };
+            /** @description HEADERS_TOO_LARGE */
+            431: {
+                headers: {
+                    /** @description The request's id: the client's `X-Request-Id` when it is 1-128 of [A-Za-z0-9._:-], else a generated UUID */
+                    "x-request-id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "code": "HEADERS_TOO_LARGE",
+                     *       "message": "headers too large"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"] & {
+                        /** @enum {string} */
+                        code?: "HEADERS_TOO_LARGE";
                     };
                 };
             };
@@ -2105,6 +2305,46 @@ export interface operations {
                     "application/json": components["schemas"]["Error"] & {
                         /** @enum {string} */
                         code?: "COUPON_NOT_FOUND";
+                    };
+                };
+            };
+            /** @description REQUEST_TIMEOUT */
+            408: {
+                headers: {
+                    /** @description The request's id: the client's `X-Request-Id` when it is 1-128 of [A-Za-z0-9._:-], else a generated UUID */
+                    "x-request-id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "code": "REQUEST_TIMEOUT",
+                     *       "message": "request timeout"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"] & {
+                        /** @enum {string} */
+                        code?: "REQUEST_TIMEOUT";
+                    };
+                };
+            };
+            /** @description HEADERS_TOO_LARGE */
+            431: {
+                headers: {
+                    /** @description The request's id: the client's `X-Request-Id` when it is 1-128 of [A-Za-z0-9._:-], else a generated UUID */
+                    "x-request-id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "code": "HEADERS_TOO_LARGE",
+                     *       "message": "headers too large"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"] & {
+                        /** @enum {string} */
+                        code?: "HEADERS_TOO_LARGE";
                     };
                 };
             };
@@ -2213,6 +2453,46 @@ export interface operations {
                     "application/json": components["schemas"]["Error"] & {
                         /** @enum {string} */
                         code?: "FORBIDDEN";
+                    };
+                };
+            };
+            /** @description REQUEST_TIMEOUT */
+            408: {
+                headers: {
+                    /** @description The request's id: the client's `X-Request-Id` when it is 1-128 of [A-Za-z0-9._:-], else a generated UUID */
+                    "x-request-id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "code": "REQUEST_TIMEOUT",
+                     *       "message": "request timeout"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"] & {
+                        /** @enum {string} */
+                        code?: "REQUEST_TIMEOUT";
+                    };
+                };
+            };
+            /** @description HEADERS_TOO_LARGE */
+            431: {
+                headers: {
+                    /** @description The request's id: the client's `X-Request-Id` when it is 1-128 of [A-Za-z0-9._:-], else a generated UUID */
+                    "x-request-id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "code": "HEADERS_TOO_LARGE",
+                     *       "message": "headers too large"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"] & {
+                        /** @enum {string} */
+                        code?: "HEADERS_TOO_LARGE";
                     };
                 };
             };
@@ -2402,6 +2682,26 @@ export interface operations {
                     };
                 };
             };
+            /** @description HEADERS_TOO_LARGE */
+            431: {
+                headers: {
+                    /** @description The request's id: the client's `X-Request-Id` when it is 1-128 of [A-Za-z0-9._:-], else a generated UUID */
+                    "x-request-id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "code": "HEADERS_TOO_LARGE",
+                     *       "message": "headers too large"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"] & {
+                        /** @enum {string} */
+                        code?: "HEADERS_TOO_LARGE";
+                    };
+                };
+            };
             /** @description SERVICE_UNAVAILABLE, OUTCOME_UNKNOWN */
             503: {
                 headers: {
@@ -2530,6 +2830,46 @@ export interface operations {
                     };
                 };
             };
+            /** @description REQUEST_TIMEOUT */
+            408: {
+                headers: {
+                    /** @description The request's id: the client's `X-Request-Id` when it is 1-128 of [A-Za-z0-9._:-], else a generated UUID */
+                    "x-request-id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "code": "REQUEST_TIMEOUT",
+                     *       "message": "request timeout"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"] & {
+                        /** @enum {string} */
+                        code?: "REQUEST_TIMEOUT";
+                    };
+                };
+            };
+            /** @description HEADERS_TOO_LARGE */
+            431: {
+                headers: {
+                    /** @description The request's id: the client's `X-Request-Id` when it is 1-128 of [A-Za-z0-9._:-], else a generated UUID */
+                    "x-request-id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "code": "HEADERS_TOO_LARGE",
+                     *       "message": "headers too large"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"] & {
+                        /** @enum {string} */
+                        code?: "HEADERS_TOO_LARGE";
+                    };
+                };
+            };
             /** @description SERVICE_UNAVAILABLE */
             503: {
                 headers: {
@@ -2653,6 +2993,46 @@ export interface operations {
                     "application/json": components["schemas"]["Error"] & {
                         /** @enum {string} */
                         code?: "COUPON_NOT_FOUND";
+                    };
+                };
+            };
+            /** @description REQUEST_TIMEOUT */
+            408: {
+                headers: {
+                    /** @description The request's id: the client's `X-Request-Id` when it is 1-128 of [A-Za-z0-9._:-], else a generated UUID */
+                    "x-request-id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "code": "REQUEST_TIMEOUT",
+                     *       "message": "request timeout"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"] & {
+                        /** @enum {string} */
+                        code?: "REQUEST_TIMEOUT";
+                    };
+                };
+            };
+            /** @description HEADERS_TOO_LARGE */
+            431: {
+                headers: {
+                    /** @description The request's id: the client's `X-Request-Id` when it is 1-128 of [A-Za-z0-9._:-], else a generated UUID */
+                    "x-request-id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "code": "HEADERS_TOO_LARGE",
+                     *       "message": "headers too large"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"] & {
+                        /** @enum {string} */
+                        code?: "HEADERS_TOO_LARGE";
                     };
                 };
             };
@@ -2848,6 +3228,26 @@ export interface operations {
                     "application/json": components["schemas"]["Error"] & {
                         /** @enum {string} */
                         code?: "UNSUPPORTED_MEDIA_TYPE";
+                    };
+                };
+            };
+            /** @description HEADERS_TOO_LARGE */
+            431: {
+                headers: {
+                    /** @description The request's id: the client's `X-Request-Id` when it is 1-128 of [A-Za-z0-9._:-], else a generated UUID */
+                    "x-request-id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "code": "HEADERS_TOO_LARGE",
+                     *       "message": "headers too large"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"] & {
+                        /** @enum {string} */
+                        code?: "HEADERS_TOO_LARGE";
                     };
                 };
             };
@@ -3063,6 +3463,26 @@ export interface operations {
                     "application/json": components["schemas"]["Error"] & {
                         /** @enum {string} */
                         code?: "UNSUPPORTED_MEDIA_TYPE";
+                    };
+                };
+            };
+            /** @description HEADERS_TOO_LARGE */
+            431: {
+                headers: {
+                    /** @description The request's id: the client's `X-Request-Id` when it is 1-128 of [A-Za-z0-9._:-], else a generated UUID */
+                    "x-request-id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "code": "HEADERS_TOO_LARGE",
+                     *       "message": "headers too large"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"] & {
+                        /** @enum {string} */
+                        code?: "HEADERS_TOO_LARGE";
                     };
                 };
             };
@@ -3299,6 +3719,26 @@ export interface operations {
                     };
                 };
             };
+            /** @description HEADERS_TOO_LARGE */
+            431: {
+                headers: {
+                    /** @description The request's id: the client's `X-Request-Id` when it is 1-128 of [A-Za-z0-9._:-], else a generated UUID */
+                    "x-request-id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "code": "HEADERS_TOO_LARGE",
+                     *       "message": "headers too large"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"] & {
+                        /** @enum {string} */
+                        code?: "HEADERS_TOO_LARGE";
+                    };
+                };
+            };
             /** @description SERVICE_UNAVAILABLE, OUTCOME_UNKNOWN */
             503: {
                 headers: {
@@ -3405,6 +3845,46 @@ export interface operations {
                     };
                 };
             };
+            /** @description REQUEST_TIMEOUT */
+            408: {
+                headers: {
+                    /** @description The request's id: the client's `X-Request-Id` when it is 1-128 of [A-Za-z0-9._:-], else a generated UUID */
+                    "x-request-id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "code": "REQUEST_TIMEOUT",
+                     *       "message": "request timeout"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"] & {
+                        /** @enum {string} */
+                        code?: "REQUEST_TIMEOUT";
+                    };
+                };
+            };
+            /** @description HEADERS_TOO_LARGE */
+            431: {
+                headers: {
+                    /** @description The request's id: the client's `X-Request-Id` when it is 1-128 of [A-Za-z0-9._:-], else a generated UUID */
+                    "x-request-id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "code": "HEADERS_TOO_LARGE",
+                     *       "message": "headers too large"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"] & {
+                        /** @enum {string} */
+                        code?: "HEADERS_TOO_LARGE";
+                    };
+                };
+            };
             /** @description SERVICE_UNAVAILABLE */
             503: {
                 headers: {
@@ -3491,6 +3971,46 @@ export interface operations {
                     "application/json": components["schemas"]["Error"] & {
                         /** @enum {string} */
                         code?: "UNAUTHENTICATED";
+                    };
+                };
+            };
+            /** @description REQUEST_TIMEOUT */
+            408: {
+                headers: {
+                    /** @description The request's id: the client's `X-Request-Id` when it is 1-128 of [A-Za-z0-9._:-], else a generated UUID */
+                    "x-request-id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "code": "REQUEST_TIMEOUT",
+                     *       "message": "request timeout"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"] & {
+                        /** @enum {string} */
+                        code?: "REQUEST_TIMEOUT";
+                    };
+                };
+            };
+            /** @description HEADERS_TOO_LARGE */
+            431: {
+                headers: {
+                    /** @description The request's id: the client's `X-Request-Id` when it is 1-128 of [A-Za-z0-9._:-], else a generated UUID */
+                    "x-request-id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "code": "HEADERS_TOO_LARGE",
+                     *       "message": "headers too large"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"] & {
+                        /** @enum {string} */
+                        code?: "HEADERS_TOO_LARGE";
                     };
                 };
             };
@@ -3603,6 +4123,46 @@ export interface operations {
                     };
                 };
             };
+            /** @description REQUEST_TIMEOUT */
+            408: {
+                headers: {
+                    /** @description The request's id: the client's `X-Request-Id` when it is 1-128 of [A-Za-z0-9._:-], else a generated UUID */
+                    "x-request-id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "code": "REQUEST_TIMEOUT",
+                     *       "message": "request timeout"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"] & {
+                        /** @enum {string} */
+                        code?: "REQUEST_TIMEOUT";
+                    };
+                };
+            };
+            /** @description HEADERS_TOO_LARGE */
+            431: {
+                headers: {
+                    /** @description The request's id: the client's `X-Request-Id` when it is 1-128 of [A-Za-z0-9._:-], else a generated UUID */
+                    "x-request-id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "code": "HEADERS_TOO_LARGE",
+                     *       "message": "headers too large"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"] & {
+                        /** @enum {string} */
+                        code?: "HEADERS_TOO_LARGE";
+                    };
+                };
+            };
             /** @description SERVICE_UNAVAILABLE */
             503: {
                 headers: {
@@ -3706,6 +4266,46 @@ export interface operations {
                     "application/json": components["schemas"]["Error"] & {
                         /** @enum {string} */
                         code?: "USER_COUPON_NOT_FOUND";
+                    };
+                };
+            };
+            /** @description REQUEST_TIMEOUT */
+            408: {
+                headers: {
+                    /** @description The request's id: the client's `X-Request-Id` when it is 1-128 of [A-Za-z0-9._:-], else a generated UUID */
+                    "x-request-id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "code": "REQUEST_TIMEOUT",
+                     *       "message": "request timeout"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"] & {
+                        /** @enum {string} */
+                        code?: "REQUEST_TIMEOUT";
+                    };
+                };
+            };
+            /** @description HEADERS_TOO_LARGE */
+            431: {
+                headers: {
+                    /** @description The request's id: the client's `X-Request-Id` when it is 1-128 of [A-Za-z0-9._:-], else a generated UUID */
+                    "x-request-id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "code": "HEADERS_TOO_LARGE",
+                     *       "message": "headers too large"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"] & {
+                        /** @enum {string} */
+                        code?: "HEADERS_TOO_LARGE";
                     };
                 };
             };
@@ -3817,6 +4417,46 @@ export interface operations {
                     "application/json": components["schemas"]["Error"] & {
                         /** @enum {string} */
                         code?: "FORBIDDEN";
+                    };
+                };
+            };
+            /** @description REQUEST_TIMEOUT */
+            408: {
+                headers: {
+                    /** @description The request's id: the client's `X-Request-Id` when it is 1-128 of [A-Za-z0-9._:-], else a generated UUID */
+                    "x-request-id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "code": "REQUEST_TIMEOUT",
+                     *       "message": "request timeout"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"] & {
+                        /** @enum {string} */
+                        code?: "REQUEST_TIMEOUT";
+                    };
+                };
+            };
+            /** @description HEADERS_TOO_LARGE */
+            431: {
+                headers: {
+                    /** @description The request's id: the client's `X-Request-Id` when it is 1-128 of [A-Za-z0-9._:-], else a generated UUID */
+                    "x-request-id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "code": "HEADERS_TOO_LARGE",
+                     *       "message": "headers too large"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"] & {
+                        /** @enum {string} */
+                        code?: "HEADERS_TOO_LARGE";
                     };
                 };
             };
@@ -4068,6 +4708,26 @@ export interface operations {
                     };
                 };
             };
+            /** @description HEADERS_TOO_LARGE */
+            431: {
+                headers: {
+                    /** @description The request's id: the client's `X-Request-Id` when it is 1-128 of [A-Za-z0-9._:-], else a generated UUID */
+                    "x-request-id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "code": "HEADERS_TOO_LARGE",
+                     *       "message": "headers too large"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"] & {
+                        /** @enum {string} */
+                        code?: "HEADERS_TOO_LARGE";
+                    };
+                };
+            };
             /** @description SERVICE_UNAVAILABLE, OUTCOME_UNKNOWN */
             503: {
                 headers: {
@@ -4302,6 +4962,26 @@ export interface operations {
                     "application/json": components["schemas"]["Error"] & {
                         /** @enum {string} */
                         code?: "IDEMPOTENCY_KEY_REUSED";
+                    };
+                };
+            };
+            /** @description HEADERS_TOO_LARGE */
+            431: {
+                headers: {
+                    /** @description The request's id: the client's `X-Request-Id` when it is 1-128 of [A-Za-z0-9._:-], else a generated UUID */
+                    "x-request-id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "code": "HEADERS_TOO_LARGE",
+                     *       "message": "headers too large"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"] & {
+                        /** @enum {string} */
+                        code?: "HEADERS_TOO_LARGE";
                     };
                 };
             };
@@ -4554,6 +5234,26 @@ export interface operations {
                     };
                 };
             };
+            /** @description HEADERS_TOO_LARGE */
+            431: {
+                headers: {
+                    /** @description The request's id: the client's `X-Request-Id` when it is 1-128 of [A-Za-z0-9._:-], else a generated UUID */
+                    "x-request-id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "code": "HEADERS_TOO_LARGE",
+                     *       "message": "headers too large"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"] & {
+                        /** @enum {string} */
+                        code?: "HEADERS_TOO_LARGE";
+                    };
+                };
+            };
             /** @description SERVICE_UNAVAILABLE, OUTCOME_UNKNOWN */
             503: {
                 headers: {
@@ -4770,6 +5470,26 @@ export interface operations {
                     };
                 };
             };
+            /** @description HEADERS_TOO_LARGE */
+            431: {
+                headers: {
+                    /** @description The request's id: the client's `X-Request-Id` when it is 1-128 of [A-Za-z0-9._:-], else a generated UUID */
+                    "x-request-id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "code": "HEADERS_TOO_LARGE",
+                     *       "message": "headers too large"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"] & {
+                        /** @enum {string} */
+                        code?: "HEADERS_TOO_LARGE";
+                    };
+                };
+            };
             /** @description SERVICE_UNAVAILABLE, OUTCOME_UNKNOWN */
             503: {
                 headers: {
@@ -4875,6 +5595,46 @@ export interface operations {
                     "application/json": components["schemas"]["Error"] & {
                         /** @enum {string} */
                         code?: "FORBIDDEN";
+                    };
+                };
+            };
+            /** @description REQUEST_TIMEOUT */
+            408: {
+                headers: {
+                    /** @description The request's id: the client's `X-Request-Id` when it is 1-128 of [A-Za-z0-9._:-], else a generated UUID */
+                    "x-request-id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "code": "REQUEST_TIMEOUT",
+                     *       "message": "request timeout"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"] & {
+                        /** @enum {string} */
+                        code?: "REQUEST_TIMEOUT";
+                    };
+                };
+            };
+            /** @description HEADERS_TOO_LARGE */
+            431: {
+                headers: {
+                    /** @description The request's id: the client's `X-Request-Id` when it is 1-128 of [A-Za-z0-9._:-], else a generated UUID */
+                    "x-request-id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "code": "HEADERS_TOO_LARGE",
+                     *       "message": "headers too large"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"] & {
+                        /** @enum {string} */
+                        code?: "HEADERS_TOO_LARGE";
                     };
                 };
             };
@@ -5071,6 +5831,26 @@ export interface operations {
                     };
                 };
             };
+            /** @description HEADERS_TOO_LARGE */
+            431: {
+                headers: {
+                    /** @description The request's id: the client's `X-Request-Id` when it is 1-128 of [A-Za-z0-9._:-], else a generated UUID */
+                    "x-request-id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "code": "HEADERS_TOO_LARGE",
+                     *       "message": "headers too large"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"] & {
+                        /** @enum {string} */
+                        code?: "HEADERS_TOO_LARGE";
+                    };
+                };
+            };
             /** @description SERVICE_UNAVAILABLE, OUTCOME_UNKNOWN */
             503: {
                 headers: {
@@ -5197,6 +5977,46 @@ export interface operations {
                     };
                 };
             };
+            /** @description REQUEST_TIMEOUT */
+            408: {
+                headers: {
+                    /** @description The request's id: the client's `X-Request-Id` when it is 1-128 of [A-Za-z0-9._:-], else a generated UUID */
+                    "x-request-id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "code": "REQUEST_TIMEOUT",
+                     *       "message": "request timeout"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"] & {
+                        /** @enum {string} */
+                        code?: "REQUEST_TIMEOUT";
+                    };
+                };
+            };
+            /** @description HEADERS_TOO_LARGE */
+            431: {
+                headers: {
+                    /** @description The request's id: the client's `X-Request-Id` when it is 1-128 of [A-Za-z0-9._:-], else a generated UUID */
+                    "x-request-id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "code": "HEADERS_TOO_LARGE",
+                     *       "message": "headers too large"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"] & {
+                        /** @enum {string} */
+                        code?: "HEADERS_TOO_LARGE";
+                    };
+                };
+            };
             /** @description SERVICE_UNAVAILABLE */
             503: {
                 headers: {
@@ -5305,6 +6125,46 @@ export interface operations {
                     "application/json": components["schemas"]["Error"] & {
                         /** @enum {string} */
                         code?: "FORBIDDEN";
+                    };
+                };
+            };
+            /** @description REQUEST_TIMEOUT */
+            408: {
+                headers: {
+                    /** @description The request's id: the client's `X-Request-Id` when it is 1-128 of [A-Za-z0-9._:-], else a generated UUID */
+                    "x-request-id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "code": "REQUEST_TIMEOUT",
+                     *       "message": "request timeout"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"] & {
+                        /** @enum {string} */
+                        code?: "REQUEST_TIMEOUT";
+                    };
+                };
+            };
+            /** @description HEADERS_TOO_LARGE */
+            431: {
+                headers: {
+                    /** @description The request's id: the client's `X-Request-Id` when it is 1-128 of [A-Za-z0-9._:-], else a generated UUID */
+                    "x-request-id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "code": "HEADERS_TOO_LARGE",
+                     *       "message": "headers too large"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"] & {
+                        /** @enum {string} */
+                        code?: "HEADERS_TOO_LARGE";
                     };
                 };
             };
@@ -5523,6 +6383,26 @@ export interface operations {
                     };
                 };
             };
+            /** @description HEADERS_TOO_LARGE */
+            431: {
+                headers: {
+                    /** @description The request's id: the client's `X-Request-Id` when it is 1-128 of [A-Za-z0-9._:-], else a generated UUID */
+                    "x-request-id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "code": "HEADERS_TOO_LARGE",
+                     *       "message": "headers too large"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"] & {
+                        /** @enum {string} */
+                        code?: "HEADERS_TOO_LARGE";
+                    };
+                };
+            };
             /** @description SERVICE_UNAVAILABLE, OUTCOME_UNKNOWN */
             503: {
                 headers: {
@@ -5738,6 +6618,26 @@ export interface operations {
                     };
                 };
             };
+            /** @description HEADERS_TOO_LARGE */
+            431: {
+                headers: {
+                    /** @description The request's id: the client's `X-Request-Id` when it is 1-128 of [A-Za-z0-9._:-], else a generated UUID */
+                    "x-request-id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "code": "HEADERS_TOO_LARGE",
+                     *       "message": "headers too large"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"] & {
+                        /** @enum {string} */
+                        code?: "HEADERS_TOO_LARGE";
+                    };
+                };
+            };
             /** @description SERVICE_UNAVAILABLE, OUTCOME_UNKNOWN */
             503: {
                 headers: {
@@ -5819,6 +6719,46 @@ export interface operations {
                     "application/json": components["schemas"]["Error"] & {
                         /** @enum {string} */
                         code?: "FORBIDDEN";
+                    };
+                };
+            };
+            /** @description REQUEST_TIMEOUT */
+            408: {
+                headers: {
+                    /** @description The request's id: the client's `X-Request-Id` when it is 1-128 of [A-Za-z0-9._:-], else a generated UUID */
+                    "x-request-id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "code": "REQUEST_TIMEOUT",
+                     *       "message": "request timeout"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"] & {
+                        /** @enum {string} */
+                        code?: "REQUEST_TIMEOUT";
+                    };
+                };
+            };
+            /** @description HEADERS_TOO_LARGE */
+            431: {
+                headers: {
+                    /** @description The request's id: the client's `X-Request-Id` when it is 1-128 of [A-Za-z0-9._:-], else a generated UUID */
+                    "x-request-id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "code": "HEADERS_TOO_LARGE",
+                     *       "message": "headers too large"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"] & {
+                        /** @enum {string} */
+                        code?: "HEADERS_TOO_LARGE";
                     };
                 };
             };
@@ -6019,6 +6959,26 @@ export interface operations {
                     };
                 };
             };
+            /** @description HEADERS_TOO_LARGE */
+            431: {
+                headers: {
+                    /** @description The request's id: the client's `X-Request-Id` when it is 1-128 of [A-Za-z0-9._:-], else a generated UUID */
+                    "x-request-id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "code": "HEADERS_TOO_LARGE",
+                     *       "message": "headers too large"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"] & {
+                        /** @enum {string} */
+                        code?: "HEADERS_TOO_LARGE";
+                    };
+                };
+            };
             /** @description SERVICE_UNAVAILABLE, OUTCOME_UNKNOWN */
             503: {
                 headers: {
@@ -6142,6 +7102,46 @@ export interface operations {
                     "application/json": components["schemas"]["Error"] & {
                         /** @enum {string} */
                         code?: "WEBHOOK_NOT_FOUND";
+                    };
+                };
+            };
+            /** @description REQUEST_TIMEOUT */
+            408: {
+                headers: {
+                    /** @description The request's id: the client's `X-Request-Id` when it is 1-128 of [A-Za-z0-9._:-], else a generated UUID */
+                    "x-request-id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "code": "REQUEST_TIMEOUT",
+                     *       "message": "request timeout"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"] & {
+                        /** @enum {string} */
+                        code?: "REQUEST_TIMEOUT";
+                    };
+                };
+            };
+            /** @description HEADERS_TOO_LARGE */
+            431: {
+                headers: {
+                    /** @description The request's id: the client's `X-Request-Id` when it is 1-128 of [A-Za-z0-9._:-], else a generated UUID */
+                    "x-request-id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "code": "HEADERS_TOO_LARGE",
+                     *       "message": "headers too large"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"] & {
+                        /** @enum {string} */
+                        code?: "HEADERS_TOO_LARGE";
                     };
                 };
             };
@@ -6326,6 +7326,26 @@ export interface operations {
                     "application/json": components["schemas"]["Error"] & {
                         /** @enum {string} */
                         code?: "UNSUPPORTED_MEDIA_TYPE";
+                    };
+                };
+            };
+            /** @description HEADERS_TOO_LARGE */
+            431: {
+                headers: {
+                    /** @description The request's id: the client's `X-Request-Id` when it is 1-128 of [A-Za-z0-9._:-], else a generated UUID */
+                    "x-request-id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "code": "HEADERS_TOO_LARGE",
+                     *       "message": "headers too large"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"] & {
+                        /** @enum {string} */
+                        code?: "HEADERS_TOO_LARGE";
                     };
                 };
             };
@@ -6544,6 +7564,26 @@ export interface operations {
                     };
                 };
             };
+            /** @description HEADERS_TOO_LARGE */
+            431: {
+                headers: {
+                    /** @description The request's id: the client's `X-Request-Id` when it is 1-128 of [A-Za-z0-9._:-], else a generated UUID */
+                    "x-request-id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "code": "HEADERS_TOO_LARGE",
+                     *       "message": "headers too large"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"] & {
+                        /** @enum {string} */
+                        code?: "HEADERS_TOO_LARGE";
+                    };
+                };
+            };
             /** @description SERVICE_UNAVAILABLE, OUTCOME_UNKNOWN */
             503: {
                 headers: {
@@ -6672,6 +7712,46 @@ export interface operations {
                     "application/json": components["schemas"]["Error"] & {
                         /** @enum {string} */
                         code?: "WEBHOOK_NOT_FOUND";
+                    };
+                };
+            };
+            /** @description REQUEST_TIMEOUT */
+            408: {
+                headers: {
+                    /** @description The request's id: the client's `X-Request-Id` when it is 1-128 of [A-Za-z0-9._:-], else a generated UUID */
+                    "x-request-id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "code": "REQUEST_TIMEOUT",
+                     *       "message": "request timeout"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"] & {
+                        /** @enum {string} */
+                        code?: "REQUEST_TIMEOUT";
+                    };
+                };
+            };
+            /** @description HEADERS_TOO_LARGE */
+            431: {
+                headers: {
+                    /** @description The request's id: the client's `X-Request-Id` when it is 1-128 of [A-Za-z0-9._:-], else a generated UUID */
+                    "x-request-id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "code": "HEADERS_TOO_LARGE",
+                     *       "message": "headers too large"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"] & {
+                        /** @enum {string} */
+                        code?: "HEADERS_TOO_LARGE";
                     };
                 };
             };

@@ -41,7 +41,8 @@ interface Operation {
 
 /** The codes every route of its kind can answer, besides its own (ROUTES[...].errors). */
 function commonErrors(method: string, op: Operation, route: RouteContract): ErrorCode[] {
-  const codes: ErrorCode[] = [];
+  // Answered by the HTTP server itself, before any route: the request did not arrive in time, or its headers are too large.
+  const codes: ErrorCode[] = ['REQUEST_TIMEOUT', 'HEADERS_TOO_LARGE'];
   const takesBody = method === 'post' || method === 'patch' || method === 'put' || method === 'delete';
   if (takesBody || (op.parameters ?? []).length > 0) codes.push('VALIDATION_FAILED');
   if (route.auth !== 'public') codes.push('UNAUTHENTICATED');

@@ -12,7 +12,8 @@
  *      - `ok`: each success status with its schema name and the headers it sets;
  *      - `errors`: the codes of src/common/errors.ts the route itself can answer. The status of each
  *        comes from ERROR_STATUS; the codes every route of its kind can give are added for you (see
- *        commonErrors in document.ts: input validation, token, role, body size and media type, outage).
+ *        commonErrors in document.ts: request timeout and header size, input validation, token, role,
+ *        body size and media type, outage).
  *   4. `npm run openapi` regenerates docs/openapi.json and the typed client; commit both. The e2e
  *      suites then check every answer of the new route against the entry.
  */

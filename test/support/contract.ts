@@ -44,6 +44,8 @@ export class ContractChecker {
   private readonly doc: Doc;
   private readonly ajv = new Ajv2020({ strict: false, allErrors: true });
   private readonly compiled = new Map<string, ValidateFunction>();
+  /** `METHOD /path status [code]` of every documented answer checked (see contract-coverage.mjs). */
+  readonly seen = new Set<string>();
 
   constructor(path = OPENAPI_PATH) {
     this.doc = JSON.parse(readFileSync(path, 'utf8')) as Doc;
@@ -103,13 +105,16 @@ export class ContractChecker {
     const media = Object.keys(response.content ?? {});
     if (media.length > 0 && !media.includes(contentType))
       problems.push(`content-type ${contentType} is not documented (${media.join(', ')})`);
-    if (contentType === 'application/json' && media.includes(contentType)) {
+    if (contentType !== 'application/json' || !media.includes(contentType)) this.seen.add(`${method.toUpperCase()} ${path} ${a.status}`);
+    else {
       let body: unknown;
       try {
         body = JSON.parse(text);
       } catch {
         return [...problems, `body is not JSON: ${text.slice(0, 200)}`];
       }
+      const code = a.status >= 400 ? (body as { code?: unknown }).code : undefined;
+      this.seen.add(`${method.toUpperCase()} ${path} ${a.status}${typeof code === 'string' ? ` ${code}` : ''}`);
       problems.push(
         ...this.schemaProblems(
           body,

@@ -1,5 +1,7 @@
 import { randomBytes } from 'node:crypto';
+import { existsSync, writeFileSync } from 'node:fs';
 import { Agent } from 'node:http';
+import { join } from 'node:path';
 import { expect } from '@jest/globals';
 import type { NestFastifyApplication } from '@nestjs/platform-fastify';
 import mysql from 'mysql2/promise';
@@ -11,6 +13,9 @@ import { AppConfig, loadConfig } from '../../src/config/app-config.js';
 import { ensureDatabase, migrate } from '../../src/database/bootstrap-database.js';
 import { dataSourceOptions } from '../../src/database/data-source-options.js';
 import { ContractChecker } from './contract.js';
+
+/** Where each app records the answers it checked (created by the jest global setup). */
+const SEEN_DIR = 'test-results/contract-coverage';
 
 export const TEST_SECRET = 'test-secret-0123456789abcdef';
 
@@ -72,7 +77,7 @@ export async function startTestApp(overrides: Record<string, string> = {}, exist
   const config = existing ?? testConfig(overrides);
   if (!existing) await createTestDatabase(config);
   const app = await createApp(config);
-  const contractProblems = checkAnswers(app);
+  const { problems: contractProblems, checker } = checkAnswers(app);
   await app.listen({ port: 0, host: '127.0.0.1' });
   const address = app.getHttpServer().address() as { port: number };
   const db = new DataSource({ ...dataSourceOptions(config), poolSize: 5 });
@@ -86,6 +91,7 @@ export async function startTestApp(overrides: Record<string, string> = {}, exist
       await app.close();
       await db.destroy();
       if (!existing) await dropTestDatabase(config);
+      recordSeen(checker.seen);
       if (contractProblems.size > 0) {
         const lines = [...contractProblems].map(([problem, n]) => (n > 1 ? `${problem} (${n} times)` : problem));
         throw new Error(`${lines.length} kind(s) of answer do not match docs/openapi.json:\n${lines.slice(0, 50).join('\n')}`);
@@ -99,7 +105,7 @@ export async function startTestApp(overrides: Record<string, string> = {}, exist
  * server (so every e2e suite checks the contract on all its traffic); close() fails the suite
  * with each mismatch, naming the test, the request, the status and what does not match.
  */
-function checkAnswers(app: NestFastifyApplication): Map<string, number> {
+function checkAnswers(app: NestFastifyApplication): { problems: Map<string, number>; checker: ContractChecker } {
   const contract = new ContractChecker();
   const problems = new Map<string, number>();
   app
@@ -124,7 +130,13 @@ function checkAnswers(app: NestFastifyApplication): Map<string, number> {
       }
       done(null, payload);
     });
-  return problems;
+  return { problems, checker: contract };
+}
+
+/** For the run's coverage report (test/support/contract-coverage.mjs); absent when jest ran without its global setup. */
+function recordSeen(seen: Set<string>): void {
+  if (!existsSync(SEEN_DIR) || seen.size === 0) return;
+  writeFileSync(join(SEEN_DIR, `${process.pid}-${randomBytes(4).toString('hex')}.json`), JSON.stringify([...seen]));
 }
 
 export function tokenFor(userId: string, roles: Role[] = [], ttlSeconds = 3600): string {

@@ -1,0 +1,3 @@
+import { clearSeen } from './contract-coverage.mjs';
+
+export default clearSeen;

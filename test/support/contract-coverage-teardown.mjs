@@ -1,0 +1,3 @@
+import { report } from './contract-coverage.mjs';
+
+export default report;
