@@ -41,14 +41,14 @@ interface Operation {
 
 /** The codes every route of its kind can answer, besides its own (ROUTES[...].errors). */
 function commonErrors(method: string, op: Operation, route: RouteContract): ErrorCode[] {
-  // Answered by the HTTP server itself, before any route: the request did not arrive in time, or its headers are too large.
+  // Any request: it did not all arrive within REQUEST_TIMEOUT_MS (a slow body, or slow headers
+  // answered by the HTTP server before routing), or its headers are too large.
   const codes: ErrorCode[] = ['REQUEST_TIMEOUT', 'HEADERS_TOO_LARGE'];
   const takesBody = method === 'post' || method === 'patch' || method === 'put' || method === 'delete';
   if (takesBody || (op.parameters ?? []).length > 0) codes.push('VALIDATION_FAILED');
   if (route.auth !== 'public') codes.push('UNAUTHENTICATED');
   if (Array.isArray(route.auth)) codes.push('FORBIDDEN');
-  // REQUEST_TIMEOUT: the body did not all arrive within REQUEST_TIMEOUT_MS.
-  if (takesBody) codes.push('PAYLOAD_TOO_LARGE', 'UNSUPPORTED_MEDIA_TYPE', 'REQUEST_TIMEOUT');
+  if (takesBody) codes.push('PAYLOAD_TOO_LARGE', 'UNSUPPORTED_MEDIA_TYPE');
   if (route.usesDatabase !== false) codes.push('SERVICE_UNAVAILABLE');
   // Every write commits through TransactionService, which answers this when a lost COMMIT cannot be resolved.
   if (route.usesDatabase !== false && method !== 'get') codes.push('OUTCOME_UNKNOWN');
