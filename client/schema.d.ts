@@ -721,7 +721,7 @@ export interface components {
             name: string;
             totalStock: number;
             /** @default 1 */
-            perUserLimit: number;
+            perUserLimit?: number;
             /** Format: date-time */
             grabStartAt: string;
             /** Format: date-time */
@@ -731,12 +731,12 @@ export interface components {
             /** @description Per-instance grab admissions per second; default RATE_LIMIT_PER_SECOND */
             rateLimitPerSecond?: number;
             /** @default false */
-            returnOnRefund: boolean;
+            returnOnRefund?: boolean;
             /**
              * @description May share an order with other coupons, when all of them are stackable
              * @default false
              */
-            stackable: boolean;
+            stackable?: boolean;
         };
         PatchCouponDto: {
             /** @enum {string} */
@@ -785,7 +785,7 @@ export interface components {
              * @default FULL
              * @enum {string}
              */
-            mode: "FULL" | "INCREMENTAL";
+            mode?: "FULL" | "INCREMENTAL";
         };
         DecisionDto: {
             reason: string;

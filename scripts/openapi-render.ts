@@ -20,5 +20,6 @@ export async function renderDocument(): Promise<string> {
 
 /** The TypeScript types openapi-fetch's createClient<paths>() takes, generated from the document. */
 export async function renderClientTypes(documentJson: string): Promise<string> {
-  return COMMENT_HEADER + astToString(await openapiTS(JSON.parse(documentJson) as OpenAPI3));
+  // A request field with a default may be left out: defaultNonNullable would make it required.
+  return COMMENT_HEADER + astToString(await openapiTS(JSON.parse(documentJson) as OpenAPI3, { defaultNonNullable: false }));
 }
