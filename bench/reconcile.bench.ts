@@ -12,7 +12,7 @@ import { AppConfig, loadConfig } from '../src/config/app-config.js';
 import { ensureDatabase, migrate } from '../src/database/bootstrap-database.js';
 import type { RunView } from '../src/reconciliation/reconciliation-run.entity.js';
 import { ReconciliationService } from '../src/reconciliation/reconciliation.service.js';
-import { dropTestDatabase } from '../test/support/harness.js';
+import { dropTestDatabase } from '../test/support/database.js';
 
 const { values: opt } = parseArgs({
   options: {

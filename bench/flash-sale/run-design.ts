@@ -1,8 +1,8 @@
 import { DataSource } from 'typeorm';
 import { loadConfig } from '../../src/config/app-config.js';
 import { dataSourceOptions } from '../../src/database/data-source-options.js';
-import { couponBody } from '../../test/support/factories.js';
-import { dropTestDatabase, pickEnv } from '../../test/support/harness.js';
+import { couponBody } from '../../test/support/coupon-body.js';
+import { dropTestDatabase, pickEnv } from '../../test/support/database.js';
 import type { Design, Scenario } from './designs.js';
 import { LoadGenerator, type LoadResult, type Shot } from './load.js';
 import { startServer } from './server.js';

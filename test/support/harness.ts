@@ -4,7 +4,6 @@ import { Agent } from 'node:http';
 import { join } from 'node:path';
 import { expect } from '@jest/globals';
 import type { NestFastifyApplication } from '@nestjs/platform-fastify';
-import mysql from 'mysql2/promise';
 import { DataSource } from 'typeorm';
 import { createApp } from '../../src/app.factory.js';
 import { signToken } from '../../src/auth/jwt.js';
@@ -13,6 +12,9 @@ import { AppConfig, loadConfig } from '../../src/config/app-config.js';
 import { ensureDatabase, migrate } from '../../src/database/bootstrap-database.js';
 import { dataSourceOptions } from '../../src/database/data-source-options.js';
 import { ContractChecker } from './contract.js';
+import { dropTestDatabase, pickEnv } from './database.js';
+
+export { dropTestDatabase, pickEnv };
 
 /** Where each app records the answers it checked (created by the jest global setup). */
 const SEEN_DIR = 'test-results/contract-coverage';
@@ -38,29 +40,10 @@ export function testConfig(overrides: Record<string, string> = {}): AppConfig {
   });
 }
 
-/** The variables of `names` that are set in the environment. */
-export function pickEnv(...names: string[]): Record<string, string> {
-  return Object.fromEntries(names.filter((n) => process.env[n] !== undefined).map((n) => [n, process.env[n] as string]));
-}
-
 /** Creates and migrates the config's database (the same migrations the service runs). */
 export async function createTestDatabase(config: AppConfig): Promise<void> {
   await ensureDatabase(config);
   await migrate(config);
-}
-
-export async function dropTestDatabase(config: AppConfig): Promise<void> {
-  const conn = await mysql.createConnection({
-    host: config.DB_HOST,
-    port: config.DB_PORT,
-    user: config.DB_USER,
-    password: config.DB_PASSWORD,
-  });
-  try {
-    await conn.query(`DROP DATABASE IF EXISTS \`${config.DB_NAME}\``);
-  } finally {
-    await conn.end();
-  }
 }
 
 export interface TestApp {
