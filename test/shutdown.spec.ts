@@ -77,7 +77,30 @@ it('SIGTERM to npm start finishes the request in flight, stops, closes the pool 
     if (i > 300 || child.exitCode !== null) throw new Error(`server did not start:\n${output}`);
     await sleep(100);
   }
+  // /health answers a moment before the last start-up lines are written.
+  for (let i = 0; !output.includes('"msg":"Listening on '); i++) {
+    if (i > 100) throw new Error(`no "Listening on" line:\n${output}`);
+    await sleep(50);
+  }
+  // Start-up says what it connected to, what it migrated and what it scheduled.
+  expect(output).toMatch(/"msg":"Database ce_test_\w+ on 127\.0\.0\.1:\d+ as \w+, pool of 4; no migration pending"/);
   expect(output).toMatch(/"msg":"Job expire-user-coupons scheduled: /);
+  // One line per request, with the route, the user and the code answered.
+  const refused = await call(url, 'POST', '/coupons/424242/grab', { token: tokenFor('bob'), headers: { 'Idempotency-Key': 'k0' } });
+  expect(refused.body.code).toBe('COUPON_NOT_FOUND');
+  const requestLine = () => output.split('\n').find((l) => l.includes('"url":"/coupons/424242/grab"'));
+  // Written once the answer is sent, so it may reach the pipe just after it.
+  for (let i = 0; !requestLine() && i < 100; i++) await sleep(50);
+  const line = requestLine();
+  expect(JSON.parse(line ?? '{}')).toMatchObject({
+    msg: 'request',
+    method: 'POST',
+    route: '/coupons/:couponId/grab',
+    status: 404,
+    code: 'COUPON_NOT_FOUND',
+    user: 'bob',
+    reqId: refused.headers['x-request-id'],
+  });
   const coupon = await call(url, 'POST', '/admin/coupons', { token: adminToken(), body: couponBody({ totalStock: 5 }) });
   expect(coupon.status).toBe(201);
 

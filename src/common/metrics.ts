@@ -12,8 +12,14 @@ export function counter<L extends string>(name: string, help: string, labelNames
   return getOrCreate(name, () => new Counter({ name, help, labelNames, registers: [registry] }));
 }
 
-export function gauge<L extends string>(name: string, help: string, labelNames: readonly L[] = []): Gauge<L> {
-  return getOrCreate(name, () => new Gauge({ name, help, labelNames, registers: [registry] }));
+/** `collect` runs at each scrape: for values read then (from the database, the pool) rather than kept up to date. */
+export function gauge<L extends string>(
+  name: string,
+  help: string,
+  labelNames: readonly L[] = [],
+  collect?: (this: Gauge<L>) => void | Promise<void>,
+): Gauge<L> {
+  return getOrCreate(name, () => new Gauge({ name, help, labelNames, registers: [registry], collect }));
 }
 
 export function histogram<L extends string>(name: string, help: string, labelNames: readonly L[], buckets?: number[]): Histogram<L> {

@@ -17,7 +17,10 @@ import { IssueService, soldOutError } from '../ledger/issue.service.js';
 import { UserCoupon } from '../ledger/user-coupon.entity.js';
 import { findByKeys } from '../ledger/user-coupons.js';
 
-const outcomes = counter('grab_outcomes_total', 'Grab answers by result code', ['result']);
+const outcomes = counter('grab_outcomes_total', 'Grab answers by coupon (unknown for ids that name none) and result code', [
+  'coupon_id',
+  'result',
+]);
 const latency = histogram(
   'grab_duration_seconds',
   'Grab latency by result code',
@@ -73,9 +76,11 @@ export class GrabService {
       if (err instanceof AppError) result = err.code;
       throw withLookup(err, { idempotencyKey: key, lookup: `GET /grabs/${key}` });
     } finally {
-      outcomes.inc({ result });
-      // Unknown ids are not tracked: a scan of made-up ids would push real campaigns out of the series.
-      if (result !== 'COUPON_NOT_FOUND') this.series.record(couponId, result);
+      // Unknown ids are not tracked: a scan of made-up ids would push real campaigns out of the series
+      // (and would add a metric series per id).
+      const known = result !== 'COUPON_NOT_FOUND';
+      outcomes.inc({ coupon_id: known ? couponId : 'unknown', result });
+      if (known) this.series.record(couponId, result);
       latency.observe({ result }, Number(process.hrtime.bigint() - started) / 1e9);
     }
   }

@@ -1,6 +1,8 @@
 import { Module } from '@nestjs/common';
 import { TerminusModule } from '@nestjs/terminus';
+import { LedgerModule } from '../ledger/ledger.module.js';
+import { DatabaseMetrics } from './database-metrics.js';
 import { HealthController } from './health.controller.js';
 
-@Module({ imports: [TerminusModule], controllers: [HealthController] })
+@Module({ imports: [TerminusModule, LedgerModule], controllers: [HealthController], providers: [DatabaseMetrics] })
 export class HealthModule {}

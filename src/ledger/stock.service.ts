@@ -72,6 +72,14 @@ export class StockService {
     return readStock(em, `SELECT init_stock, stock FROM coupon_stock WHERE coupon_id = ?`, couponId);
   }
 
+  /** Remaining stock of the coupons a sale dashboard shows (grab window open, or ended within a day), for the metrics scrape. */
+  async remainingOfCurrent(em: Queryable): Promise<{ couponId: string; stock: number }[]> {
+    const rows = (await em.query(
+      `SELECT s.coupon_id, s.stock FROM coupon_stock s JOIN coupon c ON c.id = s.coupon_id WHERE c.grab_end_at > NOW(3) - INTERVAL 1 DAY`,
+    )) as { coupon_id: string; stock: string }[];
+    return rows.map((r) => ({ couponId: r.coupon_id, stock: Number(r.stock) }));
+  }
+
   /**
    * Locks the stock row (FOR UPDATE) and reads it: every grab of the coupon, grouped or not, waits
    * for the holder, so what the holder reads about the coupon's grabs cannot change under it.

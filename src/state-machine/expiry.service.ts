@@ -67,7 +67,7 @@ export class ExpiryService {
     );
     if (result === null) {
       runs.inc({ outcome: 'skipped' });
-      this.logger.debug('Expiry sweep skipped: another run holds the lease');
+      this.logger.log('Expiry sweep skipped: another run holds the lease');
     }
     return result;
   }
@@ -113,9 +113,7 @@ export class ExpiryService {
       durationMs = performance.now() - started;
       runs.inc({ outcome });
       duration.observe({ outcome }, durationMs / 1000);
-      if (expired > 0 || outcome !== 'complete') {
-        this.logger.log(`Expiry sweep ${outcome}: ${expired} coupons expired in ${batches} batches, ${Math.round(durationMs)} ms`);
-      }
+      this.logger.log(`Expiry sweep ${outcome}: ${expired} coupons expired in ${batches} batches, ${Math.round(durationMs)} ms`);
     }
     return { expired, batches, complete, durationMs };
   }
