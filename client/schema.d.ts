@@ -1036,6 +1036,8 @@ export interface components {
              * @description When it was redeemed
              */
             usedAt: string | null;
+            /** @description The user coupon this one replaces: for REISSUE the one named in the reissue (if any), for REFUND_RETURN the one used on the refunded order; else null */
+            replacesUserCouponId: string | null;
         };
         /** @description Newest first */
         UserCouponPage: {

@@ -79,6 +79,7 @@ export interface LogEntry {
     validFrom: Date;
     expiresAt: Date;
     usedAt: Date | null;
+    replacesUserCouponId: string | null;
   } | null;
 }
 
@@ -97,10 +98,11 @@ interface FeedRow {
   valid_from: Date | null;
   expires_at: Date | null;
   used_at: Date | null;
+  replaces_user_coupon_id: string | null;
 }
 
 const SELECT = `SELECT l.id, l.user_coupon_id, l.from_status, l.to_status, l.tx_id, l.reason, l.created_at,
-  u.coupon_id, u.user_id, u.source, u.issued_at, u.valid_from, u.expires_at, u.used_at
+  u.coupon_id, u.user_id, u.source, u.issued_at, u.valid_from, u.expires_at, u.used_at, u.replaces_user_coupon_id
   FROM user_coupon_state_log l LEFT JOIN user_coupon u ON u.id = l.user_coupon_id`;
 
 function toEntry(r: FeedRow): LogEntry {
@@ -123,6 +125,7 @@ function toEntry(r: FeedRow): LogEntry {
             validFrom: r.valid_from as Date,
             expiresAt: r.expires_at as Date,
             usedAt: r.used_at,
+            replacesUserCouponId: r.replaces_user_coupon_id === null ? null : String(r.replaces_user_coupon_id),
           },
   };
 }

@@ -89,6 +89,7 @@ export function toUserCouponView(uc: UserCoupon, now = new Date()) {
     validFrom: uc.validFrom.toISOString(),
     expiresAt: uc.expiresAt.toISOString(),
     usedAt: uc.usedAt ? uc.usedAt.toISOString() : null,
+    replacesUserCouponId: uc.replacesUserCouponId,
   };
 }
 export type UserCouponView = ReturnType<typeof toUserCouponView>;

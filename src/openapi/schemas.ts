@@ -140,6 +140,9 @@ export const RESPONSE_SCHEMAS: Record<string, JsonSchema> = {
       validFrom: dateTime(),
       expiresAt: dateTime(),
       usedAt: nullableDateTime('When it was redeemed'),
+      replacesUserCouponId: nullableId(
+        'The user coupon this one replaces: for REISSUE the one named in the reissue (if any), for REFUND_RETURN the one used on the refunded order; else null',
+      ),
     },
     "One coupon in one user's hands",
   ),

@@ -66,6 +66,7 @@ export function buildEvent(e: LogEntry): WebhookEvent | null {
         validFrom: c.validFrom.toISOString(),
         expiresAt: c.expiresAt.toISOString(),
         usedAt: e.to === 'USED' ? (c.usedAt ?? e.at).toISOString() : null,
+        replacesUserCouponId: c.replacesUserCouponId,
       },
       from: e.from,
       to: e.to,
