@@ -9,7 +9,8 @@ import { DataSource } from 'typeorm';
 import { HttpExceptionFilter } from '../src/common/http-exception.filter.js';
 import { ExpiryService } from '../src/state-machine/expiry.service.js';
 import { createCoupon, newKey } from './support/factories.js';
-import { bearer, startTestApp, TestApp, tokenFor } from './support/harness.js';
+import { bearer, startTestApp, TestApp, testConfig, tokenFor } from './support/harness.js';
+import { freePort } from './support/net.js';
 
 const POOL = 3;
 
@@ -155,4 +156,16 @@ it('a 503 is logged with the request id of the request it answers', () => {
     expect.objectContaining({ reqId: 'req-1234', msg: expect.stringMatching(/^Answering 503 for a database error/) }),
   ]);
   expect((req as { errorCode?: string }).errorCode).toBe('SERVICE_UNAVAILABLE');
+});
+
+it('behind DB_HOSTS the pool gauges sum the pools of the hosts', async () => {
+  const real = testConfig();
+  const t = await startTestApp({ DB_HOSTS: `127.0.0.1:${await freePort()},${real.DB_HOST}:${real.DB_PORT}`, DB_POOL_SIZE: '2' });
+  try {
+    const text = (await request(t.url).get('/metrics')).text;
+    expect(sample(text, 'db_pool_connections', { state: 'idle' })).toBe(2);
+    expect(sample(text, 'db_pool_connections', { state: 'in_use' })).toBe(0);
+  } finally {
+    await t.close();
+  }
 });

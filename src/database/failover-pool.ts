@@ -30,6 +30,8 @@ export function failoverDriver(hosts: DatabaseHost[]): typeof mysql2 {
       return {
         getConnection: (cb: Parameters<typeof ordered.getConnection>[0]) => ordered.getConnection(cb),
         end: (cb?: (err: NodeJS.ErrnoException | null) => void) => cluster.end(cb),
+        // For the pool gauges (health/database-metrics.ts), which sum its hosts' pools.
+        cluster,
       } as unknown as mysql2.Pool;
     },
   } as typeof mysql2;

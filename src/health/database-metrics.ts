@@ -22,13 +22,13 @@ function poolsOf(dataSource: DataSource): PoolQueues[] {
 }
 
 /** The app whose database the next scrape reads (one per process outside tests; the last one started). */
-let active: DatabaseMetrics | undefined;
+const scraped: { app?: DatabaseMetrics } = {};
 const logger = new Logger('Metrics');
 
 /** Read at scrape time, not maintained per request: a grab pays nothing for them. */
 gauge('db_pool_connections', 'Connections of the database pool, by state (in_use: lent to a query or transaction)', ['state'], function () {
   this.reset();
-  const pools = active ? poolsOf(active.dataSource) : [];
+  const pools = scraped.app ? poolsOf(scraped.app.dataSource) : [];
   const sum = (f: (p: PoolQueues) => number) => pools.reduce((n, p) => n + f(p), 0);
   this.set(
     { state: 'in_use' },
@@ -40,7 +40,7 @@ gauge('db_pool_connections', 'Connections of the database pool, by state (in_use
   );
 });
 gauge('db_pool_waiting_requests', 'Requests waiting for a free connection of the database pool', [], function () {
-  this.set(active ? poolsOf(active.dataSource).reduce((n, p) => n + p._connectionQueue.length, 0) : 0);
+  this.set(scraped.app ? poolsOf(scraped.app.dataSource).reduce((n, p) => n + p._connectionQueue.length, 0) : 0);
 });
 gauge(
   'coupon_remaining_stock',
@@ -49,9 +49,10 @@ gauge(
   async function () {
     // The scrape never queues for a connection a grab is waiting for: with none idle, the
     // previous values stay (a sale's dashboard lags a few seconds rather than slowing the sale).
-    if (!active || poolsOf(active.dataSource).every((p) => p._freeConnections.length === 0)) return;
+    const app = scraped.app;
+    if (!app || poolsOf(app.dataSource).every((p) => p._freeConnections.length === 0)) return;
     try {
-      const rows = await active.stock.remainingOfCurrent(active.dataSource.manager);
+      const rows = await app.stock.remainingOfCurrent(app.dataSource.manager);
       this.reset();
       for (const { couponId, stock } of rows) this.set({ coupon_id: couponId }, stock);
     } catch (err) {
@@ -69,10 +70,10 @@ export class DatabaseMetrics implements OnModuleInit, OnModuleDestroy {
   ) {}
 
   onModuleInit(): void {
-    active = this;
+    scraped.app = this;
   }
 
   onModuleDestroy(): void {
-    if (active === this) active = undefined;
+    if (scraped.app === this) delete scraped.app;
   }
 }
