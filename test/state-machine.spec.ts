@@ -178,6 +178,7 @@ describe('state machine', () => {
         validFrom: expect.any(String),
         expiresAt: expect.any(String),
         usedAt: null,
+        replacesUserCouponId: null,
       });
       expect((await row(id)).status).toBe('VOID');
       const log = await logOf(id);
