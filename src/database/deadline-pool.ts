@@ -103,7 +103,12 @@ export function deadlineDriver(base: typeof mysql2, limits: Limits): typeof mysq
         });
       };
       // The two methods TypeORM's MysqlDriver calls on its pool.
-      return { getConnection, end: (cb?: (err: NodeJS.ErrnoException | null) => void) => pool.end(cb) } as unknown as mysql2.Pool;
+      return {
+        getConnection,
+        end: (cb?: (err: NodeJS.ErrnoException | null) => void) => pool.end(cb),
+        // For the pool gauges (health/database-metrics.ts), which read the pool underneath.
+        inner: pool,
+      } as unknown as mysql2.Pool;
     },
   } as typeof mysql2;
 }

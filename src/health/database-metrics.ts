@@ -9,17 +9,21 @@ interface PoolQueues {
   _freeConnections: { length: number };
   _connectionQueue: { length: number };
 }
-/** failover-pool.ts's pool: a PoolCluster with one pool per host. */
-interface ClusterPool {
-  cluster: { _nodes: Record<string, { pool: PoolQueues }> };
+/** The wrappers around it: deadline-pool.ts's (`inner`) and failover-pool.ts's PoolCluster, one pool per host. */
+interface WrappedPool {
+  inner?: unknown;
+  cluster?: { _nodes: Record<string, { pool: PoolQueues }> };
 }
 
-function poolsOf(dataSource: DataSource): PoolQueues[] {
-  const pool = (dataSource.driver as unknown as { pool?: Partial<PoolQueues & ClusterPool> }).pool;
-  if (pool?._allConnections) return [pool as PoolQueues];
-  if (pool?.cluster) return Object.values(pool.cluster._nodes).map((n) => n.pool);
-  return [];
+function queuesOf(pool: unknown): PoolQueues[] {
+  if (pool === null || typeof pool !== 'object') return [];
+  if ('_allConnections' in pool) return [pool as PoolQueues];
+  const { inner, cluster } = pool as WrappedPool;
+  if (cluster) return Object.values(cluster._nodes).map((n) => n.pool);
+  return queuesOf(inner);
 }
+
+const poolsOf = (dataSource: DataSource): PoolQueues[] => queuesOf((dataSource.driver as unknown as { pool?: unknown }).pool);
 
 /** The app whose database the next scrape reads (one per process outside tests; the last one started). */
 const scraped: { app?: DatabaseMetrics } = {};
