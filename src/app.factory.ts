@@ -15,6 +15,7 @@ import { onResponse } from './common/request-log.js';
 import { StrictValidationPipe } from './common/validation.js';
 import { type Deadline, withDeadline } from './database/deadline-pool.js';
 import { serveConsole } from './console/serve-console.js';
+import { acceptIssuanceUploads } from './issuance/upload.js';
 import { buildOpenApiDocument } from './openapi/document.js';
 
 export const BODY_LIMIT_BYTES = 64 * 1024;
@@ -57,7 +58,8 @@ export async function createApp(
     // answers 408 if the client was still sending, else 503. Node's own limits catch what never
     // reaches the router (headers trickling in) and sockets held past any answer.
     handlerTimeout: config.REQUEST_TIMEOUT_MS,
-    requestTimeout: config.REQUEST_TIMEOUT_MS + 1000,
+    // Node's limit is server-wide, so it leaves room for the one route with a longer deadline (a bulk issuance upload).
+    requestTimeout: Math.max(config.REQUEST_TIMEOUT_MS, config.BULK_UPLOAD_TIMEOUT_MS) + 1000,
     connectionTimeout: 2 * config.REQUEST_TIMEOUT_MS,
     // Node checks requestTimeout and headersTimeout only every connectionsCheckingInterval (30 s by default).
     http: { headersTimeout: config.REQUEST_TIMEOUT_MS, connectionsCheckingInterval: 1000 },
@@ -83,6 +85,7 @@ export async function createApp(
   app.useGlobalFilters(new HttpExceptionFilter());
 
   const fastify = app.getHttpAdapter().getInstance();
+  acceptIssuanceUploads(fastify, config.BULK_UPLOAD_TIMEOUT_MS);
   // Callback hooks: an async hook costs every request two more promises.
   fastify.addHook('onSend', (req, reply, payload, done) => {
     void reply.header('x-request-id', req.id);
@@ -91,7 +94,10 @@ export async function createApp(
   // The deadline counts from routing (reply.elapsedTime), body upload included.
   const deadlines = new WeakMap<FastifyRequest, Deadline>();
   fastify.addHook('preHandler', (req, reply, done) => {
-    const deadline = { at: Date.now() - reply.elapsedTime + config.REQUEST_TIMEOUT_MS, answered: false };
+    const deadline = {
+      at: Date.now() - reply.elapsedTime + (req.routeOptions.handlerTimeout || config.REQUEST_TIMEOUT_MS),
+      answered: false,
+    };
     deadlines.set(req, deadline);
     withDeadline(deadline, done);
   });

@@ -6,6 +6,7 @@ import { ConfigModule } from './config/config.module.js';
 import { CouponModule } from './coupon/coupon.module.js';
 import { DatabaseModule } from './database/database.module.js';
 import { HealthModule } from './health/health.module.js';
+import { IssuanceModule } from './issuance/issuance.module.js';
 import { LedgerModule } from './ledger/ledger.module.js';
 import { RateLimitModule } from './rate-limit/rate-limit.module.js';
 import { ReconciliationModule } from './reconciliation/reconciliation.module.js';
@@ -32,6 +33,7 @@ export class AppModule {
         RedemptionModule,
         ReconciliationModule,
         WebhooksModule,
+        IssuanceModule,
         ...extra,
       ],
     };

@@ -5,12 +5,12 @@ import { IssueService, soldOutError, userLimitReached, validityWindow } from '..
 import { UserCoupon } from '../../src/ledger/user-coupon.entity.js';
 import { writeLog } from '../../src/ledger/state-log.js';
 import { TxIds } from '../../src/ledger/tx-id.js';
-import { countGrabbed } from '../../src/ledger/user-coupons.js';
+import { countTowardsLimit } from '../../src/ledger/user-coupons.js';
 
 type Queryable = Pick<DataSource['manager'], 'query'>;
 
 async function grabbedBy(db: Queryable, couponId: string, userId: string): Promise<number> {
-  return (await countGrabbed(db, couponId, [userId])).get(userId) ?? 0;
+  return (await countTowardsLimit(db, couponId, [userId])).get(userId) ?? 0;
 }
 
 /**

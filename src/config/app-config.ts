@@ -317,6 +317,25 @@ export class AppConfig {
   @Min(1)
   @Max(86_400)
   WEBHOOK_GAP_MAX_AGE_SECONDS: number = 600;
+  /** Run bulk issuance jobs on this instance (one instance at a time runs them; the others stand by). */
+  @Transform(toBool)
+  @IsBoolean()
+  BULK_RUNNER_ENABLED: boolean = true;
+
+  /** The deadline of a bulk issuance upload (every other request has REQUEST_TIMEOUT_MS): long enough for 64 MiB to arrive and be stored. */
+  @Transform(toInt)
+  @IsInt()
+  @Min(1000)
+  @Max(3_600_000)
+  BULK_UPLOAD_TIMEOUT_MS: number = 600_000;
+
+  /** Lines of a bulk issuance job decided by one transaction (it holds the coupon's stock row that long). */
+  @Transform(toInt)
+  @IsInt()
+  @Min(1)
+  @Max(10_000)
+  BULK_BATCH_SIZE: number = 1000;
+
   /** Unset: pretty (pino-pretty) when NODE_ENV is development, JSON lines otherwise. */
   @IsIn(['json', 'pretty'])
   @IsOptional()

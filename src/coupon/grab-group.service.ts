@@ -9,7 +9,7 @@ import { GrabDecision, GrabRequest, GroupKeyCollision, identity, keyReused, refu
 import { IssueService, soldOutError, userLimitReached } from '../ledger/issue.service.js';
 import { StockService } from '../ledger/stock.service.js';
 import { UserCoupon } from '../ledger/user-coupon.entity.js';
-import { countGrabbed, findByKeys } from '../ledger/user-coupons.js';
+import { countTowardsLimit, findByKeys } from '../ledger/user-coupons.js';
 
 const groupSizes = histogram('grab_group_size', 'Grabs decided by one grouped transaction', [], [1, 2, 5, 10, 25, 50, 100, 250, 500, 1000]);
 
@@ -96,7 +96,7 @@ export class GrabGroupService {
     const earlier = await findByKeys(em, group);
     const byIdentity = new Map(earlier.map((uc) => [identity({ userId: uc.userId, key: uc.idempotencyKey as string }), uc]));
     const users = [...new Set(group.map((r) => r.userId))];
-    const held = await countGrabbed(em, coupon.id, users);
+    const held = await countTowardsLimit(em, coupon.id, users);
 
     // First pass: who gets a coupon. Requests repeating a key (earlier, or earlier in this group) replay it.
     const plan: (GrabDecision | 'GRANT' | 'REPLAY')[] = [];

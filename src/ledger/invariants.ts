@@ -34,14 +34,14 @@ export async function checkInvariants(db: Queryable, scope?: InvariantScope): Pr
       ids,
     ),
   );
-  // 2. per-user limit on grabbed coupons
+  // 2. per-user limit on coupons from grabs and bulk issuance together
   add(
     'per-user limit',
     await db.query(
       `
-      SELECT uc.coupon_id, uc.user_id, COUNT(*) AS grabbed, c.per_user_limit
+      SELECT uc.coupon_id, uc.user_id, COUNT(*) AS held, c.per_user_limit
       FROM user_coupon uc JOIN coupon c ON c.id = uc.coupon_id
-      WHERE uc.source = 'GRAB'${and('uc.coupon_id')}
+      WHERE uc.source IN ('GRAB', 'BULK')${and('uc.coupon_id')}
       GROUP BY uc.coupon_id, uc.user_id, c.per_user_limit
       HAVING COUNT(*) > c.per_user_limit`,
       ids,
@@ -99,7 +99,7 @@ export async function checkInvariants(db: Queryable, scope?: InvariantScope): Pr
   add(
     'source/from_stock',
     await db.query(
-      `SELECT id, source, from_stock FROM user_coupon WHERE (source NOT IN ('GRAB', 'REISSUE', 'REFUND_RETURN') OR (source = 'GRAB' AND from_stock = 0) OR (source = 'REFUND_RETURN' AND from_stock = 1))${and('coupon_id')}`,
+      `SELECT id, source, from_stock FROM user_coupon WHERE (source NOT IN ('GRAB', 'BULK', 'REISSUE', 'REFUND_RETURN') OR (source = 'GRAB' AND from_stock = 0) OR (source = 'REFUND_RETURN' AND from_stock = 1))${and('coupon_id')}`,
       ids,
     ),
   );

@@ -5,7 +5,7 @@ import { writeLog } from './state-log.js';
 import { StockService } from './stock.service.js';
 import { TxIds } from './tx-id.js';
 import { UserCoupon, UserCouponSource } from './user-coupon.entity.js';
-import { countGrabbed, findByKeys, insertUserCoupons } from './user-coupons.js';
+import { countTowardsLimit, findByKeys, insertUserCoupons } from './user-coupons.js';
 
 const DAY_MS = 86_400_000;
 
@@ -81,6 +81,17 @@ export class IssueService {
     return uc;
   }
 
+  /** A group of grabs in one multi-row INSERT, each logged under its own Idempotency-Key. */
+  issueGrabs(em: EntityManager, coupon: IssuableCoupon, grabs: { userId: string; key: string }[], now = new Date()): Promise<UserCoupon[]> {
+    return this.issueMany(
+      em,
+      coupon,
+      grabs,
+      { source: 'GRAB', fromStock: true, reason: 'GRAB', txId: (uc) => TxIds.grab(uc.idempotencyKey as string) },
+      now,
+    );
+  }
+
   /**
    * One grab on its own: deduct, issue, then count the user's grabs of this coupon after the insert,
    * under the stock row lock every grab of the coupon takes, so the limit cannot be raced. SOLD_OUT
@@ -88,37 +99,44 @@ export class IssueService {
    */
   async grab(em: EntityManager, coupon: IssuableCoupon & { perUserLimit: number }, userId: string, key: string): Promise<UserCoupon> {
     const uc = await this.issue(em, { coupon, userId, source: 'GRAB', fromStock: true, idempotencyKey: key, txId: TxIds.grab(key) });
-    if (((await countGrabbed(em, coupon.id, [userId])).get(userId) ?? 0) > coupon.perUserLimit) throw userLimitReached(coupon.perUserLimit);
+    if (((await countTowardsLimit(em, coupon.id, [userId])).get(userId) ?? 0) > coupon.perUserLimit)
+      throw userLimitReached(coupon.perUserLimit);
     return uc;
   }
 
   /**
-   * A group of grabs in one multi-row INSERT. Each input needs an idempotency key: the new rows are
-   * read back by (user, key), since a multi-row insert's ids are not guaranteed consecutive.
+   * Many coupons of one coupon in one multi-row INSERT and one stock deduction (when from stock).
+   * Each needs an idempotency key: the new rows are read back by (user, key), since a multi-row
+   * insert's ids are not guaranteed consecutive.
    */
-  async issueGrabs(
+  async issueMany(
     em: EntityManager,
-    coupon: IssueInput['coupon'],
-    grabs: { userId: string; key: string }[],
+    coupon: IssuableCoupon,
+    targets: readonly { userId: string; key: string }[],
+    how: { source: UserCouponSource; fromStock: boolean; reason: string; txId: (uc: UserCoupon) => string },
     now = new Date(),
   ): Promise<UserCoupon[]> {
-    if (grabs.length === 0) return [];
-    if (!(await this.stock.deduct(em, coupon.id, grabs.length, now))) throw soldOutError(coupon.id);
-    const rows = grabs.map((g) =>
-      newUserCoupon({ coupon, userId: g.userId, source: 'GRAB', fromStock: true, idempotencyKey: g.key, txId: '' }, now),
+    if (targets.length === 0) return [];
+    if (how.fromStock && !(await this.stock.deduct(em, coupon.id, targets.length, now))) throw soldOutError(coupon.id);
+    const rows = targets.map((t) =>
+      newUserCoupon(
+        {
+          coupon,
+          userId: t.userId,
+          source: how.source,
+          fromStock: how.fromStock,
+          idempotencyKey: t.key,
+          reason: how.source === 'GRAB' ? null : how.reason,
+          txId: '',
+        },
+        now,
+      ),
     );
     await insertUserCoupons(em, rows);
-    const issued = await findByKeys(em, grabs);
+    const issued = await findByKeys(em, targets);
     await writeLog(
       em,
-      issued.map((r) => ({
-        userCouponId: r.id,
-        from: null,
-        to: 'UNUSED' as const,
-        txId: TxIds.grab(r.idempotencyKey as string),
-        reason: 'GRAB',
-        at: now,
-      })),
+      issued.map((r) => ({ userCouponId: r.id, from: null, to: 'UNUSED' as const, txId: how.txId(r), reason: how.reason, at: now })),
     );
     return issued;
   }

@@ -8,6 +8,7 @@ describe('state-log tx ids', () => {
     [TxIds.refund('RF-1'), { kind: 'refund', refundNo: 'RF-1' }],
     [TxIds.admin('ops:eu-1', 'void'), { kind: 'admin', adminId: 'ops:eu-1', action: 'void' }],
     [TxIds.compensation('12'), { kind: 'compensation', compensationId: '12' }],
+    [TxIds.bulk('7'), { kind: 'bulk', jobId: '7' }],
   ])('parses what it builds: %s', (txId, ref) => {
     expect(parseTxId(txId)).toEqual(ref);
   });

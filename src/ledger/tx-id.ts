@@ -19,6 +19,8 @@ export const TxIds = {
   admin: (adminId: string, action: string) => `admin:${adminId}:${action}:${randomUUID()}`,
   /** One run of the expiry sweep. */
   expirySweep: () => `expiry-sweep:${randomUUID()}`,
+  /** A coupon a bulk issuance job issued. */
+  bulk: (jobId: string) => `bulk:${jobId}`,
   /** An approved reconciliation compensation. */
   compensation: (compensationId: string) => `compensation:${compensationId}`,
 };
@@ -31,7 +33,8 @@ export type TxRef =
   | { kind: 'refund'; refundNo: string }
   | { kind: 'admin'; adminId: string; action: string }
   | { kind: 'expiry-sweep'; run: string }
-  | { kind: 'compensation'; compensationId: string };
+  | { kind: 'compensation'; compensationId: string }
+  | { kind: 'bulk'; jobId: string };
 
 // Order numbers are 1-64 characters; a longer tail is not a redemption's tx id.
 const ORDER = /^order:(.{1,64})$/;
@@ -60,6 +63,8 @@ export function parseTxId(txId: string): TxRef | null {
       return { kind: 'expiry-sweep', run: rest };
     case 'compensation':
       return { kind: 'compensation', compensationId: rest };
+    case 'bulk':
+      return { kind: 'bulk', jobId: rest };
     default:
       return null;
   }

@@ -1,7 +1,7 @@
 import { Column, Entity, PrimaryGeneratedColumn } from 'typeorm';
 import type { UserCouponStatus } from './transitions.js';
 
-export type UserCouponSource = 'GRAB' | 'REISSUE' | 'REFUND_RETURN';
+export type UserCouponSource = 'GRAB' | 'BULK' | 'REISSUE' | 'REFUND_RETURN';
 
 @Entity('user_coupon')
 export class UserCoupon {

@@ -76,10 +76,13 @@ export async function lockUserCoupon(em: Queryable, id: string, mode: 'shared' |
   return row ? toUserCoupon(row) : null;
 }
 
-/** How many coupons of this coupon each of these users has grabbed (users with none are absent). */
-export async function countGrabbed(em: Queryable, couponId: string, userIds: readonly string[]): Promise<Map<string, number>> {
+/**
+ * How many coupons of this coupon count towards each user's perUserLimit: grabs and bulk issues
+ * together (invariant 2). Users with none are absent.
+ */
+export async function countTowardsLimit(em: Queryable, couponId: string, userIds: readonly string[]): Promise<Map<string, number>> {
   const rows = (await em.query(
-    `SELECT user_id, COUNT(*) AS n FROM user_coupon WHERE coupon_id = ? AND source = 'GRAB' AND user_id IN (${userIds.map(() => '?').join(', ')}) GROUP BY user_id`,
+    `SELECT user_id, COUNT(*) AS n FROM user_coupon WHERE coupon_id = ? AND source IN ('GRAB', 'BULK') AND user_id IN (${userIds.map(() => '?').join(', ')}) GROUP BY user_id`,
     [couponId, ...userIds],
   )) as { user_id: string; n: string }[];
   return new Map(rows.map((r) => [r.user_id, Number(r.n)]));

@@ -136,6 +136,7 @@ function applyRoute(method: string, op: Operation, route: RouteContract): void {
   }
   const json = op.requestBody?.content?.['application/json'];
   if (json && route.requestExample !== undefined) json.example = route.requestExample;
+  if (route.otherRequestContent && op.requestBody) op.requestBody.content = { ...op.requestBody.content, ...route.otherRequestContent };
   op.responses = { ...successResponses(route), ...errorResponses([...commonErrors(method, op, route), ...route.errors]) };
 }
 

@@ -41,6 +41,8 @@ export interface RouteContract {
   usesDatabase?: boolean;
   /** A request body that the route accepts, shown as the example in the document and the UI. */
   requestExample?: unknown;
+  /** Request media types besides the JSON one the DTO describes (e.g. a text/csv upload). */
+  otherRequestContent?: Record<string, { schema: Record<string, unknown>; example?: unknown }>;
 }
 
 const REPLAYED: HeaderName[] = ['Idempotent-Replayed'];
@@ -297,6 +299,41 @@ export const ROUTES: Record<string, RouteContract> = {
     ok: { 200: { schema: 'Compensation', description: 'The decided compensation' } },
     errors: ['COMPENSATION_NOT_FOUND', 'COMPENSATION_ALREADY_DECIDED'],
     requestExample: { reason: 'not a real gap' },
+  },
+  'POST /admin/coupons/{couponId}/issuances': {
+    summary: 'Issue the coupon to a list of users (bulk issuance job)',
+    description:
+      'A JSON body (up to 10,000 `userIds`) or a `text/csv` body of one user id per line (up to 1,000,000 lines, 64 MiB; blank lines and a ' +
+      'header-like first line are passed over; `reason` and `fromStock` then go in the query). The list is stored as it streams in, then ' +
+      'a job issues it in batches: 202 with the job id at once. A repeat of the Idempotency-Key answers the same job (`Idempotent-Replayed: true`). ' +
+      'Each user gets at most one coupon from a job; invalid ids, repeats, users at perUserLimit (grabs and bulk together) and lines past the ' +
+      'stock (fromStock) are skipped with their reason. See docs/bulk-issuance.md.',
+    auth: ['admin'],
+    ok: { 202: { schema: 'JobCreatedView', description: 'The job, queued (or the one this key made before)', headers: REPLAYED } },
+    errors: ['COUPON_NOT_FOUND', 'IDEMPOTENCY_KEY_REUSED', 'IDEMPOTENCY_IN_PROGRESS'],
+    requestExample: { userIds: ['alice', 'bob'], reason: 'VIP November', fromStock: false },
+    otherRequestContent: {
+      'text/csv': { schema: { type: 'string', description: 'One user id per line' }, example: 'user_id\nalice\nbob\n' },
+    },
+  },
+  'GET /admin/issuance-jobs/{jobId}': {
+    summary: 'A bulk issuance job and its progress',
+    auth: ['admin'],
+    ok: { 200: { schema: 'IssuanceJobView', description: 'The job' } },
+    errors: ['ISSUANCE_JOB_NOT_FOUND'],
+  },
+  'GET /admin/issuance-jobs/{jobId}/skipped': {
+    summary: 'The lines a bulk issuance job did not issue, with their reason',
+    auth: ['admin'],
+    ok: { 200: { schema: 'SkippedPage', description: 'In line order; nextCursor is the last line number of the page' } },
+    errors: ['ISSUANCE_JOB_NOT_FOUND'],
+  },
+  'POST /admin/issuance-jobs/{jobId}/cancel': {
+    summary: 'Stop a bulk issuance job between batches',
+    description: 'QUEUED or RUNNING -> CANCELLED (what was issued stays issued); cancelling a cancelled job answers it again.',
+    auth: ['admin'],
+    ok: { 200: { schema: 'IssuanceJobView', description: 'The job, CANCELLED' } },
+    errors: ['ISSUANCE_JOB_NOT_FOUND', 'ISSUANCE_JOB_FINISHED'],
   },
   'POST /admin/webhooks': {
     summary: 'Register a webhook endpoint',

@@ -39,7 +39,7 @@ const page = (item: string, description: string): JsonSchema =>
     description,
   );
 
-export const USER_COUPON_SOURCES = ['GRAB', 'REISSUE', 'REFUND_RETURN'] as const;
+export const USER_COUPON_SOURCES = ['GRAB', 'BULK', 'REISSUE', 'REFUND_RETURN'] as const;
 const USER_COUPON_STATUS: JsonSchema = { type: 'string', enum: [...USER_COUPON_STATUSES] };
 
 const COUPON_PROPERTIES: Record<string, JsonSchema> = {

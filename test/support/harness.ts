@@ -30,6 +30,7 @@ export function testConfig(overrides: Record<string, string> = {}): AppConfig {
     LOG_LEVEL: 'warn',
     SCHEDULER_ENABLED: 'false',
     WEBHOOK_RELAY_ENABLED: 'false',
+    BULK_RUNNER_ENABLED: 'false',
     RATE_LIMIT_ENABLED: 'false',
     NODE_ENV: 'test',
     DB_POOL_SIZE: '20',

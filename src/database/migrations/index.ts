@@ -3,6 +3,7 @@ import { CaseSensitiveKeys1764547200000 } from './1764547200000-case-sensitive-k
 import { CheckoutHolds1764633600000 } from './1764633600000-checkout-holds.js';
 import { TxMarker1764720000000 } from './1764720000000-tx-marker.js';
 import { Webhooks1764806400000 } from './1764806400000-webhooks.js';
+import { BulkIssuance1764892800000 } from './1764892800000-bulk-issuance.js';
 
 /** Every migration, in order. The app, the CLI (ormconfig.ts) and the tests all use this list. */
 export const migrations = [
@@ -11,4 +12,5 @@ export const migrations = [
   CheckoutHolds1764633600000,
   TxMarker1764720000000,
   Webhooks1764806400000,
+  BulkIssuance1764892800000,
 ];

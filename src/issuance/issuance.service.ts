@@ -1,0 +1,151 @@
+import { Injectable } from '@nestjs/common';
+import { DataSource } from 'typeorm';
+import { isDuplicateKey } from '../common/db-errors.js';
+import { AppError } from '../common/errors.js';
+import { USER_ID_PATTERN } from '../common/validation.js';
+import { toPage } from '../common/page.js';
+import { CouponService } from '../coupon/coupon.service.js';
+import { TransactionService } from '../database/transaction.service.js';
+import {
+  discardUpload,
+  findJob,
+  findJobByKey,
+  insertJob,
+  Job,
+  listSkips,
+  setJobStatus,
+  appendLines,
+  JOB_STATUSES,
+} from './issuance.store.js';
+import { IssuanceRunner } from './issuance-runner.js';
+
+/** Lines written to the database per statement while a list streams in. */
+const UPLOAD_CHUNK = 2000;
+
+export interface JobRequest {
+  couponId: string;
+  key: string;
+  reason: string;
+  fromStock: boolean;
+  createdBy: string;
+}
+
+export function toJobView(j: Job) {
+  const skipped = Object.values(j.skippedByReason).reduce((a, b) => a + b, 0);
+  return {
+    id: j.id,
+    couponId: j.couponId,
+    status: j.status as (typeof JOB_STATUSES)[number],
+    reason: j.reason,
+    fromStock: j.fromStock,
+    total: j.total,
+    issued: j.issued,
+    skipped,
+    skippedByReason: j.skippedByReason,
+    createdAt: j.createdAt.toISOString(),
+    startedAt: j.startedAt?.toISOString() ?? null,
+    finishedAt: j.finishedAt?.toISOString() ?? null,
+  };
+}
+export type JobView = ReturnType<typeof toJobView>;
+
+const visible = (j: Job) => j.status !== 'UPLOADING' && j.status !== 'DISCARDED';
+const jobNotFound = (jobId: string) => new AppError('ISSUANCE_JOB_NOT_FOUND', `Issuance job ${jobId} does not exist`, { jobId });
+
+/** At most 64 code points of a line that is not a user id, to show it in the skipped list. */
+const shown = (text: string) => Array.from(text).slice(0, 64).join('');
+
+/**
+ * Bulk issuance jobs: the list streams into the database in chunks as it arrives (a million ids are
+ * never in memory at once), the job becomes QUEUED only when the whole list is stored, and the
+ * runner issues it. The Idempotency-Key is unique per job in the database.
+ */
+@Injectable()
+export class IssuanceService {
+  constructor(
+    private readonly ds: DataSource,
+    private readonly tx: TransactionService,
+    private readonly coupons: CouponService,
+    private readonly runner: IssuanceRunner,
+  ) {}
+
+  /** 202 for a new job, or the job this key made before (`replayed`). */
+  async create(req: JobRequest, lines: AsyncIterable<{ lineNo: number; text: string }>): Promise<{ jobId: string; replayed: boolean }> {
+    const earlier = await findJobByKey(this.ds.manager, req.key);
+    if (earlier) return this.replay(earlier, req);
+    await this.coupons.template(req.couponId);
+    let jobId: string;
+    try {
+      jobId = await this.tx.inTransaction((em) => insertJob(em, req, new Date()));
+    } catch (err) {
+      const winner = isDuplicateKey(err) ? await findJobByKey(this.ds.manager, req.key) : null;
+      if (winner) return this.replay(winner, req);
+      throw err;
+    }
+    try {
+      await this.store(jobId, lines);
+      await this.tx.inTransaction((em) => setJobStatus(em, jobId, ['UPLOADING'], 'QUEUED', new Date()));
+    } catch (err) {
+      // A refused or broken upload is gone for clients and its key may be used again; if even this
+      // write fails, the runner discards the upload once it has been still for a while.
+      await this.tx.inTransaction((em) => discardUpload(em, jobId, new Date())).catch(() => undefined);
+      throw err;
+    }
+    this.runner.wake();
+    return { jobId, replayed: false };
+  }
+
+  private replay(job: Job, req: JobRequest): { jobId: string; replayed: boolean } {
+    if (job.couponId !== req.couponId) {
+      throw new AppError('IDEMPOTENCY_KEY_REUSED', 'This Idempotency-Key was already used for a job of another coupon', { jobId: job.id });
+    }
+    if (job.status === 'UPLOADING')
+      throw new AppError('IDEMPOTENCY_IN_PROGRESS', 'The upload with this key is still in progress', { jobId: job.id });
+    return { jobId: job.id, replayed: true };
+  }
+
+  private async store(jobId: string, lines: AsyncIterable<{ lineNo: number; text: string }>): Promise<void> {
+    let valid: { lineNo: number; userId: string }[] = [];
+    let invalid: { lineNo: number; userId: string }[] = [];
+    const flush = async () => {
+      const [v, i] = [valid, invalid];
+      [valid, invalid] = [[], []];
+      await this.tx.inTransaction((em) => appendLines(em, jobId, v, i, new Date()));
+    };
+    for await (const { lineNo, text } of lines) {
+      if (USER_ID_PATTERN.test(text)) valid.push({ lineNo, userId: text });
+      else invalid.push({ lineNo, userId: shown(text) });
+      if (valid.length + invalid.length >= UPLOAD_CHUNK) await flush();
+    }
+    await flush();
+  }
+
+  async get(jobId: string): Promise<JobView> {
+    const job = await findJob(this.ds.manager, jobId);
+    if (!job || !visible(job)) throw jobNotFound(jobId);
+    return toJobView(job);
+  }
+
+  async skipped(jobId: string, cursor: number, limit: number) {
+    await this.get(jobId);
+    const rows = await listSkips(this.ds.manager, jobId, cursor, limit + 1);
+    return toPage(
+      rows.map((r) => ({ ...r, id: String(r.line) })),
+      limit,
+      ({ line, userId, reason }) => ({ line, userId, reason }),
+    );
+  }
+
+  /** QUEUED or RUNNING -> CANCELLED; the runner's batch in flight (it holds the job row) commits first. */
+  async cancel(jobId: string): Promise<JobView> {
+    return this.tx.inTransaction(async (em) => {
+      const job = await findJob(em, jobId, true);
+      if (!job || !visible(job)) throw jobNotFound(jobId);
+      if (job.status === 'COMPLETED' || job.status === 'FAILED') {
+        throw new AppError('ISSUANCE_JOB_FINISHED', `Issuance job ${jobId} has already finished (${job.status})`, { status: job.status });
+      }
+      if (job.status !== 'CANCELLED') await setJobStatus(em, jobId, ['QUEUED', 'RUNNING'], 'CANCELLED', new Date());
+      return toJobView((await findJob(em, jobId)) as Job);
+    });
+  }
+}

@@ -1,0 +1,210 @@
+import type { EntityManager } from 'typeorm';
+import { execute } from '../database/transaction.service.js';
+
+/** Every statement on the bulk issuance tables (issuance_job, issuance_job_line, issuance_job_skip). */
+
+type Queryable = Pick<EntityManager, 'query'>;
+
+export const JOB_STATUSES = ['QUEUED', 'RUNNING', 'COMPLETED', 'FAILED', 'CANCELLED'] as const;
+/**
+ * UPLOADING: the list is still streaming in, no client has been answered for it yet. DISCARDED: its
+ * upload was refused or broke off; the runner deletes it (its key is free at once).
+ */
+export type JobStatus = (typeof JOB_STATUSES)[number] | 'UPLOADING' | 'DISCARDED';
+export const SKIP_REASONS = ['USER_LIMIT_REACHED', 'SOLD_OUT', 'INVALID_USER_ID', 'DUPLICATE'] as const;
+export type SkipReason = (typeof SKIP_REASONS)[number];
+
+const SKIP_COLUMN: Record<SkipReason, string> = {
+  USER_LIMIT_REACHED: 'skipped_user_limit',
+  SOLD_OUT: 'skipped_sold_out',
+  INVALID_USER_ID: 'skipped_invalid',
+  DUPLICATE: 'skipped_duplicate',
+};
+
+export interface Job {
+  id: string;
+  couponId: string;
+  idempotencyKey: string;
+  reason: string;
+  fromStock: boolean;
+  status: JobStatus;
+  total: number;
+  nextLine: number;
+  issued: number;
+  skippedByReason: Record<SkipReason, number>;
+  createdBy: string;
+  createdAt: Date;
+  startedAt: Date | null;
+  finishedAt: Date | null;
+  updatedAt: Date;
+}
+
+function toJob(r: Record<string, unknown>): Job {
+  return {
+    id: String(r.id),
+    couponId: String(r.coupon_id),
+    idempotencyKey: r.idempotency_key as string,
+    reason: r.reason as string,
+    fromStock: Boolean(r.from_stock),
+    status: r.status as JobStatus,
+    total: Number(r.total),
+    nextLine: Number(r.next_line),
+    issued: Number(r.issued),
+    skippedByReason: Object.fromEntries(SKIP_REASONS.map((k) => [k, Number(r[SKIP_COLUMN[k]])])) as Record<SkipReason, number>,
+    createdBy: r.created_by as string,
+    createdAt: r.created_at as Date,
+    startedAt: (r.started_at as Date | null) ?? null,
+    finishedAt: (r.finished_at as Date | null) ?? null,
+    updatedAt: r.updated_at as Date,
+  };
+}
+
+export async function insertJob(
+  em: Queryable,
+  j: { couponId: string; key: string; reason: string; fromStock: boolean; createdBy: string },
+  at: Date,
+): Promise<string> {
+  const res = (await em.query(
+    `INSERT INTO issuance_job (coupon_id, idempotency_key, reason, from_stock, status, created_by, created_at, updated_at)
+     VALUES (?, ?, ?, ?, 'UPLOADING', ?, ?, ?)`,
+    [j.couponId, j.key, j.reason, j.fromStock, j.createdBy, at, at],
+  )) as { insertId: number | string };
+  return String(res.insertId);
+}
+
+export async function findJob(em: Queryable, id: string, lock = false): Promise<Job | null> {
+  const [row] = (await em.query(`SELECT * FROM issuance_job WHERE id = ?${lock ? ' FOR UPDATE' : ''}`, [id])) as Record<string, unknown>[];
+  return row ? toJob(row) : null;
+}
+
+export async function findJobByKey(em: Queryable, key: string): Promise<Job | null> {
+  const [row] = (await em.query(`SELECT * FROM issuance_job WHERE idempotency_key = ?`, [key])) as Record<string, unknown>[];
+  return row ? toJob(row) : null;
+}
+
+/** Appends lines `firstLine`.. of the list, and counts the invalid ones as skipped right away. */
+export async function appendLines(
+  em: Queryable,
+  jobId: string,
+  lines: readonly { lineNo: number; userId: string }[],
+  invalid: readonly { lineNo: number; userId: string }[],
+  at: Date,
+): Promise<void> {
+  if (lines.length > 0) {
+    await em.query(
+      `INSERT INTO issuance_job_line (job_id, line_no, user_id) VALUES ${lines.map(() => '(?, ?, ?)').join(', ')}`,
+      lines.flatMap((l) => [jobId, l.lineNo, l.userId]),
+    );
+  }
+  await insertSkips(
+    em,
+    jobId,
+    invalid.map((l) => ({ ...l, reason: 'INVALID_USER_ID' as const })),
+  );
+  await em.query(`UPDATE issuance_job SET total = total + ?, skipped_invalid = skipped_invalid + ?, updated_at = ? WHERE id = ?`, [
+    lines.length + invalid.length,
+    invalid.length,
+    at,
+    jobId,
+  ]);
+}
+
+export async function insertSkips(em: Queryable, jobId: string, skips: readonly { lineNo: number; userId: string; reason: SkipReason }[]) {
+  if (skips.length === 0) return;
+  await em.query(
+    `INSERT INTO issuance_job_skip (job_id, line_no, user_id, reason) VALUES ${skips.map(() => '(?, ?, ?, ?)').join(', ')}`,
+    skips.flatMap((s) => [jobId, s.lineNo, s.userId, s.reason]),
+  );
+}
+
+/** A compare-and-set on the job's status; returns whether it moved. */
+export async function setJobStatus(em: EntityManager, id: string, from: readonly JobStatus[], to: JobStatus, at: Date): Promise<boolean> {
+  const stamps =
+    to === 'RUNNING'
+      ? ', started_at = COALESCE(started_at, ?)'
+      : ['COMPLETED', 'FAILED', 'CANCELLED'].includes(to)
+        ? ', finished_at = ?'
+        : '';
+  return (
+    (await execute(
+      em,
+      `UPDATE issuance_job SET status = ?, updated_at = ?${stamps} WHERE id = ? AND status IN (${from.map(() => '?').join(', ')})`,
+      [to, at, ...(stamps ? [at] : []), id, ...from],
+    )) === 1
+  );
+}
+
+/** The next lines to decide, from `fromLine` on, each flagged when the same user id stands on an earlier line of the list. */
+export async function nextLines(em: Queryable, jobId: string, fromLine: number, limit: number) {
+  const rows = (await em.query(
+    `SELECT l.line_no, l.user_id,
+            EXISTS (SELECT 1 FROM issuance_job_line e WHERE e.job_id = l.job_id AND e.user_id = l.user_id AND e.line_no < l.line_no) AS dup
+     FROM issuance_job_line l WHERE l.job_id = ? AND l.line_no >= ? ORDER BY l.line_no LIMIT ?`,
+    [jobId, fromLine, limit],
+  )) as { line_no: number; user_id: string; dup: number | string }[];
+  return rows.map((r) => ({ lineNo: Number(r.line_no), userId: r.user_id, duplicate: Number(r.dup) === 1 }));
+}
+
+/** Records a decided batch: the cursor moves past it and the counters grow, in the batch's transaction. */
+export async function recordBatch(
+  em: EntityManager,
+  jobId: string,
+  nextLine: number,
+  issued: number,
+  skipped: Record<SkipReason, number>,
+  at: Date,
+) {
+  await em.query(
+    `UPDATE issuance_job SET next_line = ?, issued = issued + ?, ${SKIP_REASONS.map((k) => `${SKIP_COLUMN[k]} = ${SKIP_COLUMN[k]} + ?`).join(', ')}, updated_at = ? WHERE id = ?`,
+    [nextLine, issued, ...SKIP_REASONS.map((k) => skipped[k]), at, jobId],
+  );
+}
+
+/** The job to run next: one already running (a restart resumes it), else the oldest queued. */
+export async function nextRunnableJob(em: Queryable): Promise<Job | null> {
+  const [row] = (await em.query(
+    `SELECT * FROM issuance_job WHERE status IN ('RUNNING', 'QUEUED') ORDER BY status = 'RUNNING' DESC, id LIMIT 1`,
+  )) as Record<string, unknown>[];
+  return row ? toJob(row) : null;
+}
+
+/**
+ * An upload that was refused or broke off: out of sight and its key free in one single-row write;
+ * its lines, possibly a million, are deleted later in small statements (purgeDiscarded).
+ */
+export async function discardUpload(em: Queryable, jobId: string, at: Date): Promise<void> {
+  await em.query(
+    `UPDATE issuance_job SET status = 'DISCARDED', idempotency_key = CONCAT('discarded:', id), updated_at = ? WHERE id = ? AND status = 'UPLOADING'`,
+    [at, jobId],
+  );
+}
+
+/** Uploads that have written nothing since `olderThan` (the instance receiving them died) are discarded. */
+export async function discardStaleUploads(em: Queryable, olderThan: Date, at: Date): Promise<void> {
+  await em.query(
+    `UPDATE issuance_job SET status = 'DISCARDED', idempotency_key = CONCAT('discarded:', id), updated_at = ? WHERE status = 'UPLOADING' AND updated_at < ?`,
+    [at, olderThan],
+  );
+}
+
+export async function discardedJobs(em: Queryable): Promise<string[]> {
+  return ((await em.query(`SELECT id FROM issuance_job WHERE status = 'DISCARDED'`)) as { id: string }[]).map((r) => String(r.id));
+}
+
+/** Deletes up to `limit` rows of a discarded job (lines, then skips, then the job); returns how many went. */
+export async function purgeDiscarded(em: Queryable, jobId: string, limit: number): Promise<number> {
+  for (const table of ['issuance_job_line', 'issuance_job_skip']) {
+    const res = (await em.query(`DELETE FROM ${table} WHERE job_id = ? LIMIT ?`, [jobId, limit])) as { affectedRows: number };
+    if (res.affectedRows > 0) return res.affectedRows;
+  }
+  const res = (await em.query(`DELETE FROM issuance_job WHERE id = ? AND status = 'DISCARDED'`, [jobId])) as { affectedRows: number };
+  return res.affectedRows;
+}
+
+export async function listSkips(em: Queryable, jobId: string, afterLine: number, limit: number) {
+  const rows = (await em.query(
+    `SELECT line_no, user_id, reason FROM issuance_job_skip WHERE job_id = ? AND line_no > ? ORDER BY line_no LIMIT ?`,
+    [jobId, afterLine, limit],
+  )) as { line_no: number; user_id: string; reason: SkipReason }[];
+  return rows.map((r) => ({ line: Number(r.line_no), userId: r.user_id, reason: r.reason }));
+}

@@ -1,0 +1,79 @@
+import type { Readable } from 'node:stream';
+import { AppError } from '../common/errors.js';
+import { validationFailed } from '../common/validation.js';
+
+export const CSV_MAX_BYTES = 64 * 1024 * 1024;
+export const CSV_MAX_LINES = 1_000_000;
+
+/** A first line naming the column rather than a user. */
+const HEADER = /^(user_?id|userid|user|uid|id)$/i;
+
+/**
+ * The user ids of a `text/csv` upload, one per line with its line number in the file, as they arrive: never the whole body in memory.
+ * Blank lines are passed over and a header-like first line is dropped; CRLF and a UTF-8 BOM are
+ * fine. Bytes that are not UTF-8 are 400, more than 64 MiB or 1,000,000 ids 413.
+ */
+export async function* userIdLines(body: Readable): AsyncGenerator<{ lineNo: number; text: string }> {
+  const decoder = new StrictUtf8();
+  let bytes = 0;
+  let lines = 0;
+  let lineNo = 0;
+  let first = true;
+  let rest = '';
+  const take = function* (text: string) {
+    const parts = (rest + text).split('\n');
+    rest = parts.pop() as string;
+    for (const part of parts) yield part;
+  };
+  const accept = (raw: string): { lineNo: number; text: string } | null => {
+    lineNo++;
+    let line = raw.endsWith('\r') ? raw.slice(0, -1) : raw;
+    if (lineNo === 1 && line.charCodeAt(0) === 0xfeff) line = line.slice(1);
+    line = line.trim();
+    if (line === '') return null;
+    const wasFirst = first;
+    first = false;
+    if (wasFirst && HEADER.test(line)) return null;
+    if (++lines > CSV_MAX_LINES)
+      throw new AppError('PAYLOAD_TOO_LARGE', `At most ${CSV_MAX_LINES} user ids per upload`, { maxLines: CSV_MAX_LINES });
+    return { lineNo, text: line };
+  };
+  for await (const chunk of body as AsyncIterable<Buffer>) {
+    bytes += chunk.length;
+    if (bytes > CSV_MAX_BYTES) throw new AppError('PAYLOAD_TOO_LARGE', 'The upload is over 64 MiB', { maxBytes: CSV_MAX_BYTES });
+    for (const raw of take(decoder.write(chunk))) {
+      const line = accept(raw);
+      if (line !== null) yield line;
+    }
+  }
+  for (const raw of take(decoder.end())) {
+    const line = accept(raw);
+    if (line !== null) yield line;
+  }
+  // The last line, unless the upload ended with a newline.
+  if (rest !== '') {
+    const line = accept(rest);
+    if (line !== null) yield line;
+  }
+}
+
+/** TextDecoder with `fatal` refuses bad bytes (StringDecoder would replace them with U+FFFD silently); `stream` keeps a sequence split over two chunks. */
+class StrictUtf8 {
+  private readonly decoder = new TextDecoder('utf-8', { fatal: true, ignoreBOM: true });
+
+  write(chunk: Buffer): string {
+    return this.decode(() => this.decoder.decode(chunk, { stream: true }));
+  }
+
+  end(): string {
+    return this.decode(() => this.decoder.decode());
+  }
+
+  private decode(fn: () => string): string {
+    try {
+      return fn();
+    } catch {
+      throw validationFailed({ body: ['must be UTF-8 text'] }, 'The upload is not UTF-8 text');
+    }
+  }
+}

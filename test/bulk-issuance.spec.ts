@@ -1,0 +1,324 @@
+import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
+import request from 'supertest';
+import { IssuanceRunner } from '../src/issuance/issuance-runner.js';
+import { createCoupon, newKey } from './support/factories.js';
+import { adminToken, bearer, startTestApp, TestApp, tokenFor } from './support/harness.js';
+import { checkInvariantsAfterEach } from './support/scoped-invariants.js';
+
+describe('bulk issuance', () => {
+  let t: TestApp;
+  const admin = () => bearer(adminToken());
+
+  beforeAll(async () => {
+    t = await startTestApp({ BULK_BATCH_SIZE: '7' });
+  });
+  checkInvariantsAfterEach(() => t.db);
+  afterAll(async () => {
+    await t.close();
+  });
+
+  const post = (couponId: string, body: unknown, key = newKey('bulk')) =>
+    request(t.url)
+      .post(`/admin/coupons/${couponId}/issuances`)
+      .set(admin())
+      .set('Idempotency-Key', key)
+      .send(body as object);
+  const postCsv = (couponId: string, csv: string | Buffer, query = 'reason=csv&fromStock=false', key = newKey('bulk')) =>
+    request(t.url)
+      .post(`/admin/coupons/${couponId}/issuances?${query}`)
+      .set(admin())
+      .set('Idempotency-Key', key)
+      .set('Content-Type', 'text/csv')
+      .send(typeof csv === 'string' ? csv : csv);
+  const job = async (jobId: string) => (await request(t.url).get(`/admin/issuance-jobs/${jobId}`).set(admin())).body;
+  const run = () => t.app.get(IssuanceRunner).runQueued();
+  const skipped = async (jobId: string) => {
+    const items: { line: number; userId: string; reason: string }[] = [];
+    let cursor: string | null = null;
+    do {
+      const res: request.Response = await request(t.url)
+        .get(`/admin/issuance-jobs/${jobId}/skipped?limit=3${cursor ? `&cursor=${cursor}` : ''}`)
+        .set(admin());
+      expect(res.status).toBe(200);
+      items.push(...res.body.items);
+      cursor = res.body.nextCursor;
+    } while (cursor);
+    return items;
+  };
+  const bulkCoupons = async (couponId: string) =>
+    (await t.db.query(`SELECT user_id, from_stock, reason FROM user_coupon WHERE coupon_id = ? AND source = 'BULK' ORDER BY user_id`, [
+      couponId,
+    ])) as { user_id: string; from_stock: number; reason: string }[];
+  const stockOf = async (couponId: string) =>
+    Number(((await t.db.query(`SELECT stock FROM coupon_stock WHERE coupon_id = ?`, [couponId])) as { stock: string }[])[0].stock);
+
+  it('issues once per listed user and skips invalid ids, repeats, users at their limit and lines past the stock', async () => {
+    const coupon = await createCoupon(t.url, { totalStock: 6, perUserLimit: 1 });
+    const grab = await request(t.url)
+      .post(`/coupons/${coupon.id}/grab`)
+      .set(bearer(tokenFor('u1')))
+      .set('Idempotency-Key', newKey());
+    expect(grab.status).toBe(201);
+    const userIds = ['u1', 'u2', 'u2', 'not valid!', 'u3', 'u4', 'u5', 'u6', 'u7', 'u8', 'u3', ''];
+    const created = await post(coupon.id, { userIds, reason: 'VIP', fromStock: true });
+    expect(created.status).toBe(202);
+    const jobId = created.body.jobId as string;
+    expect(await job(jobId)).toMatchObject({ status: 'QUEUED', total: 12, issued: 0 });
+
+    await run();
+
+    // Stock 6, one grabbed: u2..u6 take the other five, u7 and u8 find it gone.
+    const done = await job(jobId);
+    expect(done).toMatchObject({
+      id: jobId,
+      couponId: coupon.id,
+      status: 'COMPLETED',
+      total: 12,
+      issued: 5,
+      skipped: 7,
+      skippedByReason: { USER_LIMIT_REACHED: 1, SOLD_OUT: 2, INVALID_USER_ID: 2, DUPLICATE: 2 },
+    });
+    expect(done.startedAt).toEqual(expect.any(String));
+    expect(done.finishedAt).toEqual(expect.any(String));
+    expect((await bulkCoupons(coupon.id)).map((r) => r.user_id)).toEqual(['u2', 'u3', 'u4', 'u5', 'u6']);
+    expect(await skipped(jobId)).toEqual([
+      { line: 1, userId: 'u1', reason: 'USER_LIMIT_REACHED' },
+      { line: 3, userId: 'u2', reason: 'DUPLICATE' },
+      { line: 4, userId: 'not valid!', reason: 'INVALID_USER_ID' },
+      { line: 9, userId: 'u7', reason: 'SOLD_OUT' },
+      { line: 10, userId: 'u8', reason: 'SOLD_OUT' },
+      { line: 11, userId: 'u3', reason: 'DUPLICATE' },
+      { line: 12, userId: '', reason: 'INVALID_USER_ID' },
+    ]);
+    expect(await stockOf(coupon.id)).toBe(0);
+    const logs = (await t.db.query(
+      `SELECT l.from_status, l.to_status, l.tx_id, l.reason FROM user_coupon_state_log l JOIN user_coupon uc ON uc.id = l.user_coupon_id
+       WHERE uc.coupon_id = ? AND uc.source = 'BULK'`,
+      [coupon.id],
+    )) as { from_status: string | null; to_status: string; tx_id: string; reason: string }[];
+    expect(logs).toHaveLength(5);
+    expect(new Set(logs.map((l) => `${l.from_status}->${l.to_status} ${l.tx_id} ${l.reason}`))).toEqual(
+      new Set([`null->UNUSED bulk:${jobId} VIP`]),
+    );
+    // A user coupon from a job shows its source.
+    const mine = await request(t.url)
+      .get('/me/coupons')
+      .set(bearer(tokenFor('u2')));
+    expect(mine.body.items.map((c: { source: string }) => c.source)).toEqual(['BULK']);
+  });
+
+  it('counts grabs and bulk issues together for perUserLimit, and a bulk coupon stops the user grabbing', async () => {
+    const coupon = await createCoupon(t.url, { totalStock: 10, perUserLimit: 1 });
+    const created = await post(coupon.id, { userIds: ['v1', 'v2'], reason: 'partners', fromStock: false });
+    await run();
+    expect(await job(created.body.jobId)).toMatchObject({ status: 'COMPLETED', issued: 2 });
+    // Not from stock: the stock is untouched and the coupons are not counted against it.
+    expect(await stockOf(coupon.id)).toBe(10);
+    expect((await bulkCoupons(coupon.id)).map((r) => r.from_stock)).toEqual([0, 0]);
+    const grab = await request(t.url)
+      .post(`/coupons/${coupon.id}/grab`)
+      .set(bearer(tokenFor('v1')))
+      .set('Idempotency-Key', newKey());
+    expect([grab.status, grab.body.code]).toEqual([409, 'USER_LIMIT_REACHED']);
+  });
+
+  it('holds perUserLimit while grabs of the same users race the job', async () => {
+    const coupon = await createCoupon(t.url, { totalStock: 100, perUserLimit: 1 });
+    const users = Array.from({ length: 40 }, (_, i) => `race-${i}`);
+    const created = await post(coupon.id, { userIds: users, reason: 'race', fromStock: true });
+    const [, grabs] = await Promise.all([
+      run(),
+      Promise.all(
+        users.map((u) =>
+          request(t.url)
+            .post(`/coupons/${coupon.id}/grab`)
+            .set(bearer(tokenFor(u)))
+            .set('Idempotency-Key', newKey()),
+        ),
+      ),
+    ]);
+    const rows = (await t.db.query(`SELECT user_id, COUNT(*) AS n FROM user_coupon WHERE coupon_id = ? GROUP BY user_id`, [coupon.id])) as {
+      user_id: string;
+      n: string;
+    }[];
+    expect(rows).toHaveLength(40);
+    expect(rows.every((r) => Number(r.n) === 1)).toBe(true);
+    const grabbed = grabs.filter((g) => g.status === 201).length;
+    const done = await job(created.body.jobId);
+    expect(done.issued + grabbed).toBe(40);
+    expect(done.skippedByReason.USER_LIMIT_REACHED).toBe(grabbed);
+    expect(grabs.every((g) => g.status === 201 || g.body.code === 'USER_LIMIT_REACHED')).toBe(true);
+    expect(await stockOf(coupon.id)).toBe(60);
+  });
+
+  it('a repeat of the Idempotency-Key answers the same job; the key for another coupon is 422', async () => {
+    const coupon = await createCoupon(t.url);
+    const other = await createCoupon(t.url);
+    const key = newKey('same');
+    const body = { userIds: ['w1'], reason: 'r', fromStock: false };
+    const first = await post(coupon.id, body, key);
+    const again = await post(coupon.id, body, key);
+    expect([first.status, again.status]).toEqual([202, 202]);
+    expect(again.body.jobId).toBe(first.body.jobId);
+    expect(again.headers['idempotent-replayed']).toBe('true');
+    expect(first.headers['idempotent-replayed']).toBeUndefined();
+    const elsewhere = await post(other.id, body, key);
+    expect([elsewhere.status, elsewhere.body.code]).toEqual([422, 'IDEMPOTENCY_KEY_REUSED']);
+    await run();
+    expect(await bulkCoupons(coupon.id)).toHaveLength(1);
+  });
+
+  it('reads a CSV upload with CRLF, blank lines, a header and a BOM, and counts line numbers of the file', async () => {
+    const coupon = await createCoupon(t.url, { totalStock: 10 });
+    const created = await postCsv(coupon.id, '\uFEFFuser_id\r\nc1\r\n\r\nc2\n  c3  \n\nc1\nc4');
+    expect(created.status).toBe(202);
+    await run();
+    expect(await job(created.body.jobId)).toMatchObject({ status: 'COMPLETED', total: 5, issued: 4, skippedByReason: { DUPLICATE: 1 } });
+    expect(await skipped(created.body.jobId)).toEqual([{ line: 7, userId: 'c1', reason: 'DUPLICATE' }]);
+    expect((await bulkCoupons(coupon.id)).map((r) => r.user_id)).toEqual(['c1', 'c2', 'c3', 'c4']);
+  });
+
+  it('issues a 20,000-line CSV in batches, exactly once per user, resuming after being stopped midway', async () => {
+    const coupon = await createCoupon(t.url, { totalStock: 30000 });
+    const csv = Array.from({ length: 20000 }, (_, i) => `big-${i}`).join('\n');
+    const created = await postCsv(coupon.id, csv, 'reason=big&fromStock=true');
+    expect(created.status).toBe(202);
+    const jobId = created.body.jobId as string;
+    const runner = t.app.get(IssuanceRunner);
+    // The small batches of the other tests would make this one 3,000 transactions.
+    t.config.BULK_BATCH_SIZE = 500;
+    const stop = new AbortController();
+    const watching = setInterval(async () => {
+      if ((await job(jobId)).issued > 0) stop.abort();
+    }, 20);
+    await runner.runQueued(stop.signal);
+    clearInterval(watching);
+    const midway = await job(jobId);
+    expect(midway.status).toBe('RUNNING');
+    expect(midway.issued).toBeGreaterThan(0);
+    expect(midway.issued).toBeLessThan(20000);
+    await runner.runQueued();
+    expect(await job(jobId)).toMatchObject({ status: 'COMPLETED', total: 20000, issued: 20000, skipped: 0 });
+    const [{ n, users }] = (await t.db.query(
+      `SELECT COUNT(*) AS n, COUNT(DISTINCT user_id) AS users FROM user_coupon WHERE coupon_id = ? AND source = 'BULK'`,
+      [coupon.id],
+    )) as { n: string; users: string }[];
+    expect([Number(n), Number(users)]).toEqual([20000, 20000]);
+    expect(await stockOf(coupon.id)).toBe(10000);
+    t.config.BULK_BATCH_SIZE = 7;
+  }, 120_000);
+
+  it('cancels a queued job before it issues anything; a finished job cannot be cancelled', async () => {
+    const coupon = await createCoupon(t.url);
+    const queued = await post(coupon.id, { userIds: ['x1', 'x2'], reason: 'r', fromStock: false });
+    const cancelled = await request(t.url).post(`/admin/issuance-jobs/${queued.body.jobId}/cancel`).set(admin());
+    expect([cancelled.status, cancelled.body.status]).toEqual([200, 'CANCELLED']);
+    expect(cancelled.body.finishedAt).toEqual(expect.any(String));
+    const twice = await request(t.url).post(`/admin/issuance-jobs/${queued.body.jobId}/cancel`).set(admin());
+    expect([twice.status, twice.body.status]).toEqual([200, 'CANCELLED']);
+    await run();
+    expect(await bulkCoupons(coupon.id)).toHaveLength(0);
+
+    const finished = await post(coupon.id, { userIds: ['x3'], reason: 'r', fromStock: false });
+    await run();
+    const late = await request(t.url).post(`/admin/issuance-jobs/${finished.body.jobId}/cancel`).set(admin());
+    expect([late.status, late.body.code]).toEqual([409, 'ISSUANCE_JOB_FINISHED']);
+  });
+
+  it('refuses bad input with a 4xx and stores nothing', async () => {
+    const coupon = await createCoupon(t.url);
+    const before = Number(
+      ((await t.db.query(`SELECT COUNT(*) AS n FROM issuance_job WHERE status <> 'DISCARDED'`)) as { n: string }[])[0].n,
+    );
+    const ok = { userIds: ['y1'], reason: 'r', fromStock: false };
+    const cases: [string, () => request.Test, number, string][] = [
+      ['no key', () => request(t.url).post(`/admin/coupons/${coupon.id}/issuances`).set(admin()).send(ok), 400, 'VALIDATION_FAILED'],
+      ['bad key', () => post(coupon.id, ok, 'has space'), 400, 'VALIDATION_FAILED'],
+      ['empty list', () => post(coupon.id, { ...ok, userIds: [] }), 400, 'VALIDATION_FAILED'],
+      [
+        'over 10,000 ids',
+        () => post(coupon.id, { ...ok, userIds: Array.from({ length: 10001 }, (_, i) => `z${i}`) }),
+        400,
+        'VALIDATION_FAILED',
+      ],
+      ['a number in the list', () => post(coupon.id, { ...ok, userIds: [1] }), 400, 'VALIDATION_FAILED'],
+      ['no reason', () => post(coupon.id, { userIds: ['y1'], fromStock: false }), 400, 'VALIDATION_FAILED'],
+      ['unknown field', () => post(coupon.id, { ...ok, extra: 1 }), 400, 'VALIDATION_FAILED'],
+      [
+        'query with JSON',
+        () => request(t.url).post(`/admin/coupons/${coupon.id}/issuances?reason=x`).set(admin()).set('Idempotency-Key', newKey()).send(ok),
+        400,
+        'VALIDATION_FAILED',
+      ],
+      ['CSV without reason', () => postCsv(coupon.id, 'y1\n', 'fromStock=false'), 400, 'VALIDATION_FAILED'],
+      ['CSV with a bad fromStock', () => postCsv(coupon.id, 'y1\n', 'reason=r&fromStock=yes'), 400, 'VALIDATION_FAILED'],
+      [
+        'CSV not UTF-8',
+        () => postCsv(coupon.id, Buffer.concat([Buffer.from('y1\ny2\n'), Buffer.from([0xff, 0xfe, 0x41]), Buffer.from('\ny3\n')])),
+        400,
+        'VALIDATION_FAILED',
+      ],
+      ['unknown coupon', () => post('999999999', ok), 404, 'COUPON_NOT_FOUND'],
+      [
+        'not an admin',
+        () =>
+          request(t.url)
+            .post(`/admin/coupons/${coupon.id}/issuances`)
+            .set(bearer(tokenFor('y1')))
+            .set('Idempotency-Key', newKey())
+            .send(ok),
+        403,
+        'FORBIDDEN',
+      ],
+      [
+        'CSV to another route',
+        () => request(t.url).post('/admin/coupons').set(admin()).set('Content-Type', 'text/csv').send('a\n'),
+        415,
+        'UNSUPPORTED_MEDIA_TYPE',
+      ],
+      ['unknown job', () => request(t.url).get('/admin/issuance-jobs/999999999').set(admin()), 404, 'ISSUANCE_JOB_NOT_FOUND'],
+      ['bad job id', () => request(t.url).get('/admin/issuance-jobs/abc').set(admin()), 400, 'VALIDATION_FAILED'],
+    ];
+    for (const [name, send, status, code] of cases) {
+      const res = await send();
+      expect(`${name}: ${res.status} ${res.body.code}`).toBe(`${name}: ${status} ${code}`);
+    }
+    const after = Number(
+      ((await t.db.query(`SELECT COUNT(*) AS n FROM issuance_job WHERE status <> 'DISCARDED'`)) as { n: string }[])[0].n,
+    );
+    expect(after).toBe(before);
+    expect(
+      Number(
+        (
+          (await t.db.query(
+            `SELECT COUNT(*) AS n FROM issuance_job_line l LEFT JOIN issuance_job j ON j.id = l.job_id WHERE j.id IS NULL`,
+          )) as { n: string }[]
+        )[0].n,
+      ),
+    ).toBe(0);
+  });
+
+  it('refuses a CSV over 64 MiB with 413 and keeps nothing of it', async () => {
+    const coupon = await createCoupon(t.url);
+    const line = Buffer.from('abcdefghij-abcdefghij-abcdefghij-abcdefghij-abcdefghij-abcdefghi\n');
+    const body = Buffer.concat([Buffer.alloc(64 * 1024 * 1024 + 1 - line.length, 'a'.charCodeAt(0)).fill(line), line]);
+    expect(body.length).toBe(64 * 1024 * 1024 + 1);
+    const res = await postCsv(coupon.id, body);
+    expect([res.status, res.body.code]).toEqual([413, 'PAYLOAD_TOO_LARGE']);
+    const jobs = async () =>
+      (await t.db.query(`SELECT status, idempotency_key FROM issuance_job WHERE coupon_id = ?`, [coupon.id])) as {
+        status: string;
+        idempotency_key: string;
+      }[];
+    // Out of sight and its key free at once; its lines go with the runner's next pass.
+    const [discarded] = await jobs();
+    expect(discarded.status).toBe('DISCARDED');
+    expect(discarded.idempotency_key).toMatch(/^discarded:/);
+    await run();
+    expect(await jobs()).toEqual([]);
+    const orphans = (await t.db.query(
+      `SELECT COUNT(*) AS n FROM issuance_job_line l LEFT JOIN issuance_job j ON j.id = l.job_id WHERE j.id IS NULL`,
+    )) as { n: string }[];
+    expect(Number(orphans[0].n)).toBe(0);
+  }, 120_000);
+});
