@@ -62,7 +62,7 @@ describe('migrations', () => {
     expect(await tables()).toEqual([]);
     const applied = await ds.runMigrations({ transaction: 'each' });
     expect(applied.map((m) => m.name)).toEqual(migrations.map((m) => new m().name));
-    expect(await tables()).toHaveLength(16);
+    expect(await tables()).toHaveLength(19);
     expect(await ds.showMigrations()).toBe(false);
   });
 });
