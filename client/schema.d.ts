@@ -8154,6 +8154,26 @@ export interface operations {
                     };
                 };
             };
+            /** @description HEADERS_TOO_LARGE */
+            431: {
+                headers: {
+                    /** @description The request's id: the client's `X-Request-Id` when it is 1-128 of [A-Za-z0-9._:-], else a generated UUID */
+                    "x-request-id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "code": "HEADERS_TOO_LARGE",
+                     *       "message": "headers too large"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"] & {
+                        /** @enum {string} */
+                        code?: "HEADERS_TOO_LARGE";
+                    };
+                };
+            };
             /** @description SERVICE_UNAVAILABLE, OUTCOME_UNKNOWN */
             503: {
                 headers: {
@@ -8277,6 +8297,46 @@ export interface operations {
                     "application/json": components["schemas"]["Error"] & {
                         /** @enum {string} */
                         code?: "ISSUANCE_JOB_NOT_FOUND";
+                    };
+                };
+            };
+            /** @description REQUEST_TIMEOUT */
+            408: {
+                headers: {
+                    /** @description The request's id: the client's `X-Request-Id` when it is 1-128 of [A-Za-z0-9._:-], else a generated UUID */
+                    "x-request-id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "code": "REQUEST_TIMEOUT",
+                     *       "message": "request timeout"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"] & {
+                        /** @enum {string} */
+                        code?: "REQUEST_TIMEOUT";
+                    };
+                };
+            };
+            /** @description HEADERS_TOO_LARGE */
+            431: {
+                headers: {
+                    /** @description The request's id: the client's `X-Request-Id` when it is 1-128 of [A-Za-z0-9._:-], else a generated UUID */
+                    "x-request-id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "code": "HEADERS_TOO_LARGE",
+                     *       "message": "headers too large"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"] & {
+                        /** @enum {string} */
+                        code?: "HEADERS_TOO_LARGE";
                     };
                 };
             };
@@ -8407,6 +8467,46 @@ export interface operations {
                     "application/json": components["schemas"]["Error"] & {
                         /** @enum {string} */
                         code?: "ISSUANCE_JOB_NOT_FOUND";
+                    };
+                };
+            };
+            /** @description REQUEST_TIMEOUT */
+            408: {
+                headers: {
+                    /** @description The request's id: the client's `X-Request-Id` when it is 1-128 of [A-Za-z0-9._:-], else a generated UUID */
+                    "x-request-id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "code": "REQUEST_TIMEOUT",
+                     *       "message": "request timeout"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"] & {
+                        /** @enum {string} */
+                        code?: "REQUEST_TIMEOUT";
+                    };
+                };
+            };
+            /** @description HEADERS_TOO_LARGE */
+            431: {
+                headers: {
+                    /** @description The request's id: the client's `X-Request-Id` when it is 1-128 of [A-Za-z0-9._:-], else a generated UUID */
+                    "x-request-id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "code": "HEADERS_TOO_LARGE",
+                     *       "message": "headers too large"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"] & {
+                        /** @enum {string} */
+                        code?: "HEADERS_TOO_LARGE";
                     };
                 };
             };
@@ -8613,6 +8713,26 @@ export interface operations {
                     "application/json": components["schemas"]["Error"] & {
                         /** @enum {string} */
                         code?: "UNSUPPORTED_MEDIA_TYPE";
+                    };
+                };
+            };
+            /** @description HEADERS_TOO_LARGE */
+            431: {
+                headers: {
+                    /** @description The request's id: the client's `X-Request-Id` when it is 1-128 of [A-Za-z0-9._:-], else a generated UUID */
+                    "x-request-id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "code": "HEADERS_TOO_LARGE",
+                     *       "message": "headers too large"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"] & {
+                        /** @enum {string} */
+                        code?: "HEADERS_TOO_LARGE";
                     };
                 };
             };
