@@ -151,7 +151,8 @@ describe('database errors at start say what happened', () => {
 // The scripts as an operator runs them (npm run -s ...), from a build the first call makes.
 describe('npm scripts', () => {
   const npm = (args: string[], env: Record<string, string> = {}) =>
-    promisify(execFile)('npm', ['run', '-s', ...args], { cwd: ROOT, env: { ...process.env, ...env } }).then(
+    // FORCE_COLOR=0: with CI set, TypeORM's CLI colours the file name it prints (chalk turns colour on for CI).
+    promisify(execFile)('npm', ['run', '-s', ...args], { cwd: ROOT, env: { ...process.env, FORCE_COLOR: '0', ...env } }).then(
       ({ stdout, stderr }) => ({ code: 0, stdout, stderr }),
       (err: { code: number; stdout: string; stderr: string }) => ({ code: err.code, stdout: err.stdout, stderr: err.stderr }),
     );
