@@ -1,6 +1,7 @@
 import { CouponService } from '../src/coupon/coupon.service.js';
 import type { GrabDecision } from '../src/coupon/grab-decision.js';
 import { GrabGroupService } from '../src/coupon/grab-group.service.js';
+import { withDeadline } from '../src/database/deadline-pool.js';
 import { IssueService } from '../src/ledger/issue.service.js';
 import { createCoupon, newKey } from './support/factories.js';
 import { checkInvariantsAfterEach } from './support/scoped-invariants.js';
@@ -115,6 +116,42 @@ describe.each([
       expect(elapsed).toBeGreaterThanOrEqual(waitMs - 5);
       expect(elapsed).toBeLessThan(waitMs + 5000);
       expect(await groupSizes(coupon.id)).toEqual([4]);
+    }
+  });
+
+  it('a grab whose request deadline passes while it queues behind a blocked group is refused, not issued afterwards', async () => {
+    const coupon = await coupons.template((await createCoupon(t.url, { totalStock: 10 })).id);
+    const blocker = t.db.createQueryRunner();
+    await blocker.connect();
+    await blocker.startTransaction('READ COMMITTED');
+    try {
+      await blocker.query(`SELECT stock FROM coupon_stock WHERE coupon_id = ? FOR UPDATE`, [coupon.id]);
+      // Outside any request (no deadline), like the first grab of a queue whose request was answered long ago.
+      const first = groups.submit(coupon, { userId: 'deadline-first', key: newKey() });
+      for (let i = 0; ; i++) {
+        const [{ n }] = (await t.db.query(
+          `SELECT COUNT(*) AS n FROM information_schema.PROCESSLIST WHERE DB = DATABASE() AND INFO LIKE '%FROM coupon_stock%FOR UPDATE%' AND ID <> CONNECTION_ID()`,
+        )) as { n: string }[];
+        if (Number(n) > 0) break;
+        if (i > 200) throw new Error('the first group never waited on the stock row');
+        await new Promise((r) => setTimeout(r, 20));
+      }
+      let late!: Promise<GrabDecision>;
+      withDeadline({ at: Date.now() + 600, answered: false }, () => {
+        late = groups.submit(coupon, { userId: 'deadline-late', key: newKey() });
+      });
+      const lateOutcome = late.then(granted, (err: { code?: string }) => err.code);
+      await new Promise((r) => setTimeout(r, 1000));
+      await blocker.commitTransaction();
+      expect(granted(await first)).toBe('GRANTED');
+      expect(await lateOutcome).toBe('SERVICE_UNAVAILABLE');
+      const [{ n }] = (await t.db.query(`SELECT COUNT(*) AS n FROM user_coupon WHERE coupon_id = ? AND user_id = 'deadline-late'`, [
+        coupon.id,
+      ])) as { n: string }[];
+      expect(Number(n)).toBe(0);
+    } finally {
+      if (blocker.isTransactionActive) await blocker.rollbackTransaction();
+      await blocker.release();
     }
   });
 });

@@ -2,7 +2,9 @@ import { Injectable } from '@nestjs/common';
 import { EntityManager } from 'typeorm';
 import { AppConfig } from '../config/app-config.js';
 import { isDuplicateKey } from '../common/db-errors.js';
+import { AppError } from '../common/errors.js';
 import { histogram } from '../common/metrics.js';
+import { currentDeadline, Deadline, hasTimeLeft, runWithDeadline } from '../database/deadline-pool.js';
 import { TransactionService } from '../database/transaction.service.js';
 import { Coupon } from './coupon.entity.js';
 import { GrabDecision, GrabRequest, GroupKeyCollision, identity, keyReused, refused } from './grab-decision.js';
@@ -16,7 +18,14 @@ const groupSizes = histogram('grab_group_size', 'Grabs decided by one grouped tr
 interface Waiter extends GrabRequest {
   resolve(d: GrabDecision): void;
   reject(err: unknown): void;
+  /** The deadline of the request this grab answers (none when called outside a request). */
+  deadline?: Deadline;
 }
+
+const deadlinePassed = () =>
+  new AppError('SERVICE_UNAVAILABLE', 'The grab waited for its group past the request deadline; retry with the same key', undefined, {
+    'Retry-After': '1',
+  });
 
 interface Queue {
   waiting: Waiter[];
@@ -46,7 +55,7 @@ export class GrabGroupService {
     return new Promise((resolve, reject) => {
       let queue = this.queues.get(coupon.id);
       if (!queue) this.queues.set(coupon.id, (queue = { waiting: [], running: false }));
-      queue.waiting.push({ ...request, resolve, reject });
+      queue.waiting.push({ ...request, resolve, reject, deadline: currentDeadline() });
       if (!queue.running) void this.drain(coupon, queue);
     });
   }
@@ -57,10 +66,15 @@ export class GrabGroupService {
     // sale) forms one group instead of a lone first request that the rest must wait behind.
     await new Promise((r) => (this.config.GRAB_GROUP_WAIT_MS > 0 ? setTimeout(r, this.config.GRAB_GROUP_WAIT_MS) : setImmediate(r)));
     while (queue.waiting.length > 0) {
-      const group = queue.waiting.splice(0, this.config.GRAB_GROUP_MAX);
+      const taken = queue.waiting.splice(0, this.config.GRAB_GROUP_MAX);
+      // A grab whose request ran out of time while it queued was answered 503 already: it must not
+      // be issued now, and its deadline must not cut the others' group short.
+      const group = taken.filter((w) => !w.deadline || hasTimeLeft(w.deadline));
+      for (const w of taken) if (!group.includes(w)) w.reject(deadlinePassed());
+      if (group.length === 0) continue;
       groupSizes.observe(group.length);
       try {
-        const decisions = await this.decideGroup(coupon, group);
+        const decisions = await this.underEarliestDeadline(group, () => this.decideGroup(coupon, group));
         group.forEach((w, i) => w.resolve(decisions[i]));
       } catch (err) {
         group.forEach((w) => w.reject(err));
@@ -68,6 +82,17 @@ export class GrabGroupService {
     }
     queue.running = false;
     this.queues.delete(coupon.id);
+  }
+
+  /**
+   * The group's statements end by the earliest deadline of its requests, so none of them can be
+   * answered 503 (its deadline) while the group goes on to commit its coupon. Without this a group
+   * would run in the context of whichever request started the queue, with job limits once that one
+   * had been answered.
+   */
+  private underEarliestDeadline<T>(group: readonly Waiter[], fn: () => Promise<T>): Promise<T> {
+    const at = Math.min(...group.map((w) => (w.deadline && !w.deadline.answered ? w.deadline.at : Infinity)));
+    return Number.isFinite(at) ? runWithDeadline({ at, answered: false }, fn) : fn();
   }
 
   /**

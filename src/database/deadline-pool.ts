@@ -32,6 +32,21 @@ export function withDeadline(deadline: Deadline, fn: () => void): void {
   deadlines.run(deadline, fn);
 }
 
+/** The deadline of the request being handled here, if any (work started for it outlives the call stack). */
+export function currentDeadline(): Deadline | undefined {
+  return deadlines.getStore();
+}
+
+/** Whether a database wait could still start before `deadline`. */
+export function hasTimeLeft(deadline: Deadline): boolean {
+  return deadline.answered || deadline.at - ANSWER_MARGIN_MS > Date.now();
+}
+
+/** Runs work shared by several requests (a grab group) under one deadline: the earliest of theirs. */
+export function runWithDeadline<T>(deadline: Deadline, fn: () => Promise<T>): Promise<T> {
+  return deadlines.run(deadline, fn);
+}
+
 /** Milliseconds a database wait may take: before the current request's deadline, else `outside`. */
 export function budget(outside: number): number {
   const d = deadlines.getStore();
