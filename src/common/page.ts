@@ -1,3 +1,7 @@
+import { ApiPropertyOptional } from '@nestjs/swagger';
+import { IsInt, Max, Min } from 'class-validator';
+import { IsId, IsOmittable, QueryInt } from './validation.js';
+
 export interface Page<V> {
   items: V[];
   nextCursor: string | null;
@@ -10,4 +14,20 @@ export interface Page<V> {
 export function toPage<R extends { id: string }, V>(rows: readonly R[], limit: number, view: (row: R) => V): Page<V> {
   const page = rows.slice(0, limit);
   return { items: page.map(view), nextCursor: rows.length > limit ? page[page.length - 1].id : null };
+}
+
+/** `limit` (1-100, default 20) and `cursor` (a previous page's nextCursor) of a cursor-paginated list. */
+export class PageQuery {
+  @ApiPropertyOptional({ minimum: 1, maximum: 100, default: 20 })
+  @IsOmittable()
+  @QueryInt()
+  @IsInt()
+  @Min(1)
+  @Max(100)
+  limit?: number;
+
+  @ApiPropertyOptional({ description: 'nextCursor of the previous page' })
+  @IsOmittable()
+  @IsId()
+  cursor?: string;
 }

@@ -2,7 +2,7 @@ import { Body, Controller, Get, HttpCode, Param, Patch, Post, Query } from '@nes
 import { ApiBearerAuth, ApiNotFoundResponse, ApiOkResponse, ApiOperation, ApiTags } from '@nestjs/swagger';
 import { Public, RequireRoles } from '../auth/principal.js';
 import { IdPipe } from '../common/validation.js';
-import { PageQuery } from '../reconciliation/reconciliation.dto.js';
+import { PageQuery } from '../common/page.js';
 import { CouponSeriesView, CreateCouponDto, PatchCouponDto, PublicCouponsQuery, SeriesQuery, StockDeltaDto } from './coupon.dto.js';
 import { CouponService, CouponView } from './coupon.service.js';
 import { GrabSeries, SERIES_SECONDS } from './grab-series.js';

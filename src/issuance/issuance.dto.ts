@@ -2,7 +2,7 @@ import { ApiProperty, ApiPropertyOptional } from '@nestjs/swagger';
 import { Transform } from 'class-transformer';
 import { ArrayMaxSize, ArrayMinSize, IsArray, IsBoolean, IsString } from 'class-validator';
 import { IsOmittable, TextLength } from '../common/validation.js';
-import { PageQuery } from '../reconciliation/reconciliation.dto.js';
+import { PageQuery } from '../common/page.js';
 import { JOB_STATUSES, SKIP_REASONS } from './issuance.store.js';
 import type { SkipReason } from './issuance.store.js';
 

@@ -4,7 +4,8 @@ import { CurrentUser, RequireRoles } from '../auth/principal.js';
 import type { Principal } from '../auth/principal.js';
 import { IdPipe } from '../common/validation.js';
 import type { RunMode } from './reconciliation-run.entity.js';
-import { OptionalBodyPipe, PageQuery, StartRunDto } from './reconciliation.dto.js';
+import { PageQuery } from '../common/page.js';
+import { OptionalBodyPipe, StartRunDto } from './reconciliation.dto.js';
 import { ReconciliationService } from './reconciliation.service.js';
 
 interface StartRunBody {

@@ -1,8 +1,9 @@
 import { Injectable } from '@nestjs/common';
 import type { ArgumentMetadata, PipeTransform, Type as ClassType } from '@nestjs/common';
 import { ApiProperty, ApiPropertyOptional } from '@nestjs/swagger';
-import { IsIn, IsInt, IsString, Max, Min } from 'class-validator';
-import { IsId, IsOmittable, QueryInt, StrictValidationPipe, TextLength } from '../common/validation.js';
+import { IsIn, IsString } from 'class-validator';
+import { IsId, IsOmittable, StrictValidationPipe, TextLength } from '../common/validation.js';
+import { PageQuery } from '../common/page.js';
 import { COMPENSATION_STATUSES } from './compensation.entity.js';
 import type { CompensationStatus } from './compensation.entity.js';
 import { RUN_MODES } from './reconciliation-run.entity.js';
@@ -17,21 +18,6 @@ export class StartRunDto {
   @IsOmittable()
   @IsIn(RUN_MODES)
   mode?: RunMode;
-}
-
-export class PageQuery {
-  @ApiPropertyOptional({ minimum: 1, maximum: 100, default: 20 })
-  @IsOmittable()
-  @QueryInt()
-  @IsInt()
-  @Min(1)
-  @Max(100)
-  limit?: number;
-
-  @ApiPropertyOptional({ description: 'nextCursor of the previous page' })
-  @IsOmittable()
-  @IsId()
-  cursor?: string;
 }
 
 export class ListCompensationsQuery extends PageQuery {

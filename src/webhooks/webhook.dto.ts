@@ -2,7 +2,7 @@ import { applyDecorators } from '@nestjs/common';
 import { ApiProperty, ApiPropertyOptional } from '@nestjs/swagger';
 import { ArrayMaxSize, ArrayMinSize, ArrayUnique, IsArray, IsBoolean, IsIn } from 'class-validator';
 import { IsOmittable, TextLength } from '../common/validation.js';
-import { PageQuery } from '../reconciliation/reconciliation.dto.js';
+import { PageQuery } from '../common/page.js';
 import { EVENT_TYPES, type EventType } from './events.js';
 import { URL_MAX_LENGTH } from './url-policy.js';
 
