@@ -1473,6 +1473,26 @@ export interface operations {
                     "application/json": components["schemas"]["Health"];
                 };
             };
+            /** @description VALIDATION_FAILED */
+            400: {
+                headers: {
+                    /** @description The request's id: the client's `X-Request-Id` when it is 1-128 of [A-Za-z0-9._:-], else a generated UUID */
+                    "x-request-id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "code": "VALIDATION_FAILED",
+                     *       "message": "validation failed"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"] & {
+                        /** @enum {string} */
+                        code?: "VALIDATION_FAILED";
+                    };
+                };
+            };
             /** @description REQUEST_TIMEOUT */
             408: {
                 headers: {
@@ -1555,6 +1575,26 @@ export interface operations {
                 };
                 content: {
                     "text/plain": string;
+                };
+            };
+            /** @description VALIDATION_FAILED */
+            400: {
+                headers: {
+                    /** @description The request's id: the client's `X-Request-Id` when it is 1-128 of [A-Za-z0-9._:-], else a generated UUID */
+                    "x-request-id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "code": "VALIDATION_FAILED",
+                     *       "message": "validation failed"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"] & {
+                        /** @enum {string} */
+                        code?: "VALIDATION_FAILED";
+                    };
                 };
             };
             /** @description UNAUTHENTICATED */
@@ -6823,6 +6863,26 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["WebhookList"];
+                };
+            };
+            /** @description VALIDATION_FAILED */
+            400: {
+                headers: {
+                    /** @description The request's id: the client's `X-Request-Id` when it is 1-128 of [A-Za-z0-9._:-], else a generated UUID */
+                    "x-request-id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "code": "VALIDATION_FAILED",
+                     *       "message": "validation failed"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"] & {
+                        /** @enum {string} */
+                        code?: "VALIDATION_FAILED";
+                    };
                 };
             };
             /** @description UNAUTHENTICATED */

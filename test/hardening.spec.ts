@@ -189,6 +189,30 @@ describe('hardening', () => {
       expect((await request(t.url).get('/admin/reconciliation/runs?limit=100').set(bearer(adminToken()))).status).toBe(200);
       expect((await request(t.url).get('/admin/reconciliation/runs?limit=1e2').set(bearer(adminToken()))).status).toBe(400);
     });
+
+    it('a query parameter on a route that takes none is 400 naming it, and the route does nothing', async () => {
+      const coupon = await createCoupon(t.url, { totalStock: 5 });
+      const refused = async (req: request.Test) => {
+        const res = await req;
+        return [res.status, res.body.code, Object.keys(res.body.details?.fields ?? {})];
+      };
+      const user = bearer(tokenFor('parse-4'));
+      expect(await refused(request(t.url).get(`/coupons/${coupon.id}?x=1`))).toEqual([400, 'VALIDATION_FAILED', ['x']]);
+      expect(await refused(request(t.url).get('/health?verbose'))).toEqual([400, 'VALIDATION_FAILED', ['verbose']]);
+      expect(
+        await refused(request(t.url).post(`/coupons/${coupon.id}/grab?userId=someone-else&y=2`).set(user).set('Idempotency-Key', newKey())),
+      ).toEqual([400, 'VALIDATION_FAILED', ['userId', 'y']]);
+      const [{ issued }] = (await t.db.query('SELECT COUNT(*) AS issued FROM user_coupon WHERE coupon_id = ?', [coupon.id])) as {
+        issued: string;
+      }[];
+      expect(Number(issued)).toBe(0);
+      // As with a bad body, the token is checked first.
+      expect(await refused(request(t.url).get(`/admin/coupons/${coupon.id}?x=1`))).toEqual([401, 'UNAUTHENTICATED', []]);
+      // The control: the same routes without the parameter, and a route whose query DTO declares it.
+      expect((await request(t.url).get(`/coupons/${coupon.id}`)).status).toBe(200);
+      expect((await request(t.url).get('/health')).status).toBe(200);
+      expect((await request(t.url).get('/coupons?limit=1')).status).toBe(200);
+    });
   });
 
   describe('request ids (item 5)', () => {

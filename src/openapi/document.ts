@@ -40,12 +40,12 @@ interface Operation {
 }
 
 /** The codes every route of its kind can answer, besides its own (ROUTES[...].errors). */
-function commonErrors(method: string, op: Operation, route: RouteContract): ErrorCode[] {
+function commonErrors(method: string, route: RouteContract): ErrorCode[] {
   // Any request: it did not all arrive within REQUEST_TIMEOUT_MS (a slow body, or slow headers
   // answered by the HTTP server before routing), or its headers are too large.
-  const codes: ErrorCode[] = ['REQUEST_TIMEOUT', 'HEADERS_TOO_LARGE'];
+  // Any route refuses a query parameter it does not declare (UndeclaredQueryInterceptor).
+  const codes: ErrorCode[] = ['REQUEST_TIMEOUT', 'HEADERS_TOO_LARGE', 'VALIDATION_FAILED'];
   const takesBody = method === 'post' || method === 'patch' || method === 'put' || method === 'delete';
-  if (takesBody || (op.parameters ?? []).length > 0) codes.push('VALIDATION_FAILED');
   if (route.auth !== 'public') codes.push('UNAUTHENTICATED');
   if (Array.isArray(route.auth)) codes.push('FORBIDDEN');
   if (takesBody) codes.push('PAYLOAD_TOO_LARGE', 'UNSUPPORTED_MEDIA_TYPE');
@@ -137,7 +137,7 @@ function applyRoute(method: string, op: Operation, route: RouteContract): void {
   const json = op.requestBody?.content?.['application/json'];
   if (json && route.requestExample !== undefined) json.example = route.requestExample;
   if (route.otherRequestContent && op.requestBody) op.requestBody.content = { ...op.requestBody.content, ...route.otherRequestContent };
-  op.responses = { ...successResponses(route), ...errorResponses([...commonErrors(method, op, route), ...route.errors]) };
+  op.responses = { ...successResponses(route), ...errorResponses([...commonErrors(method, route), ...route.errors]) };
 }
 
 /**
