@@ -12,7 +12,7 @@ import { AppConfig } from './config/app-config.js';
 import { HttpExceptionFilter } from './common/http-exception.filter.js';
 import { createPino, PinoNestLogger } from './common/logger.js';
 import { onResponse } from './common/request-log.js';
-import { StrictValidationPipe, UndeclaredQueryInterceptor } from './common/validation.js';
+import { StrictValidationPipe, UndeclaredQueryInterceptor, validationFailed } from './common/validation.js';
 import { type Deadline, withDeadline } from './database/deadline-pool.js';
 import { serveConsole } from './console/serve-console.js';
 import { acceptIssuanceUploads } from './issuance/upload.js';
@@ -62,7 +62,9 @@ export async function createApp(
     requestTimeout: Math.max(config.REQUEST_TIMEOUT_MS, config.BULK_UPLOAD_TIMEOUT_MS) + 1000,
     connectionTimeout: 2 * config.REQUEST_TIMEOUT_MS,
     // Node checks requestTimeout and headersTimeout only every connectionsCheckingInterval (30 s by default).
-    http: { headersTimeout: config.REQUEST_TIMEOUT_MS, connectionsCheckingInterval: 1000 },
+    // Node answers an HTTP/1.1 request without Host with a bare 400 and no body; the onRequest
+    // hook below refuses it in the error format instead.
+    http: { headersTimeout: config.REQUEST_TIMEOUT_MS, connectionsCheckingInterval: 1000, requireHostHeader: false },
     loggerInstance: pino,
     // request-log.ts writes one line per request, with the route, the user and the error code.
     logController: new LogController({ disableRequestLogging: true }),
@@ -88,6 +90,13 @@ export async function createApp(
   const fastify = app.getHttpAdapter().getInstance();
   acceptIssuanceUploads(fastify, config.BULK_UPLOAD_TIMEOUT_MS);
   // Callback hooks: an async hook costs every request two more promises.
+  fastify.addHook('onRequest', (req, reply, done) => {
+    if (req.raw.httpVersion === '1.1' && req.headers.host === undefined) {
+      done(validationFailed({ host: ['an HTTP/1.1 request needs a Host header'] }));
+    } else {
+      done();
+    }
+  });
   fastify.addHook('onSend', (req, reply, payload, done) => {
     void reply.header('x-request-id', req.id);
     done(null, payload);

@@ -31,6 +31,17 @@ function rawGet(
   });
 }
 
+/** Writes `text` on a fresh socket and reads until the server closes it. */
+function rawExchange(base: string, text: string): Promise<string> {
+  return new Promise<string>((resolve, reject) => {
+    const socket = connect(Number(new URL(base).port), '127.0.0.1', () => socket.write(text));
+    let answer = '';
+    socket.on('data', (c) => (answer += c.toString()));
+    socket.on('close', () => resolve(answer));
+    socket.on('error', reject);
+  });
+}
+
 describe('hardening', () => {
   let t: TestApp;
   beforeAll(async () => {
@@ -251,17 +262,19 @@ describe('hardening', () => {
       const twice = await rawGet(t.url, '/coupons/1', ['X-Request-Id: one', 'X-Request-Id: two']);
       expect(twice.headers['x-request-id']).toMatch(UUID);
       // Too broken to reach the router (a header line without a colon): answered on the socket, still with an id.
-      const raw = await new Promise<string>((resolve, reject) => {
-        const socket = connect(Number(new URL(t.url).port), '127.0.0.1', () =>
-          socket.write('GET /coupons/1 HTTP/1.1\r\nHost: x\r\nBad Header\r\n\r\n'),
-        );
-        let text = '';
-        socket.on('data', (c) => (text += c.toString()));
-        socket.on('close', () => resolve(text));
-        socket.on('error', reject);
-      });
+      const raw = await rawExchange(t.url, 'GET /coupons/1 HTTP/1.1\r\nHost: x\r\nBad Header\r\n\r\n');
       expect(raw).toMatch(/^HTTP\/1\.1 400 /);
       expect(raw).toMatch(/\r\nX-Request-Id: [0-9a-f-]{36}\r\n/);
+    });
+
+    it('an HTTP/1.1 request without Host is 400 VALIDATION_FAILED in the error format, not a bare 400', async () => {
+      const raw = await rawExchange(t.url, 'GET /health HTTP/1.1\r\nConnection: close\r\n\r\n');
+      expect(raw).toMatch(/^HTTP\/1\.1 400 /);
+      expect(raw).toMatch(/\r\nx-request-id: [0-9a-f-]{36}\r\n/i);
+      const body = JSON.parse(raw.slice(raw.indexOf('\r\n\r\n') + 4)) as { code: string; details: { fields: Record<string, unknown> } };
+      expect([body.code, Object.keys(body.details.fields)]).toEqual(['VALIDATION_FAILED', ['host']]);
+      // HTTP/1.0 has no Host requirement.
+      expect(await rawExchange(t.url, 'GET /health HTTP/1.0\r\n\r\n')).toMatch(/^HTTP\/1\.1 200 /);
     });
   });
 
