@@ -225,6 +225,34 @@ describe('bulk issuance', () => {
     expect([late.status, late.body.code]).toEqual([409, 'ISSUANCE_JOB_FINISHED']);
   });
 
+  it('lists jobs newest first, of one coupon or all, a page at a time, without uploads still arriving', async () => {
+    const coupon = await createCoupon(t.url);
+    const ids: string[] = [];
+    for (const userIds of [['l1'], ['l2', 'l3'], ['l4']])
+      ids.push((await post(coupon.id, { userIds, reason: 'list', fromStock: false })).body.jobId);
+    await run();
+    // An upload in progress has answered no one yet: not listed.
+    const [uploading] = (await t.db.query(
+      `INSERT INTO issuance_job (coupon_id, idempotency_key, reason, from_stock, status, created_by, created_at, updated_at)
+       VALUES (?, ?, 'r', 0, 'UPLOADING', 'admin-1', NOW(3), NOW(3)) RETURNING id`,
+      [coupon.id, newKey('uploading')],
+    )) as { id: string }[];
+    const list = (query: string) => request(t.url).get(`/admin/issuance-jobs?${query}`).set(admin());
+    const first = await list(`couponId=${coupon.id}&limit=2`);
+    expect(first.status).toBe(200);
+    expect(first.body.items.map((j: { id: string }) => j.id)).toEqual([ids[2], ids[1]]);
+    expect(first.body.items[1]).toMatchObject({ couponId: coupon.id, status: 'COMPLETED', total: 2, issued: 2, reason: 'list' });
+    const second = await list(`couponId=${coupon.id}&limit=2&cursor=${first.body.nextCursor}`);
+    expect(second.body).toEqual({ items: [expect.objectContaining({ id: ids[0] })], nextCursor: null });
+    const all = await list('limit=100');
+    const listed = all.body.items.map((j: { id: string }) => j.id);
+    expect(listed.slice(0, 3)).toEqual([ids[2], ids[1], ids[0]]);
+    expect(listed).not.toContain(String(uploading.id));
+    expect((await list('limit=0')).status).toBe(400);
+    expect((await list('couponId=abc')).status).toBe(400);
+    await t.db.query(`DELETE FROM issuance_job WHERE id = ?`, [uploading.id]);
+  });
+
   it('refuses bad input with a 4xx and stores nothing', async () => {
     const coupon = await createCoupon(t.url);
     const before = Number(

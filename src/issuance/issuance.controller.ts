@@ -5,7 +5,16 @@ import type { Readable } from 'node:stream';
 import { CurrentUser, RequireRoles } from '../auth/principal.js';
 import type { Principal } from '../auth/principal.js';
 import { checkIdempotencyKey, IdPipe, StrictValidationPipe, validationFailed } from '../common/validation.js';
-import { CsvIssuanceQuery, IssuanceJobView, JobCreatedView, JsonIssuanceDto, SkippedPage, SkippedQuery } from './issuance.dto.js';
+import {
+  CsvIssuanceQuery,
+  IssuanceJobPage,
+  IssuanceJobView,
+  JobCreatedView,
+  JobListQuery,
+  JsonIssuanceDto,
+  SkippedPage,
+  SkippedQuery,
+} from './issuance.dto.js';
 import { IssuanceService } from './issuance.service.js';
 import { isCsv } from './upload.js';
 import { userIdLines } from './user-id-lines.js';
@@ -62,6 +71,12 @@ export class IssuanceController {
     const { jobId, replayed } = await this.issuance.create({ couponId, key, createdBy: admin.userId, ...request }, lines);
     if (replayed) void reply.header('Idempotent-Replayed', 'true');
     return { jobId };
+  }
+
+  @Get('issuance-jobs')
+  @ApiOkResponse({ type: IssuanceJobPage })
+  list(@Query() q: JobListQuery): Promise<IssuanceJobPage> {
+    return this.issuance.list(q.couponId, q.cursor, q.limit ?? 20);
   }
 
   @Get('issuance-jobs/:jobId')

@@ -1,7 +1,7 @@
 import { ApiProperty, ApiPropertyOptional } from '@nestjs/swagger';
 import { Transform } from 'class-transformer';
 import { ArrayMaxSize, ArrayMinSize, IsArray, IsBoolean, IsString } from 'class-validator';
-import { IsOmittable, TextLength } from '../common/validation.js';
+import { IsId, IsOmittable, TextLength } from '../common/validation.js';
 import { PageQuery } from '../common/page.js';
 import { JOB_STATUSES, SKIP_REASONS } from './issuance.store.js';
 import type { SkipReason } from './issuance.store.js';
@@ -50,6 +50,13 @@ export class CsvIssuanceQuery {
 
 export class SkippedQuery extends PageQuery {}
 
+export class JobListQuery extends PageQuery {
+  @ApiPropertyOptional({ description: "Only this coupon's jobs", example: '1' })
+  @IsOmittable()
+  @IsId()
+  couponId?: string;
+}
+
 export class JobCreatedView {
   @ApiProperty({ example: '1' }) jobId!: string;
 }
@@ -74,6 +81,11 @@ export class IssuanceJobView {
   @ApiProperty({ format: 'date-time' }) createdAt!: string;
   @ApiProperty({ nullable: true, type: String, format: 'date-time' }) startedAt!: string | null;
   @ApiProperty({ nullable: true, type: String, format: 'date-time' }) finishedAt!: string | null;
+}
+
+export class IssuanceJobPage {
+  @ApiProperty({ type: [IssuanceJobView] }) items!: IssuanceJobView[];
+  @ApiProperty({ nullable: true, type: String }) nextCursor!: string | null;
 }
 
 export class SkippedLineView {

@@ -12,6 +12,7 @@ import {
   findJobByKey,
   insertJob,
   Job,
+  listJobs,
   listSkips,
   setJobStatus,
   appendLines,
@@ -124,6 +125,10 @@ export class IssuanceService {
     const job = await findJob(this.ds.manager, jobId);
     if (!job || !visible(job)) throw jobNotFound(jobId);
     return toJobView(job);
+  }
+
+  async list(couponId: string | undefined, cursor: string | undefined, limit: number) {
+    return toPage(await listJobs(this.ds.manager, couponId, cursor, limit + 1), limit, toJobView);
   }
 
   async skipped(jobId: string, cursor: number, limit: number) {

@@ -77,6 +77,16 @@ export async function findJob(em: Queryable, id: string, lock = false): Promise<
   return row ? toJob(row) : null;
 }
 
+/** Jobs newest first, from the primary key; uploads not yet (or never to be) answered are not listed. */
+export async function listJobs(em: Queryable, couponId: string | undefined, beforeId: string | undefined, limit: number): Promise<Job[]> {
+  const rows = (await em.query(
+    `SELECT * FROM issuance_job WHERE status NOT IN ('UPLOADING', 'DISCARDED')${couponId ? ' AND coupon_id = ?' : ''}${beforeId ? ' AND id < ?' : ''}
+     ORDER BY id DESC LIMIT ?`,
+    [...(couponId ? [couponId] : []), ...(beforeId ? [beforeId] : []), limit],
+  )) as Record<string, unknown>[];
+  return rows.map(toJob);
+}
+
 export async function findJobByKey(em: Queryable, key: string): Promise<Job | null> {
   const [row] = (await em.query(`SELECT * FROM issuance_job WHERE idempotency_key = ?`, [key])) as Record<string, unknown>[];
   return row ? toJob(row) : null;

@@ -316,6 +316,12 @@ export const ROUTES: Record<string, RouteContract> = {
       'text/csv': { schema: { type: 'string', description: 'One user id per line' }, example: 'user_id\nalice\nbob\n' },
     },
   },
+  'GET /admin/issuance-jobs': {
+    summary: 'Bulk issuance jobs, newest first (optionally of one coupon)',
+    auth: ['admin'],
+    ok: { 200: { schema: 'IssuanceJobPage', description: 'One page; nextCursor is the id of the last job listed' } },
+    errors: [],
+  },
   'GET /admin/issuance-jobs/{jobId}': {
     summary: 'A bulk issuance job and its progress',
     auth: ['admin'],
