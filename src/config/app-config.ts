@@ -309,8 +309,9 @@ export class AppConfig {
   WEBHOOK_MAX_IN_FLIGHT: number = 100;
 
   /**
-   * Only when information_schema.innodb_trx cannot be read (no PROCESS privilege): how long a gap in
-   * the state-log ids is waited for, i.e. the longest a transaction writing the log may stay open.
+   * Only when information_schema.innodb_trx cannot be read (no PROCESS privilege) or keeps answering
+   * from a stale cache: how long a gap in the state-log ids is waited for, i.e. the longest a
+   * transaction writing the log may stay open.
    */
   @Transform(toInt)
   @IsInt()

@@ -22,10 +22,12 @@ const BATCH = 2000;
 /** How many open gaps one pass re-reads; the rest wait for the next pass. */
 const GAP_CHECK = 1000;
 /**
- * information_schema.innodb_trx is a cache refreshed at most every 100 ms, and trx_started has whole
- * seconds: a gap is judged only once the cache certainly postdates the read that revealed it.
+ * information_schema.innodb_trx is a cache that InnoDB rebuilds only when it has not been read for
+ * 100 ms: polled more often (by this relay on a busy log, or by any other reader on the server) it
+ * keeps answering the same list, committed transactions included, indefinitely. The gap check reads
+ * it at most this often, and trusts an answer only when it lists the check's own transaction.
  */
-const GAP_SETTLE_SECONDS = 2;
+const GAP_PROBE_EVERY_MS = 250;
 
 /** Ids lo..hi (inclusive) missing from the log when a read at DB time `seenAt` (unix seconds) showed a higher id. */
 interface Gap {
@@ -46,11 +48,10 @@ interface Gap {
  * are turned into deliveries at once (a later row of the same coupon cannot commit before an earlier
  * one, since each change of a coupon holds its row lock until commit, so per-coupon order is safe),
  * but the durable cursor stays below the lowest open gap. A gap closes when its row shows up, or when
- * no transaction that could have written it is still open: every transaction open in this database
- * (innodb_trx joined to processlist) started after the read that revealed the gap, so the writer of
- * that id has ended, and a reread after that check sees its row if it committed. Without the PROCESS
- * privilege innodb_trx cannot be read and a gap closes after WEBHOOK_GAP_MAX_AGE_SECONDS, the longest
- * a transaction writing the log may stay open. Turning a row twice is harmless: (endpoint_id,
+ * no transaction that could have written it is still open (see probeOpenWriters), and a reread
+ * after that check sees its row if it committed. Without the PROCESS privilege innodb_trx cannot be
+ * read and a gap closes after WEBHOOK_GAP_MAX_AGE_SECONDS, the longest a transaction writing the
+ * log may stay open. Turning a row twice is harmless: (endpoint_id,
  * log_id) is unique and the insert is a no-op on a duplicate, so rereads after a crash, a re-read
  * gap, or two relays during a lease hand-over still give one delivery per endpoint and row.
  */
@@ -62,6 +63,7 @@ export class FanOut {
   /** The cursor as this process last wrote (or read) it. */
   private durable: string | null = null;
   private trxUnreadableLogged = false;
+  private probedAt = 0;
 
   constructor(
     private readonly dataSource: DataSource,
@@ -73,6 +75,7 @@ export class FanOut {
   reset(): void {
     this.scanned = null;
     this.gaps = [];
+    this.probedAt = 0;
     this.durable = null;
     openGaps.set(0);
   }
@@ -94,7 +97,7 @@ export class FanOut {
     const entries: LogEntry[] = [];
 
     if (gaps.length > 0) {
-      const settledBefore = await this.settledBefore(db);
+      const settledBefore = await this.settledBefore();
       const checked = gapIds(gaps, GAP_CHECK);
       const found = await logRowsByIds(db, checked);
       entries.push(...found);
@@ -138,18 +141,15 @@ export class FanOut {
   }
 
   /**
-   * Gaps seen before this DB time (unix seconds) can no longer be filled: no transaction open in
-   * this database started at or before then. Read before the gaps are reread.
+   * Gaps seen before this DB time (unix seconds) can no longer be filled; -Infinity when that is
+   * not known on this pass. Read before the gaps are reread.
    */
-  private async settledBefore(db: EntityManager): Promise<number> {
+  private async settledBefore(): Promise<number> {
+    if (Date.now() - this.probedAt < GAP_PROBE_EVERY_MS) return -Infinity;
+    this.probedAt = Date.now();
+    let settled: number | 'stale';
     try {
-      const [r] = (await db.query(
-        `SELECT UNIX_TIMESTAMP() AS now, UNIX_TIMESTAMP(MIN(t.trx_started)) AS oldest
-         FROM information_schema.innodb_trx t JOIN information_schema.processlist p ON p.id = t.trx_mysql_thread_id
-         WHERE p.db = DATABASE()`,
-      )) as { now: string | number; oldest: string | number | null }[];
-      const now = Math.floor(Number(r.now));
-      return Math.min(now - GAP_SETTLE_SECONDS + 1, r.oldest === null ? Infinity : Math.floor(Number(r.oldest)));
+      settled = await probeOpenWriters(this.dataSource);
     } catch (err) {
       // 1227: no PROCESS privilege.
       if (errnoOf(err) !== 1227) throw err;
@@ -159,8 +159,41 @@ export class FanOut {
           `information_schema.innodb_trx is not readable (grant PROCESS): state-log gaps are waited for ${this.config.WEBHOOK_GAP_MAX_AGE_SECONDS} s`,
         );
       }
-      return (await dbNow(db)) - this.config.WEBHOOK_GAP_MAX_AGE_SECONDS + 1;
+      settled = 'stale';
     }
+    // Without a trustworthy list, a gap is waited for as long as a log-writing transaction may stay open.
+    return settled === 'stale' ? (await dbNow(this.dataSource.manager)) - this.config.WEBHOOK_GAP_MAX_AGE_SECONDS + 1 : settled;
+  }
+}
+
+/**
+ * The check, in a transaction of its own begun after every gap open now was seen. Its write (undone
+ * at the end) gives it an InnoDB transaction id, and ids grow in the order transactions first write:
+ * the writer of a missing log id had written before the read that showed the gap, so its id is
+ * lower. If the innodb_trx answer lists this transaction, the cache was rebuilt after it began and
+ * lists every writer still open; a gap can then only be filled by a listed transaction of this
+ * database with a lower id, and only if that one had begun by the time the gap was seen. Gaps seen
+ * before the oldest of those began are settled, all of them when there is none. A stale answer
+ * (this transaction missing) is no evidence either way. Read-only transactions are listed with ids above
+ * every real one, so they never count.
+ */
+async function probeOpenWriters(dataSource: DataSource): Promise<number | 'stale'> {
+  const qr = dataSource.createQueryRunner('master');
+  try {
+    await qr.startTransaction('READ COMMITTED');
+    await qr.query(`UPDATE webhook_relay_cursor SET updated_at = UTC_TIMESTAMP(3) WHERE name = 'relay'`);
+    const rows = (await qr.query(
+      `SELECT CAST(t.trx_id AS CHAR) AS id, t.trx_mysql_thread_id = CONNECTION_ID() AS mine, UNIX_TIMESTAMP(t.trx_started) AS started
+       FROM information_schema.innodb_trx t JOIN information_schema.processlist p ON p.id = t.trx_mysql_thread_id
+       WHERE p.db = DATABASE()`,
+    )) as { id: string; mine: string | number; started: string | number }[];
+    const mine = rows.find((r) => Number(r.mine) === 1);
+    if (mine === undefined) return 'stale';
+    const older = rows.filter((r) => BigInt(r.id) < BigInt(mine.id)).map((r) => Math.floor(Number(r.started)));
+    return older.length === 0 ? Infinity : Math.min(...older);
+  } finally {
+    await qr.rollbackTransaction().catch(() => undefined);
+    await qr.release();
   }
 }
 
