@@ -1,10 +1,11 @@
 // npm run bench [-- --quick] : the flash-sale benchmark (issue 8). Options are described in docs/bench.md.
-import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
 import { parseArgs } from 'node:util';
 import mysql from 'mysql2/promise';
 import { signToken } from '../src/auth/jwt.js';
 import { loadConfig } from '../src/config/app-config.js';
+import { updateBenchmarksMd } from './benchmarks-md.js';
 import {
   limiterScenario,
   NOOP,
@@ -97,18 +98,6 @@ function users(prefix: string, n: number, secret: string): Shot[] {
   });
 }
 
-/** Replaces this benchmark's section of BENCHMARKS.md (between its markers), leaving every other section alone. */
-function updateBenchmarksMd(markdown: string): void {
-  const file = 'BENCHMARKS.md';
-  const begin = '<!-- flash-sale:begin (written by npm run bench) -->';
-  const end = '<!-- flash-sale:end -->';
-  const section = `${begin}\n${markdown}\n${end}`;
-  const text = existsSync(file) ? readFileSync(file, 'utf8') : '# Benchmarks\n';
-  const a = text.indexOf(begin);
-  const b = text.indexOf(end);
-  writeFileSync(file, a >= 0 && b > a ? text.slice(0, a) + section + text.slice(b + end.length) : `${text.trimEnd()}\n\n${section}\n`);
-}
-
 async function measure(): Promise<Report> {
   const startLoad = loadAvg();
   const jwtSecret = `bench-${Math.random().toString(36).slice(2)}-${Date.now()}`;
@@ -185,7 +174,7 @@ if (!quick) {
   mkdirSync(opt.out as string, { recursive: true });
   if (!fromJson) writeFileSync(`${opt.out}/flash-sale.json`, `${JSON.stringify(report, null, 2)}\n`);
   writeFileSync(`${opt.out}/flash-sale.md`, `# Flash-sale benchmark\n\n${markdown}\n`);
-  updateBenchmarksMd(markdown);
+  updateBenchmarksMd('flash-sale', 'npm run bench', markdown);
   console.log(`written: ${fromJson ? '' : `${opt.out}/flash-sale.json, `}${opt.out}/flash-sale.md, BENCHMARKS.md`);
 }
 if (report.failed) {

@@ -3,9 +3,14 @@ import { Client } from 'undici';
 
 export interface Shot {
   userId: string;
-  key: string;
+  /** Sent as Idempotency-Key when given. */
+  key?: string;
   /** Pre-signed before the timed part: signing is the client's cost, not the server's. */
   authorization: string;
+  /** A JSON body, serialised before the timed part for the same reason. */
+  body?: string;
+  /** This shot's route, when a burst mixes routes (a checkout's confirmations and releases). */
+  path?: string;
 }
 
 export interface Answer {
@@ -13,7 +18,7 @@ export interface Answer {
   status: number;
   /** `code` of an error body; TRANSPORT_ERROR when no HTTP answer came back. */
   code: string | null;
-  /** `id` of a 2xx body. */
+  /** `id` of a 2xx body (a Hold's `holdId`, a Redemption's `redemptionId`). */
   id: string | null;
   latencyMs: number;
   /** When the answer was complete, in ms since the first request was sent. */
@@ -62,7 +67,7 @@ export class LoadGenerator {
         inFlight++;
         maxInFlight = Math.max(maxInFlight, inFlight);
         const started = performance.now();
-        const res = await this.send(client, path, shots[i]);
+        const res = await this.send(client, shots[i].path ?? path, shots[i]);
         const done = performance.now();
         used.add(`${w}:${this.opened[w]}`);
         inFlight--;
@@ -93,11 +98,16 @@ export class LoadGenerator {
       const res = await client.request({
         path,
         method: 'POST',
-        headers: { authorization: shot.authorization, 'idempotency-key': shot.key, 'content-length': '0' },
+        headers: {
+          authorization: shot.authorization,
+          ...(shot.key === undefined ? {} : { 'idempotency-key': shot.key }),
+          ...(shot.body === undefined ? { 'content-length': '0' } : { 'content-type': 'application/json' }),
+        },
+        body: shot.body,
       });
       const status = res.statusCode;
       const text = await res.body.text();
-      let body: { id?: unknown; code?: unknown } = {};
+      let body: { id?: unknown; holdId?: unknown; redemptionId?: unknown; code?: unknown } = {};
       try {
         body = JSON.parse(text) as typeof body;
       } catch {
@@ -106,7 +116,7 @@ export class LoadGenerator {
       return {
         status,
         code: status >= 200 && status < 300 ? null : typeof body.code === 'string' ? body.code : `HTTP_${status}`,
-        id: typeof body.id === 'string' ? body.id : null,
+        id: [body.id, body.holdId, body.redemptionId].find((x): x is string => typeof x === 'string') ?? null,
       };
     } catch (err) {
       return { status: 0, code: `TRANSPORT_ERROR:${(err as Error).message}`, id: null };
