@@ -86,6 +86,7 @@ export class WebhookRelay implements OnApplicationBootstrap, OnModuleDestroy {
   async onModuleDestroy(): Promise<void> {
     this.stopping.abort();
     await this.running;
+    await this.sender.close();
   }
 
   private async lead(): Promise<void> {

