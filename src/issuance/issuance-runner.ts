@@ -1,3 +1,4 @@
+import { setTimeout } from 'node:timers/promises';
 import { Injectable, Logger, OnApplicationBootstrap, OnModuleDestroy } from '@nestjs/common';
 import { DataSource, EntityManager } from 'typeorm';
 import { counter, gauge, histogram } from '../common/metrics.js';
@@ -39,12 +40,6 @@ const IDLE_POLL_MS = 1000;
 /** An upload that has written nothing for this long is abandoned. */
 const STALE_UPLOAD_MS = 10 * 60_000;
 const PURGE_CHUNK = 5000;
-
-const sleep = (ms: number, signal: AbortSignal) =>
-  new Promise<void>((resolve) => {
-    const t = setTimeout(resolve, ms);
-    signal.addEventListener('abort', () => (clearTimeout(t), resolve()), { once: true });
-  });
 
 /** The idempotency key a job's coupons carry: with the (user, key) unique index, one coupon per user per job. */
 export const bulkKey = (jobId: string) => `bulk:${jobId}`;
@@ -98,7 +93,8 @@ export class IssuanceRunner implements OnApplicationBootstrap, OnModuleDestroy {
       }
       await new Promise<void>((resolve) => {
         this.wakeUp = resolve;
-        void sleep(IDLE_POLL_MS, this.stopping.signal).then(resolve);
+        // timers/promises lets go of its abort listener when the timer fires: one added per poll and kept would leak.
+        void setTimeout(IDLE_POLL_MS, undefined, { signal: this.stopping.signal }).then(resolve, resolve);
       });
       this.wakeUp = null;
     }

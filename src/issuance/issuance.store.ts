@@ -144,12 +144,19 @@ export async function setJobStatus(em: EntityManager, id: string, from: readonly
   );
 }
 
-/** The next lines to decide, from `fromLine` on, each flagged when the same user id stands on an earlier line of the list. */
+/**
+ * The next lines to decide, from `fromLine` on, each flagged when the same user id stands on an earlier line of the list.
+ * The index hints are needed: MariaDB 10.11 often plans the repeat check as a scan of the job's
+ * lines by primary key prefix (it did both before and after the table's statistics caught up with
+ * a fresh upload), which makes every batch read the whole list: 10-15 s a batch at 50,000 lines
+ * instead of 30 ms.
+ */
 export async function nextLines(em: Queryable, jobId: string, fromLine: number, limit: number) {
   const rows = (await em.query(
     `SELECT l.line_no, l.user_id,
-            EXISTS (SELECT 1 FROM issuance_job_line e WHERE e.job_id = l.job_id AND e.user_id = l.user_id AND e.line_no < l.line_no) AS dup
-     FROM issuance_job_line l WHERE l.job_id = ? AND l.line_no >= ? ORDER BY l.line_no LIMIT ?`,
+            EXISTS (SELECT 1 FROM issuance_job_line e FORCE INDEX (idx_issuance_line_user)
+                    WHERE e.job_id = l.job_id AND e.user_id = l.user_id AND e.line_no < l.line_no) AS dup
+     FROM issuance_job_line l FORCE INDEX (PRIMARY) WHERE l.job_id = ? AND l.line_no >= ? ORDER BY l.line_no LIMIT ?`,
     [jobId, fromLine, limit],
   )) as { line_no: number; user_id: string; dup: number | string }[];
   return rows.map((r) => ({ lineNo: Number(r.line_no), userId: r.user_id, duplicate: Number(r.dup) === 1 }));
