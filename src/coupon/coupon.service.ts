@@ -255,7 +255,8 @@ export class CouponService {
     const changes: Partial<Coupon> = { updatedAt: new Date() };
     if (dto.status !== undefined) changes.status = dto.status;
     if (dto.rateLimitPerSecond !== undefined) changes.rateLimitPerSecond = dto.rateLimitPerSecond;
-    const res = await this.coupons.update({ id }, changes);
+    // In a transaction like every write, so a lost answer to it is resolved (or 503 OUTCOME_UNKNOWN), not a 503 that claims nothing changed.
+    const res = await this.tx.inTransaction((em) => em.update(Coupon, { id }, changes));
     if (!res.affected) throw new AppError('COUPON_NOT_FOUND', `Coupon ${id} does not exist`);
     this.invalidate(id);
     return this.view(id);

@@ -1,7 +1,7 @@
-// Which documented answers the e2e suites produced: the harness records every (operation, status,
-// error code) it checked under test-results/contract-coverage/, and after the run this lists the
-// documented ones no test produced (test-results/contract-coverage.txt). A report, not a gate: some
-// answers (a 503 on every route) only the fault suite provokes, against servers outside the harness.
+// Which documented answers the e2e suites produced: the harness and the fault suite's client record
+// every (operation, status, error code) they checked under test-results/contract-coverage/, and
+// after the run this lists the documented ones no test produced (test-results/contract-coverage.txt).
+// test:jest starts the record afresh; test:faults adds to it (npm test runs both, in that order).
 import { existsSync, mkdirSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 
@@ -36,6 +36,6 @@ export function report() {
   const unseen = documented.filter((a) => !seen.has(a));
   writeFileSync(REPORT, unseen.join('\n') + '\n');
   console.log(
-    `\ncontract coverage: ${documented.length - unseen.length} of ${documented.length} documented answers produced by the e2e suites; the others: ${REPORT}`,
+    `\ncontract coverage: ${documented.length - unseen.length} of ${documented.length} documented answers produced by the tests; the others: ${REPORT}`,
   );
 }

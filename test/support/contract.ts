@@ -21,6 +21,7 @@ interface Response {
 }
 interface Operation {
   responses: Record<string, Response>;
+  requestBody?: { content?: Record<string, unknown> };
 }
 type Doc = { paths: Record<string, Record<string, Operation>> };
 
@@ -33,6 +34,8 @@ export interface Answer {
   status: number;
   headers: Record<string, unknown>;
   body: string | Buffer | undefined;
+  /** The request's parsed JSON body, when it had one: a body the server accepted (2xx) must match the documented schema. */
+  requestBody?: unknown;
 }
 
 /**
@@ -63,6 +66,30 @@ export class ContractChecker {
     return v;
   }
 
+  /**
+   * The operation a concrete path belongs to, as a route pattern (`/coupons/{couponId}`), for
+   * answers seen outside the server (raw sockets, the fault suite's client). A literal segment wins
+   * over a parameter (`/me/coupons/usable` is not `/me/coupons/{userCouponId}`).
+   */
+  routeOf(method: string, path: string): string | undefined {
+    const segments = path.split('?')[0].split('/');
+    const m = method.toLowerCase();
+    let best: { route: string; params: number } | undefined;
+    for (const [route, item] of Object.entries(this.doc.paths)) {
+      if (!item[m]) continue;
+      const pattern = route.split('/');
+      if (pattern.length !== segments.length) continue;
+      let params = 0;
+      const fits = pattern.every((p, i) => {
+        if (!p.startsWith('{')) return p === segments[i];
+        params++;
+        return segments[i] !== '';
+      });
+      if (fits && (!best || params < best.params)) best = { route, params };
+    }
+    return best?.route;
+  }
+
   private schemaProblems(value: unknown, what: string, ...segments: string[]): string[] {
     const v = this.validator(...segments);
     if (v(value)) return [];
@@ -71,6 +98,7 @@ export class ContractChecker {
 
   /** Every way the answer departs from the document; empty when it conforms. */
   check(a: Answer): string[] {
+    // Fastify's `:param` or the document's `{param}`.
     const path = a.route?.replace(/:([A-Za-z0-9_]+)/g, '{$1}');
     const method = a.method.toLowerCase();
     const op = path ? this.doc.paths[path]?.[method] : undefined;
@@ -80,7 +108,7 @@ export class ContractChecker {
     const response = op.responses[String(a.status)];
     if (!response)
       return [`status ${a.status} is not documented (documented: ${Object.keys(op.responses).join(', ')}); body ${text.slice(0, 300)}`];
-    const problems: string[] = [];
+    const problems = a.status < 300 ? this.requestProblems(op, path as string, method, a.requestBody) : [];
     for (const [name, header] of Object.entries(response.headers ?? {})) {
       const value = a.headers[name.toLowerCase()];
       if (value === undefined) {
@@ -131,6 +159,15 @@ export class ContractChecker {
       );
     }
     return problems;
+  }
+
+  /** A JSON request body the server accepted that the document calls invalid: the document is stricter than the code. */
+  private requestProblems(op: Operation, path: string, method: string, body: unknown): string[] {
+    if (body === undefined || typeof body !== 'object' || body === null || Buffer.isBuffer(body)) return [];
+    if (!op.requestBody?.content?.['application/json']) return ['a JSON request body was accepted by an operation that documents none'];
+    return this.schemaProblems(body, 'request body', 'paths', path, method, 'requestBody', 'content', 'application/json', 'schema').map(
+      (p) => `accepted, but ${p}`,
+    );
   }
 
   /** Answers no operation owns (unknown routes, malformed paths) still carry the one error body. */

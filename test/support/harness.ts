@@ -11,7 +11,7 @@ import type { Role } from '../../src/auth/principal.js';
 import { AppConfig, loadConfig } from '../../src/config/app-config.js';
 import { ensureDatabase, migrate } from '../../src/database/bootstrap-database.js';
 import { dataSourceOptions } from '../../src/database/data-source-options.js';
-import { ContractChecker } from './contract.js';
+import { type Answer, ContractChecker } from './contract.js';
 import { dropTestDatabase, pickEnv } from './database.js';
 
 export { dropTestDatabase, pickEnv };
@@ -54,6 +54,8 @@ export interface TestApp {
   /** A separate connection pool for assertions and fault injection, never the app's own. */
   db: DataSource;
   close(): Promise<void>;
+  /** Checks an answer the server sent before any route ran (read off a raw socket) like every other. */
+  checkAnswer(answer: Answer): void;
 }
 
 /** A migrated database of its own and the real app listening on a free port. Call close() in afterAll. */
@@ -61,7 +63,7 @@ export async function startTestApp(overrides: Record<string, string> = {}, exist
   const config = existing ?? testConfig(overrides);
   if (!existing) await createTestDatabase(config);
   const app = await createApp(config);
-  const { problems: contractProblems, checker } = checkAnswers(app);
+  const contract = checkAnswers(app);
   await app.listen({ port: 0, host: '127.0.0.1' });
   const address = app.getHttpServer().address() as { port: number };
   const db = new DataSource({ ...dataSourceOptions(config), poolSize: 5 });
@@ -75,46 +77,69 @@ export async function startTestApp(overrides: Record<string, string> = {}, exist
       await app.close();
       await db.destroy();
       if (!existing) await dropTestDatabase(config);
-      recordSeen(checker.seen);
-      if (contractProblems.size > 0) {
-        const lines = [...contractProblems].map(([problem, n]) => (n > 1 ? `${problem} (${n} times)` : problem));
-        throw new Error(`${lines.length} kind(s) of answer do not match docs/openapi.json:\n${lines.slice(0, 50).join('\n')}`);
-      }
+      contract.finish();
     },
+    checkAnswer: (answer) => contract.check(answer, `${answer.method} ${answer.route ?? '(no route)'}`),
   };
 }
 
 /**
- * Every answer the app sends is checked against the committed OpenAPI document as it leaves the
- * server (so every e2e suite checks the contract on all its traffic); close() fails the suite
- * with each mismatch, naming the test, the request, the status and what does not match.
+ * Answers checked against the committed OpenAPI document, and what departs from it: a suite
+ * calls finish() at its end, which records what was seen for the coverage report and fails naming
+ * the test, the request, the status and each mismatch. The harness's apps and the fault suite's
+ * client (test/faults/support/http.ts) both check through one.
  */
-function checkAnswers(app: NestFastifyApplication): { problems: Map<string, number>; checker: ContractChecker } {
-  const contract = new ContractChecker();
-  const problems = new Map<string, number>();
+export class ContractLog {
+  readonly checker = new ContractChecker();
+  private readonly problems = new Map<string, number>();
+
+  /** `request` names it in a mismatch (`GET /coupons/1`). */
+  check(answer: Answer, request: string): void {
+    let found: string[];
+    try {
+      found = this.checker.check(answer);
+    } catch (err) {
+      found = [`the checker failed: ${(err as Error).message}`];
+    }
+    if (found.length > 0) {
+      const problem = `[${expect.getState().currentTestName ?? 'outside a test'}] ${request} -> ${answer.status}: ${found.join('; ')}`;
+      this.problems.set(problem, (this.problems.get(problem) ?? 0) + 1);
+    }
+  }
+
+  finish(): void {
+    recordSeen(this.checker.seen);
+    this.checker.seen.clear();
+    if (this.problems.size === 0) return;
+    const lines = [...this.problems].map(([problem, n]) => (n > 1 ? `${problem} (${n} times)` : problem));
+    this.problems.clear();
+    throw new Error(`${lines.length} kind(s) of answer do not match docs/openapi.json:\n${lines.slice(0, 50).join('\n')}`);
+  }
+}
+
+const isJson = (contentType: string | undefined) => /^application\/json\s*(;|$)/i.test(contentType ?? '');
+
+/** Every answer the app sends is checked as it leaves the server, so every e2e suite checks the contract on all its traffic. */
+function checkAnswers(app: NestFastifyApplication): ContractLog {
+  const log = new ContractLog();
   app
     .getHttpAdapter()
     .getInstance()
     .addHook('onSend', (req, reply, payload, done) => {
-      let found: string[];
-      try {
-        found = contract.check({
+      log.check(
+        {
           method: req.method,
           route: req.routeOptions.url,
           status: reply.statusCode,
           headers: reply.getHeaders(),
           body: typeof payload === 'string' || Buffer.isBuffer(payload) ? payload : undefined,
-        });
-      } catch (err) {
-        found = [`the checker failed: ${(err as Error).message}`];
-      }
-      if (found.length > 0) {
-        const problem = `[${expect.getState().currentTestName ?? 'outside a test'}] ${req.method} ${req.routeOptions.url ?? req.url} -> ${reply.statusCode}: ${found.join('; ')}`;
-        problems.set(problem, (problems.get(problem) ?? 0) + 1);
-      }
+          requestBody: isJson(req.headers['content-type']) ? req.body : undefined,
+        },
+        `${req.method} ${req.routeOptions.url ?? req.url}`,
+      );
       done(null, payload);
     });
-  return { problems, checker: contract };
+  return log;
 }
 
 /** For the run's coverage report (test/support/contract-coverage.mjs); absent when jest ran without its global setup. */

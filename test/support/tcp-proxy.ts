@@ -19,6 +19,8 @@ export interface TcpProxy {
   /** Client connections accepted so far. */
   readonly accepted: number;
   readonly commits: Record<CommitFate, number>;
+  /** While true, new connections are cut as soon as they are accepted (the host is out of reach); those open go on. */
+  refusing: boolean;
   /** Cuts every connection and stops listening (new connections are refused), like a dead host. */
   close(): Promise<void>;
 }
@@ -35,7 +37,9 @@ export function startTcpProxy(target: { host: string; port: number }, opts: TcpP
   const sockets = new Set<Socket>();
   const commits: Record<CommitFate, number> = { pass: 0, 'lose-answer': 0, drop: 0 };
   let accepted = 0;
+  const state = { refusing: false };
   const server = createServer((client) => {
+    if (state.refusing) return void client.destroy();
     accepted++;
     const upstream = connect(target.port, target.host);
     for (const s of [client, upstream]) {
@@ -80,6 +84,12 @@ export function startTcpProxy(target: { host: string; port: number }, opts: TcpP
           return accepted;
         },
         commits,
+        get refusing() {
+          return state.refusing;
+        },
+        set refusing(on: boolean) {
+          state.refusing = on;
+        },
         close: () =>
           new Promise<void>((done) => {
             server.close(() => done());

@@ -1,6 +1,6 @@
 import { request } from 'node:http';
 import { adminToken } from '../../support/harness.js';
-import { callUntilAnswered, Reply } from './http.js';
+import { callUntilAnswered, checkReply, Reply } from './http.js';
 
 /** `n` user ids, one per line, as an operator's export would have them: `prefix0` .. `prefix<n-1>`. */
 export function userIdCsv(prefix: string, n: number, extraLines: readonly string[] = []): Buffer {
@@ -33,13 +33,15 @@ export function uploadCsv(base: string, couponId: string, csv: Buffer, key: stri
         res.on('data', (c: Buffer) => chunks.push(c));
         res.on('end', () => {
           const text = Buffer.concat(chunks).toString('utf8');
-          resolve({
+          const reply = {
             status: res.statusCode ?? 0,
             body: text ? JSON.parse(text) : {},
             headers: res.headers,
             sentAt,
             ms: Math.round(performance.now() - started),
-          });
+          };
+          checkReply('POST', url.pathname, reply, text);
+          resolve(reply);
         });
       },
     );

@@ -1,4 +1,6 @@
 import { Agent, IncomingHttpHeaders, request } from 'node:http';
+import { afterAll } from '@jest/globals';
+import { ContractLog } from '../../support/harness.js';
 
 /** The fields of the API's bodies the fault tests look at. */
 export interface Body {
@@ -38,6 +40,21 @@ export interface CallOptions {
 
 const agent = new Agent({ keepAlive: true });
 
+/**
+ * The servers of the fault suite run outside the harness, so their answers are checked here, as
+ * they arrive: every answer of every fault test against docs/openapi.json, and the test file fails
+ * at its end naming each mismatch. Registered when a test file imports this client.
+ */
+const contract = new ContractLog();
+afterAll(() => contract.finish());
+
+/** Checks an answer the fault suite received (`text` is its body as sent); lost answers (status 0) have nothing to check. */
+export function checkReply(method: string, path: string, reply: Reply, text: string, requestBody?: unknown): void {
+  if (reply.status === 0) return;
+  const route = contract.checker.routeOf(method, path);
+  contract.check({ method, route, status: reply.status, headers: reply.headers, body: text, requestBody }, `${method} ${route ?? path}`);
+}
+
 export const sleep = (ms: number) => new Promise<void>((r) => setTimeout(r, ms));
 
 /** One HTTP call that never throws: a lost answer is status 0 with the reason, as a client would see it. */
@@ -69,7 +86,9 @@ export function call(base: string, method: string, path: string, opts: CallOptio
           } catch {
             body = { text };
           }
-          resolve({ status: res.statusCode ?? 0, body, headers: res.headers, sentAt, ms: elapsed() });
+          const reply = { status: res.statusCode ?? 0, body, headers: res.headers, sentAt, ms: elapsed() };
+          checkReply(method, url.pathname, reply, text, opts.body);
+          resolve(reply);
         });
       },
     );
