@@ -7,6 +7,8 @@ import { signToken } from '../src/auth/jwt.js';
 import { loadConfig } from '../src/config/app-config.js';
 import { updateBenchmarksMd } from './benchmarks-md.js';
 import {
+  COUPON_LIST,
+  COUPON_PAGE,
   limiterScenario,
   NOOP,
   READ_THEN_WRITE,
@@ -57,7 +59,7 @@ const list = (s: string | undefined) =>
     .map((x) => x.trim())
     .filter(Boolean);
 const shipped = shippedDesigns(list(opt.strategies));
-const everyDesign: Design[] = [READ_THEN_WRITE, TX_CONDITIONAL, ...shipped, NOOP];
+const everyDesign: Design[] = [READ_THEN_WRITE, TX_CONDITIONAL, ...shipped, COUPON_PAGE, COUPON_LIST, NOOP];
 // --quick is the correctness check after a change to the grab path: the shipped path only.
 const wanted = list(opt.designs ?? (quick ? 'shipped' : undefined));
 const designs = wanted.length === 0 ? everyDesign : everyDesign.filter((d) => wanted.some((w) => d.id === w || d.id.startsWith(`${w}:`)));

@@ -7,10 +7,12 @@ export interface Design {
   title: string;
   entry: string;
   route(couponId: string): string;
+  /** GET for the public read routes (sent without a token, as an anonymous shopper's browser does); POST otherwise. */
+  method?: 'GET' | 'POST';
   /** Added to the server's environment: how a strategy switch of the shipped service is selected. */
   env: Record<string, string>;
-  /** Grab designs are checked against the database; the no-op route only for its answers. */
-  kind: 'grab' | 'noop';
+  /** Grab designs are checked against the database; the no-op route and the public reads only for their answers. */
+  kind: 'grab' | 'noop' | 'read';
   /** False only for the design that is here to show overselling: its violations are reported, not fatal. */
   mustHold: boolean;
 }
@@ -42,6 +44,32 @@ export const NOOP: Design = {
   route: () => '/noop',
   env: {},
   kind: 'noop',
+  mustHold: true,
+};
+
+/** How many live coupons the public list shows in its run: one page of the default size. */
+export const LIST_COUPONS = 20;
+
+/** The public coupon page every shopper reloads during the sale (issue 22), on the shipped server. */
+export const COUPON_PAGE: Design = {
+  id: 'page',
+  title: 'GET /coupons/:id, the public coupon page',
+  entry: SHIPPED_ENTRY,
+  route: (id) => `/coupons/${id}`,
+  method: 'GET',
+  env: {},
+  kind: 'read',
+  mustHold: true,
+};
+
+export const COUPON_LIST: Design = {
+  id: 'list',
+  title: `GET /coupons, the public coupon list (${LIST_COUPONS} live coupons)`,
+  entry: SHIPPED_ENTRY,
+  route: () => `/coupons?limit=${LIST_COUPONS}`,
+  method: 'GET',
+  env: {},
+  kind: 'read',
   mustHold: true,
 };
 

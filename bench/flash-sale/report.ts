@@ -94,6 +94,9 @@ export function toMarkdown(rep: Report): string {
       '| design | successes (n) | success latency | SOLD_OUT (n) | SOLD_OUT latency | other answers |',
       '|---|--:|---|--:|---|---|',
       ...thr.map((r) => latencyRow(r, ['SUCCESS', 'SOLD_OUT'])),
+      ...(thr.some((r) => r.design === 'page' || r.design === 'list')
+        ? ['', 'page and list are reads (GET, no token): their 200s are counted as successes.']
+        : []),
       '',
     );
   }
@@ -113,7 +116,7 @@ export function toMarkdown(rep: Report): string {
       '',
     );
   }
-  out.push(...strategyRounds(rep.runs));
+  out.push(...strategyRounds(rep.runs), ...publicReadRounds(rep.runs));
   const failing = rep.runs.filter((r) => r.violations.length > 0);
   if (failing.length > 0) {
     out.push('### Violations', '');
@@ -182,6 +185,60 @@ function strategyRounds(runs: readonly RunResult[]): string[] {
       ? [
           `| median | | | ${median(rows.map((r) => r.speedup)).toFixed(2)} | ${ofNoop.length > 0 ? median(ofNoop).toFixed(2) : '–'} | | ${median(rows.map((r) => r.p99Ratio)).toFixed(3)} |`,
         ]
+      : []),
+    '',
+  ];
+}
+
+/**
+ * Issue 22's goals for the public reads, from runs of the same round: the coupon page and the list
+ * against the grouped grab's answered/s and the no-op route's, and their p99 against the no-op's.
+ */
+function publicReadRounds(runs: readonly RunResult[]): string[] {
+  const thr = runs.filter((r) => r.scenario === 'throughput');
+  const rounds = [...new Set(thr.map((r) => r.round ?? 1))].sort((a, b) => a - b);
+  const rows = rounds.flatMap((round) => {
+    const at = (id: string) => thr.find((r) => r.design === id && (r.round ?? 1) === round);
+    const [g, n] = [at('shipped:grouped') ?? at('shipped'), at('noop')];
+    return (['page', 'list'] as const).flatMap((id) => {
+      const r = at(id);
+      const p99 = r?.latencyMs.SUCCESS?.p99;
+      const noopP99 = n?.latencyMs.SUCCESS?.p99;
+      if (!r || !p99) return [];
+      return [
+        {
+          round,
+          id,
+          r,
+          p99,
+          noopP99,
+          ofGrab: g ? r.answeredPerSecond / g.answeredPerSecond : null,
+          ofNoop: n ? r.answeredPerSecond / n.answeredPerSecond : null,
+          p99Ratio: noopP99 ? p99 / noopP99 : null,
+        },
+      ];
+    });
+  });
+  if (rows.length === 0) return [];
+  const fixed = (x: number | null, d = 2) => (x === null ? '–' : x.toFixed(d));
+  const medianOf = (id: string, f: (r: (typeof rows)[number]) => number | null) => {
+    const xs = rows.filter((r) => r.id === id).flatMap((r) => (f(r) === null ? [] : [f(r) as number]));
+    return xs.length > 0 ? median(xs) : null;
+  };
+  return [
+    '### Public coupon page and list vs the grab and the no-op route, round by round (issue 22)',
+    '',
+    '| round | route | answered/s | ÷ grouped grab (goal ≥ 1.5) | ÷ no-op (goal ≥ 0.9) | p99 / no-op p99, ms | p99 ratio (goal < 1.5) | server CPU ms/answer |',
+    '|--:|---|--:|--:|--:|--:|--:|--:|',
+    ...rows.map(
+      (r) =>
+        `| ${r.round} | ${r.id} | ${num(r.r.answeredPerSecond)} | ${fixed(r.ofGrab)} | ${fixed(r.ofNoop)} | ${num(r.p99, 1)} / ${num(r.noopP99, 1)} | ${fixed(r.p99Ratio)} | ${num(r.r.cpu.serverMsPerAnswer, 3)} |`,
+    ),
+    ...(rounds.length > 1
+      ? (['page', 'list'] as const).map(
+          (id) =>
+            `| median | ${id} | | ${fixed(medianOf(id, (r) => r.ofGrab))} | ${fixed(medianOf(id, (r) => r.ofNoop))} | | ${fixed(medianOf(id, (r) => r.p99Ratio))} | |`,
+        )
       : []),
     '',
   ];

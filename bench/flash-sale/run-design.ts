@@ -3,7 +3,7 @@ import { loadConfig } from '../../src/config/app-config.js';
 import { dataSourceOptions } from '../../src/database/data-source-options.js';
 import { couponBody } from '../../test/support/coupon-body.js';
 import { dropTestDatabase, pickEnv } from '../../test/support/database.js';
-import type { Design, Scenario } from './designs.js';
+import { LIST_COUPONS, type Design, type Scenario } from './designs.js';
 import { LoadGenerator, type LoadResult, type Shot } from './load.js';
 import { startServer } from './server.js';
 import { answerClass, byClass, type Latency } from './stats.js';
@@ -93,17 +93,19 @@ export async function runDesign(design: Design, scenario: Scenario, w: Workload,
   let clientCpu: NodeJS.CpuUsage;
   try {
     const warmCoupon =
-      design.kind === 'grab'
+      design.kind !== 'noop'
         ? await createCoupon(server.url, w.adminAuthorization, Math.ceil(w.warmup.length / 2), scenario.limiterRate)
         : '0';
-    if (design.kind === 'grab') couponId = await createCoupon(server.url, w.adminAuthorization, w.stock, scenario.limiterRate);
-    await load.fire(design.route(warmCoupon), w.warmup);
+    if (design.kind !== 'noop') couponId = await createCoupon(server.url, w.adminAuthorization, w.stock, scenario.limiterRate);
+    // The list shows a realistic page: the two coupons above and others up to one full page.
+    if (design.id === 'list') for (let i = 2; i < LIST_COUPONS; i++) await createCoupon(server.url, w.adminAuthorization, w.stock);
+    await load.fire(design.route(warmCoupon), w.warmup, design.method);
     rssBefore = server.rss();
     const sampler = setInterval(() => (rssDuring = Math.max(rssDuring, server.rss())), 50);
     const cpuBefore = server.cpuSeconds();
     const clientBefore = process.cpuUsage();
     try {
-      result = await load.fire(design.route(couponId), w.grabs);
+      result = await load.fire(design.route(couponId), w.grabs, design.method);
     } finally {
       clearInterval(sampler);
     }
@@ -121,7 +123,7 @@ export async function runDesign(design: Design, scenario: Scenario, w: Workload,
   const successes = result.answers.filter((a) => answerClass(a) === 'SUCCESS');
   const lastSuccessAtMs = design.kind === 'grab' && successes.length > 0 ? Math.max(...successes.map((a) => a.doneAtMs)) : null;
   const allowed =
-    design.kind === 'noop' ? ['SUCCESS'] : scenario.id === 'limiter' ? ['SUCCESS', 'SOLD_OUT', 'RATE_LIMITED'] : ['SUCCESS', 'SOLD_OUT'];
+    design.kind !== 'grab' ? ['SUCCESS'] : scenario.id === 'limiter' ? ['SUCCESS', 'SOLD_OUT', 'RATE_LIMITED'] : ['SUCCESS', 'SOLD_OUT'];
 
   let verification: Verification | undefined;
   let violations: string[];
@@ -139,6 +141,8 @@ export async function runDesign(design: Design, scenario: Scenario, w: Workload,
     violations = verification.violations;
   } else {
     violations = answerViolations(result.answers, allowed);
+    const wrong = design.id === 'page' ? result.answers.filter((a) => a.status === 200 && a.id !== couponId).length : 0;
+    if (wrong > 0) violations.push(`${wrong} coupon pages answered another coupon than ${couponId}`);
   }
 
   let limiter: RunResult['limiter'];

@@ -1,4 +1,4 @@
-import { Body, Controller, Get, HttpCode, Param, Patch, Post, Query } from '@nestjs/common';
+import { Body, Controller, Get, Header, HttpCode, Param, Patch, Post, Query } from '@nestjs/common';
 import { ApiBearerAuth, ApiNotFoundResponse, ApiOkResponse, ApiOperation, ApiTags } from '@nestjs/swagger';
 import { Public, RequireRoles } from '../auth/principal.js';
 import { IdPipe } from '../common/validation.js';
@@ -7,22 +7,27 @@ import { CouponSeriesView, CreateCouponDto, PatchCouponDto, PublicCouponsQuery, 
 import { CouponService, CouponView } from './coupon.service.js';
 import { GrabSeries, SERIES_SECONDS } from './grab-series.js';
 
+/** What Fastify sends for an object: the same header for the answers these routes serialise themselves. */
+const JSON_TYPE = 'application/json; charset=utf-8';
+
 @ApiTags('coupons')
 @Controller()
 export class CouponController {
   constructor(private readonly coupons: CouponService) {}
 
-  /** Live coupons (not paused, grab window not ended), soonest grab start first; served from memory. */
+  /** Live coupons (not paused, grab window not ended), soonest grab start first; served from memory, already serialised. */
   @Get('coupons')
   @Public()
-  list(@Query() q: PublicCouponsQuery): Promise<{ items: CouponView[]; nextCursor: string | null }> {
-    return this.coupons.liveCoupons(q.limit ?? 20, q.cursor);
+  @Header('Content-Type', JSON_TYPE)
+  list(@Query() q: PublicCouponsQuery): Promise<string> {
+    return this.coupons.liveCouponsJson(q.limit ?? 20, q.cursor);
   }
 
   @Get('coupons/:couponId')
   @Public()
-  view(@Param('couponId', IdPipe) id: string): Promise<CouponView> {
-    return this.coupons.view(id);
+  @Header('Content-Type', JSON_TYPE)
+  view(@Param('couponId', IdPipe) id: string): Promise<string> {
+    return this.coupons.publicViewJson(id);
   }
 }
 

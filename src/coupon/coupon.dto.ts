@@ -15,7 +15,7 @@ import {
   ValidateNested,
 } from 'class-validator';
 import { USER_COUPON_STATUSES } from '../ledger/transitions.js';
-import { IsId, IsOmittable, QueryInt, TextLength, USER_ID_PATTERN } from '../common/validation.js';
+import { IsId, IsOmittable, QueryInt, SharedQuery, TextLength, USER_ID_PATTERN } from '../common/validation.js';
 import { SERIES_SECONDS } from './grab-series.js';
 
 const MAX_CENTS = 1_000_000_000_000;
@@ -231,6 +231,7 @@ export class UsableCouponsQuery {
   userId?: string;
 }
 
+@SharedQuery()
 export class PublicCouponsQuery {
   @ApiPropertyOptional({ minimum: 1, maximum: 100, default: 20 })
   @IsOmittable()

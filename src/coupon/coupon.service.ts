@@ -10,7 +10,11 @@ import { StockRow, StockService } from '../ledger/stock.service.js';
 import { countByStatus } from '../ledger/user-coupons.js';
 import { Coupon } from './coupon.entity.js';
 import { discountOf } from './discount.js';
+import { FreshCache } from './fresh-cache.js';
 import { CreateCouponDto, PatchCouponDto } from './coupon.dto.js';
+
+/** The public list is one cached value. */
+const LIVE = 'live';
 
 const MIN_INSTANT = Date.parse('2000-01-01T00:00:00Z');
 const MAX_INSTANT = Date.parse('9999-01-01T00:00:00Z');
@@ -44,30 +48,56 @@ export function toCouponView(c: Coupon, s: StockRow) {
 }
 export type CouponView = ReturnType<typeof toCouponView>;
 
-interface LiveSnapshot {
-  items?: CouponView[];
-  until: number;
-  loading?: Promise<CouponView[]>;
+const sameItems = (a: readonly CouponView[], b: readonly CouponView[]) => a.length === b.length && a.every((v, i) => v === b[i]);
+
+/** A coupon of the public list, with what the list orders and filters by computed once per read. */
+interface LiveItem {
+  view: CouponView;
+  startMs: number;
+  endMs: number;
+  idNum: number;
 }
 
-interface CacheEntry {
-  coupon: Coupon | null;
-  until: number;
-  /** The one database read under way for this id, shared by every grab that needs it meanwhile. */
-  loading?: Promise<Coupon | null>;
+/** A public answer already serialised, reused while what it was made from is the same objects. */
+interface PublicPage {
+  coupon: Coupon;
+  stock: StockRow;
+  json: string;
+}
+
+interface PublicListPage {
+  items: CouponView[];
+  nextCursor: string | null;
+  json: string;
 }
 
 /**
- * Coupon templates. The grab path reads templates from a short-lived in-memory cache so the rate
- * limiter and the window checks cost no database round trip; changes made through this instance
- * invalidate it at once, changes made through another instance show within COUPON_CACHE_TTL_MS.
+ * Coupon templates, and the public coupon page and list, served from memory (FreshCache): a
+ * template, a stock row and the list are each read again at most about twice per
+ * COUPON_CACHE_TTL_MS (from half of it on, in the background), so a crowd reloading the page during
+ * a sale costs the database nothing per request. The public answers are never older than
+ * COUPON_CACHE_TTL_MS; the grab path takes the previous template while a read replaces it (a grab
+ * should not wait for the database for a template it had a moment ago). Changes made through this
+ * instance show at once: its grouped grabs publish the stock they leave (they hold the stock row's
+ * lock, so it is exact), its other changes drop what they change. Changes made through another
+ * instance show within COUPON_CACHE_TTL_MS.
  */
 @Injectable()
 export class CouponService {
-  private readonly cache = new Map<string, CacheEntry>();
+  private readonly ttl = () => this.config.COUPON_CACHE_TTL_MS;
+  private readonly templates = new FreshCache<Coupon | null>(this.ttl, (id) => this.coupons.findOneBy({ id }));
+  private readonly stocks = new FreshCache<StockRow | null>(this.ttl, (id) => this.stock.find(this.coupons.manager, id));
+  private readonly liveList = new FreshCache<LiveItem[]>(this.ttl, () => this.readLive(), 1);
+  /**
+   * The last answer of GET /coupons/:id per coupon and of GET /coupons per limit and cursor, as JSON:
+   * serialising a page of 20 coupons was a fifth of the list's CPU per request in the profile.
+   */
+  private readonly pages = new Map<string, PublicPage>();
+  private readonly listPages = new Map<string, PublicListPage>();
+  /** A list item shown with the stock this instance's grabs left, per coupon (withLatestStock). */
+  private readonly overlays = new Map<string, { view: CouponView; stock: StockRow; merged: CouponView }>();
   /** Coupons a grab found sold out, until when. Only a hint: the conditional UPDATE stays the authority. */
   private readonly soldOut = new Map<string, number>();
-  private liveSnapshot?: LiveSnapshot;
 
   constructor(
     @InjectRepository(Coupon) private readonly coupons: Repository<Coupon>,
@@ -128,87 +158,107 @@ export class CouponService {
     return toCouponView(saved, { initStock: dto.totalStock, stock: dto.totalStock });
   }
 
-  /**
-   * The template for the grab path: from memory when fresh. An expired entry is refreshed by one
-   * read while the burst keeps being served the previous version, so a flash sale never sends a
-   * wave of template reads to the database. Throws COUPON_NOT_FOUND.
-   */
+  /** The template for the grab path (see the class comment). Throws COUPON_NOT_FOUND. */
   async template(id: string): Promise<Coupon> {
-    let entry = this.cache.get(id);
-    if (!entry || entry.until <= Date.now()) {
-      if (!entry?.loading) entry = this.load(id);
-      const stale = this.config.COUPON_CACHE_TTL_MS > 0 ? entry.coupon : null;
-      entry = { ...entry, coupon: stale ?? ((await entry.loading) as Coupon | null) };
-    }
-    if (!entry.coupon) throw new AppError('COUPON_NOT_FOUND', `Coupon ${id} does not exist`);
-    return entry.coupon;
-  }
-
-  private load(id: string): CacheEntry {
-    const previous = this.cache.get(id);
-    const loading = this.coupons.findOneBy({ id });
-    const entry: CacheEntry = { coupon: previous?.coupon ?? null, until: previous?.until ?? 0, loading };
-    if (this.cache.size > 10_000) this.cache.clear();
-    this.cache.set(id, entry);
-    loading.then(
-      (coupon) => {
-        if (this.cache.get(id) === entry) this.cache.set(id, { coupon, until: Date.now() + this.config.COUPON_CACHE_TTL_MS });
-      },
-      () => {
-        if (this.cache.get(id) === entry) this.cache.delete(id);
-      },
-    );
-    return entry;
+    const coupon = await this.templates.latest(id);
+    if (!coupon) throw new AppError('COUPON_NOT_FOUND', `Coupon ${id} does not exist`);
+    return coupon;
   }
 
   invalidate(id: string): void {
-    this.cache.delete(id);
+    this.templates.invalidate(id);
+    this.stocks.invalidate(id);
     this.soldOut.delete(id);
-    this.liveSnapshot = undefined;
+    this.liveList.invalidate(LIVE);
+  }
+
+  /** What a grouped grab left in stock, read and changed under the stock row's lock and committed. */
+  stockAfterGrabs(id: string, stock: StockRow): void {
+    this.stocks.set(id, { initStock: stock.initStock, stock: stock.stock });
+  }
+
+  /** A grab of this instance took a unit without learning how many are left: the next page reads the stock again. */
+  stockChanged(id: string): void {
+    this.stocks.invalidate(id);
+  }
+
+  /** GET /coupons/:id as JSON: the template and the stock row from memory (class comment). */
+  async publicViewJson(id: string): Promise<string> {
+    const t = this.templates.fresh(id);
+    const s = this.stocks.fresh(id);
+    const [{ value: coupon }, { value: stock }] =
+      t && s ? [t, s] : await Promise.all([t ?? this.templates.get(id), s ?? this.stocks.get(id)]);
+    if (!coupon || !stock) throw new AppError('COUPON_NOT_FOUND', `Coupon ${id} does not exist`);
+    const last = this.pages.get(id);
+    if (last && last.coupon === coupon && last.stock === stock) return last.json;
+    if (this.pages.size >= 10_000) this.pages.clear();
+    const json = JSON.stringify(toCouponView(coupon, stock));
+    this.pages.set(id, { coupon, stock, json });
+    return json;
+  }
+
+  /** GET /coupons as JSON (liveCoupons), serialised again only when the page shows other objects. */
+  async liveCouponsJson(limit: number, cursor?: string): Promise<string> {
+    const page = await this.liveCoupons(limit, cursor);
+    const key = `${limit}_${cursor ?? ''}`;
+    const last = this.listPages.get(key);
+    if (last && last.nextCursor === page.nextCursor && sameItems(last.items, page.items)) return last.json;
+    if (this.listPages.size >= 1000) this.listPages.clear();
+    const json = JSON.stringify(page);
+    this.listPages.set(key, { ...page, json });
+    return json;
   }
 
   /**
    * The public coupon centre: coupons not paused whose grab window has not ended, soonest grab start
-   * first (then id), cursor-paginated. Served from one in-memory snapshot of the whole list, read
-   * again at most every COUPON_CACHE_TTL_MS by one query (the previous snapshot is served meanwhile),
-   * so a crowd refreshing the page costs the database nothing per request. Changes made through
-   * this instance show at once, through others within COUPON_CACHE_TTL_MS.
+   * first (then id), cursor-paginated, from one snapshot of the whole list (class comment). A coupon
+   * whose stock this instance knows more recently than the snapshot (its own grabs) shows that stock.
    */
-  async liveCoupons(limit: number, cursor?: string): Promise<{ items: CouponView[]; nextCursor: string | null }> {
+  private async liveCoupons(limit: number, cursor?: string): Promise<{ items: CouponView[]; nextCursor: string | null }> {
+    const snapshot = this.liveList.fresh(LIVE) ?? (await this.liveList.get(LIVE));
     const now = Date.now();
-    if (!this.liveSnapshot || (this.liveSnapshot.until <= now && !this.liveSnapshot.loading))
-      this.liveSnapshot = this.loadLive(this.liveSnapshot);
-    const snapshot = this.liveSnapshot.items ?? (await this.liveSnapshot.loading);
     const [startMs, id] = cursor ? cursor.split('_').map(Number) : [-Infinity, 0];
-    const open = (snapshot ?? []).filter((c) => Date.parse(c.grabEndAt) > now);
-    const from = open.findIndex((c) => Date.parse(c.grabStartAt) > startMs || (Date.parse(c.grabStartAt) === startMs && Number(c.id) > id));
-    const page = from < 0 ? [] : open.slice(from, from + limit);
-    const last = page.at(-1);
-    return { items: page, nextCursor: last && from + limit < open.length ? `${Date.parse(last.grabStartAt)}_${last.id}` : null };
+    const items = snapshot.value;
+    const page: CouponView[] = [];
+    let last: LiveItem | undefined;
+    let more = false;
+    for (const item of items) {
+      if (item.startMs < startMs || (item.startMs === startMs && item.idNum <= id) || item.endMs <= now) continue;
+      if (page.length === limit) {
+        more = true;
+        break;
+      }
+      page.push(this.withLatestStock(item.view, snapshot.at));
+      last = item;
+    }
+    return { items: page, nextCursor: more && last ? `${last.startMs}_${last.view.id}` : null };
   }
 
-  private loadLive(previous?: LiveSnapshot): LiveSnapshot {
-    const entry: LiveSnapshot = { items: previous?.items, until: previous?.until ?? 0 };
-    entry.loading = this.coupons
-      .find({ where: { status: 'ACTIVE', grabEndAt: MoreThan(new Date()) }, order: { grabStartAt: 'ASC', id: 'ASC' } })
-      .then(async (coupons) => {
-        const stockOf = await this.stock.findMany(
-          this.coupons.manager,
-          coupons.map((c) => c.id),
-        );
-        const items = coupons.flatMap((c) => {
-          const st = stockOf.get(c.id);
-          return st ? [toCouponView(c, st)] : [];
-        });
-        if (this.liveSnapshot === entry)
-          Object.assign(entry, { items, until: Date.now() + this.config.COUPON_CACHE_TTL_MS, loading: undefined });
-        return items;
-      })
-      .catch((err: unknown) => {
-        if (this.liveSnapshot === entry) this.liveSnapshot = previous;
-        throw err;
-      });
-    return entry;
+  /** The same object for the same view and stock row, so the serialised list page can be reused. */
+  private withLatestStock(view: CouponView, snapshotAt: number): CouponView {
+    const st = this.stocks.peek(view.id);
+    if (!st?.value || st.at <= snapshotAt) return view;
+    const last = this.overlays.get(view.id);
+    if (last && last.view === view && last.stock === st.value) return last.merged;
+    if (this.overlays.size >= 10_000) this.overlays.clear();
+    const merged = { ...view, initStock: st.value.initStock, remainingStock: st.value.stock };
+    this.overlays.set(view.id, { view, stock: st.value, merged });
+    return merged;
+  }
+
+  private async readLive(): Promise<LiveItem[]> {
+    const coupons = await this.coupons.find({
+      where: { status: 'ACTIVE', grabEndAt: MoreThan(new Date()) },
+      order: { grabStartAt: 'ASC', id: 'ASC' },
+    });
+    const stockOf = await this.stock.findMany(
+      this.coupons.manager,
+      coupons.map((c) => c.id),
+    );
+    return coupons.flatMap((c) => {
+      const st = stockOf.get(c.id);
+      return st ? [{ view: toCouponView(c, st), startMs: c.grabStartAt.getTime(), endMs: c.grabEndAt.getTime(), idNum: Number(c.id) }] : [];
+    });
   }
 
   markSoldOut(id: string): void {

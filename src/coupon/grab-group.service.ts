@@ -7,9 +7,10 @@ import { histogram } from '../common/metrics.js';
 import { currentDeadline, Deadline, hasTimeLeft, runWithDeadline } from '../database/deadline-pool.js';
 import { TransactionService } from '../database/transaction.service.js';
 import { Coupon } from './coupon.entity.js';
+import { CouponService } from './coupon.service.js';
 import { GrabDecision, GrabRequest, GroupKeyCollision, identity, keyReused, refused } from './grab-decision.js';
 import { IssueService, soldOutError, userLimitReached } from '../ledger/issue.service.js';
-import { StockService } from '../ledger/stock.service.js';
+import { StockRow, StockService } from '../ledger/stock.service.js';
 import { UserCoupon } from '../ledger/user-coupon.entity.js';
 import { countTowardsLimit, findByKeys } from '../ledger/user-coupons.js';
 
@@ -49,6 +50,7 @@ export class GrabGroupService {
     private readonly issuer: IssueService,
     private readonly stock: StockService,
     private readonly config: AppConfig,
+    private readonly coupons: CouponService,
   ) {}
 
   submit(coupon: Coupon, request: GrabRequest): Promise<GrabDecision> {
@@ -102,7 +104,12 @@ export class GrabGroupService {
    * (GroupKeyCollision), whose requests are then decided one by one.
    */
   private async decideGroup(coupon: Coupon, group: GrabRequest[]): Promise<GrabDecision[]> {
-    const run = () => this.tx.inTransaction((em) => this.decide(em, coupon, group));
+    // The stock the committed group left is exact (it held the row's lock), so the coupon page shows it before anyone is answered.
+    const run = async () => {
+      const { decisions, left } = await this.tx.inTransaction((em) => this.decide(em, coupon, group));
+      if (left) this.coupons.stockAfterGrabs(coupon.id, left);
+      return decisions;
+    };
     try {
       return await run();
     } catch (err) {
@@ -116,8 +123,13 @@ export class GrabGroupService {
   }
 
   /** Runs inside the group's transaction; pure with respect to everything but `em`, so a retry recomputes it all. */
-  private async decide(em: EntityManager, coupon: Coupon, group: GrabRequest[]): Promise<GrabDecision[]> {
-    let remaining = (await this.stock.lock(em, coupon.id))?.stock ?? 0;
+  private async decide(
+    em: EntityManager,
+    coupon: Coupon,
+    group: GrabRequest[],
+  ): Promise<{ decisions: GrabDecision[]; left: StockRow | null }> {
+    const locked = await this.stock.lock(em, coupon.id);
+    let remaining = locked?.stock ?? 0;
     const earlier = await findByKeys(em, group);
     const byIdentity = new Map(earlier.map((uc) => [identity({ userId: uc.userId, key: uc.idempotencyKey as string }), uc]));
     const users = [...new Set(group.map((r) => r.userId))];
@@ -150,7 +162,7 @@ export class GrabGroupService {
       byIdentity.set(identity({ userId: uc.userId, key: uc.idempotencyKey as string }), uc);
 
     const firstAnswer = new Set<string>();
-    return group.map((r, i): GrabDecision => {
+    const decisions = group.map((r, i): GrabDecision => {
       const step = plan[i];
       if (typeof step !== 'string') return step;
       const id = identity(r);
@@ -158,5 +170,6 @@ export class GrabGroupService {
       firstAnswer.add(id);
       return { outcome: replayed ? 'replayed' : 'granted', userCoupon: byIdentity.get(id) as UserCoupon };
     });
+    return { decisions, left: locked && { initStock: locked.initStock, stock: remaining } };
   }
 }

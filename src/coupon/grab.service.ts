@@ -131,6 +131,7 @@ export class GrabService {
   private async perRequest(coupon: Coupon, userId: string, key: string): Promise<GrabDecision> {
     try {
       const userCoupon = await this.tx.inTransaction((em) => this.issuer.grab(em, coupon, userId, key));
+      this.coupons.stockChanged(coupon.id);
       return { outcome: 'granted', userCoupon };
     } catch (err) {
       if (isDuplicateKey(err)) {

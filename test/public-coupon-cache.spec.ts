@@ -1,0 +1,174 @@
+import { jest } from '@jest/globals';
+import request from 'supertest';
+import { EntityManager, Repository } from 'typeorm';
+import type { AppConfig } from '../src/config/app-config.js';
+import { checkInvariants } from '../src/ledger/invariants.js';
+import { createCoupon, grabRequest } from './support/factories.js';
+import { adminToken, bearer, startTestApp, TestApp } from './support/harness.js';
+
+interface Page {
+  id: string;
+  status: string;
+  rateLimitPerSecond: number | null;
+  initStock: number;
+  remainingStock: number;
+}
+
+const page = async (t: TestApp, id: string): Promise<Page> => {
+  const res = await request(t.url).get(`/coupons/${id}`);
+  if (res.status !== 200) throw new Error(`GET /coupons/${id}: ${res.status} ${JSON.stringify(res.body)}`);
+  return res.body as Page;
+};
+const listed = async (t: TestApp, id: string): Promise<Page | undefined> =>
+  ((await request(t.url).get('/coupons?limit=100')).body.items as Page[]).find((c) => c.id === id);
+const patch = (t: TestApp, id: string, body: object) => request(t.url).patch(`/admin/coupons/${id}`).set(bearer(adminToken())).send(body);
+let users = 0;
+const grab = async (t: TestApp, id: string) => {
+  const res = await grabRequest(t.url, id, `pc-user-${++users}`);
+  expect([res.status, res.body.code]).toEqual([201, undefined]);
+};
+
+describe('public coupon page and list from memory, long COUPON_CACHE_TTL_MS: no database read, exact after own grabs', () => {
+  let grouped: TestApp;
+  let perRequest: TestApp;
+  beforeAll(async () => {
+    grouped = await startTestApp({ COUPON_CACHE_TTL_MS: '60000' });
+    perRequest = await startTestApp({}, { ...grouped.config, GRAB_STRATEGY: 'per-request' } as AppConfig);
+  });
+  afterEach(async () => {
+    expect(await checkInvariants(grouped.db)).toEqual([]);
+  });
+  afterAll(async () => {
+    await perRequest?.close();
+    await grouped?.close();
+  });
+
+  it('a burst of page and list reads sends the database no statement', async () => {
+    const coupon = await createCoupon(grouped.url, { totalStock: 30 });
+    await page(grouped, coupon.id);
+    await listed(grouped, coupon.id);
+    const spies = [
+      jest.spyOn(EntityManager.prototype, 'query'),
+      jest.spyOn(Repository.prototype, 'find'),
+      jest.spyOn(Repository.prototype, 'findOneBy'),
+    ];
+    try {
+      const answers = await Promise.all(
+        Array.from({ length: 100 }, (_, i) => (i % 2 === 0 ? page(grouped, coupon.id) : listed(grouped, coupon.id))),
+      );
+      expect(answers.every((a) => a?.remainingStock === 30)).toBe(true);
+      expect(spies.map((s) => s.mock.calls.length)).toEqual([0, 0, 0]);
+    } finally {
+      for (const s of spies) s.mockRestore();
+    }
+  });
+
+  it("shows the exact stock after the instance's own grabs, grouped and per-request, on the page and in the list", async () => {
+    const coupon = await createCoupon(grouped.url, { totalStock: 20, perUserLimit: 1 });
+    expect((await page(grouped, coupon.id)).remainingStock).toBe(20);
+    for (let i = 1; i <= 3; i++) {
+      await grab(grouped, coupon.id);
+      expect([(await page(grouped, coupon.id)).remainingStock, (await listed(grouped, coupon.id))?.remainingStock]).toEqual([
+        20 - i,
+        20 - i,
+      ]);
+    }
+    await Promise.all(Array.from({ length: 12 }, () => grab(grouped, coupon.id)));
+    expect((await page(grouped, coupon.id)).remainingStock).toBe(5);
+
+    // The other instance reads the stock once, then its own grab shows at once there.
+    expect((await page(perRequest, coupon.id)).remainingStock).toBe(5);
+    await grab(perRequest, coupon.id);
+    expect((await page(perRequest, coupon.id)).remainingStock).toBe(4);
+    // ...and not on the first instance before its cache time is up: it answers from memory.
+    expect((await page(grouped, coupon.id)).remainingStock).toBe(5);
+
+    await Promise.all(Array.from({ length: 6 }, () => grabRequest(grouped.url, coupon.id, `pc-user-${++users}`)));
+    expect([(await page(grouped, coupon.id)).remainingStock, (await listed(grouped, coupon.id))?.remainingStock]).toEqual([0, 0]);
+    const [stock] = await grouped.db.query(`SELECT stock FROM coupon_stock WHERE coupon_id = ?`, [coupon.id]);
+    expect(Number(stock.stock)).toBe(0);
+  });
+
+  it('answers 404 for an unknown coupon; a change made through this instance shows at once', async () => {
+    for (let i = 0; i < 2; i++) {
+      const missing = await request(grouped.url).get('/coupons/987654321');
+      expect([missing.status, missing.body.code]).toEqual([404, 'COUPON_NOT_FOUND']);
+    }
+    const coupon = await createCoupon(grouped.url, { totalStock: 10 });
+    expect((await page(perRequest, coupon.id)).status).toBe('ACTIVE');
+    expect((await patch(grouped, coupon.id, { status: 'PAUSED', rateLimitPerSecond: 33 })).status).toBe(200);
+    expect(await page(grouped, coupon.id)).toMatchObject({ status: 'PAUSED', rateLimitPerSecond: 33 });
+    expect(await listed(grouped, coupon.id)).toBeUndefined();
+    const added = await request(grouped.url).post(`/admin/coupons/${coupon.id}/stock`).set(bearer(adminToken())).send({ delta: 5 });
+    expect(added.status).toBe(200);
+    expect(await page(grouped, coupon.id)).toMatchObject({ initStock: 15, remainingStock: 15 });
+    // The other instance still shows what it read, within its 60 s.
+    expect(await page(perRequest, coupon.id)).toMatchObject({ status: 'ACTIVE', remainingStock: 10 });
+  });
+});
+
+describe('public coupon page and list, short COUPON_CACHE_TTL_MS: changes through another instance show within it', () => {
+  const TTL_MS = 600;
+  // A page request that finds the value too old waits for one read; on a loaded machine that takes a while.
+  const READ_SLACK_MS = 500;
+  let shown: TestApp;
+  let other: TestApp;
+  beforeAll(async () => {
+    shown = await startTestApp({ COUPON_CACHE_TTL_MS: String(TTL_MS) });
+    other = await startTestApp({}, shown.config);
+  });
+  afterAll(async () => {
+    await other?.close();
+    await shown?.close();
+  });
+
+  /**
+   * Reads `read` every 20 ms (as a crowd would, so the background refresh is exercised) until
+   * `changed` holds; then checks it keeps holding for `holdMs`. Returns how long after `since` it first held.
+   */
+  async function shownAfter<T>(since: number, read: () => Promise<T>, changed: (v: T) => boolean, holdMs = TTL_MS): Promise<number> {
+    let firstAt: number | null = null;
+    while (performance.now() - since < 5000) {
+      const v = await read();
+      if (changed(v)) firstAt ??= performance.now();
+      else if (firstAt !== null) throw new Error(`went back to the old value after showing the new one: ${JSON.stringify(v)}`);
+      if (firstAt !== null && performance.now() - firstAt >= holdMs) break;
+      await new Promise((r) => setTimeout(r, 20));
+    }
+    if (firstAt === null) throw new Error('never showed the change');
+    return firstAt - since;
+  }
+
+  it('another instance’s grabs, template change and pause show on the page and in the list within the bound', async () => {
+    const coupon = await createCoupon(shown.url, { totalStock: 50, perUserLimit: 1 });
+    const onPage = () => page(shown, coupon.id);
+    const inList = () => listed(shown, coupon.id);
+    const bound = TTL_MS + READ_SLACK_MS;
+    // Each change is made right after an earlier one has just shown, so the value it meets was read
+    // a moment ago: what it measures is the cache's bound, not where in its cycle the change fell.
+    await grab(other, coupon.id);
+    await shownAfter(performance.now(), onPage, (p) => p.remainingStock === 49, 0);
+    await grab(other, coupon.id);
+    expect(await shownAfter(performance.now(), onPage, (p) => p.remainingStock === 48)).toBeLessThan(bound);
+    await shownAfter(performance.now(), inList, (p) => p?.remainingStock === 48, 0);
+    await grab(other, coupon.id);
+    expect(await shownAfter(performance.now(), inList, (p) => p?.remainingStock === 47)).toBeLessThan(bound);
+
+    expect((await patch(other, coupon.id, { rateLimitPerSecond: 70 })).status).toBe(200);
+    await shownAfter(performance.now(), onPage, (p) => p.rateLimitPerSecond === 70, 0);
+    expect((await patch(other, coupon.id, { rateLimitPerSecond: 77 })).status).toBe(200);
+    expect(await shownAfter(performance.now(), onPage, (p) => p.rateLimitPerSecond === 77)).toBeLessThan(bound);
+
+    await grab(other, coupon.id);
+    await shownAfter(performance.now(), inList, (p) => p?.remainingStock === 46, 0);
+    expect((await patch(other, coupon.id, { status: 'PAUSED' })).status).toBe(200);
+    const since = performance.now();
+    const [pausedOnPage, goneFromList] = await Promise.all([
+      shownAfter(since, onPage, (p) => p.status === 'PAUSED'),
+      shownAfter(since, inList, (p) => p === undefined),
+    ]);
+    expect(pausedOnPage).toBeLessThan(bound);
+    expect(goneFromList).toBeLessThan(bound);
+    expect(await checkInvariants(shown.db)).toEqual([]);
+  });
+});
