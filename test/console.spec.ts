@@ -3,6 +3,7 @@ import { mkdirSync } from 'node:fs';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from '@jest/globals';
 import { chromium, type Browser, type Page } from 'playwright-core';
 import request from 'supertest';
+import { IssuanceRunner } from '../src/issuance/issuance-runner.js';
 import { adminToken, bearer, startTestApp, tokenFor, type TestApp } from './support/harness.js';
 import { WebhookReceiver } from './support/webhook-receiver.js';
 
@@ -17,6 +18,7 @@ let t: TestApp;
 let browser: Browser;
 let page: Page;
 let couponId: string;
+let percentCouponId: string;
 let receiver: WebhookReceiver;
 const pageErrors: string[] = [];
 
@@ -32,6 +34,12 @@ async function eventually<T>(read: () => Promise<T>, ok: (v: T) => boolean, ms =
 
 /** Ant Design's opening animations (drawers, modals) take 0.3 s; a click before they end can be lost on a loaded machine. */
 const settle = () => page.waitForTimeout(400);
+
+/** Escape closes a drawer only while the focus is inside it; its close button always does. */
+async function closeDrawer(): Promise<void> {
+  await page.locator('.ant-drawer-open .ant-drawer-close').click();
+  await page.locator('.ant-drawer-open').waitFor({ state: 'detached' });
+}
 
 async function shot(name: string): Promise<void> {
   await settle();
@@ -167,6 +175,36 @@ describe('admin console in a browser', () => {
     expect(await page.getByTestId('stock-bar').first().getAttribute('data-remaining')).toBe('50');
   });
 
+  it('creates a PERCENT campaign with a cap that stacks, the API judging the percentage', async () => {
+    await page.getByTestId('new-campaign').click();
+    await page.getByTestId('field-name').fill('Members: 15% off, at most ¥20');
+    await page.getByText('Percent off', { exact: true }).click();
+    await page.getByTestId('field-percentOff').fill('150');
+    await page.getByTestId('field-maxDiscount').fill('20');
+    await page.getByTestId('field-stackable').click();
+    await settle();
+    await page.getByTestId('create-submit').click();
+    await page.getByText('percentOff must not be greater than 100').waitFor();
+    await page.getByTestId('field-percentOff').fill('15');
+    await settle();
+    await page.getByTestId('create-submit').click();
+    const listed = async () =>
+      (await request(t.url).get('/admin/coupons').set(bearer(adminToken()))).body.items as {
+        id: string;
+        name: string;
+        discount: unknown;
+        stackable: boolean;
+      }[];
+    const items = await eventually(listed, (all) => all.length > 1);
+    const created = items.find((c) => c.name === 'Members: 15% off, at most ¥20');
+    expect(created).toMatchObject({
+      discount: { type: 'PERCENT', thresholdCents: 10000, percentOff: 15, maxDiscountCents: 2000 },
+      stackable: true,
+    });
+    percentCouponId = created!.id;
+    await page.getByTestId(`campaign-${percentCouponId}`).waitFor();
+  });
+
   it('creates a webhook and shows its signing secret once', async () => {
     await page.getByRole('menuitem', { name: 'Webhooks' }).click();
     await page.getByTestId('new-webhook').click();
@@ -189,6 +227,8 @@ describe('admin console in a browser', () => {
     const statuses = await Promise.all(Array.from({ length: 14 }, (_, i) => grab(`fan-${i}`)));
     expect(statuses.every((s) => s === 201)).toBe(true);
     await page.getByTestId(`campaign-${couponId}`).click();
+    // The list shows a bar per campaign: read the live page's one only.
+    await page.getByTestId('live-title').waitFor();
     const bar = page.getByTestId('stock-bar');
     const remaining = () => bar.getAttribute('data-remaining');
     expect(await eventually(remaining, (v) => v === '35')).toBe('35');
@@ -303,12 +343,121 @@ describe('admin console in a browser', () => {
     await shot('08-compensation-done');
   });
 
+  it('rejects a compensation with a reason, changing nothing', async () => {
+    // Stock above what the ledger allows: the run proposes removing it, the operator says no.
+    await t.db.query('UPDATE coupon_stock SET stock = stock + 3 WHERE coupon_id = ?', [percentCouponId]);
+    const started = await request(t.url).post('/admin/reconciliation/runs').set(bearer(adminToken()));
+    expect(started.status).toBe(202);
+    const run = async () => (await request(t.url).get(`/admin/reconciliation/runs/${started.body.runId}`).set(bearer(adminToken()))).body;
+    expect((await eventually(run, (r) => r.status !== 'RUNNING', 20_000)).status).toBe('COMPLETED');
+    const pending = (await request(t.url).get('/admin/compensations?status=PENDING').set(bearer(adminToken()))).body.items as {
+      id: string;
+    }[];
+    expect(pending).toHaveLength(1);
+    await page.getByRole('menuitem', { name: 'Compensations' }).click();
+    await page.getByTestId(`reject-${pending[0].id}`).click();
+    await settle();
+    await page.getByTestId('decide-reason').fill('Stock was added by the warehouse on purpose');
+    await settle();
+    await page.getByTestId('decide-submit').click();
+    await page.getByTestId(`reject-${pending[0].id}`).waitFor({ state: 'detached' });
+    const [rejected] = (await request(t.url).get('/admin/compensations?status=REJECTED').set(bearer(adminToken()))).body.items as {
+      id: string;
+      decisionReason: string;
+    }[];
+    expect(rejected).toMatchObject({ id: pending[0].id, decisionReason: 'Stock was added by the warehouse on purpose' });
+    const [stock] = (await t.db.query('SELECT stock FROM coupon_stock WHERE coupon_id = ?', [percentCouponId])) as { stock: string }[];
+    expect(Number(stock.stock)).toBe(1003);
+    await t.db.query('UPDATE coupon_stock SET stock = stock - 3 WHERE coupon_id = ?', [percentCouponId]);
+  });
+
+  it('issues a pasted list as a bulk job and shows it complete with the skipped lines; a CSV job is cancelled', async () => {
+    await page.getByRole('menuitem', { name: 'Campaigns' }).click();
+    await page.getByTestId(`campaign-${couponId}`).click();
+    await page.getByRole('button', { name: 'Bulk issue' }).click();
+    // fan-0 grabbed one already (limit 1), bulk-1 is listed twice, "bad/id" is no user id.
+    await page.getByTestId('job-user-ids').fill('bulk-1\nbulk-2, bulk-3\nfan-0\nbulk-1\nbad/id');
+    await page.getByTestId('job-reason').fill('VIP November');
+    await settle();
+    await page.getByTestId('job-submit').click();
+    const detail = page.getByTestId('job-detail');
+    await detail.waitFor();
+    expect(await detail.getAttribute('data-status')).toBe('QUEUED');
+    // The test server runs no runner of its own (BULK_RUNNER_ENABLED=false): run the queue here, as bulk-issuance.spec does.
+    await t.app.get(IssuanceRunner).runQueued();
+    await page.locator('[data-testid="job-detail"][data-status="COMPLETED"]').waitFor();
+    expect(await page.getByTestId('job-issued').textContent()).toBe('3');
+    const skipped = page.getByTestId('skipped-lines');
+    await skipped.getByText('Repeated in the list').waitFor();
+    expect(await skipped.locator('.ant-table-row').allTextContents()).toEqual([
+      '4fan-0Limit reached',
+      '5bulk-1Repeated in the list',
+      '6bad/idInvalid user id',
+    ]);
+    await shot('12-bulk-job');
+    await closeDrawer();
+
+    await page.getByTestId('new-job').click();
+    await page.getByText('Upload a CSV file').click();
+    await page
+      .locator('input[type=file]')
+      .setInputFiles({ name: 'segment.csv', mimeType: 'text/csv', buffer: Buffer.from('user_id\ncsv-1\ncsv-2\n') });
+    await page.getByTestId('job-reason').fill('Partner list');
+    await settle();
+    await page.getByTestId('job-submit').click();
+    await page.locator('[data-testid="job-detail"][data-status="QUEUED"]').waitFor();
+    const jobs = (await request(t.url).get(`/admin/issuance-jobs?couponId=${couponId}`).set(bearer(adminToken()))).body.items as {
+      id: string;
+      total: number;
+    }[];
+    expect(jobs.map((j) => j.total)).toEqual([2, 6]);
+    await detail.getByTestId(`cancel-job-${jobs[0].id}`).click();
+    await page.getByTestId('cancel-job-confirm').click();
+    await page.locator('[data-testid="job-detail"][data-status="CANCELLED"]').waitFor();
+    await closeDrawer();
+    await page.getByTestId('jobs').locator('.ant-tag', { hasText: 'Cancelled' }).waitFor();
+    await shot('13-bulk-jobs');
+  });
+
+  it('removes stock, refusing more than remains', async () => {
+    await page.getByRole('menuitem', { name: 'Campaigns' }).click();
+    const row = page.locator('.ant-table-row', { has: page.getByTestId(`campaign-${couponId}`) });
+    // 34 after the compensation, 3 of them issued by the bulk job.
+    expect(
+      await eventually(
+        () => row.getByTestId('stock-bar').getAttribute('data-remaining'),
+        (v) => v === '31',
+      ),
+    ).toBe('31');
+    await row.getByRole('button', { name: 'Stock', exact: true }).click();
+    await page.getByText('Remove stock', { exact: true }).click();
+    await page.getByTestId('stock-amount').fill('1000');
+    await settle();
+    await page.getByTestId('stock-submit').click();
+    await page.locator('.ant-form-item-explain-error', { hasText: /stock/i }).waitFor();
+    await page.getByTestId('stock-amount').fill('5');
+    await settle();
+    await page.getByTestId('stock-submit').click();
+    expect(
+      await eventually(
+        () => row.getByTestId('stock-bar').getAttribute('data-remaining'),
+        (v) => v === '26',
+      ),
+    ).toBe('26');
+    const coupon = await request(t.url).get(`/admin/coupons/${couponId}`).set(bearer(adminToken()));
+    expect([coupon.body.initStock, coupon.body.remainingStock]).toEqual([55, 26]);
+  });
+
   it('speaks Chinese after the switch', async () => {
     await page.getByRole('menuitem', { name: 'Campaigns' }).click();
     await page.getByTestId('language').getByText('中文').click();
     await page.getByRole('menuitem', { name: '活动' }).waitFor();
     await page.getByText('新建活动').waitFor();
     await shot('09-campaigns-zh');
+    await page.getByRole('menuitem', { name: '批量发券' }).click();
+    await page.getByText('批量发券任务').waitFor();
+    await page.getByTestId('jobs').locator('.ant-tag', { hasText: '已取消' }).waitFor();
+    await shot('14-bulk-jobs-zh');
     await page.getByTestId('language').getByText('English').click();
   });
 });

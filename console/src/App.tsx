@@ -1,6 +1,14 @@
 import { useEffect, useState, type ReactNode } from 'react';
 import { App as AntApp, ConfigProvider, Layout, Menu, Segmented, Space, Typography, Button, theme } from 'antd';
-import { ApiOutlined, AuditOutlined, LogoutOutlined, SafetyCertificateOutlined, ShopOutlined, UserOutlined } from '@ant-design/icons';
+import {
+  ApiOutlined,
+  AuditOutlined,
+  LogoutOutlined,
+  SafetyCertificateOutlined,
+  ShopOutlined,
+  UsergroupAddOutlined,
+  UserOutlined,
+} from '@ant-design/icons';
 import enUS from 'antd/locale/en_US';
 import zhCN from 'antd/locale/zh_CN';
 import dayjs from 'dayjs';
@@ -9,6 +17,7 @@ import { Navigate, Route, Routes, useLocation, useNavigate } from 'react-router-
 import { setUnauthenticatedListener } from './api';
 import { clearToken, readClaims, storedToken, storeToken, takeTokenFromLocation, tokenProblem } from './auth';
 import { useI18n, type Lang, type MessageKey } from './i18n';
+import { BulkJobs } from './pages/BulkJobs';
 import { CampaignLive } from './pages/CampaignLive';
 import { Campaigns } from './pages/Campaigns';
 import { Compensations } from './pages/Compensations';
@@ -33,6 +42,7 @@ function initialSession(): { token: string | null; notice: MessageKey | null } {
 const NAV: { key: string; icon: ReactNode; label: MessageKey }[] = [
   { key: '/campaigns', icon: <ShopOutlined />, label: 'navCampaigns' },
   { key: '/users', icon: <UserOutlined />, label: 'navUsers' },
+  { key: '/bulk', icon: <UsergroupAddOutlined />, label: 'navBulk' },
   { key: '/reconciliation', icon: <AuditOutlined />, label: 'navReconciliation' },
   { key: '/compensations', icon: <SafetyCertificateOutlined />, label: 'navCompensations' },
   { key: '/webhooks', icon: <ApiOutlined />, label: 'navWebhooks' },
@@ -112,6 +122,7 @@ export function App() {
             <Route path="/campaigns" element={<Campaigns />} />
             <Route path="/campaigns/:couponId" element={<CampaignLive />} />
             <Route path="/users" element={<UserCoupons />} />
+            <Route path="/bulk" element={<BulkJobs />} />
             <Route path="/reconciliation" element={<Reconciliation />} />
             <Route path="/reconciliation/:runId" element={<Reconciliation />} />
             <Route path="/compensations" element={<Compensations />} />

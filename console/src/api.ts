@@ -70,3 +70,7 @@ export type Compensation = Schemas['Compensation'];
 export type Webhook = Schemas['WebhookView'];
 export type CreatedWebhook = Schemas['CreatedWebhookView'];
 export type Delivery = Schemas['DeliveryView'];
+export type IssuanceJob = Schemas['IssuanceJobView'];
+export type IssuanceJobPage = Schemas['IssuanceJobPage'];
+export type SkippedLine = Schemas['SkippedLineView'];
+export type SkippedPage = Schemas['SkippedPage'];

@@ -1,6 +1,6 @@
 import { useEffect, useMemo, useRef, useState } from 'react';
 import { Badge, Button, Card, Col, Descriptions, Row, Segmented, Space, Statistic, Typography } from 'antd';
-import { ArrowLeftOutlined, ReloadOutlined } from '@ant-design/icons';
+import { ArrowLeftOutlined, ReloadOutlined, UsergroupAddOutlined } from '@ant-design/icons';
 import type { EChartsOption } from 'echarts';
 import dayjs from 'dayjs';
 import { Link, useParams } from 'react-router-dom';
@@ -30,7 +30,10 @@ const ORDER = Object.keys(COLORS);
 
 function describeDiscount(c: CouponView, t: Translate): string {
   const d = c.discount;
-  if (d.type === 'PERCENT') return t('percentDesc', { percent: d.percentOff, threshold: yuan(d.thresholdCents) });
+  if (d.type === 'PERCENT') {
+    const cap = d.maxDiscountCents === null ? '' : t('maxDiscountDesc', { max: yuan(d.maxDiscountCents) });
+    return t('percentDesc', { percent: d.percentOff, threshold: yuan(d.thresholdCents) }) + cap;
+  }
   return t('discountDesc', { amount: yuan(d.amountCents), threshold: yuan(d.thresholdCents) });
 }
 
@@ -125,6 +128,11 @@ export function CampaignLive() {
             {t('adjustStock')}
           </Button>
         )}
+        <Link to={`/bulk?couponId=${couponId}&new`}>
+          <Button size="small" icon={<UsergroupAddOutlined />}>
+            {t('bulkIssue')}
+          </Button>
+        </Link>
       </Space>
       {detail.error && <Typography.Text type="danger">{detail.error.message}</Typography.Text>}
       <Row gutter={16}>
@@ -200,6 +208,7 @@ export function CampaignLive() {
             </Descriptions.Item>
             <Descriptions.Item label={t('rateLimit')}>{coupon.rateLimitPerSecond ?? t('rateLimitHelp')}</Descriptions.Item>
             <Descriptions.Item label={t('returnOnRefund')}>{coupon.returnOnRefund ? '✓' : '—'}</Descriptions.Item>
+            <Descriptions.Item label={t('stackable')}>{coupon.stackable ? '✓' : '—'}</Descriptions.Item>
           </Descriptions>
         </Card>
       )}

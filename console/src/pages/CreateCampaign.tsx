@@ -13,7 +13,13 @@ interface Values {
   grabStartAt: Dayjs;
   grabEndAt: Dayjs;
   validity: { type: 'RELATIVE' | 'FIXED'; days?: number; startAt?: Dayjs; endAt?: Dayjs };
-  discount: { thresholdCents: number; amountCents: number };
+  discount: {
+    type: 'AMOUNT' | 'PERCENT';
+    thresholdCents: number;
+    amountCents?: number;
+    percentOff?: number;
+    maxDiscountCents?: number | null;
+  };
   rateLimitPerSecond?: number | null;
   returnOnRefund: boolean;
   stackable: boolean;
@@ -30,8 +36,11 @@ const FIELDS = [
   ['validity', 'days'],
   ['validity', 'startAt'],
   ['validity', 'endAt'],
+  ['discount', 'type'],
   ['discount', 'thresholdCents'],
   ['discount', 'amountCents'],
+  ['discount', 'percentOff'],
+  ['discount', 'maxDiscountCents'],
   ['rateLimitPerSecond'],
   ['returnOnRefund'],
   ['stackable'],
@@ -39,6 +48,18 @@ const FIELDS = [
 
 /** The form shows yuan; the API takes cents. */
 const cents = (yuan: number) => Math.round(yuan * 100);
+
+/** Only the fields of the chosen type: the API refuses the other type's fields. */
+function discountBody(d: Values['discount']): components['schemas']['DiscountDto'] {
+  const thresholdCents = cents(d.thresholdCents);
+  if (d.type === 'AMOUNT') return { type: 'AMOUNT', thresholdCents, amountCents: cents(d.amountCents as number) };
+  return {
+    type: 'PERCENT',
+    thresholdCents,
+    percentOff: d.percentOff as number,
+    ...(d.maxDiscountCents == null ? {} : { maxDiscountCents: cents(d.maxDiscountCents) }),
+  };
+}
 
 /** Every field the form requires is there (its rules checked them); the API judges the values. */
 function toBody(v: Values): components['schemas']['CreateCouponDto'] {
@@ -52,7 +73,7 @@ function toBody(v: Values): components['schemas']['CreateCouponDto'] {
       v.validity.type === 'RELATIVE'
         ? { type: 'RELATIVE', days: v.validity.days as number }
         : { type: 'FIXED', startAt: (v.validity.startAt as Dayjs).toISOString(), endAt: (v.validity.endAt as Dayjs).toISOString() },
-    discount: { thresholdCents: cents(v.discount.thresholdCents), amountCents: cents(v.discount.amountCents) },
+    discount: discountBody(v.discount),
     ...(v.rateLimitPerSecond == null ? {} : { rateLimitPerSecond: v.rateLimitPerSecond }),
     returnOnRefund: v.returnOnRefund,
     stackable: v.stackable,
@@ -70,6 +91,7 @@ export function CreateCampaign({ open, onClose, onCreated }: { open: boolean; on
   const [busy, setBusy] = useState(false);
   const [refusal, setRefusal] = useState<string | null>(null);
   const validityType = Form.useWatch(['validity', 'type'], form);
+  const discountType = Form.useWatch(['discount', 'type'], form);
   const required = [{ required: true, message: t('required') }];
 
   const submit = async (values: Values) => {
@@ -116,7 +138,7 @@ export function CreateCampaign({ open, onClose, onCreated }: { open: boolean; on
           grabStartAt: now,
           grabEndAt: now.add(1, 'day'),
           validity: { type: 'RELATIVE', days: 7 },
-          discount: { thresholdCents: 100, amountCents: 10 },
+          discount: { type: 'AMOUNT', thresholdCents: 100, amountCents: 10, percentOff: 10 },
           returnOnRefund: false,
           stackable: false,
         }}
@@ -175,21 +197,46 @@ export function CreateCampaign({ open, onClose, onCreated }: { open: boolean; on
             <InputNumber style={{ width: '100%' }} precision={0} data-testid="field-validity-days" />
           </Form.Item>
         )}
+        <Form.Item name={['discount', 'type']} label={t('discountType')}>
+          <Radio.Group
+            optionType="button"
+            data-testid="field-discount-type"
+            options={[
+              { label: t('discountTypeAmount'), value: 'AMOUNT' },
+              { label: t('discountTypePercent'), value: 'PERCENT' },
+            ]}
+          />
+        </Form.Item>
         <Row gutter={16}>
-          <Col span={12}>
+          <Col span={discountType === 'PERCENT' ? 8 : 12}>
             <Form.Item name={['discount', 'thresholdCents']} label={t('threshold')} rules={required}>
               <InputNumber style={{ width: '100%' }} precision={2} prefix="¥" />
             </Form.Item>
           </Col>
-          <Col span={12}>
-            <Form.Item name={['discount', 'amountCents']} label={t('discountAmount')} rules={required}>
-              <InputNumber style={{ width: '100%' }} precision={2} prefix="¥" />
-            </Form.Item>
-          </Col>
+          {discountType === 'PERCENT' ? (
+            <>
+              <Col span={8}>
+                <Form.Item name={['discount', 'percentOff']} label={t('percentOff')} rules={required}>
+                  <InputNumber style={{ width: '100%' }} precision={0} suffix="%" data-testid="field-percentOff" />
+                </Form.Item>
+              </Col>
+              <Col span={8}>
+                <Form.Item name={['discount', 'maxDiscountCents']} label={t('maxDiscount')} extra={t('maxDiscountHelp')}>
+                  <InputNumber style={{ width: '100%' }} precision={2} prefix="¥" data-testid="field-maxDiscount" />
+                </Form.Item>
+              </Col>
+            </>
+          ) : (
+            <Col span={12}>
+              <Form.Item name={['discount', 'amountCents']} label={t('discountAmount')} rules={required}>
+                <InputNumber style={{ width: '100%' }} precision={2} prefix="¥" />
+              </Form.Item>
+            </Col>
+          )}
         </Row>
         <Form.Item name="rateLimitPerSecond" label={t('rateLimit')} extra={t('rateLimitHelp')}>
           <InputNumber style={{ width: '100%' }} precision={0} />
-        </Form.Item>{' '}
+        </Form.Item>
         <Row gutter={16}>
           <Col span={12}>
             <Form.Item name="returnOnRefund" label={t('returnOnRefund')} valuePropName="checked">
@@ -198,7 +245,7 @@ export function CreateCampaign({ open, onClose, onCreated }: { open: boolean; on
           </Col>
           <Col span={12}>
             <Form.Item name="stackable" label={t('stackable')} valuePropName="checked">
-              <Switch />
+              <Switch data-testid="field-stackable" />
             </Form.Item>
           </Col>
         </Row>

@@ -1,0 +1,464 @@
+import { useState } from 'react';
+import {
+  Alert,
+  App,
+  Button,
+  Card,
+  Descriptions,
+  Drawer,
+  Form,
+  Input,
+  Modal,
+  Popconfirm,
+  Progress,
+  Segmented,
+  Select,
+  Space,
+  Switch,
+  Table,
+  Tag,
+  Typography,
+  Upload,
+} from 'antd';
+import { PlusOutlined, StopOutlined, UploadOutlined } from '@ant-design/icons';
+import { Link, useSearchParams } from 'react-router-dom';
+import { client, ok, type IssuanceJob, type IssuanceJobPage, type SkippedLine, type SkippedPage } from '../api';
+import { showApiErrors } from '../apiForm';
+import { time } from '../format';
+import { usePoll } from '../hooks';
+import { label, useI18n, type Translate } from '../i18n';
+
+const STATUS_COLOR = { QUEUED: 'default', RUNNING: 'processing', COMPLETED: 'green', FAILED: 'red', CANCELLED: 'orange' } as const;
+const SKIP_REASONS = ['USER_LIMIT_REACHED', 'SOLD_OUT', 'INVALID_USER_ID', 'DUPLICATE'] as const;
+/** The API takes at most this many ids as JSON; a longer pasted list goes up as a CSV body instead. */
+const JSON_MAX_USER_IDS = 10_000;
+
+const unfinished = (j: IssuanceJob) => j.status === 'QUEUED' || j.status === 'RUNNING';
+/** Polled every second while a job runs; a finished list changes only when someone adds a job. */
+const refreshEvery = (jobs: IssuanceJob[] | undefined) => (jobs?.some(unfinished) ? 1000 : 10_000);
+
+export function JobStatus({ job, t }: { job: IssuanceJob; t: Translate }) {
+  return <Tag color={STATUS_COLOR[job.status]}>{label(t, job.status)}</Tag>;
+}
+
+/** Lines decided (issued or skipped) of the list; invalid ids are skipped as the list is stored, before the job starts. */
+export function JobProgress({ job }: { job: IssuanceJob }) {
+  const done = job.issued + job.skipped;
+  const percent = job.total === 0 ? 100 : Math.floor((done / job.total) * 1000) / 10;
+  return (
+    <div data-testid={`job-progress-${job.id}`} data-done={done} data-total={job.total}>
+      <Progress
+        percent={percent}
+        size="small"
+        status={
+          job.status === 'FAILED' ? 'exception' : job.status === 'RUNNING' ? 'active' : job.status === 'CANCELLED' ? 'normal' : undefined
+        }
+        format={() => `${done.toLocaleString()} / ${job.total.toLocaleString()}`}
+      />
+    </div>
+  );
+}
+
+/** Splits a pasted list on line breaks, commas and spaces; the API judges each id (bad ones come back as INVALID_USER_ID). */
+const pastedIds = (text: string) => text.split(/[\s,]+/).filter((s) => s.length > 0);
+
+/** The newest 100 campaigns, to pick one by name. */
+async function couponOptions() {
+  const page = await ok(client.GET('/admin/coupons', { params: { query: { limit: 100 } } }));
+  return page.items.map((c) => ({ value: c.id, label: `#${c.id} ${c.name}` }));
+}
+
+interface CreateValues {
+  couponId: string;
+  source: 'paste' | 'csv';
+  userIds?: string;
+  reason: string;
+  fromStock: boolean;
+}
+
+function CreateJob({
+  open,
+  couponId,
+  onClose,
+  onCreated,
+}: {
+  open: boolean;
+  couponId?: string;
+  onClose(): void;
+  onCreated(jobId: string): void;
+}) {
+  const { t } = useI18n();
+  const { message } = App.useApp();
+  const [form] = Form.useForm<CreateValues>();
+  const [file, setFile] = useState<File | null>(null);
+  const [fileError, setFileError] = useState<string | null>(null);
+  const [busy, setBusy] = useState(false);
+  const [refusal, setRefusal] = useState<string | null>(null);
+  // One key per job being made: a retry after a lost answer gets the same job, not a second one.
+  const [key, setKey] = useState(() => `console-${crypto.randomUUID()}`);
+  const coupons = usePoll(couponOptions, [open]);
+  const source = Form.useWatch('source', form);
+  const pasted = Form.useWatch('userIds', form);
+
+  const submit = async (v: CreateValues) => {
+    if (v.source === 'csv' && !file) {
+      setFileError(t('fileRequired'));
+      return;
+    }
+    setBusy(true);
+    setRefusal(null);
+    try {
+      const ids = v.source === 'paste' ? pastedIds(v.userIds ?? '') : [];
+      const path = { couponId: v.couponId };
+      const header = { 'Idempotency-Key': key };
+      const created = await ok(
+        v.source === 'paste' && ids.length <= JSON_MAX_USER_IDS
+          ? client.POST('/admin/coupons/{couponId}/issuances', {
+              params: { path, header },
+              body: { userIds: ids, reason: v.reason, fromStock: v.fromStock },
+            })
+          : client.POST('/admin/coupons/{couponId}/issuances', {
+              params: { path, header, query: { reason: v.reason, fromStock: v.fromStock ? 'true' : 'false' } },
+              // The file goes up as it is, streamed by the browser; the server reads it line by line.
+              body: (v.source === 'csv' ? file : ids.join('\n')) as unknown as string,
+              bodySerializer: (b: unknown) => b as BodyInit,
+              headers: { 'content-type': 'text/csv' },
+            }),
+      );
+      void message.success(t('jobCreated', { id: created.jobId }));
+      setKey(`console-${crypto.randomUUID()}`);
+      setFile(null);
+      form.resetFields();
+      onCreated(created.jobId);
+    } catch (err) {
+      const rest = showApiErrors(form, err, [['userIds'], ['reason'], ['fromStock']]);
+      if (rest) setRefusal(rest);
+    } finally {
+      setBusy(false);
+    }
+  };
+
+  return (
+    <Modal
+      title={t('newBulkJob')}
+      open={open}
+      onCancel={onClose}
+      onOk={() => form.submit()}
+      okText={t('create')}
+      okButtonProps={{ loading: busy, 'data-testid': 'job-submit' }}
+      destroyOnHidden
+      width={600}
+    >
+      {refusal && <Alert type="error" showIcon title={refusal} style={{ marginBottom: 16 }} />}
+      <Form<CreateValues> form={form} layout="vertical" onFinish={submit} initialValues={{ couponId, source: 'paste', fromStock: true }}>
+        <Form.Item name="couponId" label={t('couponId')} rules={[{ required: true, message: t('required') }]}>
+          <Select showSearch={{ optionFilterProp: 'label' }} options={coupons.data} loading={coupons.loading} data-testid="job-coupon" />
+        </Form.Item>
+        <Form.Item name="source">
+          <Segmented<CreateValues['source']>
+            options={[
+              { value: 'paste', label: t('pasteIds') },
+              { value: 'csv', label: t('uploadCsv') },
+            ]}
+          />
+        </Form.Item>
+        {source === 'csv' ? (
+          <Form.Item
+            label={t('csvFile')}
+            extra={t('csvHelp')}
+            required
+            validateStatus={fileError ? 'error' : undefined}
+            help={fileError ?? undefined}
+          >
+            <Upload
+              accept=".csv,.txt,text/csv,text/plain"
+              maxCount={1}
+              beforeUpload={(f) => {
+                setFile(f);
+                setFileError(null);
+                // Kept here and sent with the job, not uploaded on its own.
+                return false;
+              }}
+              onRemove={() => setFile(null)}
+              fileList={file ? [{ uid: 'csv', name: file.name, size: file.size, status: 'done' }] : []}
+            >
+              <Button icon={<UploadOutlined />} data-testid="job-file">
+                {t('chooseFile')}
+              </Button>
+            </Upload>
+          </Form.Item>
+        ) : (
+          <Form.Item
+            name="userIds"
+            label={t('userIds')}
+            extra={`${t('pasteHelp')} · ${t('idCount', { n: pastedIds(pasted ?? '').length })}`}
+            rules={[{ required: true, whitespace: true, message: t('idsRequired') }]}
+          >
+            <Input.TextArea rows={6} placeholder={'alice\nbob\ncarol'} data-testid="job-user-ids" />
+          </Form.Item>
+        )}
+        <Form.Item name="reason" label={t('reason')} rules={[{ required: true, whitespace: true, message: t('reasonRequired') }]}>
+          <Input placeholder="VIP November" data-testid="job-reason" />
+        </Form.Item>
+        <Form.Item name="fromStock" label={t('fromStock')} valuePropName="checked" extra={t('fromStockHelp')}>
+          <Switch />
+        </Form.Item>
+      </Form>
+    </Modal>
+  );
+}
+
+function CancelJob({ job, onDone }: { job: IssuanceJob; onDone(): void }) {
+  const { t } = useI18n();
+  const { message } = App.useApp();
+  if (!unfinished(job)) return null;
+  return (
+    <Popconfirm
+      title={t('confirmCancelJob', { id: job.id })}
+      okButtonProps={{ 'data-testid': 'cancel-job-confirm' }}
+      onConfirm={async () => {
+        try {
+          await ok(client.POST('/admin/issuance-jobs/{jobId}/cancel', { params: { path: { jobId: job.id } } }));
+          void message.success(t('jobCancelled', { id: job.id }));
+        } catch (err) {
+          void message.error((err as Error).message);
+        }
+        onDone();
+      }}
+    >
+      <Button size="small" danger icon={<StopOutlined />} data-testid={`cancel-job-${job.id}`}>
+        {t('cancelJob')}
+      </Button>
+    </Popconfirm>
+  );
+}
+
+function SkippedLines({ jobId, skipped }: { jobId: string; skipped: number }) {
+  const { t } = useI18n();
+  const [pages, setPages] = useState(1);
+  // Reloaded when the count grows: the list only ever gets longer while the job runs.
+  const lines = usePoll(async () => {
+    const items: SkippedLine[] = [];
+    let cursor: string | null = null;
+    for (let i = 0; i < pages; i++) {
+      const page: SkippedPage = await ok(
+        client.GET('/admin/issuance-jobs/{jobId}/skipped', {
+          params: { path: { jobId }, query: { limit: 100, cursor: cursor ?? undefined } },
+        }),
+      );
+      items.push(...page.items);
+      cursor = page.nextCursor;
+      if (!cursor) break;
+    }
+    return { items, more: cursor !== null };
+  }, [jobId, pages, skipped]);
+  return (
+    <>
+      {lines.error && <Alert type="error" title={lines.error.message} />}
+      <Table<SkippedLine>
+        rowKey="line"
+        size="small"
+        data-testid="skipped-lines"
+        loading={lines.loading && !lines.data}
+        dataSource={lines.data?.items}
+        pagination={false}
+        locale={{ emptyText: t('noSkipped') }}
+        columns={[
+          { title: t('line'), dataIndex: 'line', width: 80, align: 'right' },
+          { title: t('userId'), dataIndex: 'userId', render: (u: string) => <Typography.Text code>{u}</Typography.Text> },
+          { title: t('reason'), dataIndex: 'reason', render: (r: SkippedLine['reason']) => <Tag>{label(t, r)}</Tag> },
+        ]}
+      />
+      {lines.data?.more && (
+        <div style={{ textAlign: 'center', marginTop: 12 }}>
+          <Button onClick={() => setPages((p) => p + 1)}>{t('loadMore')}</Button>
+        </div>
+      )}
+    </>
+  );
+}
+
+function JobDetail({ jobId, onClose, onChanged }: { jobId: string | null; onClose(): void; onChanged(): void }) {
+  const { t } = useI18n();
+  const [every, setEvery] = useState(1000);
+  const job = usePoll(
+    async () => {
+      if (!jobId) return null;
+      const j = await ok(client.GET('/admin/issuance-jobs/{jobId}', { params: { path: { jobId } } }));
+      setEvery(unfinished(j) ? 1000 : 0);
+      return j;
+    },
+    [jobId],
+    every || undefined,
+  );
+  const j = job.data;
+  return (
+    <Drawer title={jobId ? t('job', { id: jobId }) : ''} size={760} open={jobId !== null} onClose={onClose} destroyOnHidden>
+      {job.error && <Alert type="error" title={job.error.message} style={{ marginBottom: 16 }} />}
+      {j && (
+        <Space orientation="vertical" size="large" style={{ width: '100%' }} data-testid="job-detail" data-status={j.status}>
+          <Space>
+            <JobStatus job={j} t={t} />
+            <CancelJob
+              job={j}
+              onDone={() => {
+                void job.reload();
+                onChanged();
+              }}
+            />
+          </Space>
+          <JobProgress job={j} />
+          <Descriptions size="small" column={2} bordered>
+            <Descriptions.Item label={t('couponId')}>
+              <Link to={`/campaigns/${j.couponId}`}>#{j.couponId}</Link>
+            </Descriptions.Item>
+            <Descriptions.Item label={t('reason')}>{j.reason}</Descriptions.Item>
+            <Descriptions.Item label={t('total')}>{j.total}</Descriptions.Item>
+            <Descriptions.Item label={t('fromStock')}>{j.fromStock ? '✓' : '—'}</Descriptions.Item>
+            <Descriptions.Item label={t('issued')}>
+              <span data-testid="job-issued">{j.issued}</span>
+            </Descriptions.Item>
+            <Descriptions.Item label={t('skipped')}>{j.skipped}</Descriptions.Item>
+            <Descriptions.Item label={t('createdAt')}>{time(j.createdAt)}</Descriptions.Item>
+            <Descriptions.Item label={t('startedAt')}>{time(j.startedAt)}</Descriptions.Item>
+            <Descriptions.Item label={t('finishedAt')} span={2}>
+              {time(j.finishedAt)}
+            </Descriptions.Item>
+          </Descriptions>
+          <div>
+            <Typography.Title level={5}>{t('skippedByReason')}</Typography.Title>
+            <Space size={[8, 8]} wrap data-testid="skipped-by-reason">
+              {SKIP_REASONS.map((r) => (
+                <Tag key={r} color={j.skippedByReason[r] > 0 ? 'volcano' : undefined}>
+                  {label(t, r)}: {j.skippedByReason[r]}
+                </Tag>
+              ))}
+            </Space>
+          </div>
+          <div>
+            <Typography.Title level={5}>{t('skippedLines')}</Typography.Title>
+            <SkippedLines jobId={j.id} skipped={j.skipped} />
+          </div>
+        </Space>
+      )}
+    </Drawer>
+  );
+}
+
+export function BulkJobs() {
+  const { t } = useI18n();
+  const [params, setParams] = useSearchParams();
+  const couponId = params.get('couponId') ?? undefined;
+  const [creating, setCreating] = useState(params.get('new') !== null);
+  const [detailOf, setDetailOf] = useState<string | null>(null);
+  const [pages, setPages] = useState(1);
+  const [every, setEvery] = useState(10_000);
+  const coupons = usePoll(couponOptions, []);
+  const list = usePoll(
+    async () => {
+      const items: IssuanceJob[] = [];
+      let cursor: string | null = null;
+      for (let i = 0; i < pages; i++) {
+        const page: IssuanceJobPage = await ok(
+          client.GET('/admin/issuance-jobs', { params: { query: { couponId, limit: 20, cursor: cursor ?? undefined } } }),
+        );
+        items.push(...page.items);
+        cursor = page.nextCursor;
+        if (!cursor) break;
+      }
+      setEvery(refreshEvery(items));
+      return { items, more: cursor !== null };
+    },
+    [couponId, pages],
+    every,
+  );
+  // A campaign's "bulk issue" link opens the form (`new`); closed, the address no longer asks for it.
+  const closeCreate = () => {
+    setCreating(false);
+    setParams(couponId ? { couponId } : {});
+  };
+  const couponName = (id: string) => coupons.data?.find((c) => c.value === id)?.label ?? `#${id}`;
+
+  return (
+    <Card
+      title={t('bulkJobs')}
+      extra={
+        <Space>
+          <Select
+            allowClear
+            showSearch={{ optionFilterProp: 'label' }}
+            placeholder={t('allCampaigns')}
+            style={{ width: 260 }}
+            value={couponId}
+            options={coupons.data}
+            onChange={(id?: string) => setParams(id ? { couponId: id } : {})}
+          />
+          <Button type="primary" icon={<PlusOutlined />} onClick={() => setCreating(true)} data-testid="new-job">
+            {t('newBulkJob')}
+          </Button>
+        </Space>
+      }
+    >
+      {list.error && <Alert type="error" title={list.error.message} style={{ marginBottom: 16 }} />}
+      <Table<IssuanceJob>
+        rowKey="id"
+        size="middle"
+        data-testid="jobs"
+        loading={list.loading && !list.data}
+        dataSource={list.data?.items}
+        pagination={false}
+        locale={{ emptyText: t('noJobs') }}
+        onRow={(j) => ({ onClick: () => setDetailOf(j.id), style: { cursor: 'pointer' } })}
+        columns={[
+          { title: t('id'), dataIndex: 'id', width: 60, render: (id: string) => <a data-testid={`job-${id}`}>{id}</a> },
+          {
+            title: t('couponId'),
+            dataIndex: 'couponId',
+            render: (id: string, j) => (
+              <Space orientation="vertical" size={0}>
+                <Link to={`/campaigns/${id}`} onClick={(e) => e.stopPropagation()}>
+                  {couponName(id)}
+                </Link>
+                <Typography.Text type="secondary" style={{ fontSize: 12 }}>
+                  {j.reason}
+                </Typography.Text>
+              </Space>
+            ),
+          },
+          { title: t('status'), key: 'status', width: 110, render: (_, j) => <JobStatus job={j} t={t} /> },
+          { title: t('progress'), key: 'progress', width: 220, render: (_, j) => <JobProgress job={j} /> },
+          { title: t('issued'), dataIndex: 'issued', align: 'right', width: 80 },
+          { title: t('skipped'), dataIndex: 'skipped', align: 'right', width: 80 },
+          { title: t('fromStockShort'), dataIndex: 'fromStock', width: 100, align: 'center', render: (f: boolean) => (f ? '✓' : '—') },
+          { title: t('createdAt'), dataIndex: 'createdAt', width: 170, render: time },
+          {
+            title: t('actions'),
+            key: 'actions',
+            width: 110,
+            render: (_, j) => (
+              <span onClick={(e) => e.stopPropagation()}>
+                <CancelJob job={j} onDone={() => void list.reload()} />
+              </span>
+            ),
+          },
+        ]}
+      />
+      {list.data?.more && (
+        <div style={{ textAlign: 'center', marginTop: 16 }}>
+          <Button onClick={() => setPages((p) => p + 1)}>{t('loadMore')}</Button>
+        </div>
+      )}
+      <CreateJob
+        open={creating}
+        couponId={couponId}
+        onClose={closeCreate}
+        onCreated={(jobId) => {
+          closeCreate();
+          setDetailOf(jobId);
+          void list.reload();
+        }}
+      />
+      <JobDetail jobId={detailOf} onClose={() => setDetailOf(null)} onChanged={() => void list.reload()} />
+    </Card>
+  );
+}
