@@ -6530,7 +6530,7 @@ export interface operations {
                     };
                 };
             };
-            /** @description COMPENSATION_ALREADY_DECIDED, STATUS_CONFLICT, INSUFFICIENT_STOCK, ILLEGAL_TRANSITION */
+            /** @description COMPENSATION_ALREADY_DECIDED, STATUS_CONFLICT, INSUFFICIENT_STOCK */
             409: {
                 headers: {
                     /** @description The request's id: the client's `X-Request-Id` when it is 1-128 of [A-Za-z0-9._:-], else a generated UUID */
@@ -6546,7 +6546,7 @@ export interface operations {
                      */
                     "application/json": components["schemas"]["Error"] & {
                         /** @enum {string} */
-                        code?: "COMPENSATION_ALREADY_DECIDED" | "STATUS_CONFLICT" | "INSUFFICIENT_STOCK" | "ILLEGAL_TRANSITION";
+                        code?: "COMPENSATION_ALREADY_DECIDED" | "STATUS_CONFLICT" | "INSUFFICIENT_STOCK";
                     };
                 };
             };

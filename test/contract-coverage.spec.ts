@@ -112,6 +112,26 @@ describe('contract coverage: the answers every operation documents', () => {
     return token ? r.set(bearer(token)) : r;
   };
 
+  /** The compensations a reconciliation run started now proposes for the stock of these coupons. */
+  async function compensationsFor(...couponIds: string[]): Promise<{ id: string; action: string }[]> {
+    const started = await request(t.url).post('/admin/reconciliation/runs').set(bearer(adminToken())).send({ mode: 'FULL' });
+    expect(started.status).toBe(202);
+    let run = { status: 'RUNNING' };
+    for (let i = 0; i < 200 && run.status === 'RUNNING'; i++) {
+      await new Promise((r) => setTimeout(r, 50));
+      run = (await request(t.url).get(`/admin/reconciliation/runs/${started.body.runId}`).set(bearer(adminToken()))).body;
+    }
+    const page = await request(t.url)
+      .get(`/admin/compensations?status=PENDING&runId=${started.body.runId}&limit=100`)
+      .set(bearer(adminToken()));
+    const items = page.body.items as { id: string; action: string; params: { couponId?: string } }[];
+    return couponIds.map((couponId) => {
+      const found = items.find((c) => c.params.couponId === couponId);
+      if (!found) throw new Error(`no compensation for coupon ${couponId} in ${JSON.stringify(page.body)}`);
+      return found;
+    });
+  }
+
   /** What the proxy does with the COMMITs to come: `next` in order, then `rest`. A dropped one is cut before it reaches the server. */
   const commits = { next: [] as CommitFate[], rest: 'pass' as CommitFate };
   const onCommit = (): CommitFate => commits.next.shift() ?? commits.rest;
@@ -234,25 +254,105 @@ describe('contract coverage: the answers every operation documents', () => {
     expect(Date.now() - started).toBeLessThan(DEADLINE_MS * 3);
   });
 
+  describe('answers a route gives only on rare data', () => {
+    const admin = () => bearer(adminToken());
+    const sql = (query: string, args: unknown[]) => t.db.query(query, args) as Promise<unknown>;
+
+    it('409 STATUS_CONFLICT: a coupon LOCKED with no active hold (a gap reconciliation reports) to a void, a redemption and a hold; a hold whose coupon is no longer LOCKED to its release', async () => {
+      const coupon = await createCoupon(t.url, { totalStock: 10, perUserLimit: 5 });
+      const [toVoid, toRedeem, toHold, toRelease] = await Promise.all(
+        [1, 2, 3, 4].map(() => grabUserCoupon(t.url, coupon.id, 'sc-user', newKey('sc'))),
+      );
+      const user = bearer(tokenFor('sc-user'));
+      const order = newKey('ORD');
+      const held = await request(t.url)
+        .post('/redemptions/holds')
+        .set(user)
+        .send({ userCouponId: toRelease.id, orderNo: order, orderAmountCents: 20_000 });
+      expect(held.status).toBe(201);
+      await sql(`UPDATE user_coupon SET status = 'LOCKED', locked_until = NOW(3) - INTERVAL 1 MINUTE WHERE id IN (?)`, [
+        [toVoid.id, toRedeem.id, toHold.id],
+      ]);
+      await sql(`UPDATE user_coupon SET status = 'UNUSED', locked_until = NULL WHERE id = ?`, [toRelease.id]);
+      const answers = await Promise.all([
+        request(t.url).post(`/admin/user-coupons/${toVoid.id}/void`).set(admin()).send({ reason: 'contract' }),
+        request(t.url)
+          .post('/redemptions')
+          .set(user)
+          .send({ userCouponId: toRedeem.id, orderNo: newKey('ORD'), orderAmountCents: 20_000 }),
+        request(t.url)
+          .post('/redemptions/holds')
+          .set(user)
+          .send({ userCouponId: toHold.id, orderNo: newKey('ORD'), orderAmountCents: 20_000 }),
+        request(t.url).post('/redemptions/holds/release').set(user).send({ userCouponId: toRelease.id, orderNo: order }),
+      ]);
+      expect(answers.map((r) => [r.status, r.body.code])).toEqual(Array.from({ length: 4 }, () => [409, 'STATUS_CONFLICT']));
+    });
+
+    it('403 FORBIDDEN: a user releasing a hold in the name of another user', async () => {
+      const res = await request(t.url)
+        .post('/redemptions/holds/release')
+        .set(bearer(tokenFor('me')))
+        .send({ userCouponId: '1', orderNo: 'ORD-1', userId: 'someone-else' });
+      expect([res.status, res.body.code]).toEqual([403, 'FORBIDDEN']);
+    });
+
+    it('409 INSUFFICIENT_STOCK: approving a stock removal larger than the remaining stock; 409 COMPENSATION_ALREADY_DECIDED: deciding it again', async () => {
+      // Two issued, init_stock 1, stock 2: three units too many, and only two left to take off.
+      const coupon = await createCoupon(t.url, { totalStock: 10 });
+      await Promise.all(['is-1', 'is-2'].map((u) => grabUserCoupon(t.url, coupon.id, u)));
+      await sql(`UPDATE coupon_stock SET init_stock = 1, stock = 2 WHERE coupon_id = ?`, [coupon.id]);
+      const [compensation] = await compensationsFor(coupon.id);
+      expect(compensation.action).toBe('REMOVE_STOCK');
+      const decide = (how: string) =>
+        request(t.url).post(`/admin/compensations/${compensation.id}/${how}`).set(admin()).send({ reason: 'contract' });
+      const approved = await decide('approve');
+      expect([approved.status, approved.body.code]).toEqual([409, 'INSUFFICIENT_STOCK']);
+      expect((await decide('reject')).status).toBe(200);
+      const again = await decide('reject');
+      expect([again.status, again.body.code]).toEqual([409, 'COMPENSATION_ALREADY_DECIDED']);
+      await sql(`UPDATE coupon_stock SET init_stock = 10, stock = 8 WHERE coupon_id = ?`, [coupon.id]);
+    });
+
+    it('409 IDEMPOTENCY_IN_PROGRESS: a bulk issuance with the key of an upload still arriving', async () => {
+      const coupon = await createCoupon(t.url, { totalStock: 10 });
+      const key = newKey('upload');
+      const head = headLines('POST', `/admin/coupons/${coupon.id}/issuances?reason=contract&fromStock=false`, {
+        Authorization: `Bearer ${adminToken()}`,
+        'Content-Type': 'text/csv',
+        'Content-Length': 1000,
+        'Idempotency-Key': key,
+      });
+      const socket = connect(Number(new URL(t.url).port), '127.0.0.1', () => socket.write(`${head}user_id\nalice\n`));
+      socket.on('error', () => undefined);
+      try {
+        let rows: unknown[] = [];
+        for (let i = 0; i < 100 && rows.length === 0; i++) {
+          await new Promise((r) => setTimeout(r, 20));
+          rows = (await sql(`SELECT id FROM issuance_job WHERE idempotency_key = ?`, [key])) as unknown[];
+        }
+        const repeat = await request(t.url)
+          .post(`/admin/coupons/${coupon.id}/issuances`)
+          .set(admin())
+          .set('Idempotency-Key', key)
+          .send({ userIds: ['alice'], reason: 'contract', fromStock: false });
+        expect([repeat.status, repeat.body.code]).toEqual([409, 'IDEMPOTENCY_IN_PROGRESS']);
+      } finally {
+        socket.destroy();
+      }
+    });
+  });
+
   describe('with the database out of reach', () => {
     const admin = () => bearer(adminToken());
     /** For each write, a request that would succeed: it reaches its COMMIT. */
     const writes: Record<string, () => request.Test> = {};
 
     beforeAll(async () => {
-      // Reconciliation first, so its run sees only the two stock gaps made for it: one compensation to approve, one to reject.
+      // One compensation to approve, one to reject.
       const gaps = await Promise.all([createCoupon(t.url, { totalStock: 10 }), createCoupon(t.url, { totalStock: 10 })]);
       for (const c of gaps) await t.db.query(`UPDATE coupon_stock SET stock = stock - 2 WHERE coupon_id = ?`, [c.id]);
-      const started = await request(t.url).post('/admin/reconciliation/runs').set(admin()).send({ mode: 'FULL' });
-      expect(started.status).toBe(202);
-      let run = { status: 'RUNNING' };
-      for (let i = 0; i < 200 && run.status === 'RUNNING'; i++) {
-        await new Promise((r) => setTimeout(r, 50));
-        run = (await request(t.url).get(`/admin/reconciliation/runs/${started.body.runId}`).set(admin())).body;
-      }
-      const compensations = await request(t.url).get(`/admin/compensations?status=PENDING&runId=${started.body.runId}`).set(admin());
-      const [approve, reject] = (compensations.body.items as { id: string }[]).map((c) => c.id);
-      expect([approve, reject].every(Boolean)).toBe(true);
+      const [approve, reject] = (await compensationsFor(...gaps.map((c) => c.id))).map((c) => c.id);
 
       const [source, grabbed, patched, stocked, reissued, bulk, queued] = await Promise.all(
         Array.from({ length: 7 }, () => createCoupon(t.url, { totalStock: 50, perUserLimit: 5, returnOnRefund: true })),

@@ -290,7 +290,8 @@ export const ROUTES: Record<string, RouteContract> = {
     description: 'Re-checks that the data is still what the run saw (409 STATUS_CONFLICT when it changed).',
     auth: ['admin'],
     ok: { 200: { schema: 'Compensation', description: 'The decided compensation' } },
-    errors: ['COMPENSATION_NOT_FOUND', 'COMPENSATION_ALREADY_DECIDED', 'STATUS_CONFLICT', 'INSUFFICIENT_STOCK', 'ILLEGAL_TRANSITION'],
+    // Not ILLEGAL_TRANSITION: a repair moves a coupon only along the legal path diagnosis.ts planned from the status approval finds again.
+    errors: ['COMPENSATION_NOT_FOUND', 'COMPENSATION_ALREADY_DECIDED', 'STATUS_CONFLICT', 'INSUFFICIENT_STOCK'],
     requestExample: { reason: 'checked with the warehouse' },
   },
   'POST /admin/compensations/{id}/reject': {
