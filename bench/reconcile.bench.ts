@@ -20,8 +20,11 @@ const { values: opt } = parseArgs({
     child: { type: 'string' },
     out: { type: 'string', default: 'bench/results' },
     'keep-db': { type: 'boolean', default: false },
+    // RECONCILE_CONCURRENCY values compared on the same generated data, alternating run by run.
+    concurrency: { type: 'string', default: '1,2' },
   },
 });
+const CONCURRENCY = (opt.concurrency ?? '').split(',').map((c) => Number.parseInt(c, 10));
 
 /** User coupons per coupon template: templates grow with N, so every audit's work grows with N. */
 const PER_COUPON = 1000;
@@ -41,6 +44,8 @@ interface SizeResult {
   /** The fastest of the full runs on the settled database: what a nightly run costs. */
   fullRunSeconds: number;
   settledRunSeconds: number[];
+  /** The fastest settled full run at each RECONCILE_CONCURRENCY of --concurrency. */
+  fullRunSecondsByConcurrency: Record<string, number>;
   incrementalRunSeconds: number;
   checked: number;
   discrepanciesFound: number;
@@ -213,12 +218,23 @@ async function child(n: number): Promise<SizeResult> {
     // The fastest of SETTLED_RUNS is the cost least disturbed by whatever else the machine runs.
     const loadAverageAtRun = round(os.loadavg()[0]);
     const readsBefore = await poolReads(config);
-    const settled: Awaited<ReturnType<typeof measured<RunView>>>[] = [];
-    for (let i = 0; i < SETTLED_RUNS; i++) settled.push(await measured(() => service.runNow('FULL', 'bench')));
-    const bufferPoolReadsDuringRun = Math.round(((await poolReads(config)) - readsBefore) / SETTLED_RUNS);
+    const settled: (Awaited<ReturnType<typeof measured<RunView>>> & { concurrency: number })[] = [];
+    const appConfig = app.get(AppConfig);
+    for (let i = 0; i < SETTLED_RUNS; i++) {
+      for (const concurrency of i % 2 === 0 ? CONCURRENCY : [...CONCURRENCY].reverse()) {
+        appConfig.RECONCILE_CONCURRENCY = concurrency;
+        settled.push({ ...(await measured(() => service.runNow('FULL', 'bench'))), concurrency });
+      }
+    }
+    const fastest = (runs: typeof settled) => runs.reduce((a, b) => (b.seconds < a.seconds ? b : a));
+    const fullRunSecondsByConcurrency = Object.fromEntries(
+      CONCURRENCY.map((c) => [String(c), round(fastest(settled.filter((r) => r.concurrency === c)).seconds)]),
+    );
+    appConfig.RECONCILE_CONCURRENCY = config.RECONCILE_CONCURRENCY;
+    const bufferPoolReadsDuringRun = Math.round(((await poolReads(config)) - readsBefore) / settled.length);
     const bad = settled.find((r) => r.value.status !== 'COMPLETED' || r.value.discrepancies !== 0);
     if (bad) throw new Error(`settled run: ${JSON.stringify(bad.value)}`);
-    const full = settled.reduce((a, b) => (b.seconds < a.seconds ? b : a));
+    const full = fastest(settled.filter((r) => r.concurrency === config.RECONCILE_CONCURRENCY));
     const inc = await measured(() => service.runNow('INCREMENTAL', 'bench'));
     return {
       userCoupons: n,
@@ -229,6 +245,7 @@ async function child(n: number): Promise<SizeResult> {
       firstFullRunSeconds: round(first.seconds),
       fullRunSeconds: round(full.seconds),
       settledRunSeconds: settled.map((r) => round(r.seconds)),
+      fullRunSecondsByConcurrency,
       incrementalRunSeconds: round(inc.seconds),
       checked: full.value.checked,
       discrepanciesFound: first.value.discrepancies,
@@ -271,8 +288,8 @@ function runChild(n: number): Promise<SizeResult> {
 
 async function parent(): Promise<void> {
   const sizes = (opt.sizes ?? '').split(',').map((s) => Number.parseInt(s, 10));
-  if (sizes.length === 0 || !sizes.every((s) => Number.isInteger(s) && s >= 100 && s <= 9_000_000)) {
-    console.error('--sizes takes a comma-separated list of user coupon counts (100 to 9,000,000)');
+  if (sizes.length === 0 || !sizes.every((s) => Number.isInteger(s) && s >= 100 && s <= 10_000_000)) {
+    console.error('--sizes takes a comma-separated list of user coupon counts (100 to 10,000,000)');
     process.exit(2);
   }
   const results: SizeResult[] = [];
@@ -332,6 +349,7 @@ function toMarkdown(r: {
       'redemptions',
       'full run (s)',
       'µs per user coupon',
+      `full run by RECONCILE_CONCURRENCY ${CONCURRENCY.join(' / ')} (s)`,
       'first full run after load (s)',
       'incremental run (s)',
       'peak RSS during runs (MiB)',
@@ -342,7 +360,7 @@ function toMarkdown(r: {
       'buffer pool reads in run',
       'load average',
     ]),
-    row(Array(15).fill('---')),
+    row(Array(16).fill('---')),
     ...r.results.map((x) =>
       row([
         x.userCoupons.toLocaleString('en'),
@@ -351,6 +369,7 @@ function toMarkdown(r: {
         x.redemptions.toLocaleString('en'),
         x.fullRunSeconds,
         x.microsecondsPerUserCoupon,
+        CONCURRENCY.map((c) => x.fullRunSecondsByConcurrency[String(c)]).join(' / '),
         x.firstFullRunSeconds,
         x.incrementalRunSeconds,
         x.peakRssDuringRunMiB,
@@ -368,7 +387,7 @@ function toMarkdown(r: {
       .map((g) => `${g.sizeRatio}x the user coupons took ${g.durationRatio}x the time`)
       .join('; ')}.`,
     '',
-    `Full run: the fastest of ${SETTLED_RUNS} full runs on the settled database (a nightly run), the least disturbed by other work on the machine (load average column). The first run, right after the bulk load, competes with InnoDB writing the load back.`,
+    `Full run: the fastest of ${SETTLED_RUNS} full runs at the configured RECONCILE_CONCURRENCY on the settled database (a nightly run); each --concurrency value got ${SETTLED_RUNS} runs too, alternating with the others; the fastest is the least disturbed by other work on the machine (load average column). The first run, right after the bulk load, competes with InnoDB writing the load back.`,
     'Peak RSS is the whole benchmark process: the Nest app, its pools, and the run.',
     '',
   ].join('\n');

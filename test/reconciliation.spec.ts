@@ -1,5 +1,5 @@
 import request from 'supertest';
-import type { AppConfig } from '../src/config/app-config.js';
+import { AppConfig } from '../src/config/app-config.js';
 import { RECONCILIATION_LEASE, ReconciliationService } from '../src/reconciliation/reconciliation.service.js';
 import { createCoupon, CouponInput, newKey } from './support/factories.js';
 import { adminToken, bearer, serviceToken, startTestApp, TestApp, tokenFor } from './support/harness.js';
@@ -298,6 +298,40 @@ describe('reconciliation', () => {
     const next = await svc.runNow('FULL', 'test');
     expect((await proposals(next.id)).map((p) => p.discrepancy.type)).toEqual(['REDEMPTION_WITHOUT_USED']);
     await sql(`DELETE FROM redemption WHERE id = ?`, [red]);
+    await settleAll();
+  });
+
+  it('reads the user-coupon chunks several at once and finds the faults of every chunk, as one at a time does', async () => {
+    await settleAll();
+    const c = await coupon();
+    const template = await grab(c, 'chunks-0');
+    // 12,000 more, copies of a real one (stock-neutral, each with its issue log row): three chunks of 5,000.
+    await sql(
+      `INSERT INTO user_coupon (coupon_id, user_id, status, source, from_stock, idempotency_key, issued_at, valid_from, expires_at, updated_at)
+       SELECT coupon_id, CONCAT('chunks-', s.seq), status, 'BULK', 0, NULL, issued_at, valid_from, expires_at, updated_at
+       FROM user_coupon, seq_1_to_12000 s WHERE id = ?`,
+      [template],
+    );
+    await sql(
+      `INSERT INTO user_coupon_state_log (user_coupon_id, from_status, to_status, tx_id, reason, created_at)
+       SELECT uc.id, NULL, 'UNUSED', CONCAT('test:', uc.id), NULL, uc.issued_at FROM user_coupon uc WHERE uc.coupon_id = ? AND uc.id <> ?`,
+      [c, template],
+    );
+    const ids = ((await sql(`SELECT id FROM user_coupon WHERE coupon_id = ? ORDER BY id`, [c])) as { id: string }[]).map((r) => r.id);
+    const broken = [ids[1], ids[6000], ids[ids.length - 1]];
+    await sql(`UPDATE user_coupon SET status = 'USED', used_at = NOW(3) WHERE id IN (?)`, [broken]);
+
+    const config = t.app.get(AppConfig);
+    config.RECONCILE_CONCURRENCY = 3;
+    const parallel = await svc.runNow('FULL', 'test');
+    const found = (await proposals(parallel.id))
+      .filter((p) => p.discrepancy.type === 'USED_WITHOUT_REDEMPTION')
+      .map((p) => p.discrepancy.userCouponId);
+    expect([...found].sort()).toEqual([...broken].sort());
+    config.RECONCILE_CONCURRENCY = 1;
+    const serial = await svc.runNow('FULL', 'test');
+    expect([serial.status, serial.checked]).toEqual(['COMPLETED', parallel.checked]);
+    expect(parallel.checked).toBeGreaterThan(12_000);
     await settleAll();
   });
 

@@ -211,6 +211,13 @@ export class AppConfig {
   @IsTimeZone({ message: 'RECONCILE_TIMEZONE must be an IANA time zone such as UTC or Asia/Shanghai; got $value' })
   RECONCILE_TIMEZONE: string = 'UTC';
 
+  /** Chunks of the user-coupon and redemption audits read at once, each on a connection of its own. */
+  @Transform(toInt)
+  @IsInt()
+  @Min(1)
+  @Max(16)
+  RECONCILE_CONCURRENCY: number = 2;
+
   @IsCronExpression()
   EXPIRE_CRON: string = '0 * * * * *';
 

@@ -224,22 +224,16 @@ export class ReconciliationService implements BeforeApplicationShutdown {
         if (chunk.lastCouponId === null) break;
         after = chunk.lastCouponId;
       }
-      const ucs = await this.audits.idRange(q, 'user_coupon');
-      for (let lo = ucs?.min ?? 1n; ucs && lo <= ucs.max; lo += BigInt(USER_COUPON_CHUNK)) {
-        const hi = lo + BigInt(USER_COUPON_CHUNK) - 1n;
-        await step(
-          'user_coupon',
-          await this.snapshot(q, async () => {
-            const chunk = await this.audits.userCouponChunk(q, lo, hi, since);
-            return { checked: chunk.checked, findings: [...chunk.findings, ...(await holdChunk(q, lo, hi, new Date()))] };
-          }),
-        );
-      }
-      const reds = await this.audits.idRange(q, 'redemption');
-      for (let lo = reds?.min ?? 1n; reds && lo <= reds.max; lo += BigInt(USER_COUPON_CHUNK)) {
-        const hi = lo + BigInt(USER_COUPON_CHUNK) - 1n;
-        await step('redemption', await this.snapshot(q, () => this.audits.orphanRedemptionChunk(q, lo, hi)));
-      }
+      await this.byIdRange(q, await this.audits.idRange(q, 'user_coupon'), async (cq, lo, hi) => {
+        const chunk = await this.snapshot(cq, async () => {
+          const audited = await this.audits.userCouponChunk(cq, lo, hi, since);
+          return { checked: audited.checked, findings: [...audited.findings, ...(await holdChunk(cq, lo, hi, new Date()))] };
+        });
+        await step('user_coupon', chunk);
+      });
+      await this.byIdRange(q, await this.audits.idRange(q, 'redemption'), async (cq, lo, hi) =>
+        step('redemption', await this.snapshot(cq, () => this.audits.orphanRedemptionChunk(cq, lo, hi))),
+      );
       for (let after: string | null = null; ;) {
         const chunk = await this.snapshot(q, () => orderChunk(q, after, USER_COUPON_CHUNK));
         await step('order', chunk);
@@ -291,6 +285,42 @@ export class ReconciliationService implements BeforeApplicationShutdown {
           discrepancies: totals.found,
           error,
         };
+  }
+
+  /**
+   * `audit` over ids min..max in chunks of USER_COUPON_CHUNK, RECONCILE_CONCURRENCY chunks at once,
+   * each worker on a connection of its own (`q` is the first): a chunk is one snapshot of its own
+   * either way, so reading several at once changes no finding, and the database's other cores and
+   * disk reads overlap. The first failure stops every worker at its next chunk and is rethrown.
+   */
+  private async byIdRange(
+    q: QueryRunner,
+    range: { min: bigint; max: bigint } | null,
+    audit: (q: QueryRunner, lo: bigint, hi: bigint) => Promise<void>,
+  ): Promise<void> {
+    if (range === null) return;
+    let next = range.min;
+    let failed = false;
+    const worker = async (wq: QueryRunner) => {
+      while (!failed && next <= range.max) {
+        const lo = next;
+        next += BigInt(USER_COUPON_CHUNK);
+        try {
+          await audit(wq, lo, lo + BigInt(USER_COUPON_CHUNK) - 1n);
+        } catch (err) {
+          failed = true;
+          throw err;
+        }
+      }
+    };
+    const chunks = Number((range.max - range.min) / BigInt(USER_COUPON_CHUNK)) + 1;
+    const extra = Array.from({ length: Math.min(this.config.RECONCILE_CONCURRENCY, chunks) - 1 }, () =>
+      this.dataSource.createQueryRunner(),
+    );
+    const outcomes = await Promise.allSettled([q, ...extra].map(worker));
+    await Promise.all(extra.map((wq) => this.releaseConnection(wq)));
+    const failure = outcomes.find((o) => o.status === 'rejected');
+    if (failure) throw failure.reason;
   }
 
   /** Runs `fn` in a read-only transaction whose reads all see one snapshot. */
