@@ -21,6 +21,7 @@ import {
 import type { Shot } from './flash-sale/load.js';
 import { toMarkdown, type Machine, type Report } from './flash-sale/report.js';
 import { runDesign, type RunResult, type Workload } from './flash-sale/run-design.js';
+import { wrkAvailable } from './flash-sale/wrk.js';
 
 const { values: opt } = parseArgs({
   options: {
@@ -36,6 +37,10 @@ const { values: opt } = parseArgs({
     'limiter-rates': { type: 'string' },
     'no-limiter': { type: 'boolean', default: false },
     'keep-db': { type: 'boolean', default: false },
+    // wrk (an independent load generator in C) loads each server again after the Node generator, when installed.
+    'no-wrk': { type: 'boolean', default: false },
+    'wrk-seconds': { type: 'string', default: '5' },
+    'wrk-users': { type: 'string', default: '60000' },
     out: { type: 'string', default: 'bench/results' },
     'from-json': { type: 'string' },
   },
@@ -91,6 +96,16 @@ async function mariadbVersion(): Promise<string> {
   }
 }
 
+const wrkSeconds = Number.parseInt(opt['wrk-seconds'] as string, 10);
+const wrkUsers = Number.parseInt(opt['wrk-users'] as string, 10);
+if (!(wrkSeconds > 0 && wrkUsers > 0)) {
+  console.error('--wrk-seconds and --wrk-users take positive integers');
+  process.exit(2);
+}
+// Optional: without wrk on the machine the benchmark runs with its own generator only, and says so.
+const useWrk = !quick && opt['no-wrk'] !== true && wrkAvailable();
+if (!quick && opt['no-wrk'] !== true && !useWrk) console.log('wrk is not installed (apt-get install wrk): the Node load generator only.');
+
 const loadAvg = () => Math.round(os.loadavg()[0] * 100) / 100;
 
 function users(prefix: string, n: number, secret: string): Shot[] {
@@ -104,7 +119,7 @@ async function measure(): Promise<Report> {
   const startLoad = loadAvg();
   const jwtSecret = `bench-${Math.random().toString(36).slice(2)}-${Date.now()}`;
   console.log(
-    `flash-sale bench${quick ? ' --quick' : ''}: ${grabs} grabs, ${stock} stock, ${connections} connections; signing ${grabs + warmupGrabs} tokens...`,
+    `flash-sale bench${quick ? ' --quick' : ''}: ${grabs} grabs, ${stock} stock, ${connections} connections; signing ${grabs + warmupGrabs + (useWrk ? wrkUsers : 0)} tokens...`,
   );
   const workload: Workload = {
     grabs: users('fs', grabs, jwtSecret),
@@ -114,6 +129,13 @@ async function measure(): Promise<Report> {
     jwtSecret,
     adminAuthorization: `Bearer ${signToken(jwtSecret, 'bench-admin', ['admin'], 4 * 3600)}`,
     keepDatabases: opt['keep-db'] === true,
+    wrk: useWrk
+      ? {
+          seconds: wrkSeconds,
+          connections,
+          users: designs.some((d) => d.kind === 'grab') ? users('wrk', wrkUsers, jwtSecret) : [],
+        }
+      : undefined,
   };
 
   const runs: RunResult[] = [];
@@ -137,6 +159,11 @@ async function measure(): Promise<Report> {
         `    ${r.answeredPerSecond} answered/s, ${r.issuedPerSecond ?? '–'} issued/s, success p99 ${lat?.p99 ?? '–'} ms, ${JSON.stringify(r.counts)}, server CPU ${r.cpu.serverMsPerAnswer} ms/answer, peak RSS ${r.memory.peakRssMiB} MiB, ` +
           `${r.connections.used} connections, ${r.violations.length === 0 ? 'checks pass' : `${r.violations.length} violations${r.failed ? ' (FAIL)' : ' (expected)'}`}`,
       );
+      if (r.wrk)
+        console.log(
+          `    wrk: ${r.wrk.answeredPerSecond} answered/s, p50 / p99 ${r.wrk.latencyMs.p50} / ${r.wrk.latencyMs.p99} ms, ${JSON.stringify(r.wrk.counts)}, server CPU ${r.wrk.serverCpuMsPerAnswer} ms/answer, ` +
+            `${r.wrk.violations.length === 0 ? 'checks pass' : `violations: ${r.wrk.violations.join('; ')}`}`,
+        );
     } catch (err) {
       errors.push(`${scenario.id}/${design.id}: ${(err as Error).stack ?? String(err)}`);
       console.error(`    run failed: ${(err as Error).message}`);

@@ -116,7 +116,7 @@ export function toMarkdown(rep: Report): string {
       '',
     );
   }
-  out.push(...strategyRounds(rep.runs), ...publicReadRounds(rep.runs));
+  out.push(...wrkTable(thr), ...strategyRounds(rep.runs), ...publicReadRounds(rep.runs));
   const failing = rep.runs.filter((r) => r.violations.length > 0);
   if (failing.length > 0) {
     out.push('### Violations', '');
@@ -215,6 +215,9 @@ function publicReadRounds(runs: readonly RunResult[]): string[] {
           ofGrab: g ? r.answeredPerSecond / g.answeredPerSecond : null,
           ofNoop: n ? r.answeredPerSecond / n.answeredPerSecond : null,
           p99Ratio: noopP99 ? p99 / noopP99 : null,
+          wrkOfGrab: r.wrk && g?.wrk ? r.wrk.answeredPerSecond / g.wrk.answeredPerSecond : null,
+          wrkOfNoop: r.wrk && n?.wrk ? r.wrk.answeredPerSecond / n.wrk.answeredPerSecond : null,
+          wrkP99Ratio: r.wrk && n?.wrk ? r.wrk.latencyMs.p99 / n.wrk.latencyMs.p99 : null,
         },
       ];
     });
@@ -228,18 +231,53 @@ function publicReadRounds(runs: readonly RunResult[]): string[] {
   return [
     '### Public coupon page and list vs the grab and the no-op route, round by round (issue 22)',
     '',
-    '| round | route | answered/s | ÷ grouped grab (goal ≥ 1.5) | ÷ no-op (goal ≥ 0.9) | p99 / no-op p99, ms | p99 ratio (goal < 1.5) | server CPU ms/answer |',
-    '|--:|---|--:|--:|--:|--:|--:|--:|',
+    '| round | route | answered/s | ÷ grouped grab (goal ≥ 1.5) | ÷ no-op (goal ≥ 0.9) | p99 / no-op p99, ms | p99 ratio (goal < 1.5) | server CPU ms/answer | wrk: ÷ grab | wrk: ÷ no-op | wrk: p99 ratio |',
+    '|--:|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|',
     ...rows.map(
       (r) =>
-        `| ${r.round} | ${r.id} | ${num(r.r.answeredPerSecond)} | ${fixed(r.ofGrab)} | ${fixed(r.ofNoop)} | ${num(r.p99, 1)} / ${num(r.noopP99, 1)} | ${fixed(r.p99Ratio)} | ${num(r.r.cpu.serverMsPerAnswer, 3)} |`,
+        `| ${r.round} | ${r.id} | ${num(r.r.answeredPerSecond)} | ${fixed(r.ofGrab)} | ${fixed(r.ofNoop)} | ${num(r.p99, 1)} / ${num(r.noopP99, 1)} | ${fixed(r.p99Ratio)} | ${num(r.r.cpu.serverMsPerAnswer, 3)} | ` +
+        `${fixed(r.wrkOfGrab)} | ${fixed(r.wrkOfNoop)} | ${fixed(r.wrkP99Ratio)} |`,
     ),
     ...(rounds.length > 1
       ? (['page', 'list'] as const).map(
           (id) =>
-            `| median | ${id} | | ${fixed(medianOf(id, (r) => r.ofGrab))} | ${fixed(medianOf(id, (r) => r.ofNoop))} | | ${fixed(medianOf(id, (r) => r.p99Ratio))} | |`,
+            `| median | ${id} | | ${fixed(medianOf(id, (r) => r.ofGrab))} | ${fixed(medianOf(id, (r) => r.ofNoop))} | | ${fixed(medianOf(id, (r) => r.p99Ratio))} | | ` +
+            `${fixed(medianOf(id, (r) => r.wrkOfGrab))} | ${fixed(medianOf(id, (r) => r.wrkOfNoop))} | ${fixed(medianOf(id, (r) => r.wrkP99Ratio))} |`,
         )
       : []),
+    ...(rows.some((r) => r.wrkOfNoop !== null)
+      ? ['', "The wrk columns: the same ratios from wrk's run on the same servers (its p99 is over every answer of the route)."]
+      : []),
+    '',
+  ];
+}
+
+/** The second load generator's figures (wrk, in C), run on the same server right after the Node generator's. */
+function wrkTable(thr: readonly RunResult[]): string[] {
+  const runs = thr.filter((r) => r.wrk);
+  if (runs.length === 0) return [];
+  const first = runs[0].wrk as NonNullable<RunResult['wrk']>;
+  const base = (id: string) => runs.find((r) => r.design === id || (id === 'shipped:grouped' && r.design === 'shipped'))?.wrk;
+  const [g, n] = [base('shipped:grouped'), base('noop')];
+  return [
+    `### The same designs under wrk (second load generator: ${num(first.connections)} connections, ${first.seconds} s, 2 threads)`,
+    '',
+    "Each server, right after the Node generator's timed part: wrk for a fixed time (grabs on a new coupon of the same stock, each request a new pre-signed user and key; reads and the no-op the same request each time). Latency is over all answers.",
+    '',
+    '| design | answered/s | ÷ grouped | ÷ no-op | Node generator answered/s (same server) | p50 / p90 / p99 / max ms | answers | server CPU ms/answer | checks |',
+    '|---|--:|--:|--:|--:|---|---|--:|---|',
+    ...runs.map((r) => {
+      const k = r.wrk as NonNullable<RunResult['wrk']>;
+      const l = k.latencyMs;
+      const answers = Object.entries(k.counts)
+        .map(([c, x]) => `${c} ${num(x)}`)
+        .join(', ');
+      const ok = k.violations.length === 0 ? 'pass' : `${r.failed ? '**FAIL**' : 'violated (expected)'}: ${k.violations.length}`;
+      return (
+        `| ${r.design} | ${num(k.answeredPerSecond)} | ${ratio(k.answeredPerSecond, g?.answeredPerSecond)} | ${ratio(k.answeredPerSecond, n?.answeredPerSecond)} | ${num(r.answeredPerSecond)} | ` +
+        `${num(l.p50, 1)} / ${num(l.p90, 1)} / ${num(l.p99, 1)} / ${num(l.max, 1)} | ${answers} | ${num(k.serverCpuMsPerAnswer, 3)} | ${ok} |`
+      );
+    }),
     '',
   ];
 }

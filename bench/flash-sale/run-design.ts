@@ -7,7 +7,8 @@ import { LIST_COUPONS, type Design, type Scenario } from './designs.js';
 import { LoadGenerator, type LoadResult, type Shot } from './load.js';
 import { startServer } from './server.js';
 import { answerClass, byClass, type Latency } from './stats.js';
-import { answerViolations, verifyGrabRun, type Verification } from './verify.js';
+import { answerViolations, countViolations, verifyGrabRun, type Verification } from './verify.js';
+import { runWrk, type WrkResult } from './wrk.js';
 
 export interface Workload {
   grabs: Shot[];
@@ -18,6 +19,8 @@ export interface Workload {
   jwtSecret: string;
   adminAuthorization: string;
   keepDatabases: boolean;
+  /** Also load the same server with wrk after the Node generator's timed part (rate limiter off only). */
+  wrk?: { seconds: number; connections: number; users: Shot[] };
 }
 
 export interface RunResult {
@@ -44,6 +47,8 @@ export interface RunResult {
    */
   cpu: { serverSeconds: number; serverMsPerAnswer: number; loadGeneratorSeconds: number };
   limiter?: { ratePerSecond: number; admitted: number; rejected: number; admissibleAtMost: number };
+  /** The same design loaded by wrk, on the same server after the Node generator's run; its own checks. */
+  wrk?: WrkResult & { violations: string[] };
   verification?: Omit<Verification, 'violations'>;
   violations: string[];
   /** A violation in a design that must hold: the whole benchmark exits non-zero. */
@@ -91,6 +96,8 @@ export async function runDesign(design: Design, scenario: Scenario, w: Workload,
   let peakRss: number;
   let serverCpu: number;
   let clientCpu: NodeJS.CpuUsage;
+  let wrk: WrkResult | undefined;
+  let wrkCoupon = '';
   try {
     const warmCoupon =
       design.kind !== 'noop'
@@ -113,6 +120,20 @@ export async function runDesign(design: Design, scenario: Scenario, w: Workload,
     clientCpu = process.cpuUsage(clientBefore);
     rssDuring = Math.max(rssDuring, server.rss());
     peakRss = server.peakRss();
+    if (w.wrk && scenario.id === 'throughput') {
+      // Grabs need a coupon with stock again, and users of their own.
+      if (design.kind === 'grab') wrkCoupon = await createCoupon(server.url, w.adminAuthorization, w.stock);
+      wrk = await runWrk({
+        url: server.url,
+        path: design.route(design.kind === 'grab' ? wrkCoupon : couponId),
+        method: design.method ?? 'POST',
+        connections: w.wrk.connections,
+        seconds: w.wrk.seconds,
+        users: design.kind === 'grab' ? w.wrk.users : undefined,
+        authorization: design.kind === 'noop' ? w.grabs[0].authorization : undefined,
+        serverCpuSeconds: () => server.cpuSeconds(),
+      });
+    }
   } finally {
     await load.close();
     await server.stop();
@@ -127,6 +148,9 @@ export async function runDesign(design: Design, scenario: Scenario, w: Workload,
 
   let verification: Verification | undefined;
   let violations: string[];
+  const wrkViolations = wrk ? Object.entries(wrk.errors).flatMap(([k, n]) => (n > 0 ? [`wrk: ${n} socket errors (${k})`] : [])) : [];
+  if (wrk?.wrapped) wrkViolations.push(`wrk sent more grabs than the ${w.wrk?.users.length} users signed for it: keys repeated`);
+  if (wrk && design.kind !== 'grab') wrkViolations.push(...countViolations(wrk.counts, allowed));
   if (design.kind === 'grab') {
     const db = new DataSource({ ...dataSourceOptions(loadConfig({ ...dbEnv(), DB_NAME: database })), poolSize: 2 });
     await db.initialize();
@@ -135,6 +159,10 @@ export async function runDesign(design: Design, scenario: Scenario, w: Workload,
         sellsOut: scenario.id === 'throughput' && w.grabs.length >= w.stock,
         allowedAnswers: allowed,
       });
+      if (wrk)
+        wrkViolations.push(
+          ...(await verifyGrabRun(db, wrkCoupon, [], { counts: wrk.counts }, { sellsOut: false, allowedAnswers: allowed })).violations,
+        );
     } finally {
       await db.destroy();
     }
@@ -187,7 +215,8 @@ export async function runDesign(design: Design, scenario: Scenario, w: Workload,
       oversold: verification.oversold,
       usersWithTwo: verification.usersWithTwo,
     },
+    wrk: wrk && { ...wrk, violations: wrkViolations },
     violations,
-    failed: design.mustHold && violations.length > 0,
+    failed: design.mustHold && violations.length + wrkViolations.length > 0,
   };
 }

@@ -24,12 +24,14 @@ export interface Verification {
  * Checks one grab run against the database, independently of the code under test: the stock
  * arithmetic, one coupon per user, every 2xx answer backed by its row (and every row by a 2xx
  * answer), every issued coupon's `null -> UNUSED` log row, and API.md's invariants on the whole database.
+ * A load generator that reports counts, not answers (wrk), gives `{ counts }`: then every issued
+ * coupon must be one 2xx answer, by number.
  */
 export async function verifyGrabRun(
   db: DataSource,
   couponId: string,
   shots: readonly Shot[],
-  answers: readonly Answer[],
+  answers: readonly Answer[] | { counts: Record<string, number> },
   expect: Expectation,
 ): Promise<Verification> {
   const violations: string[] = [];
@@ -60,9 +62,14 @@ export async function verifyGrabRun(
   const usersWithTwo = [...perUser.values()].filter((n) => n > 1).length;
   if (usersWithTwo > 0) violations.push(`${usersWithTwo} users hold more than one coupon (limit 1)`);
 
+  if (!Array.isArray(answers)) {
+    const { counts } = answers as { counts: Record<string, number> };
+    if ((counts.SUCCESS ?? 0) !== rows.length) violations.push(`${counts.SUCCESS ?? 0} 2xx answers for ${rows.length} user coupons issued`);
+    violations.push(...countViolations(counts, expect.allowedAnswers));
+  }
   const byId = new Map(rows.map((r) => [String(r.id), r]));
-  const answered = new Set<string>();
-  for (const a of answers) {
+  const answered = new Set<string>(Array.isArray(answers) ? [] : rows.map((r) => String(r.id)));
+  for (const a of Array.isArray(answers) ? (answers as readonly Answer[]) : []) {
     if (answerClass(a) !== 'SUCCESS') continue;
     const row = a.id === null ? undefined : byId.get(a.id);
     const shot = shots[a.shot];
@@ -84,7 +91,7 @@ export async function verifyGrabRun(
   if (unlogged.length > 0)
     violations.push(`${unlogged.length} user coupons do not have exactly one null -> UNUSED log row (first: ${unlogged[0].id})`);
 
-  violations.push(...answerViolations(answers, expect.allowedAnswers));
+  if (Array.isArray(answers)) violations.push(...answerViolations(answers as readonly Answer[], expect.allowedAnswers));
   violations.push(...(await checkInvariants(db)).map((v) => `invariant ${v}`));
   return { initStock, stockLeft, issued, oversold: Math.max(0, issued - initStock), usersWithTwo, violations };
 }
@@ -102,4 +109,11 @@ export function answerViolations(answers: readonly Answer[], allowed: readonly s
   return [...unexpected].map(
     ([c, u]) => `${u.n} answers were ${c}${u.first && u.first !== c ? ` (${u.first})` : ''}, which this run must not give`,
   );
+}
+
+/** answerViolations for a load generator that reports counts by class (wrk). */
+export function countViolations(counts: Record<string, number>, allowed: readonly string[]): string[] {
+  return Object.entries(counts)
+    .filter(([c]) => !allowed.includes(c))
+    .map(([c, n]) => `${n} answers were ${c}, which this run must not give`);
 }
