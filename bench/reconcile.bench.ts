@@ -22,14 +22,16 @@ const { values: opt } = parseArgs({
     'keep-db': { type: 'boolean', default: false },
     // RECONCILE_CONCURRENCY values compared on the same generated data, alternating run by run.
     concurrency: { type: 'string', default: '1,2' },
+    // Fewer for the largest sizes, where one run takes minutes.
+    'settled-runs': { type: 'string', default: '3' },
   },
 });
 const CONCURRENCY = (opt.concurrency ?? '').split(',').map((c) => Number.parseInt(c, 10));
 
 /** User coupons per coupon template: templates grow with N, so every audit's work grows with N. */
 const PER_COUPON = 1000;
-/** Full runs timed on the settled database, after the first. */
-const SETTLED_RUNS = 3;
+/** Full runs timed on the settled database, after the first, at each --concurrency value. */
+const SETTLED_RUNS = Number.parseInt(opt['settled-runs'] as string, 10);
 /** Faults injected per kind; the run must find exactly these. */
 const FAULTS = 5;
 
@@ -271,7 +273,17 @@ function runChild(n: number): Promise<SizeResult> {
   return new Promise((resolve, reject) => {
     const p = spawn(
       process.execPath,
-      ['--expose-gc', fileURLToPath(import.meta.url), '--child', String(n), ...(opt['keep-db'] ? ['--keep-db'] : [])],
+      [
+        '--expose-gc',
+        fileURLToPath(import.meta.url),
+        '--child',
+        String(n),
+        '--concurrency',
+        CONCURRENCY.join(','),
+        '--settled-runs',
+        String(SETTLED_RUNS),
+        ...(opt['keep-db'] ? ['--keep-db'] : []),
+      ],
       {
         stdio: ['ignore', 'pipe', 'inherit'],
       },
