@@ -1,5 +1,10 @@
+import { SchedulerRegistry } from '@nestjs/schedule';
+import { CronJob } from 'cron';
 import request from 'supertest';
-import { HoldSweepService } from '../src/redemption/hold-sweep.service.js';
+import { everySeconds } from '../src/common/cron-job.js';
+import { HOLD_SWEEP_JOB } from '../src/redemption/hold-sweep.cron.job.js';
+import { tryAcquireLease } from '../src/database/lease.js';
+import { HOLD_SWEEP_LEASE, HoldSweepService } from '../src/redemption/hold-sweep.service.js';
 import { createCoupon, CouponInput, newKey } from './support/factories.js';
 import { adminToken, bearer, serviceToken, startTestApp, TestApp, tokenFor } from './support/harness.js';
 import { checkInvariants } from '../src/ledger/invariants.js';
@@ -432,4 +437,103 @@ describe('checkout holds', () => {
       `sweep vs confirmations: ${answers.filter((a) => a.status === 201).length} confirmed, ${answers.filter((a) => a.status === 409).length} expired`,
     );
   }, 180_000);
+});
+
+/** `n` coupons of a fresh template grabbed by `userId`, each held for 1 s on an order of its own; their ids, and a count of those still ACTIVE. */
+async function shortHolds(t: TestApp, userId: string, n: number): Promise<{ ids: string[]; active: () => Promise<number> }> {
+  const coupon = await createCoupon(t.url, { totalStock: n, perUserLimit: n });
+  const ids: string[] = [];
+  for (let i = 0; i < n; i++) {
+    const grabbed = await request(t.url)
+      .post(`/coupons/${coupon.id}/grab`)
+      .set(bearer(tokenFor(userId)))
+      .set('Idempotency-Key', newKey());
+    const held = await request(t.url)
+      .post('/redemptions/holds')
+      .set(bearer(tokenFor(userId)))
+      .send({ userCouponId: grabbed.body.id, orderNo: `${userId}-order-${i}`, orderAmountCents: 20000, ttlSeconds: 1 });
+    expect([grabbed.status, held.status]).toEqual([201, 201]);
+    ids.push(grabbed.body.id as string);
+  }
+  const active = async () =>
+    Number(
+      (
+        (await t.db.query(`SELECT COUNT(*) AS n FROM redemption_hold WHERE user_coupon_id IN (?) AND status = 'ACTIVE'`, [ids])) as {
+          n: string;
+        }[]
+      )[0].n,
+    );
+  return { ids, active };
+}
+
+describe('hold sweep cron', () => {
+  let t: TestApp;
+  beforeAll(async () => {
+    t = await startTestApp({ SCHEDULER_ENABLED: 'true', HOLD_SWEEP_SECONDS: '1' });
+  });
+  afterAll(() => t?.close());
+
+  it('HOLD_SWEEP_SECONDS becomes a cron step that fires at least that often, for every allowed value', () => {
+    expect([1, 10, 45, 59, 60, 90, 600, 3599, 3600].map(everySeconds)).toEqual([
+      '*/1 * * * * *',
+      '*/10 * * * * *',
+      '*/45 * * * * *',
+      '*/59 * * * * *',
+      '0 */1 * * * *',
+      '0 */1 * * * *',
+      '0 */10 * * * *',
+      '0 */59 * * * *',
+      '0 0 * * * *',
+    ]);
+    for (const seconds of [1, 7, 45, 59, 60, 61, 119, 3599, 3600]) {
+      const job = CronJob.from({ cronTime: everySeconds(seconds), onTick: () => undefined, start: false });
+      const times = job.nextDates(200).map((d) => d.toMillis());
+      const gaps = times.slice(1).map((at, i) => (at - times[i]) / 1000);
+      expect([seconds, Math.max(...gaps) <= seconds]).toEqual([seconds, true]);
+    }
+    expect(() => everySeconds(0)).toThrow(RangeError);
+    expect(() => everySeconds(3601)).toThrow(RangeError);
+  });
+
+  it('is registered from HOLD_SWEEP_SECONDS and releases timed-out holds on its own', async () => {
+    expect(t.app.get(SchedulerRegistry).getCronJob(HOLD_SWEEP_JOB).cronTime.source).toBe('*/1 * * * * *');
+    const { ids, active: left } = await shortHolds(t, 'cron-user', 5);
+    const deadline = Date.now() + 10_000;
+    while ((await left()) > 0 && Date.now() < deadline) await sleep(200);
+    expect(await left()).toBe(0);
+    const rows = (await t.db.query(
+      `SELECT h.release_reason, uc.status FROM redemption_hold h JOIN user_coupon uc ON uc.id = h.user_coupon_id WHERE uc.id IN (?)`,
+      [ids],
+    )) as { release_reason: string; status: string }[];
+    expect(rows.map((r) => `${r.release_reason}/${r.status}`)).toEqual(ids.map(() => 'TIMEOUT/UNUSED'));
+    expect(await checkInvariants(t.db)).toEqual([]);
+  });
+});
+
+describe('hold sweep batches and lease', () => {
+  let t: TestApp;
+  beforeAll(async () => {
+    t = await startTestApp({ EXPIRE_BATCH_SIZE: '10' });
+  });
+  afterAll(() => t?.close());
+
+  it('releases in batches of EXPIRE_BATCH_SIZE, one instance at a time (skipped while another holds the lease), and stops when told', async () => {
+    const { active } = await shortHolds(t, 'batchy', 25);
+    await sleep(1100);
+    const sweeps = t.app.get(HoldSweepService);
+    // t.db is a pool of its own, as another instance's would be.
+    const other = await tryAcquireLease(t.db, HOLD_SWEEP_LEASE, { ttlMs: 60_000, retries: 2 });
+    expect(other).not.toBeNull();
+    try {
+      expect(await sweeps.runExclusive()).toBeNull();
+      expect(await active()).toBe(25);
+    } finally {
+      await other?.release();
+    }
+    expect(await sweeps.runExclusive(undefined, AbortSignal.abort())).toEqual({ released: 0, batches: 0, complete: false });
+    expect(await active()).toBe(25);
+    expect(await sweeps.runExclusive()).toEqual({ released: 25, batches: 3, complete: true });
+    expect(await active()).toBe(0);
+    expect(await checkInvariants(t.db)).toEqual([]);
+  });
 });

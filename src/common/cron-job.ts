@@ -12,6 +12,18 @@ export interface CronJobSpec {
 }
 
 /**
+ * A six-field cron expression that fires at least every `seconds` (1..3600): a step of seconds
+ * under a minute, of whole minutes above. A step that does not divide 60 makes the last gap of each
+ * minute (or hour) shorter, never longer.
+ */
+export function everySeconds(seconds: number): string {
+  if (!Number.isInteger(seconds) || seconds < 1 || seconds > 3600) throw new RangeError(`everySeconds: ${seconds} is not 1..3600`);
+  if (seconds < 60) return `*/${seconds} * * * * *`;
+  const minutes = Math.floor(seconds / 60);
+  return minutes < 60 ? `0 */${minutes} * * * *` : '0 0 * * * *';
+}
+
+/**
  * A cron job whose schedule comes from the validated config, hence registered by hand rather than
  * with @Cron. Every job is registered and stopped the same way: registered at bootstrap; at
  * shutdown it stops firing, tells the run in progress to stop (the signal) and waits for it. A

@@ -1,4 +1,4 @@
-import { Injectable, Logger, OnModuleDestroy, OnModuleInit } from '@nestjs/common';
+import { Injectable, Logger } from '@nestjs/common';
 import { EntityManager } from 'typeorm';
 import { counter, gauge } from '../common/metrics.js';
 import { AppConfig } from '../config/app-config.js';
@@ -26,14 +26,11 @@ export const HOLD_SWEEP_LEASE = 'hold-sweep';
  * validity ended), in batches of EXPIRE_BATCH_SIZE, each one transaction with its log rows, on one
  * instance at a time (a job lease, like the expiry sweep's). Readers already treat
  * such holds as released, so the sweep only makes the stored state catch up, and stopping anywhere
- * loses nothing. Runs every HOLD_SWEEP_SECONDS.
+ * loses nothing. Scheduled by HoldSweepCronJob.
  */
 @Injectable()
-export class HoldSweepService implements OnModuleInit, OnModuleDestroy {
+export class HoldSweepService {
   private readonly logger = new Logger(HoldSweepService.name);
-  private readonly stopping = new AbortController();
-  private timer?: NodeJS.Timeout;
-  private running: Promise<unknown> = Promise.resolve();
 
   constructor(
     private readonly tx: TransactionService,
@@ -42,41 +39,35 @@ export class HoldSweepService implements OnModuleInit, OnModuleDestroy {
     private readonly leases: LeaseService,
   ) {}
 
-  onModuleInit(): void {
-    if (this.config.SCHEDULER_ENABLED) this.schedule();
-  }
-
-  private schedule(): void {
-    this.timer = setTimeout(() => {
-      this.running = this.runExclusive()
-        .catch((err: unknown) => this.logger.error(`Hold sweep failed: ${String(err)}`))
-        .finally(() => {
-          if (!this.stopping.signal.aborted) this.schedule();
-        });
-    }, this.config.HOLD_SWEEP_SECONDS * 1000);
-  }
-
-  async onModuleDestroy(): Promise<void> {
-    this.stopping.abort();
-    clearTimeout(this.timer);
-    await this.running;
-  }
-
-  /** The sweep under the `hold-sweep` lease; it stops at the next batch if the lease is lost. Null when another run holds it. */
-  async runExclusive(now?: Date): Promise<HoldSweepResult | null> {
-    const result = await this.leases.runExclusive(HOLD_SWEEP_LEASE, (lost) => this.sweep(now, lost));
+  /**
+   * The sweep under the `hold-sweep` lease; it stops at the next batch if the lease is lost or
+   * `signal` aborts. Null when another run holds it.
+   */
+  async runExclusive(now?: Date, signal?: AbortSignal): Promise<HoldSweepResult | null> {
+    const result = await this.leases.runExclusive(HOLD_SWEEP_LEASE, (lost) =>
+      this.sweep(now, signal ? AbortSignal.any([signal, lost]) : lost),
+    );
     if (result === null) runs.inc({ outcome: 'skipped' });
     return result;
   }
 
-  /** `now` is the cut-off, fixed for the whole run so it ends; `signal` (and shutdown) stop it between batches. */
+  /** The cron's entry point: never throws (the next tick tries again). */
+  async runScheduled(signal: AbortSignal): Promise<void> {
+    try {
+      await this.runExclusive(undefined, signal);
+    } catch (err) {
+      this.logger.error(`Hold sweep failed: ${String(err)}`);
+    }
+  }
+
+  /** `now` is the cut-off, fixed for the whole run so it ends; `signal` (the lease lost, shutdown) stops it between batches. */
   async sweep(now = new Date(), signal?: AbortSignal): Promise<HoldSweepResult> {
     const txId = TxIds.holdSweep();
     const size = this.config.EXPIRE_BATCH_SIZE;
     const result = { released: 0, batches: 0, complete: false };
     let outcome = 'partial';
     try {
-      while (!this.stopping.signal.aborted && !signal?.aborted) {
+      while (!signal?.aborted) {
         const n = await this.tx.inTransaction((em) => this.releaseBatch(em, now, size, txId));
         result.batches++;
         result.released += n.released;
