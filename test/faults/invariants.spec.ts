@@ -51,6 +51,12 @@ describe('invariant checker', () => {
     });
     expect(refund.status).toBe(201);
     ids.replacement = refund.body.replacementUserCoupon?.id as string;
+    ids.held = await grab('carol', 'c-1');
+    const held = await call(server.url, 'POST', '/redemptions/holds', {
+      token: tokenFor('carol'),
+      body: { userCouponId: ids.held, orderNo: 'H-1', orderAmountCents: 20_000, ttlSeconds: 3600 },
+    });
+    expect(held.status).toBe(201);
   });
   afterAll(async () => {
     await server?.stop();
@@ -131,6 +137,45 @@ describe('invariant checker', () => {
       'a refund whose replacement is missing',
       'refund',
       () => [`UPDATE refund SET replacement_user_coupon_id = 987654321 WHERE refund_no = 'R-1'`],
+    ],
+    ['a LOCKED coupon without an ACTIVE hold', 'locked/hold', () => [`DELETE FROM redemption_hold WHERE user_coupon_id = ${ids.held}`]],
+    [
+      'an ACTIVE hold of a coupon that is not LOCKED',
+      'locked/hold',
+      () => [
+        `UPDATE user_coupon SET status = 'UNUSED', locked_until = NULL WHERE id = ${ids.held}`,
+        `INSERT INTO user_coupon_state_log (user_coupon_id, from_status, to_status, tx_id, created_at) VALUES (${ids.held}, 'LOCKED', 'UNUSED', 'x', ${now})`,
+      ],
+    ],
+    [
+      'two ACTIVE holds on one coupon',
+      'locked/hold',
+      () => [
+        `INSERT INTO redemption_hold (user_coupon_id, order_no, user_id, order_amount_cents, discount_cents, status, expires_at, created_at)
+         SELECT user_coupon_id, 'H-2', user_id, order_amount_cents, discount_cents, 'ACTIVE', expires_at, created_at FROM redemption_hold WHERE user_coupon_id = ${ids.held}`,
+      ],
+    ],
+    [
+      'a LOCKED coupon that times out at another moment than its hold',
+      'locked/hold',
+      () => [`UPDATE user_coupon SET locked_until = locked_until + INTERVAL 1 MINUTE WHERE id = ${ids.held}`],
+    ],
+    [
+      'a hold recorded for another user',
+      'hold',
+      () => [`UPDATE redemption_hold SET user_id = 'mallory' WHERE user_coupon_id = ${ids.held}`],
+    ],
+    [
+      'a RELEASED hold without its release time',
+      'hold',
+      () => [
+        `UPDATE redemption_hold SET status = 'RELEASED', released_at = NULL, release_reason = 'CANCELLED' WHERE user_coupon_id = ${ids.held}`,
+      ],
+    ],
+    [
+      'an order whose discounts exceed its amount',
+      'order discounts',
+      () => [`UPDATE redemption_hold SET discount_cents = order_amount_cents + 1 WHERE user_coupon_id = ${ids.held}`],
     ],
   ];
 
