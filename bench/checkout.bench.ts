@@ -13,10 +13,10 @@ import { dataSourceOptions } from '../src/database/data-source-options.js';
 import { checkInvariants } from '../src/ledger/invariants.js';
 import { updateBenchmarksMd } from './benchmarks-md.js';
 import { LoadGenerator, type Answer, type Shot } from './flash-sale/load.js';
-import { createCoupon, dbEnv, dropDatabase } from './flash-sale/run-design.js';
+import { dbEnv, dropDatabase } from './flash-sale/run-design.js';
+import { saleWinners, type Winner } from './flash-sale/sale.js';
 import { startServer, type RunningServer } from './flash-sale/server.js';
 import { latency, type Latency } from './flash-sale/stats.js';
-import { answerViolations } from './flash-sale/verify.js';
 
 const { values: opt } = parseArgs({
   options: {
@@ -84,28 +84,6 @@ interface Round {
 const loadAvg = () => Math.round(os.loadavg()[0] * 100) / 100;
 const r1 = (x: number) => Math.round(x * 10) / 10;
 
-/** One user coupon won in a grab, and the order it goes on. */
-interface Winner {
-  userId: string;
-  userCouponId: string;
-  orderNo: string;
-}
-
-/** `n` distinct users grab one coupon each of a fresh coupon with `n` stock: the sale before the checkout. */
-async function winners(server: RunningServer, load: LoadGenerator, prefix: string, n: number): Promise<Winner[]> {
-  const couponId = await createCoupon(server.url, admin, n);
-  const shots: Shot[] = Array.from({ length: n }, (_, i) => ({
-    userId: `${prefix}-u${i}`,
-    key: `${prefix}-k${i}`,
-    authorization: `Bearer ${signToken(JWT_SECRET, `${prefix}-u${i}`, [], 4 * 3600)}`,
-  }));
-  const grabbed = await load.fire(`/coupons/${couponId}/grab`, shots);
-  const won = grabbed.answers.filter((a) => a.status === 201 && a.id !== null);
-  if (won.length !== n)
-    throw new Error(`${prefix}: ${won.length} of ${n} grabs issued a coupon: ${answerViolations(grabbed.answers, ['SUCCESS']).join('; ')}`);
-  return grabbed.answers.map((a) => ({ userId: shots[a.shot].userId, userCouponId: a.id as string, orderNo: `${prefix}-order-${a.shot}` }));
-}
-
 const shot = (w: Winner, body: Record<string, unknown>, path?: string): Shot => ({
   userId: w.userId,
   authorization: orders,
@@ -150,8 +128,8 @@ async function timed(
  */
 async function round(server: RunningServer, load: LoadGenerator, db: DataSource, label: string, n: number, plainFirst: boolean) {
   const atStart = loadAvg();
-  const plain = await winners(server, load, `${label}-p`, n);
-  const checkout = await winners(server, load, `${label}-c`, n);
+  const plain = await saleWinners(server.url, load, { admin, jwtSecret: JWT_SECRET }, `${label}-p`, n);
+  const checkout = await saleWinners(server.url, load, { admin, jwtSecret: JWT_SECRET }, `${label}-c`, n);
   const releasing = releases(RELEASE_SHARE);
   const phases: Phase[] = [];
   const answers = new Map<Phase['name'], Answer[]>();

@@ -11,6 +11,11 @@ export interface Shot {
   body?: string;
   /** This shot's route, when a burst mixes routes (a checkout's confirmations and releases). */
   path?: string;
+  /**
+   * This shot's method, when a burst mixes reads and writes (a sale's mixed load). A GET named here
+   * carries the shot's token unless it is ''; a GET of the whole burst is anonymous.
+   */
+  method?: 'GET' | 'POST';
 }
 
 export interface Answer {
@@ -67,7 +72,7 @@ export class LoadGenerator {
         inFlight++;
         maxInFlight = Math.max(maxInFlight, inFlight);
         const started = performance.now();
-        const res = await this.send(client, shots[i].path ?? path, shots[i], method);
+        const res = await this.send(client, shots[i].path ?? path, shots[i], shots[i].method ?? method);
         const done = performance.now();
         used.add(`${w}:${this.opened[w]}`);
         inFlight--;
@@ -97,8 +102,12 @@ export class LoadGenerator {
     try {
       const res = await client.request(
         method === 'GET'
-          ? // An anonymous shopper's read: no token, no key.
-            { path, method }
+          ? // A shopper's read: anonymous unless the shot itself is a signed-in read ("my coupons").
+            {
+              path,
+              method,
+              ...(shot.method === 'GET' && shot.authorization !== '' ? { headers: { authorization: shot.authorization } } : {}),
+            }
           : {
               path,
               method,
