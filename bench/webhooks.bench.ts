@@ -7,7 +7,7 @@ import { parseArgs } from 'node:util';
 import { Webhook } from 'standardwebhooks';
 import { signToken } from '../src/auth/jwt.js';
 import { LoadGenerator, type Shot } from './flash-sale/load.js';
-import { createCoupon, dbEnv, dropDatabase } from './flash-sale/run-design.js';
+import { createCoupon, dropDatabase, quietServerEnv } from './flash-sale/run-design.js';
 import { startServer, type RunningServer } from './flash-sale/server.js';
 
 const { values: opt } = parseArgs({
@@ -74,13 +74,7 @@ class Receiver {
 }
 
 const env = (relay: boolean) => ({
-  ...dbEnv(),
-  DB_NAME: database,
-  JWT_SECRET,
-  NODE_ENV: 'production',
-  LOG_LEVEL: 'warn',
-  SCHEDULER_ENABLED: 'false',
-  RATE_LIMIT_ENABLED: 'false',
+  ...quietServerEnv(database, JWT_SECRET),
   WEBHOOK_RELAY_ENABLED: String(relay),
   LEASE_TTL_MS: '3000',
 });

@@ -60,6 +60,17 @@ const round = (x: number, digits = 1) => Math.round(x * 10 ** digits) / 10 ** di
 
 export const dbEnv = () => pickEnv('DB_HOST', 'DB_PORT', 'DB_USER', 'DB_PASSWORD', 'DB_POOL_SIZE');
 
+/** The shipped server's environment in a single-feature benchmark: production mode, its own database, no crons, no rate limits. */
+export const quietServerEnv = (database: string, jwtSecret: string) => ({
+  ...dbEnv(),
+  DB_NAME: database,
+  JWT_SECRET: jwtSecret,
+  NODE_ENV: 'production',
+  LOG_LEVEL: 'warn',
+  SCHEDULER_ENABLED: 'false',
+  RATE_LIMIT_ENABLED: 'false',
+});
+
 export async function createCoupon(url: string, authorization: string, totalStock: number, rateLimitPerSecond?: number): Promise<string> {
   const body = couponBody({ name: 'bench flash sale', totalStock, ...(rateLimitPerSecond ? { rateLimitPerSecond } : {}) });
   const res = await fetch(`${url}/admin/coupons`, {
