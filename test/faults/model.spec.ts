@@ -29,7 +29,7 @@ const TEMPLATES: { name: string; body: CouponInput; scarce: boolean; born: Statu
   },
   {
     name: 'plenty, not returned',
-    body: { totalStock: 100_000, perUserLimit: 3, returnOnRefund: false },
+    body: { totalStock: 100_000, perUserLimit: 8, returnOnRefund: false },
     scarce: false,
     born: 'UNUSED',
     notYetValid: false,
@@ -64,16 +64,21 @@ const TEMPLATES: { name: string; body: CouponInput; scarce: boolean; born: Statu
   },
 ];
 const THRESHOLD = 10_000;
+/** The scarce template, the one with stock for everyone, and how many of the latter each client grabs before its program. */
+const SCARCE = 0;
+const PLENTY = 1;
+const STARTING_COUPONS = 5;
 
 type Command =
   | { t: 'grab'; template: number; reuseKey: number | null }
   | { t: 'redeem'; pick: number; cents: number; reuseOrder: number | null }
-  | { t: 'hold'; pick: number; cents: number; reuseOrder: number | null; short: boolean }
+  | { t: 'hold'; pick: number; cents: number; reuseOrder: number | null; short: boolean; usable: boolean }
   | { t: 'confirm'; pick: number; sameCents: boolean }
   | { t: 'release'; pick: number; neverHeld: boolean }
   | { t: 'refund'; pick: number; reuseRefund: number | null; redeemed: boolean }
   | { t: 'void'; pick: number }
   | { t: 'read'; pick: number }
+  | { t: 'pause' }
   | { t: 'reconcile' };
 
 const command: fc.Arbitrary<Command> = fc.oneof(
@@ -95,13 +100,15 @@ const command: fc.Arbitrary<Command> = fc.oneof(
     }),
   },
   {
-    weight: 3,
+    weight: 5,
     arbitrary: fc.record({
       t: fc.constant('hold' as const),
       pick: fc.nat(),
       cents: fc.constantFrom(THRESHOLD / 2, THRESHOLD * 2),
       reuseOrder: fc.option(fc.nat(), { freq: 3 }),
       short: fc.boolean(),
+      // Most holds go to a coupon that can be held, on a fresh order, so that many are placed, confirmed, released and time out.
+      usable: fc.constantFrom(true, true, false),
     }),
   },
   {
@@ -121,6 +128,8 @@ const command: fc.Arbitrary<Command> = fc.oneof(
   { weight: 1, arbitrary: fc.record({ t: fc.constant('void' as const), pick: fc.nat() }) },
   { weight: 1, arbitrary: fc.record({ t: fc.constant('read' as const), pick: fc.nat() }) },
   { weight: 1, arbitrary: fc.constant({ t: 'reconcile' as const }) },
+  // A client that waits a short hold's time, so its short holds time out under its next commands and the sweep's feet.
+  { weight: 1, arbitrary: fc.constant({ t: 'pause' as const }) },
 );
 
 interface ModelCoupon {
@@ -251,6 +260,8 @@ describe('randomized model test: concurrent clients against an in-memory model',
     holdsConfirmed: 0,
     holdsCancelled: 0,
     holdsSeenTimedOut: 0,
+    holdsTimedOut: 0,
+    holdsReleasedBySweep: 0,
   };
 
   beforeAll(async () => {
@@ -385,15 +396,18 @@ describe('randomized model test: concurrent clients against an in-memory model',
         return null;
       }
       case 'hold': {
-        const uc = pick(m.coupons, c.pick);
+        const usable = c.usable ? m.coupons.filter((x) => m.statusOf(x) === 'UNUSED' && !TEMPLATES[x.template].notYetValid) : [];
+        const uc = pick(usable, c.pick) ?? pick(m.coupons, c.pick);
         if (!uc) return null;
-        const orderNo = (c.reuseOrder === null ? undefined : pick(m.allOrders(), c.reuseOrder)) ?? m.fresh('order');
+        const fresh = usable.length > 0;
+        const orderNo = (c.reuseOrder === null || fresh ? undefined : pick(m.allOrders(), c.reuseOrder)) ?? m.fresh('order');
+        const cents = fresh ? THRESHOLD * 2 : c.cents;
         const key = `${orderNo}/${uc.id}`;
-        const body = { userCouponId: uc.id, orderNo, orderAmountCents: c.cents, ttlSeconds: c.short ? SHORT_TTL : LONG_TTL };
+        const body = { userCouponId: uc.id, orderNo, orderAmountCents: cents, ttlSeconds: c.short ? SHORT_TTL : LONG_TTL };
         const r = await send('POST', '/redemptions/holds', token, body);
         const earlier = m.holds.get(key);
         if (earlier) {
-          if (earlier.cents !== c.cents)
+          if (earlier.cents !== cents)
             return check(r, r.status === 422 && r.body.code === 'IDEMPOTENCY_KEY_REUSED', `hold repeat of ${key} with another amount`);
           const seen = m.holdStatus(earlier);
           return check(
@@ -406,7 +420,7 @@ describe('randomized model test: concurrent clients against an in-memory model',
             `hold repeat of ${key}, model says ${seen.status}`,
           );
         }
-        const code = refusalOf(m, uc, orderNo, c.cents);
+        const code = refusalOf(m, uc, orderNo, cents);
         if (code)
           return check(
             r,
@@ -419,7 +433,7 @@ describe('randomized model test: concurrent clients against an in-memory model',
           holdId: r.body.holdId as string,
           orderNo,
           couponId: uc.id,
-          cents: c.cents,
+          cents: cents,
           discountCents: r.body.discountCents as number,
           expiresAt: Date.parse(r.body.expiresAt as string),
           status: 'ACTIVE',
@@ -429,7 +443,7 @@ describe('randomized model test: concurrent clients against an in-memory model',
         figures.holdsPlaced++;
         uc.status = 'LOCKED';
         uc.heldBy = held;
-        if (!m.orderBook.has(orderNo)) m.orderBook.set(orderNo, { cents: c.cents, refunded: false });
+        if (!m.orderBook.has(orderNo)) m.orderBook.set(orderNo, { cents: cents, refunded: false });
         return null;
       }
       case 'release': {
@@ -509,6 +523,9 @@ describe('randomized model test: concurrent clients against an in-memory model',
         const r = await send('GET', `/me/coupons/${uc.id}`, token);
         return check(r, r.status === 200 && r.body.status === m.statusOf(uc), `read of ${uc.id}, model says ${m.statusOf(uc)}`);
       }
+      case 'pause':
+        await sleep(SHORT_TTL * 1000);
+        return null;
       case 'reconcile': {
         const r = await send('POST', '/admin/reconciliation/runs', adminToken(), { mode: 'FULL' });
         if (r.status === 202) figures.reconcileRunsDuringLoad++;
@@ -588,7 +605,14 @@ describe('randomized model test: concurrent clients against an in-memory model',
           const mismatches: string[] = [];
           await Promise.all(
             programs.map(async (program, i) => {
-              for (const c of program) {
+              // Each client starts with coupons it can hold, so the program's holds have something to hold, and
+              // tries the scarce one, which the clients together sell out.
+              const stocked: Command[] = [SCARCE, ...Array.from({ length: STARTING_COUPONS }, () => PLENTY)].map((template) => ({
+                t: 'grab',
+                template,
+                reuseKey: null,
+              }));
+              for (const c of [...stocked, ...program]) {
                 figures.commands++;
                 await models[i].settle();
                 const wrong = await step(models[i], c);
@@ -604,6 +628,24 @@ describe('randomized model test: concurrent clients against an in-memory model',
           );
           if (lastShort + EDGE_MS > Date.now()) await sleep(lastShort + EDGE_MS - Date.now());
           expect(await compare(models)).toEqual([]);
+          // The sweep (every second) stores every timeout: none ACTIVE past its time, none LOCKED past it.
+          const users = models.map((mm) => mm.user);
+          const overdue = async () =>
+            count(
+              fdb.db,
+              `SELECT (SELECT COUNT(*) FROM redemption_hold WHERE user_id IN (?) AND status = 'ACTIVE' AND expires_at <= UTC_TIMESTAMP(3))
+                    + (SELECT COUNT(*) FROM user_coupon WHERE user_id IN (?) AND status = 'LOCKED' AND locked_until <= UTC_TIMESTAMP(3)) AS n`,
+              [users, users],
+            );
+          const swept = Date.now() + 10_000;
+          while ((await overdue()) > 0 && Date.now() < swept) await sleep(200);
+          expect(await overdue()).toBe(0);
+          expect(await compare(models)).toEqual([]);
+          const timedOut = models.flatMap((mm) => [...mm.holds.values()].filter((h) => mm.holdStatus(h).releaseReason === 'TIMEOUT'));
+          expect(
+            await count(fdb.db, `SELECT COUNT(*) AS n FROM redemption_hold WHERE user_id IN (?) AND release_reason = 'TIMEOUT'`, [users]),
+          ).toBe(timedOut.length);
+          figures.holdsTimedOut += timedOut.length;
           return true;
         },
       ),
@@ -639,5 +681,15 @@ describe('randomized model test: concurrent clients against an in-memory model',
     );
     expect(figures.discrepanciesDuringLoad).toBe(0);
     expect(await checkInvariants(fdb.db)).toEqual([]);
+  });
+
+  it('many holds timed out, and the sweep released a good share of them while the clients ran', async () => {
+    figures.holdsReleasedBySweep = await count(
+      fdb.db,
+      `SELECT COUNT(*) AS n FROM user_coupon_state_log WHERE from_status = 'LOCKED' AND tx_id LIKE 'hold-sweep:%'`,
+    );
+    expect(figures.holdsTimedOut).toBeGreaterThanOrEqual(50);
+    expect(figures.holdsReleasedBySweep).toBeGreaterThanOrEqual(20);
+    expect(figures.holdsReleasedBySweep).toBeLessThanOrEqual(figures.holdsTimedOut);
   });
 });
