@@ -751,7 +751,7 @@ export interface components {
              * @description The coupon template to issue from
              * @example 1024
              */
-            couponId: string;
+            couponId: string | number;
             userId: string;
             reason: string;
             /** @description true: takes one unit of the coupon stock (409 SOLD_OUT when none is left); false: stock-neutral */
@@ -760,7 +760,7 @@ export interface components {
              * @description The user's coupon this one replaces (must belong to the same user); it is not voided by the reissue
              * @example 2048
              */
-            replacesUserCouponId?: string;
+            replacesUserCouponId?: string | number;
         };
         CouponSeriesView: {
             couponId: string;
@@ -854,7 +854,7 @@ export interface components {
         };
         RedeemDto: {
             /** @example 1024 */
-            userCouponId: string;
+            userCouponId: string | number;
             orderNo: string;
             orderAmountCents: number;
             /** @description Required for a service token; for a user token absent or equal to the token subject */
@@ -862,13 +862,13 @@ export interface components {
         };
         RefundDto: {
             /** @example 1024 */
-            userCouponId: string;
+            userCouponId: string | number;
             orderNo: string;
             refundNo: string;
         };
         HoldDto: {
             /** @example 1024 */
-            userCouponId: string;
+            userCouponId: string | number;
             orderNo: string;
             orderAmountCents: number;
             /** @description Required for a service token; for a user token absent or equal to the token subject */
@@ -878,7 +878,7 @@ export interface components {
         };
         ReleaseHoldDto: {
             /** @example 1024 */
-            userCouponId: string;
+            userCouponId: string | number;
             orderNo: string;
             /** @description Required for a service token; for a user token absent or equal to the token subject */
             userId?: string;

@@ -141,6 +141,29 @@ function applyRoute(method: string, op: Operation, route: RouteContract): void {
 }
 
 /**
+ * An id field of a request body also takes a JSON integer: IsId() turns a safe integer into its
+ * digits before checking them (common/validation.ts). Answers carry ids as strings only, so only
+ * the schemas request bodies name say so.
+ */
+function acceptIntegerIds(doc: OpenAPIObject): void {
+  const schemas = (doc.components?.schemas ?? {}) as Record<string, JsonSchema>;
+  const names = new Set<string>();
+  for (const item of Object.values(doc.paths)) {
+    for (const method of METHODS) {
+      const ref = (item as Record<string, Operation | undefined>)[method]?.requestBody?.content?.['application/json']?.schema?.$ref;
+      if (typeof ref === 'string') names.add(ref.replace('#/components/schemas/', ''));
+    }
+  }
+  for (const name of names) {
+    for (const property of Object.values((schemas[name]?.properties ?? {}) as Record<string, JsonSchema>)) {
+      if (property.type === 'string' && property.pattern === ID_PATTERN) {
+        Object.assign(property, { type: ['string', 'integer'], minimum: 1, maximum: Number.MAX_SAFE_INTEGER });
+      }
+    }
+  }
+}
+
+/**
  * The OpenAPI 3.1 document served at /docs-json and committed as docs/openapi.json: what
  * @nestjs/swagger reads from the controllers and DTOs, completed by the ROUTES table. Operations
  * missing from ROUTES are left as generated; test/openapi.spec.ts fails on them.
@@ -180,6 +203,7 @@ export function buildOpenApiDocument(app: INestApplication): OpenAPIObject {
       if (route) applyRoute(method, op, route);
     }
   }
+  acceptIntegerIds(doc);
   doc.tags = [...tags].sort().map((name) => ({ name, ...(TAGS[name] ? { description: TAGS[name] } : {}) }));
   doc.components = { ...doc.components, schemas: { ...doc.components?.schemas, ...RESPONSE_SCHEMAS } };
   return doc;
