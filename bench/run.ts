@@ -162,7 +162,7 @@ async function measure(): Promise<Report> {
       if (r.wrk)
         console.log(
           `    wrk: ${r.wrk.answeredPerSecond} answered/s, p50 / p99 ${r.wrk.latencyMs.p50} / ${r.wrk.latencyMs.p99} ms, ${JSON.stringify(r.wrk.counts)}, server CPU ${r.wrk.serverCpuMsPerAnswer} ms/answer, ` +
-            `${r.wrk.violations.length === 0 ? 'checks pass' : `violations: ${r.wrk.violations.join('; ')}`}`,
+            `${r.wrk.violations.length === 0 ? 'checks pass' : `${r.wrk.violations.length} violations: ${r.wrk.violations.slice(0, 3).join('; ')}`}`,
         );
     } catch (err) {
       errors.push(`${scenario.id}/${design.id}: ${(err as Error).stack ?? String(err)}`);

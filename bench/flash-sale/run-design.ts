@@ -172,7 +172,15 @@ export async function runDesign(design: Design, scenario: Scenario, w: Workload,
       });
       if (wrk)
         wrkViolations.push(
-          ...(await verifyGrabRun(db, wrkCoupon, [], { counts: wrk.counts }, { sellsOut: false, allowedAnswers: allowed })).violations,
+          ...(
+            await verifyGrabRun(
+              db,
+              wrkCoupon,
+              [],
+              { counts: wrk.counts, inFlightAtEnd: wrk.connections },
+              { sellsOut: false, allowedAnswers: allowed },
+            )
+          ).violations,
         );
     } finally {
       await db.destroy();
