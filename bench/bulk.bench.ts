@@ -122,6 +122,12 @@ async function grabsFor(server: RunningServer, couponId: string, round: string, 
   return { latency: latency(grabs.latencies) as Latency, statuses: Object.fromEntries(grabs.statuses) };
 }
 
+/** Innodb_buffer_pool_reads: reads the buffer pool could not answer, since the server started. */
+async function diskReads(db: DataSource): Promise<number> {
+  const [row] = (await db.query(`SHOW GLOBAL STATUS LIKE 'Innodb_buffer_pool_reads'`)) as { Value: string }[];
+  return Number(row.Value);
+}
+
 const csvOf = (n: number) => Buffer.from(`user_id\n${Array.from({ length: n }, (_, i) => `bulk${i}`).join('\n')}\n`);
 
 async function main(): Promise<void> {
@@ -142,6 +148,7 @@ async function main(): Promise<void> {
     const bulkCoupon = await createCoupon(server.url, admin, USERS);
     const grabCoupon = await createCoupon(server.url, admin, 1_000_000);
     const rssIdle = server.rss();
+    const [{ mib: bufferPoolMiB }] = (await db.query(`SELECT @@innodb_buffer_pool_size / 1048576 AS mib`)) as { mib: number }[];
 
     // 1. Grabs of the other coupon with no job running.
     const baseline = await grabsFor(server, grabCoupon, 'base', () => sleep(BASELINE_MS));
@@ -162,14 +169,14 @@ async function main(): Promise<void> {
     const peakAfterUpload = server.peakRss();
 
     // 3. The job, with the same grabs of the other coupon alongside; progress sampled every 250 ms.
-    const samples: { ms: number; decided: number }[] = [];
+    const samples: { ms: number; decided: number; diskReads: number }[] = [];
     const jobStarted = performance.now();
     let job: JobView = await getJob(server, jobId);
     const during = await grabsFor(server, grabCoupon, 'during', async () => {
       while (job.status === 'QUEUED' || job.status === 'RUNNING') {
         await sleep(250);
         job = await getJob(server, jobId);
-        samples.push({ ms: performance.now() - jobStarted, decided: job.issued + job.skipped });
+        samples.push({ ms: performance.now() - jobStarted, decided: job.issued + job.skipped, diskReads: await diskReads(db) });
       }
     });
     const jobMs = performance.now() - jobStarted;
@@ -188,6 +195,12 @@ async function main(): Promise<void> {
       return a.ms + ((b.ms - a.ms) * (target - a.decided)) / Math.max(1, b.decided - a.decided);
     };
     const firstAt = at(0.001);
+    // Pages InnoDB had to read from disk per 1,000 lines in each tenth (server-wide: other databases' reads count too).
+    const readsAt = (share: number) => samples.find((x) => x.decided >= USERS * share)?.diskReads ?? NaN;
+    const readsPerTenth = Array.from(
+      { length: 10 },
+      (_, k) => ((readsAt((k + 1) / 10) - readsAt(k === 0 ? 0 : k / 10)) / (USERS / 10)) * 1000,
+    );
     const deciles = Array.from({ length: 10 }, (_, k) => (USERS / 10 / (at((k + 1) / 10) - (k === 0 ? firstAt : at(k / 10)))) * 1000);
 
     const counted = Number(
@@ -208,6 +221,7 @@ async function main(): Promise<void> {
       `| job: 202 to COMPLETED (polled every 250 ms); startedAt to finishedAt | ${r1(jobMs / 1000)} s; ${r1(runMs / 1000)} s (${r0((USERS / runMs) * 1000)} coupons/s with their log rows, server CPU ${r1(cpuJob)} s) |`,
       `| issuance rate in each tenth of the job, lines/s | ${deciles.map((d) => r0(d)).join(', ')} |`,
       `| last tenth ÷ first tenth | ${(deciles[9] / deciles[0]).toFixed(2)} |`,
+      `| InnoDB pages read from disk per 1,000 lines in each tenth (whole server; buffer pool ${r0(bufferPoolMiB)} MiB) | ${readsPerTenth.map((d) => r0(d)).join(', ')} |`,
       `| server RSS: idle; peak after the upload; peak over the whole run (VmHWM) | ${r0(rssIdle / MiB)}; ${r0(peakAfterUpload / MiB)}; ${r0(peakRss / MiB)} MiB |`,
       `| grabs of another coupon at ${GRAB_RATE}/s, no job: p50 / p99 / max | ${lat(baseline.latency)} |`,
       `| the same grabs during the job: p50 / p99 / max | ${lat(during.latency)} |`,
