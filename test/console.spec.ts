@@ -398,7 +398,17 @@ describe('admin console in a browser', () => {
     await closeDrawer();
 
     await page.getByTestId('new-job').click();
-    await page.getByText('Upload a CSV file').click();
+    await page.locator('.ant-modal').waitFor();
+    await settle();
+    // Under a loaded CI machine a click landing while the modal still opens was once lost (the file
+    // input never appeared): click the switch again until the file button shows.
+    for (let tries = 0; !(await page.getByTestId('job-file').isVisible()) && tries < 5; tries++) {
+      await page.getByText('Upload a CSV file').click();
+      await page
+        .getByTestId('job-file')
+        .waitFor({ timeout: 3000 })
+        .catch(() => undefined);
+    }
     await page
       .locator('input[type=file]')
       .setInputFiles({ name: 'segment.csv', mimeType: 'text/csv', buffer: Buffer.from('user_id\ncsv-1\ncsv-2\n') });
