@@ -83,7 +83,12 @@ export class Sender {
     return this.outcomes.length === 0 && [...this.inFlight.values()].every((s) => s.size === 0);
   }
 
-  /** Starts the attempts that are due and fit in each endpoint's WEBHOOK_MAX_IN_FLIGHT. */
+  /**
+   * Starts the attempts that are due and fit in each endpoint's WEBHOOK_MAX_IN_FLIGHT. The index of
+   * the per-coupon check is forced: MariaDB 10.11 planned it on (endpoint_id, log_id), reading every
+   * earlier delivery of the endpoint for each candidate, so one pick of 100 on a backlog of 10,000
+   * took 30-85 ms and the relay delivered 173 events/s on a quiet machine.
+   */
   async dispatch(signal: AbortSignal): Promise<void> {
     const now = new Date();
     const endpoints = await enabledEndpoints(this.dataSource.manager);
@@ -98,7 +103,7 @@ export class Sender {
         `SELECT d.id, d.log_id, d.payload, d.attempts FROM webhook_delivery d
          WHERE d.endpoint_id = ? AND d.status = 'PENDING' AND d.next_attempt_at <= ?
            ${skip.length > 0 ? `AND d.id NOT IN (${skip.map(() => '?').join(', ')})` : ''}
-           AND NOT EXISTS (SELECT 1 FROM webhook_delivery p WHERE p.endpoint_id = d.endpoint_id
+           AND NOT EXISTS (SELECT 1 FROM webhook_delivery p FORCE INDEX (idx_coupon_order) WHERE p.endpoint_id = d.endpoint_id
              AND p.user_coupon_id = d.user_coupon_id AND p.log_id < d.log_id AND p.status = 'PENDING')
          ORDER BY d.next_attempt_at, d.id LIMIT ?`,
         [ep.id, now, ...skip, free],
