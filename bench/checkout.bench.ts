@@ -13,7 +13,7 @@ import { dataSourceOptions } from '../src/database/data-source-options.js';
 import { checkInvariants } from '../src/ledger/invariants.js';
 import { updateBenchmarksMd } from './benchmarks-md.js';
 import { LoadGenerator, type Answer, type Shot } from './flash-sale/load.js';
-import { dbEnv, dropDatabase } from './flash-sale/run-design.js';
+import { dbEnv, dropDatabase, quietServerEnv } from './flash-sale/run-design.js';
 import { saleWinners, type Winner } from './flash-sale/sale.js';
 import { startServer, type RunningServer } from './flash-sale/server.js';
 import { latency, type Latency } from './flash-sale/stats.js';
@@ -348,15 +348,7 @@ function toMarkdown(rep: Report): string {
 async function measure(): Promise<Report> {
   const startedAt = new Date().toISOString();
   // No webhook relay: it would work off the events of whatever ran before (the setup's grabs) inside the next timed phase.
-  const env = {
-    ...dbEnv(),
-    DB_NAME: database,
-    JWT_SECRET,
-    LOG_LEVEL: 'warn',
-    NODE_ENV: 'production',
-    RATE_LIMIT_ENABLED: 'false',
-    WEBHOOK_RELAY_ENABLED: 'false',
-  };
+  const env = { ...quietServerEnv(database, JWT_SECRET), WEBHOOK_RELAY_ENABLED: 'false' };
   const server = await startServer({ entry: 'dist/src/main.js', env });
   const load = new LoadGenerator(server.url, CONNECTIONS);
   const db = new DataSource({ ...dataSourceOptions(loadConfig({ ...dbEnv(), DB_NAME: database })), poolSize: 2 });

@@ -15,7 +15,7 @@ import { dataSourceOptions } from '../src/database/data-source-options.js';
 import { checkInvariants } from '../src/ledger/invariants.js';
 import { updateBenchmarksMd } from './benchmarks-md.js';
 import { LoadGenerator, type Answer, type Shot } from './flash-sale/load.js';
-import { createCoupon, dbEnv, dropDatabase } from './flash-sale/run-design.js';
+import { createCoupon, dbEnv, dropDatabase, quietServerEnv } from './flash-sale/run-design.js';
 import { saleWinners, userToken } from './flash-sale/sale.js';
 import { startServer, type RunningServer } from './flash-sale/server.js';
 import { answerClass, latency, type Latency } from './flash-sale/stats.js';
@@ -221,15 +221,7 @@ async function main(): Promise<void> {
   const database = `ce_bench_mixed_${process.pid}`;
   const server = await startServer({
     entry: 'dist/bench/reference-server.js',
-    env: {
-      ...dbEnv(),
-      DB_NAME: database,
-      JWT_SECRET,
-      LOG_LEVEL: 'warn',
-      NODE_ENV: 'production',
-      RATE_LIMIT_ENABLED: 'false',
-      WEBHOOK_RELAY_ENABLED: 'false',
-    },
+    env: { ...quietServerEnv(database, JWT_SECRET), WEBHOOK_RELAY_ENABLED: 'false' },
   });
   const load = new LoadGenerator(server.url, CONNECTIONS);
   const db = new DataSource({ ...dataSourceOptions(loadConfig({ ...dbEnv(), DB_NAME: database })), poolSize: 2 });
