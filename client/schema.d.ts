@@ -4119,8 +4119,8 @@ export interface operations {
     MyCouponsController_list: {
         parameters: {
             query?: {
-                status?: "UNUSED" | "LOCKED" | "USED" | "EXPIRED" | "VOID";
                 limit?: number;
+                status?: "UNUSED" | "LOCKED" | "USED" | "EXPIRED" | "VOID";
                 /** @description nextCursor of the previous page */
                 cursor?: string;
             };
@@ -4543,8 +4543,8 @@ export interface operations {
     AdminUserCouponsController_list: {
         parameters: {
             query?: {
-                status?: "UNUSED" | "LOCKED" | "USED" | "EXPIRED" | "VOID";
                 limit?: number;
+                status?: "UNUSED" | "LOCKED" | "USED" | "EXPIRED" | "VOID";
                 /** @description nextCursor of the previous page */
                 cursor?: string;
             };

@@ -16,8 +16,8 @@ export function toPage<R extends { id: string }, V>(rows: readonly R[], limit: n
   return { items: page.map(view), nextCursor: rows.length > limit ? page[page.length - 1].id : null };
 }
 
-/** `limit` (1-100, default 20) and `cursor` (a previous page's nextCursor) of a cursor-paginated list. */
-export class PageQuery {
+/** `limit` (1-100, default 20) of a cursor-paginated list; each list's cursor has its own form. */
+export class PageLimitQuery {
   @ApiPropertyOptional({ minimum: 1, maximum: 100, default: 20 })
   @IsOmittable()
   @QueryInt()
@@ -25,7 +25,10 @@ export class PageQuery {
   @Min(1)
   @Max(100)
   limit?: number;
+}
 
+/** `limit` and `cursor` (a previous page's nextCursor, an id) of a cursor-paginated list. */
+export class PageQuery extends PageLimitQuery {
   @ApiPropertyOptional({ description: 'nextCursor of the previous page' })
   @IsOmittable()
   @IsId()

@@ -17,6 +17,7 @@ import {
 import { USER_COUPON_STATUSES } from '../ledger/transitions.js';
 import { IsId, IsOmittable, QueryInt, SharedQuery, TextLength, USER_ID_PATTERN } from '../common/validation.js';
 import { SERIES_SECONDS } from './grab-series.js';
+import { PageLimitQuery } from '../common/page.js';
 
 const MAX_CENTS = 1_000_000_000_000;
 /** A position in the public list: grab start (ms since the epoch) and id of the last coupon shown. */
@@ -158,19 +159,11 @@ export class StockDeltaDto {
   delta!: number;
 }
 
-export class MyCouponsQuery {
+export class MyCouponsQuery extends PageLimitQuery {
   @ApiPropertyOptional({ enum: USER_COUPON_STATUSES })
   @IsOmittable()
   @IsIn(USER_COUPON_STATUSES)
   status?: (typeof USER_COUPON_STATUSES)[number];
-
-  @ApiPropertyOptional({ minimum: 1, maximum: 100, default: 20 })
-  @IsOmittable()
-  @QueryInt()
-  @IsInt()
-  @Min(1)
-  @Max(100)
-  limit?: number;
 
   @ApiPropertyOptional({ description: 'nextCursor of the previous page' })
   @IsOmittable()
@@ -232,15 +225,7 @@ export class UsableCouponsQuery {
 }
 
 @SharedQuery()
-export class PublicCouponsQuery {
-  @ApiPropertyOptional({ minimum: 1, maximum: 100, default: 20 })
-  @IsOmittable()
-  @QueryInt()
-  @IsInt()
-  @Min(1)
-  @Max(100)
-  limit?: number;
-
+export class PublicCouponsQuery extends PageLimitQuery {
   @ApiPropertyOptional({ description: 'nextCursor of the previous page' })
   @IsOmittable()
   @Matches(PUBLIC_CURSOR, { message: 'cursor must be a nextCursor value' })
