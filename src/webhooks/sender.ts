@@ -172,8 +172,9 @@ export class Sender {
     this.outcomes = [];
     const now = new Date();
     let disabledNow: { id: string; reason: string }[];
+    let written: Outcome[];
     try {
-      await this.tx.inTransaction((em) => this.writeDeliveries(em, batch, now));
+      written = await this.tx.inTransaction((em) => this.writeDeliveries(em, batch, now));
       // The common case, successes on endpoints with nothing to reset, needs no endpoint write at all.
       const endpointNews = batch.filter((o) => this.givenUp(o) || (ok(o) && this.failing.has(o.endpointId)));
       disabledNow = endpointNews.length === 0 ? [] : await this.tx.inTransaction((em) => this.writeEndpoints(em, endpointNews, now));
@@ -182,6 +183,8 @@ export class Sender {
       throw err;
     }
     for (const o of batch) this.inFlight.get(o.endpointId)?.delete(o.deliveryId);
+    // Counted once committed: a transaction rerun after a deadlock would count its outcomes twice.
+    for (const o of written) (ok(o) ? delivered : this.givenUp(o) ? failed : retried).inc();
     for (const d of disabledNow) {
       disabled.inc();
       this.logger.warn(`Webhook ${d.id} disabled: ${d.reason}`);
@@ -194,7 +197,8 @@ export class Sender {
     return !ok(o) && this.delays[o.attempts - 1] === undefined;
   }
 
-  private async writeDeliveries(em: EntityManager, all: readonly Outcome[], now: Date): Promise<void> {
+  /** Returns the outcomes written: those of deliveries still pending (not deleted with their endpoint meanwhile). */
+  private async writeDeliveries(em: EntityManager, all: readonly Outcome[], now: Date): Promise<Outcome[]> {
     // Locked, so that an endpoint deleted meanwhile (its deliveries with it) leaves no attempt rows behind.
     const live = (await em.query(
       `SELECT id FROM webhook_delivery WHERE id IN (${all.map(() => '?').join(', ')}) AND status = 'PENDING' FOR UPDATE`,
@@ -202,7 +206,7 @@ export class Sender {
     )) as { id: string }[];
     const liveIds = new Set(live.map((r) => String(r.id)));
     const batch = all.filter((o) => liveIds.has(o.deliveryId));
-    if (batch.length === 0) return;
+    if (batch.length === 0) return batch;
     await em.query(
       `INSERT INTO webhook_delivery_attempt (delivery_id, attempted_at, status_code, error, duration_ms) VALUES ${batch.map(() => '(?, ?, ?, ?, ?)').join(', ')}`,
       batch.flatMap((o) => [o.deliveryId, o.at, o.statusCode, o.error, o.durationMs]),
@@ -216,7 +220,6 @@ export class Sender {
         [code, now, ...ids],
       );
     }
-    delivered.inc(done.length);
     for (const o of batch.filter((x) => !ok(x))) {
       const delay = this.delays[o.attempts - 1];
       const giveUp = this.givenUp(o);
@@ -227,8 +230,8 @@ export class Sender {
          WHERE id = ? AND status = 'PENDING'`,
         [giveUp ? 'FAILED' : 'PENDING', o.statusCode, o.error, next, o.deliveryId],
       );
-      (giveUp ? failed : retried).inc();
     }
+    return batch;
   }
 
   /**
