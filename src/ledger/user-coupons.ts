@@ -79,11 +79,20 @@ export async function lockUserCoupon(em: Queryable, id: string, mode: 'shared' |
 /**
  * How many coupons of this coupon count towards each user's perUserLimit: grabs and bulk issues
  * together (invariant 2). Users with none are absent.
+ *
+ * The plan is pinned: one covering index lookup per listed user. Written as `user_id IN (...)`,
+ * MariaDB 10.11 chose, depending on the statistics of the moment, to read every row of the coupon
+ * instead (rows examined 31,000 -> 290,000 per 1,000-line batch over a 300,000-line bulk job, the
+ * job slowing to half; the same for a grab group on a coupon with many holders).
  */
 export async function countTowardsLimit(em: Queryable, couponId: string, userIds: readonly string[]): Promise<Map<string, number>> {
+  const users = [...new Set(userIds)];
   const rows = (await em.query(
-    `SELECT user_id, COUNT(*) AS n FROM user_coupon WHERE coupon_id = ? AND source IN ('GRAB', 'BULK') AND user_id IN (${userIds.map(() => '?').join(', ')}) GROUP BY user_id`,
-    [couponId, ...userIds],
+    `WITH listed (user_id) AS (VALUES ${users.map(() => '(?)').join(', ')})
+     SELECT STRAIGHT_JOIN uc.user_id, COUNT(*) AS n
+     FROM listed JOIN user_coupon uc FORCE INDEX (idx_coupon_user_source) ON uc.coupon_id = ? AND uc.user_id = listed.user_id
+     WHERE uc.source IN ('GRAB', 'BULK') GROUP BY uc.user_id`,
+    [...users, couponId],
   )) as { user_id: string; n: string }[];
   return new Map(rows.map((r) => [r.user_id, Number(r.n)]));
 }
