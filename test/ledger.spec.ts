@@ -4,7 +4,7 @@ import { TransactionService } from '../src/database/transaction.service.js';
 import { IssueService } from '../src/ledger/issue.service.js';
 import { UserCoupon } from '../src/ledger/user-coupon.entity.js';
 import { checkInvariants } from '../src/ledger/invariants.js';
-import { findUserCoupon, setStatus } from '../src/ledger/user-coupons.js';
+import { countTowardsLimit, findUserCoupon, setStatus } from '../src/ledger/user-coupons.js';
 import { createCoupon, CouponView, grabUserCoupon, redeemUserCoupon } from './support/factories.js';
 import { startTestApp, TestApp } from './support/harness.js';
 
@@ -61,6 +61,51 @@ describe('ledger repository functions', () => {
     await tx.inTransaction((em) => setStatus(em, [id], 'USED', 'UNUSED', back));
     expect(await findUserCoupon(t.db.manager, id)).toMatchObject({ status: 'UNUSED', usedAt: null, updatedAt: back });
     expect(await tx.inTransaction((em) => setStatus(em, [id], 'USED', 'VOID', back))).toBe(0);
+  });
+
+  it('countTowardsLimit counts grabs and bulk issues per listed user with one index lookup each, however many hold the coupon', async () => {
+    const many = await createCoupon(t.url, { totalStock: 1, perUserLimit: 2 });
+    const ref = { ...couponRef(), id: many.id };
+    const holders = Array.from({ length: 20_000 }, (_, i) => `holder-${i}`);
+    for (let i = 0; i < holders.length; i += 5000) {
+      const chunk = holders.slice(i, i + 5000).map((userId) => ({ userId, key: 'bulk:count-test' }));
+      await tx.inTransaction((em) =>
+        t.app
+          .get(IssueService)
+          .issueMany(em, ref, chunk, { source: 'BULK', fromStock: false, reason: 'test', txId: () => 'bulk:count-test' }),
+      );
+    }
+    // A second coupon of the first holder, by grab, and a reissue, which does not count.
+    await tx.inTransaction((em) =>
+      t.app.get(IssueService).issueMany(em, ref, [{ userId: 'holder-0', key: 'g-1' }], {
+        source: 'GRAB',
+        fromStock: true,
+        reason: 'GRAB',
+        txId: () => 'grab:g-1',
+      }),
+    );
+    await tx.inTransaction((em) =>
+      t.app.get(IssueService).issue(em, { coupon: ref, userId: 'holder-1', source: 'REISSUE', fromStock: false, txId: 'test:reissue' }),
+    );
+    await t.db.query('ANALYZE TABLE user_coupon');
+    const listed = [...holders.slice(0, 500), 'holder-0', 'HOLDER-2', ...Array.from({ length: 499 }, (_, i) => `nobody-${i}`)];
+    const qr = t.db.createQueryRunner();
+    try {
+      const reads = async () =>
+        ((await qr.query(`SHOW SESSION STATUS LIKE 'Handler_read%'`)) as { Value: string }[]).reduce((n, r) => n + Number(r.Value), 0);
+      const before = await reads();
+      const held = await countTowardsLimit(qr.manager, many.id, listed);
+      const examined = (await reads()) - before;
+      expect(held.size).toBe(500);
+      expect(held.get('holder-0')).toBe(2);
+      expect(held.get('holder-1')).toBe(1);
+      expect(held.get('HOLDER-2')).toBeUndefined();
+      expect(held.get('nobody-0')).toBeUndefined();
+      // About two handler reads per listed user, plus the SHOW itself; reading the coupon's holders would be over 20,000.
+      expect(examined).toBeLessThan(5000);
+    } finally {
+      await qr.release();
+    }
   });
 
   it('is the only folder with statements that write user_coupon, its state log or coupon_stock', () => {

@@ -87,10 +87,12 @@ export async function lockUserCoupon(em: Queryable, id: string, mode: 'shared' |
  */
 export async function countTowardsLimit(em: Queryable, couponId: string, userIds: readonly string[]): Promise<Map<string, number>> {
   const users = [...new Set(userIds)];
+  if (users.length === 0) return new Map();
+  // A UNION ALL rather than a VALUES list, which MySQL 8 spells differently; the COLLATE keeps the comparison the column's own.
   const rows = (await em.query(
-    `WITH listed (user_id) AS (VALUES ${users.map(() => '(?)').join(', ')})
-     SELECT STRAIGHT_JOIN uc.user_id, COUNT(*) AS n
-     FROM listed JOIN user_coupon uc FORCE INDEX (idx_coupon_user_source) ON uc.coupon_id = ? AND uc.user_id = listed.user_id
+    `SELECT STRAIGHT_JOIN uc.user_id, COUNT(*) AS n
+     FROM (SELECT ? AS user_id${' UNION ALL SELECT ?'.repeat(users.length - 1)}) listed
+     JOIN user_coupon uc FORCE INDEX (idx_coupon_user_source) ON uc.coupon_id = ? AND uc.user_id = listed.user_id COLLATE utf8mb4_bin
      WHERE uc.source IN ('GRAB', 'BULK') GROUP BY uc.user_id`,
     [...users, couponId],
   )) as { user_id: string; n: string }[];
