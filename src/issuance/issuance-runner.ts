@@ -9,7 +9,7 @@ import { TransactionService } from '../database/transaction.service.js';
 import { IssueService } from '../ledger/issue.service.js';
 import { StockService } from '../ledger/stock.service.js';
 import { TxIds } from '../ledger/tx-id.js';
-import { countTowardsLimit, findByKeys } from '../ledger/user-coupons.js';
+import { countTowardsLimit } from '../ledger/user-coupons.js';
 import {
   discardedJobs,
   discardStaleUploads,
@@ -162,27 +162,17 @@ export class IssuanceRunner implements OnApplicationBootstrap, OnModuleDestroy {
     const fresh = lines.filter((l) => !l.duplicate);
     const users = fresh.map((l) => l.userId);
     const held = users.length > 0 ? await countTowardsLimit(em, coupon.id, users) : new Map<string, number>();
-    // Only a batch rolled back after its INSERT could leave these; the unique index would refuse them anyway.
-    const already = new Set(
-      (
-        await findByKeys(
-          em,
-          users.map((userId) => ({ userId, key })),
-        )
-      ).map((uc) => uc.userId),
-    );
 
     const granted: { userId: string; key: string }[] = [];
     const skips: { lineNo: number; userId: string; reason: SkipReason }[] = [];
     for (const l of lines) {
-      const reason: SkipReason | null =
-        l.duplicate || already.has(l.userId)
-          ? 'DUPLICATE'
-          : (held.get(l.userId) ?? 0) >= coupon.perUserLimit
-            ? 'USER_LIMIT_REACHED'
-            : remaining <= 0
-              ? 'SOLD_OUT'
-              : null;
+      const reason: SkipReason | null = l.duplicate
+        ? 'DUPLICATE'
+        : (held.get(l.userId) ?? 0) >= coupon.perUserLimit
+          ? 'USER_LIMIT_REACHED'
+          : remaining <= 0
+            ? 'SOLD_OUT'
+            : null;
       if (reason) {
         skips.push({ lineNo: l.lineNo, userId: l.userId, reason });
       } else {

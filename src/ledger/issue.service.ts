@@ -5,7 +5,7 @@ import { writeLog } from './state-log.js';
 import { StockService } from './stock.service.js';
 import { TxIds } from './tx-id.js';
 import { UserCoupon, UserCouponSource } from './user-coupon.entity.js';
-import { countTowardsLimit, findByKeys, insertUserCoupons } from './user-coupons.js';
+import { countTowardsLimit, idsByKeys, insertUserCoupons } from './user-coupons.js';
 
 const DAY_MS = 86_400_000;
 
@@ -58,6 +58,7 @@ function newUserCoupon(input: IssueInput, now: Date): UserCoupon {
     issuedAt: now,
     ...validityWindow(input.coupon, now),
     usedAt: null,
+    lockedUntil: null,
     updatedAt: now,
   });
 }
@@ -106,7 +107,7 @@ export class IssueService {
 
   /**
    * Many coupons of one coupon in one multi-row INSERT and one stock deduction (when from stock).
-   * Each needs an idempotency key: the new rows are read back by (user, key), since a multi-row
+   * Each needs an idempotency key: their ids are read back by (user, key), since a multi-row
    * insert's ids are not guaranteed consecutive.
    */
   async issueMany(
@@ -133,7 +134,9 @@ export class IssueService {
       ),
     );
     await insertUserCoupons(em, rows);
-    const issued = await findByKeys(em, targets);
+    // The rows are as built here: only their ids are read back.
+    const ids = new Map((await idsByKeys(em, targets)).map((r) => [`${r.userId}\n${r.key}`, r.id]));
+    const issued = rows.map((uc) => Object.assign(uc, { id: ids.get(`${uc.userId}\n${uc.idempotencyKey as string}`) as string }));
     await writeLog(
       em,
       issued.map((r) => ({ userCouponId: r.id, from: null, to: 'UNUSED' as const, txId: how.txId(r), reason: how.reason, at: now })),

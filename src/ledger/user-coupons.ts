@@ -60,6 +60,19 @@ export async function findByKeys(em: Queryable, pairs: readonly { userId: string
   return rows.map(toUserCoupon);
 }
 
+/** The ids of the user coupons issued under these (user, idempotency key) pairs: findByKeys without reading the rows. */
+export async function idsByKeys(
+  em: Queryable,
+  pairs: readonly { userId: string; key: string }[],
+): Promise<{ id: string; userId: string; key: string }[]> {
+  if (pairs.length === 0) return [];
+  const rows = (await em.query(
+    `SELECT id, user_id, idempotency_key FROM user_coupon WHERE (user_id, idempotency_key) IN (${pairs.map(() => '(?, ?)').join(', ')})`,
+    pairs.flatMap((p) => [p.userId, p.key]),
+  )) as { id: number | string; user_id: string; idempotency_key: string }[];
+  return rows.map((r) => ({ id: String(r.id), userId: r.user_id, key: r.idempotency_key }));
+}
+
 export async function findUserCoupon(em: Queryable, id: string): Promise<UserCoupon | null> {
   const [row] = (await em.query(`SELECT * FROM user_coupon WHERE id = ?`, [id])) as Record<string, unknown>[];
   return row ? toUserCoupon(row) : null;
