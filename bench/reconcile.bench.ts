@@ -4,6 +4,7 @@
 import { execFileSync, spawn } from 'node:child_process';
 import { mkdirSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
+import { constants as perfConstants, PerformanceObserver } from 'node:perf_hooks';
 import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
 import mysql from 'mysql2/promise';
@@ -55,6 +56,8 @@ interface SizeResult {
   rssBeforeRunMiB: number;
   peakRssDuringRunMiB: number;
   peakHeapUsedDuringRunMiB: number;
+  /** The largest heap in use right after a full collection during the runs (null: none happened). */
+  peakHeapAfterFullGcMiB: number | null;
   processMaxRssMiB: number;
   microsecondsPerUserCoupon: number;
   /** Pages InnoDB had to read from disk per settled full run: zero while the tables fit in the buffer pool. */
@@ -66,6 +69,10 @@ interface SizeResult {
 }
 
 const MiB = (bytes: number) => Math.round((bytes / 1048576) * 10) / 10;
+const afterGc = (...runs: { peakLiveHeap: number | null }[]) => {
+  const seen = runs.map((r) => r.peakLiveHeap).filter((x): x is number => x !== null);
+  return seen.length === 0 ? null : MiB(Math.max(...seen));
+};
 
 function benchConfig(): AppConfig {
   return loadConfig({
@@ -183,20 +190,34 @@ async function tablesMiB(config: AppConfig): Promise<number> {
   return MiB(Number(row.bytes));
 }
 
-/** Samples RSS and heap while `fn` runs; memory is what the run holds, whatever the table size. */
-async function measured<T>(fn: () => Promise<T>): Promise<{ value: T; seconds: number; peakRss: number; peakHeap: number }> {
+/**
+ * Samples RSS and heap while `fn` runs; memory is what the run holds, whatever the table size.
+ * Heap in use peaks with garbage not yet collected, so the heap right after each full collection
+ * (observed through perf_hooks' gc entries) is taken too: that is what the run keeps alive.
+ */
+async function measured<T>(
+  fn: () => Promise<T>,
+): Promise<{ value: T; seconds: number; peakRss: number; peakHeap: number; peakLiveHeap: number | null }> {
   let peakRss = process.memoryUsage.rss();
   let peakHeap = process.memoryUsage().heapUsed;
+  let peakLiveHeap: number | null = null;
   const timer = setInterval(() => {
     peakRss = Math.max(peakRss, process.memoryUsage.rss());
     peakHeap = Math.max(peakHeap, process.memoryUsage().heapUsed);
   }, 20);
+  const gcs = new PerformanceObserver((list) => {
+    for (const e of list.getEntries())
+      if ((e as unknown as { detail?: { kind?: number } }).detail?.kind === perfConstants.NODE_PERFORMANCE_GC_MAJOR)
+        peakLiveHeap = Math.max(peakLiveHeap ?? 0, process.memoryUsage().heapUsed);
+  });
+  gcs.observe({ entryTypes: ['gc'] });
   const start = process.hrtime.bigint();
   try {
     const value = await fn();
-    return { value, seconds: Number(process.hrtime.bigint() - start) / 1e9, peakRss, peakHeap };
+    return { value, seconds: Number(process.hrtime.bigint() - start) / 1e9, peakRss, peakHeap, peakLiveHeap };
   } finally {
     clearInterval(timer);
+    gcs.disconnect();
   }
 }
 
@@ -255,6 +276,7 @@ async function child(n: number): Promise<SizeResult> {
       rssBeforeRunMiB: MiB(rssBefore),
       peakRssDuringRunMiB: MiB(Math.max(first.peakRss, ...settled.map((r) => r.peakRss))),
       peakHeapUsedDuringRunMiB: MiB(Math.max(first.peakHeap, ...settled.map((r) => r.peakHeap))),
+      peakHeapAfterFullGcMiB: afterGc(first, ...settled),
       processMaxRssMiB: MiB(process.resourceUsage().maxRSS * 1024),
       microsecondsPerUserCoupon: round((full.seconds * 1e6) / n),
       bufferPoolReadsDuringRun,
@@ -367,12 +389,13 @@ function toMarkdown(r: {
       'peak RSS during runs (MiB)',
       'RSS before (MiB)',
       'peak heap (MiB)',
+      'peak heap after a full GC (MiB)',
       'found / injected',
       'tables (MiB)',
       'buffer pool reads in run',
       'load average',
     ]),
-    row(Array(16).fill('---')),
+    row(Array(17).fill('---')),
     ...r.results.map((x) =>
       row([
         x.userCoupons.toLocaleString('en'),
@@ -387,6 +410,7 @@ function toMarkdown(r: {
         x.peakRssDuringRunMiB,
         x.rssBeforeRunMiB,
         x.peakHeapUsedDuringRunMiB,
+        x.peakHeapAfterFullGcMiB ?? 'no full GC',
         `${x.discrepanciesFound} / ${x.discrepanciesInjected}`,
         x.tablesMiB,
         x.bufferPoolReadsDuringRun,
@@ -400,7 +424,7 @@ function toMarkdown(r: {
       .join('; ')}.`,
     '',
     `Full run: the fastest of ${SETTLED_RUNS} full runs at the configured RECONCILE_CONCURRENCY on the settled database (a nightly run); each --concurrency value got ${SETTLED_RUNS} runs too, alternating with the others; the fastest is the least disturbed by other work on the machine (load average column). The first run, right after the bulk load, competes with InnoDB writing the load back.`,
-    'Peak RSS is the whole benchmark process: the Nest app, its pools, and the run.',
+    'Peak RSS is the whole benchmark process: the Nest app, its pools, and the run. Peak heap counts garbage not yet collected; the heap right after a full GC is what the run keeps alive.',
     '',
   ].join('\n');
 }
