@@ -89,6 +89,9 @@ export async function lockUserCoupon(em: Queryable, id: string, mode: 'shared' |
   return row ? toUserCoupon(row) : null;
 }
 
+/** Users per statement of countTowardsLimit. */
+const COUNT_SLICE = 1000;
+
 /**
  * How many coupons of this coupon count towards each user's perUserLimit: grabs and bulk issues
  * together (invariant 2). Users with none are absent.
@@ -100,16 +103,21 @@ export async function lockUserCoupon(em: Queryable, id: string, mode: 'shared' |
  */
 export async function countTowardsLimit(em: Queryable, couponId: string, userIds: readonly string[]): Promise<Map<string, number>> {
   const users = [...new Set(userIds)];
-  if (users.length === 0) return new Map();
+  const held = new Map<string, number>();
   // A UNION ALL rather than a VALUES list, which MySQL 8 spells differently; the COLLATE keeps the comparison the column's own.
-  const rows = (await em.query(
-    `SELECT STRAIGHT_JOIN uc.user_id, COUNT(*) AS n
-     FROM (SELECT ? AS user_id${' UNION ALL SELECT ?'.repeat(users.length - 1)}) listed
-     JOIN user_coupon uc FORCE INDEX (idx_coupon_user_source) ON uc.coupon_id = ? AND uc.user_id = listed.user_id COLLATE utf8mb4_bin
-     WHERE uc.source IN ('GRAB', 'BULK') GROUP BY uc.user_id`,
-    [...users, couponId],
-  )) as { user_id: string; n: string }[];
-  return new Map(rows.map((r) => [r.user_id, Number(r.n)]));
+  // Its parse grows faster than its length (1,000 users 3 ms, 10,000 190 ms), hence the slices.
+  for (let i = 0; i < users.length; i += COUNT_SLICE) {
+    const slice = users.slice(i, i + COUNT_SLICE);
+    const rows = (await em.query(
+      `SELECT STRAIGHT_JOIN uc.user_id, COUNT(*) AS n
+       FROM (SELECT ? AS user_id${' UNION ALL SELECT ?'.repeat(slice.length - 1)}) listed
+       JOIN user_coupon uc FORCE INDEX (idx_coupon_user_source) ON uc.coupon_id = ? AND uc.user_id = listed.user_id COLLATE utf8mb4_bin
+       WHERE uc.source IN ('GRAB', 'BULK') GROUP BY uc.user_id`,
+      [...slice, couponId],
+    )) as { user_id: string; n: string }[];
+    for (const r of rows) held.set(r.user_id, Number(r.n));
+  }
+  return held;
 }
 
 /** User coupons of this coupon that took a unit of its stock. */
