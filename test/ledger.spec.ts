@@ -52,19 +52,29 @@ describe('ledger repository functions', () => {
     expect(byLedger).toMatchObject({ replacesUserCouponId: first.id, idempotencyKey: key, fromStock: uc.fromStock, reason: uc.reason });
   });
 
-  it('issueMany answers the rows exactly as stored, each with its own id', async () => {
-    const targets = [3, 1, 2].map((i) => ({ userId: `many-${seq}-${i}`, key: `bulk:many-${seq}` }));
-    seq++;
-    const issued = await tx.inTransaction((em) =>
-      t.app
-        .get(IssueService)
-        .issueMany(em, couponRef(), targets, { source: 'BULK', fromStock: true, reason: 'segment', txId: () => 'bulk:many' }),
-    );
-    expect(issued.map((uc) => uc.userId)).toEqual(targets.map((x) => x.userId));
-    expect(new Set(issued.map((uc) => uc.id)).size).toBe(3);
-    const manager = t.app.get(DataSource).manager;
-    for (const uc of issued) expect(uc).toEqual(await manager.findOneByOrFail(UserCoupon, { id: uc.id }));
-  });
+  it.each([true, false])(
+    'issueMany answers the rows exactly as stored, each with its own id (INSERT ... RETURNING: %s)',
+    async (returning) => {
+      const issuer = t.app.get(IssueService);
+      expect(issuer.insertReturning).toBe(true); // MariaDB here; MySQL 8 reads the ids back
+      const targets = [3, 1, 2].map((i) => ({ userId: `many-${seq}-${i}`, key: `bulk:many-${seq}` }));
+      seq++;
+      issuer.insertReturning = returning;
+      try {
+        const issued = await tx.inTransaction((em) =>
+          t.app
+            .get(IssueService)
+            .issueMany(em, couponRef(), targets, { source: 'BULK', fromStock: true, reason: 'segment', txId: () => 'bulk:many' }),
+        );
+        expect(issued.map((uc) => uc.userId)).toEqual(targets.map((x) => x.userId));
+        expect(new Set(issued.map((uc) => uc.id)).size).toBe(3);
+        const manager = t.app.get(DataSource).manager;
+        for (const uc of issued) expect(uc).toEqual(await manager.findOneByOrFail(UserCoupon, { id: uc.id }));
+      } finally {
+        issuer.insertReturning = true;
+      }
+    },
+  );
 
   it('setStatus always moves updated_at and keeps used_at set exactly while USED', async () => {
     const { id, updatedAt } = await issue();

@@ -1,11 +1,11 @@
-import { Injectable } from '@nestjs/common';
-import { EntityManager } from 'typeorm';
+import { Injectable, OnModuleInit } from '@nestjs/common';
+import { DataSource, EntityManager } from 'typeorm';
 import { AppError } from '../common/errors.js';
 import { writeLog } from './state-log.js';
 import { StockService } from './stock.service.js';
 import { TxIds } from './tx-id.js';
 import { UserCoupon, UserCouponSource } from './user-coupon.entity.js';
-import { countTowardsLimit, idsByKeys, insertUserCoupons } from './user-coupons.js';
+import { countTowardsLimit, idsByKeys, insertUserCoupons, insertUserCouponsReturningIds } from './user-coupons.js';
 
 const DAY_MS = 86_400_000;
 
@@ -68,8 +68,19 @@ function newUserCoupon(input: IssueInput, now: Date): UserCoupon {
  * rows, and their `null -> UNUSED` log rows, all in the caller's transaction.
  */
 @Injectable()
-export class IssueService {
-  constructor(private readonly stock: StockService) {}
+export class IssueService implements OnModuleInit {
+  /** The server answers INSERT ... RETURNING (MariaDB): issueMany then needs no read-back of the new ids. */
+  insertReturning = false;
+
+  constructor(
+    private readonly stock: StockService,
+    private readonly ds: DataSource,
+  ) {}
+
+  async onModuleInit(): Promise<void> {
+    const [{ v }] = (await this.ds.query('SELECT VERSION() AS v')) as { v: string }[];
+    this.insertReturning = /mariadb/i.test(v);
+  }
 
   async issue(em: EntityManager, input: IssueInput): Promise<UserCoupon> {
     const now = input.now ?? new Date();
@@ -133,9 +144,16 @@ export class IssueService {
         now,
       ),
     );
-    await insertUserCoupons(em, rows);
-    // The rows are as built here: only their ids are read back.
-    const ids = new Map((await idsByKeys(em, targets)).map((r) => [`${r.userId}\n${r.key}`, r.id]));
+    // The rows are as built here: only their ids come back, from the INSERT itself where the server can (one round trip and
+    // one 1,000-pair read fewer per grab group: medians of 18.9-20.5x one transaction per grab in bench:db, against 18.6x).
+    let inserted: { id: string; userId: string; key: string }[];
+    if (this.insertReturning) {
+      inserted = await insertUserCouponsReturningIds(em, rows);
+    } else {
+      await insertUserCoupons(em, rows);
+      inserted = await idsByKeys(em, targets);
+    }
+    const ids = new Map(inserted.map((r) => [`${r.userId}\n${r.key}`, r.id]));
     const issued = rows.map((uc) => Object.assign(uc, { id: ids.get(`${uc.userId}\n${uc.idempotencyKey as string}`) as string }));
     await writeLog(
       em,

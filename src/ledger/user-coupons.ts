@@ -41,13 +41,29 @@ export function toUserCoupon(row: Record<string, unknown>): UserCoupon {
   return uc;
 }
 
+const insertValues = (rows: readonly Omit<UserCoupon, 'id'>[]) =>
+  rows.flatMap((uc) => INSERTED.map((c) => uc[c.property as keyof typeof uc]));
+
 /** One multi-row INSERT. Returns the first row's id; the others are not guaranteed consecutive. */
 export async function insertUserCoupons(em: Queryable, rows: readonly Omit<UserCoupon, 'id'>[]): Promise<string> {
-  const res = (await em.query(
-    INSERT + rows.map(() => ROW).join(', '),
-    rows.flatMap((uc) => INSERTED.map((c) => uc[c.property as keyof typeof uc])),
-  )) as { insertId: number | string };
+  const res = (await em.query(INSERT + rows.map(() => ROW).join(', '), insertValues(rows))) as { insertId: number | string };
   return String(res.insertId);
+}
+
+/**
+ * The same INSERT answering each new row's id with its (user, key), in the same round trip:
+ * `INSERT ... RETURNING`, which MariaDB has (10.5+) and MySQL 8 has not.
+ */
+export async function insertUserCouponsReturningIds(
+  em: Queryable,
+  rows: readonly Omit<UserCoupon, 'id'>[],
+): Promise<{ id: string; userId: string; key: string }[]> {
+  const res = (await em.query(`${INSERT}${rows.map(() => ROW).join(', ')} RETURNING id, user_id, idempotency_key`, insertValues(rows))) as {
+    id: number | string;
+    user_id: string;
+    idempotency_key: string;
+  }[];
+  return res.map((r) => ({ id: String(r.id), userId: r.user_id, key: r.idempotency_key }));
 }
 
 /** The user coupons issued under these (user, idempotency key) pairs, in one query. */
