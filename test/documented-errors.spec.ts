@@ -45,6 +45,8 @@ describe('documented errors', () => {
     expect([moved.status, moved.body.code]).toEqual([422, 'WEBHOOK_URL_NOT_ALLOWED']);
     const missing = await request(t.url).patch('/admin/webhooks/999999').set(admin()).send({ enabled: false });
     expect([missing.status, missing.body.code]).toEqual([404, 'WEBHOOK_NOT_FOUND']);
+    const noDeliveries = await request(t.url).get('/admin/webhooks/999999/deliveries').set(admin());
+    expect([noDeliveries.status, noDeliveries.body.code]).toEqual([404, 'WEBHOOK_NOT_FOUND']);
     expect((await request(t.url).delete(`/admin/webhooks/${created.body.id}`).set(admin())).status).toBe(204);
   });
 });
