@@ -118,8 +118,8 @@ export class IssueService implements OnModuleInit {
 
   /**
    * Many coupons of one coupon in one multi-row INSERT and one stock deduction (when from stock).
-   * Each needs an idempotency key: their ids are read back by (user, key), since a multi-row
-   * insert's ids are not guaranteed consecutive.
+   * Each needs an idempotency key: the new ids are matched to their rows by (user, key), since a
+   * multi-row insert's ids are not guaranteed consecutive.
    */
   async issueMany(
     em: EntityManager,
