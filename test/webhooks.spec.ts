@@ -5,6 +5,7 @@ import { dataSourceOptions } from '../src/database/data-source-options.js';
 import { TransactionService } from '../src/database/transaction.service.js';
 import { ExpiryService } from '../src/state-machine/expiry.service.js';
 import { FanOut, readCursor } from '../src/webhooks/fan-out.js';
+import { WebhookRelay } from '../src/webhooks/relay.service.js';
 import { eventType } from '../src/webhooks/events.js';
 import { checkWebhookUrl, parseAllowedHosts } from '../src/webhooks/url-policy.js';
 import { createCoupon, newKey } from './support/factories.js';
@@ -444,6 +445,46 @@ describe('webhooks', () => {
     expect(on.body).toMatchObject({ enabled: true, failedInRow: 0, disabledReason: null });
     await request(t.url).delete(`/admin/webhooks/${hook.id}`).set(admin());
     expect(dead.badSignatures).toBe(0);
+    await dead.close();
+  });
+
+  it('an endpoint write that fails after its deliveries committed is done again alone: nothing counted twice or lost, no attempt written twice', async () => {
+    const dead = await new WebhookReceiver().start();
+    dead.answer = () => 500;
+    const hook = await createHook(dead.url, { events: ['user_coupon.issued'] });
+    dead.secret = hook.secret;
+    const failedTotal = async () =>
+      Number(/^webhook_events_failed_total (\d+)/m.exec((await request(t.url).get('/metrics')).text)?.[1] ?? 0);
+    const before = await failedTotal();
+    // Fault injection on the real database: the first endpoint transaction fails, as a lost connection would.
+    const sender = t.app.get(WebhookRelay).sender as unknown as { writeEndpoints: (...args: unknown[]) => Promise<unknown> };
+    const real = sender.writeEndpoints.bind(sender);
+    let calls = 0;
+    sender.writeEndpoints = (...args) => (calls++ === 0 ? Promise.reject(new Error('injected: endpoint write failed')) : real(...args));
+    let view: Record<string, unknown> = {};
+    try {
+      const coupon = await createCoupon(t.url);
+      await grab(coupon.id, 'wh-endpoint-fail-1');
+      await grab(coupon.id, 'wh-endpoint-fail-2');
+      for (const until = Date.now() + 20_000; view.enabled !== false && Date.now() < until; await sleep(200)) {
+        view = (await request(t.url).get(`/admin/webhooks/${hook.id}`).set(admin())).body;
+      }
+    } finally {
+      sender.writeEndpoints = real;
+    }
+    expect(calls).toBeGreaterThanOrEqual(2);
+    expect(view).toMatchObject({ enabled: false, failedInRow: 2 });
+    const failed = await deliveries(hook.id, '?status=FAILED');
+    expect(failed.items.map((d) => d.attemptCount)).toEqual([4, 4]);
+    const [{ n }] = (await t.db.query(
+      `SELECT COUNT(*) AS n FROM webhook_delivery_attempt a JOIN webhook_delivery d ON d.id = a.delivery_id WHERE d.endpoint_id = ?`,
+      [hook.id],
+    )) as { n: string }[];
+    expect(Number(n)).toBe(8);
+    let counted = 0;
+    for (const until = Date.now() + 5_000; counted < 2 && Date.now() < until; await sleep(50)) counted = (await failedTotal()) - before;
+    expect(counted).toBe(2);
+    await request(t.url).delete(`/admin/webhooks/${hook.id}`).set(admin());
     await dead.close();
   });
 });

@@ -51,6 +51,8 @@ export class Sender {
   private readonly signers = new Map<string, Webhook>();
   /** Endpoints whose failed_in_row was above 0 when last read: a success there must reset it. */
   private failing = new Set<string>();
+  /** Outcomes whose deliveries are written but whose endpoint counts (failed in a row, disabling) are not yet. */
+  private endpointNews: Outcome[] = [];
   private readonly delays: number[];
   private readonly allowedHosts: string[];
   /**
@@ -80,7 +82,7 @@ export class Sender {
   }
 
   get idle(): boolean {
-    return this.outcomes.length === 0 && [...this.inFlight.values()].every((s) => s.size === 0);
+    return this.outcomes.length === 0 && this.endpointNews.length === 0 && [...this.inFlight.values()].every((s) => s.size === 0);
   }
 
   /**
@@ -165,26 +167,41 @@ export class Sender {
     }
   }
 
-  /** Writes back the outcomes that came in (true if there were any); on a database error they are kept and written next time. */
+  /**
+   * Writes back the outcomes that came in (true if there were any), then what they change on their
+   * endpoints. Each of the two transactions keeps its own work for next time when it fails, so a
+   * committed delivery outcome is never written (or counted) twice.
+   */
   async flush(): Promise<boolean> {
-    if (this.outcomes.length === 0) return false;
+    if (this.outcomes.length === 0 && this.endpointNews.length === 0) return false;
     const batch = this.outcomes;
     this.outcomes = [];
     const now = new Date();
-    let disabledNow: { id: string; reason: string }[];
-    let written: Outcome[];
-    try {
-      written = await this.tx.inTransaction((em) => this.writeDeliveries(em, batch, now));
+    if (batch.length > 0) {
+      let written: Outcome[];
+      try {
+        written = await this.tx.inTransaction((em) => this.writeDeliveries(em, batch, now));
+      } catch (err) {
+        this.outcomes = batch.concat(this.outcomes);
+        throw err;
+      }
+      for (const o of batch) this.inFlight.get(o.endpointId)?.delete(o.deliveryId);
+      // Counted once committed: a transaction rerun after a deadlock would count its outcomes twice.
+      for (const o of written) (ok(o) ? delivered : this.givenUp(o) ? failed : retried).inc();
       // The common case, successes on endpoints with nothing to reset, needs no endpoint write at all.
-      const endpointNews = batch.filter((o) => this.givenUp(o) || (ok(o) && this.failing.has(o.endpointId)));
-      disabledNow = endpointNews.length === 0 ? [] : await this.tx.inTransaction((em) => this.writeEndpoints(em, endpointNews, now));
-    } catch (err) {
-      this.outcomes = batch.concat(this.outcomes);
-      throw err;
+      this.endpointNews.push(...batch.filter((o) => this.givenUp(o) || (ok(o) && this.failing.has(o.endpointId))));
     }
-    for (const o of batch) this.inFlight.get(o.endpointId)?.delete(o.deliveryId);
-    // Counted once committed: a transaction rerun after a deadlock would count its outcomes twice.
-    for (const o of written) (ok(o) ? delivered : this.givenUp(o) ? failed : retried).inc();
+    const news = this.endpointNews;
+    this.endpointNews = [];
+    let disabledNow: { id: string; reason: string }[] = [];
+    if (news.length > 0) {
+      try {
+        disabledNow = await this.tx.inTransaction((em) => this.writeEndpoints(em, news, now));
+      } catch (err) {
+        this.endpointNews = news.concat(this.endpointNews);
+        throw err;
+      }
+    }
     for (const d of disabledNow) {
       disabled.inc();
       this.logger.warn(`Webhook ${d.id} disabled: ${d.reason}`);
