@@ -198,12 +198,11 @@ describe('three instances on a three-node Galera cluster', () => {
     await killer;
     const replies = results.map((r) => r.reply);
     expect(tally(replies)).toEqual({ '201': STOCK, '409 SOLD_OUT': 3000 - STOCK });
-    // The instance whose node died kept answering, through the other nodes: definite answers (a coupon, or
-    // sold out once the stock was gone) well after the kill.
-    const fromVictimAfter = results.filter(
-      (r) => r.instance % INSTANCES === victim && r.at > killedAt + 1000 && (r.reply.status === 201 || r.reply.status === 409),
-    );
-    expect(fromVictimAfter.length).toBeGreaterThan(0);
+    // The instance whose node died keeps answering, through the other nodes: grabs sent to it after the burst
+    // (which on a quiet machine can be over within a second of the kill) get definite answers.
+    expect(killedAt).toBeGreaterThan(0);
+    const after = await Promise.all([0, 1, 2].map((j) => grabUntilAnswered(victim, couponId, `k-after-${j}`, `k-after-key-${j}`)));
+    expect(after.map((r) => [r.reply.status, r.reply.body.code])).toEqual(Array.from({ length: 3 }, () => [409, 'SOLD_OUT']));
     const ids = new Set(replies.filter((r) => r.status === 201).map((r) => String(r.body.id)));
     for (const n of [0, 1]) {
       const stored = await onNode<{ id: string }>(n, `SELECT id FROM user_coupon WHERE coupon_id = ?`, [couponId]);
