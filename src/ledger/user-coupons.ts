@@ -41,12 +41,22 @@ export function toUserCoupon(row: Record<string, unknown>): UserCoupon {
   return uc;
 }
 
+/** A new user coupon's id with the (user, idempotency key) it was issued under. */
+export interface KeyedId {
+  id: string;
+  userId: string;
+  key: string;
+}
+type KeyedIdRow = { id: number | string; user_id: string; idempotency_key: string };
+const toKeyedId = (r: KeyedIdRow): KeyedId => ({ id: String(r.id), userId: r.user_id, key: r.idempotency_key });
+
+const insertSql = (rows: readonly Omit<UserCoupon, 'id'>[]) => INSERT + rows.map(() => ROW).join(', ');
 const insertValues = (rows: readonly Omit<UserCoupon, 'id'>[]) =>
   rows.flatMap((uc) => INSERTED.map((c) => uc[c.property as keyof typeof uc]));
 
 /** One multi-row INSERT. Returns the first row's id; the others are not guaranteed consecutive. */
 export async function insertUserCoupons(em: Queryable, rows: readonly Omit<UserCoupon, 'id'>[]): Promise<string> {
-  const res = (await em.query(INSERT + rows.map(() => ROW).join(', '), insertValues(rows))) as { insertId: number | string };
+  const res = (await em.query(insertSql(rows), insertValues(rows))) as { insertId: number | string };
   return String(res.insertId);
 }
 
@@ -54,39 +64,31 @@ export async function insertUserCoupons(em: Queryable, rows: readonly Omit<UserC
  * The same INSERT answering each new row's id with its (user, key), in the same round trip:
  * `INSERT ... RETURNING`, which MariaDB has (10.5+) and MySQL 8 has not.
  */
-export async function insertUserCouponsReturningIds(
-  em: Queryable,
-  rows: readonly Omit<UserCoupon, 'id'>[],
-): Promise<{ id: string; userId: string; key: string }[]> {
-  const res = (await em.query(`${INSERT}${rows.map(() => ROW).join(', ')} RETURNING id, user_id, idempotency_key`, insertValues(rows))) as {
-    id: number | string;
-    user_id: string;
-    idempotency_key: string;
-  }[];
-  return res.map((r) => ({ id: String(r.id), userId: r.user_id, key: r.idempotency_key }));
+export async function insertUserCouponsReturningIds(em: Queryable, rows: readonly Omit<UserCoupon, 'id'>[]): Promise<KeyedId[]> {
+  const res = (await em.query(`${insertSql(rows)} RETURNING id, user_id, idempotency_key`, insertValues(rows))) as KeyedIdRow[];
+  return res.map(toKeyedId);
 }
+
+const keysIn = (pairs: readonly unknown[]) => `(user_id, idempotency_key) IN (${pairs.map(() => '(?, ?)').join(', ')})`;
 
 /** The user coupons issued under these (user, idempotency key) pairs, in one query. */
 export async function findByKeys(em: Queryable, pairs: readonly { userId: string; key: string }[]): Promise<UserCoupon[]> {
   if (pairs.length === 0) return [];
   const rows = (await em.query(
-    `SELECT * FROM user_coupon WHERE (user_id, idempotency_key) IN (${pairs.map(() => '(?, ?)').join(', ')})`,
+    `SELECT * FROM user_coupon WHERE ${keysIn(pairs)}`,
     pairs.flatMap((p) => [p.userId, p.key]),
   )) as Record<string, unknown>[];
   return rows.map(toUserCoupon);
 }
 
 /** The ids of the user coupons issued under these (user, idempotency key) pairs: findByKeys without reading the rows. */
-export async function idsByKeys(
-  em: Queryable,
-  pairs: readonly { userId: string; key: string }[],
-): Promise<{ id: string; userId: string; key: string }[]> {
+export async function idsByKeys(em: Queryable, pairs: readonly { userId: string; key: string }[]): Promise<KeyedId[]> {
   if (pairs.length === 0) return [];
   const rows = (await em.query(
-    `SELECT id, user_id, idempotency_key FROM user_coupon WHERE (user_id, idempotency_key) IN (${pairs.map(() => '(?, ?)').join(', ')})`,
+    `SELECT id, user_id, idempotency_key FROM user_coupon WHERE ${keysIn(pairs)}`,
     pairs.flatMap((p) => [p.userId, p.key]),
-  )) as { id: number | string; user_id: string; idempotency_key: string }[];
-  return rows.map((r) => ({ id: String(r.id), userId: r.user_id, key: r.idempotency_key }));
+  )) as KeyedIdRow[];
+  return rows.map(toKeyedId);
 }
 
 export async function findUserCoupon(em: Queryable, id: string): Promise<UserCoupon | null> {
