@@ -31,15 +31,15 @@ const count = async (q: Queryable, sql: string, params: unknown[]): Promise<numb
   Number(((await q.query(sql, params)) as { n: string }[])[0].n);
 
 /**
- * Reads the facts of some user coupons (row, log, USED redemptions). With `lock`, the rows are
- * locked FOR UPDATE first, so a compensation sees them as nobody else can change them.
+ * Reads the facts of some user coupons (row, log, USED redemptions). A compensation locks the row
+ * through the ledger first, so it reads them as nobody else can change them.
  */
-export async function loadUserCouponFacts(q: Queryable, ids: string[], lock = false): Promise<UserCouponFacts[]> {
+export async function loadUserCouponFacts(q: Queryable, ids: string[]): Promise<UserCouponFacts[]> {
   if (ids.length === 0) return [];
   const rows: { id: string; coupon_id: string; user_id: string; status: UserCouponStatus; used_at: Date | null; discount_cents: string }[] =
     await q.query(
       `SELECT uc.id, uc.coupon_id, uc.user_id, uc.status, uc.used_at, c.discount_cents
-     FROM user_coupon uc JOIN coupon c ON c.id = uc.coupon_id WHERE uc.id IN (?) ORDER BY uc.id${lock ? ' FOR UPDATE' : ''}`,
+     FROM user_coupon uc JOIN coupon c ON c.id = uc.coupon_id WHERE uc.id IN (?) ORDER BY uc.id`,
       [ids],
     );
   const logs: {

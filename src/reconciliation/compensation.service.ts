@@ -158,7 +158,8 @@ export class CompensationService {
   }
 
   private async repair(em: EntityManager, comp: Compensation, p: RepairParams, now: Date): Promise<Record<string, unknown>> {
-    const [facts] = await loadUserCouponFacts(em, [p.userCouponId], true);
+    await lockUserCoupon(em, p.userCouponId, 'exclusive');
+    const [facts] = await loadUserCouponFacts(em, [p.userCouponId]);
     const current = facts && {
       status: facts.status,
       logIds: facts.log.map((l) => l.id),
