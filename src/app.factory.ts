@@ -12,7 +12,7 @@ import { AppConfig } from './config/app-config.js';
 import { HttpExceptionFilter } from './common/http-exception.filter.js';
 import { createPino, PinoNestLogger } from './common/logger.js';
 import { onResponse } from './common/request-log.js';
-import { StrictValidationPipe, UndeclaredQueryInterceptor, validationFailed } from './common/validation.js';
+import { StrictValidationPipe, UndeclaredQueryGuard, validationFailed } from './common/validation.js';
 import { type Deadline, withDeadline } from './database/deadline-pool.js';
 import { serveConsole } from './console/serve-console.js';
 import { acceptIssuanceUploads } from './issuance/upload.js';
@@ -84,7 +84,7 @@ export async function createApp(
     bufferLogs: false,
   });
   app.useGlobalPipes(new StrictValidationPipe());
-  app.useGlobalInterceptors(new UndeclaredQueryInterceptor());
+  app.useGlobalGuards(new UndeclaredQueryGuard());
   app.useGlobalFilters(new HttpExceptionFilter());
 
   const fastify = app.getHttpAdapter().getInstance();
