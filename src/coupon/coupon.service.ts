@@ -71,6 +71,11 @@ interface PublicListPage {
   json: string;
 }
 
+function existing(id: string, coupon: Coupon | null): Coupon {
+  if (!coupon) throw new AppError('COUPON_NOT_FOUND', `Coupon ${id} does not exist`);
+  return coupon;
+}
+
 /**
  * Coupon templates, and the public coupon page and list, served from memory (FreshCache): a
  * template, a stock row and the list are each read again at most about twice per
@@ -160,9 +165,13 @@ export class CouponService {
 
   /** The template for the grab path (see the class comment). Throws COUPON_NOT_FOUND. */
   async template(id: string): Promise<Coupon> {
-    const coupon = await this.templates.latest(id);
-    if (!coupon) throw new AppError('COUPON_NOT_FOUND', `Coupon ${id} does not exist`);
-    return coupon;
+    return this.heldTemplate(id) ?? existing(id, await this.templates.latest(id));
+  }
+
+  /** template() without a promise when one is held; undefined when it would wait for the database. */
+  heldTemplate(id: string): Coupon | undefined {
+    const held = this.templates.held(id);
+    return held && existing(id, held.value);
   }
 
   invalidate(id: string): void {

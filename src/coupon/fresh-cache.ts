@@ -67,12 +67,21 @@ export class FreshCache<V> {
    * late over waiting for the database (the grab path's templates). Waits only when nothing is held.
    */
   latest(key: string): Promise<V> {
+    const held = this.held(key);
+    return held ? Promise.resolve(held.value) : this.load(key, this.entry(key), false).then((o) => o.value);
+  }
+
+  /**
+   * latest() without a promise when a value is held (the grab path's common case: every promise a
+   * grab creates lives until its group commits). Undefined when latest() would have to wait.
+   */
+  held(key: string): Observation<V> | undefined {
     const fresh = this.fresh(key);
-    if (fresh) return Promise.resolve(fresh.value);
-    const e = this.entry(key);
-    if (!e.current || this.ttlMs() <= 0) return this.load(key, e, false).then((o) => o.value);
+    if (fresh) return fresh;
+    const e = this.entries.get(key);
+    if (!e?.current || this.ttlMs() <= 0) return undefined;
     this.load(key, e, true).catch(() => undefined);
-    return Promise.resolve(e.current.value);
+    return e.current;
   }
 
   /** A value this instance knows to be current now (it committed the change that made it so). */

@@ -92,7 +92,7 @@ export class GrabService {
    * a grab that succeeded earlier must still answer that coupon.
    */
   private async attempt(userId: string, couponId: string, key: string): Promise<GrabResult> {
-    const coupon = await this.coupons.template(couponId);
+    const coupon = this.coupons.heldTemplate(couponId) ?? (await this.coupons.template(couponId));
     await this.rateLimit.admitGrab(couponId, userId, coupon.rateLimitPerSecond);
     const refusal = this.precheck(coupon, new Date());
     if (refusal) return this.settle(refused(refusal, false), userId, key, couponId);
