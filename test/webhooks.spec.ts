@@ -305,6 +305,21 @@ describe('webhooks', () => {
     rx.answer = () => 200;
   });
 
+  it('a receiver that answers 200 but trickles its body past WEBHOOK_TIMEOUT_MS counts as failed at that time and is retried', async () => {
+    rx.answer = (r) => (r.attempt === 1 ? 'trickle' : 200);
+    const coupon = await createCoupon(t.url);
+    const uc = await grab(coupon.id, 'wh-trickle');
+    await rx.waitFor(() => forCoupons([uc]).length === 1, 15_000);
+    const item = await settledDelivery(webhookId, uc);
+    expect(item).toMatchObject({ status: 'DELIVERED', attemptCount: 2 });
+    const [first] = item?.attempts as { statusCode: number | null; error: string; durationMs: number }[];
+    expect(first).toMatchObject({ statusCode: null, error: 'no answer within 1000 ms' });
+    // Each chunk came within bodyTimeout; only the whole attempt's deadline ends it.
+    expect(first.durationMs).toBeGreaterThanOrEqual(950);
+    expect(first.durationMs).toBeLessThan(2500);
+    rx.answer = () => 200;
+  });
+
   it('a failing event holds back later events of its own coupon only, and per-coupon order holds under concurrency', async () => {
     // Half the events fail their first attempt and some their second (never more: the test app gives
     // up after three retries); answers come back in random order.
@@ -338,6 +353,44 @@ describe('webhooks', () => {
       expect(new Set(accepted).size).toBe(2);
     }
     expect(rx.received.some((r) => r.status === 503)).toBe(true);
+    rx.answer = () => 200;
+  });
+
+  it('a receiver that never answers does not slow a grab: deliveries run outside every business transaction', async () => {
+    rx.answer = () => 'hang';
+    const coupon = await createCoupon(t.url, { totalStock: 20 });
+    const timed = async (i: number) => {
+      const started = Date.now();
+      const uc = await grab(coupon.id, `wh-slow-${i}`);
+      return { uc, ms: Date.now() - started };
+    };
+    const first = await timed(0);
+    // The first event's POST is now waiting on the receiver, for WEBHOOK_TIMEOUT_MS (1000 ms).
+    await sleep(200);
+    const rest = await Promise.all(Array.from({ length: 19 }, (_, i) => timed(i + 1)));
+    for (const g of [first, ...rest]) expect(g.ms).toBeLessThan(900);
+    rx.answer = () => 200;
+    const ucs = [first, ...rest].map((g) => g.uc);
+    await rx.waitFor(() => forCoupons(ucs).length === 20, 20_000);
+  });
+
+  it('an event that keeps failing holds back its own coupon only: the later events of other coupons arrive meanwhile', async () => {
+    rx.answer = (r) =>
+      r.event.data.userCoupon.userId === 'wh-stuck' && r.event.type === 'user_coupon.issued' && r.attempt <= 3 ? 503 : 200;
+    const coupon = await createCoupon(t.url, { totalStock: 10 });
+    const stuck = await grab(coupon.id, 'wh-stuck');
+    await rx.waitFor(() => rx.received.some((r) => r.event.data.userCoupon.id === stuck && r.status === 503));
+    expect((await request(t.url).post(`/admin/user-coupons/${stuck}/void`).set(admin()).send({ reason: 'held back' })).status).toBe(200);
+    const others: string[] = [];
+    for (let i = 0; i < 5; i++) others.push(await grab(coupon.id, `wh-free-${i}`));
+    await rx.waitFor(() => forCoupons(others).length === 5, 10_000);
+    // Three retries a second apart are still to come for the stuck coupon's first event, and its void waits behind it.
+    expect(forCoupons([stuck])).toEqual([]);
+    await rx.waitFor(() => forCoupons([stuck]).length === 2, 15_000);
+    expect(forCoupons([stuck]).map((r) => [r.event.type, r.attempt])).toEqual([
+      ['user_coupon.issued', 4],
+      ['user_coupon.voided', 1],
+    ]);
     rx.answer = () => 200;
   });
 

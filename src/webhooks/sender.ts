@@ -72,6 +72,7 @@ export class Sender {
     this.allowedHosts = parseAllowedHosts(config.WEBHOOK_ALLOWED_HOSTS);
     this.http = new Agent({
       connections: config.WEBHOOK_MAX_IN_FLIGHT,
+      connect: { timeout: config.WEBHOOK_TIMEOUT_MS },
       headersTimeout: config.WEBHOOK_TIMEOUT_MS,
       bodyTimeout: config.WEBHOOK_TIMEOUT_MS,
     });
@@ -141,6 +142,9 @@ export class Sender {
     const id = eventId(String(d.log_id));
     let signer = this.signers.get(ep.secret);
     if (!signer) this.signers.set(ep.secret, (signer = new Webhook(ep.secret)));
+    // headersTimeout and bodyTimeout bound each wait, not the whole: a receiver trickling its body would hold the attempt forever.
+    const deadline = AbortSignal.timeout(this.config.WEBHOOK_TIMEOUT_MS);
+    const stop = AbortSignal.any([signal, deadline]);
     try {
       const res = await request(ep.url, {
         method: 'POST',
@@ -154,14 +158,15 @@ export class Sender {
         },
         body: d.payload,
         // request() follows no redirect: one could lead anywhere, past the allow-list, so it is an answer like any other non-2xx.
-        signal,
+        signal: stop,
       });
-      await res.body.dump();
+      // Without the signal, a body cut short by it would end the dump as if the answer were complete.
+      await res.body.dump({ limit: 128 * 1024, signal: stop });
       return outcome(res.statusCode, res.statusCode >= 200 && res.statusCode < 300 ? null : `HTTP ${res.statusCode}`);
     } catch (err) {
       if (signal.aborted) return null;
       const e = err as Error & { code?: string };
-      const timedOut = err instanceof httpErrors.HeadersTimeoutError || err instanceof httpErrors.BodyTimeoutError;
+      const timedOut = deadline.aborted || err instanceof httpErrors.HeadersTimeoutError || err instanceof httpErrors.BodyTimeoutError;
       const error = timedOut ? `no answer within ${this.config.WEBHOOK_TIMEOUT_MS} ms` : (e.code ?? e.message);
       return outcome(null, error.slice(0, 255));
     }

@@ -10,8 +10,8 @@ export interface Received {
   status: number;
 }
 
-/** What to answer: a status, or 'hang' to never answer. */
-export type Answer = number | 'hang';
+/** What to answer: a status, 'hang' to never answer, or 'trickle' to send 200 and then a byte every 300 ms, never ending. */
+export type Answer = number | 'hang' | 'trickle';
 
 /**
  * A webhook receiver on loopback that verifies every request's Standard Webhooks signature with the
@@ -53,8 +53,13 @@ export class WebhookReceiver {
     this.seen.set(webhookId, attempt);
     const r = { webhookId, attempt, event, at: Date.now() };
     const answer = await this.answer(r);
-    if (answer === 'hang') {
+    if (answer === 'hang' || answer === 'trickle') {
       this.hanging.add(res);
+      if (answer === 'trickle') {
+        res.writeHead(200);
+        const timer = setInterval(() => res.write(' '), 300);
+        res.once('close', () => clearInterval(timer));
+      }
       return;
     }
     this.received.push({ ...r, status: answer });
