@@ -1,6 +1,7 @@
+import { readFileSync } from 'node:fs';
 import { connect } from 'node:net';
 import request from 'supertest';
-import { AppError } from '../src/common/errors.js';
+import { AppError, ERROR_STATUS } from '../src/common/errors.js';
 import { loadConfig } from '../src/config/app-config.js';
 import { couponBody } from './support/factories.js';
 import { adminToken, bearer, startTestApp, TestApp } from './support/harness.js';
@@ -135,5 +136,17 @@ describe('AppError', () => {
     expect(fault.stack?.split('\n').length).toBeGreaterThan(1);
     expect([refusal.code, refusal.status, refusal.details, refusal instanceof Error]).toEqual(['SOLD_OUT', 409, { couponId: '1' }, true]);
     expect(Error.stackTraceLimit).toBe(limit);
+  });
+});
+
+describe('docs/api.md', () => {
+  it('lists every error code under its status in its table of codes, and no other', () => {
+    const text = readFileSync('docs/api.md', 'utf8');
+    const table = text.slice(text.indexOf('| status | codes |'), text.indexOf('Which codes each route can give'));
+    const listed: Record<string, number> = {};
+    for (const [, status, codes] of table.matchAll(/^\| (\d{3}) \| (.*) \|$/gm)) {
+      for (const [, code] of codes.matchAll(/`([A-Z_]+)`/g)) listed[code] = Number(status);
+    }
+    expect(listed).toEqual(ERROR_STATUS);
   });
 });
