@@ -459,6 +459,8 @@ describe('admin console in a browser', () => {
   });
 
   it('speaks Chinese after the switch', async () => {
+    // A toast of the tests before, in English, would otherwise sit in the screenshots.
+    for (let i = 0; i < 100 && (await page.locator('.ant-message-notice').count()) > 0; i++) await page.waitForTimeout(100);
     await page.getByRole('menuitem', { name: 'Campaigns' }).click();
     await page.getByTestId('language').getByText('中文').click();
     await page.getByRole('menuitem', { name: '活动' }).waitFor();
