@@ -54,6 +54,7 @@ it('SIGTERM to npm start finishes the request in flight, stops, closes the pool 
       LOG_FORMAT: 'json',
       LOG_LEVEL: 'info',
       PORT: String(port),
+      HOST: '127.0.0.1',
       DB_HOST: config.DB_HOST,
       DB_PORT: String(config.DB_PORT),
       DB_USER: config.DB_USER,
@@ -82,6 +83,9 @@ it('SIGTERM to npm start finishes the request in flight, stops, closes the pool 
     if (i > 100) throw new Error(`no "Listening on" line:\n${output}`);
     await sleep(50);
   }
+  // It listens on HOST only: another loopback address of this machine finds nothing there.
+  expect(output).toContain(`"msg":"Listening on 127.0.0.1:${port} (test)"`);
+  expect((await call(`http://127.0.0.2:${port}`, 'GET', '/health', { timeoutMs: 1000 })).status).toBe(0);
   // Start-up says what it connected to, what it migrated and what it scheduled.
   expect(output).toMatch(/"msg":"Database ce_test_\w+ on 127\.0\.0\.1:\d+ as \w+, pool of 4; no migration pending"/);
   expect(output).toMatch(/"msg":"Job expire-user-coupons scheduled: /);
@@ -101,6 +105,13 @@ it('SIGTERM to npm start finishes the request in flight, stops, closes the pool 
     user: 'bob',
     reqId: refused.headers['x-request-id'],
   });
+  // A request id the rules refuse is replaced, in the answer and in the log line alike.
+  const odd = await call(url, 'GET', '/coupons/424243', { headers: { 'x-request-id': '<script>alert(1)</script>' } });
+  const oddLine = () => output.split('\n').find((l) => l.includes('"url":"/coupons/424243"'));
+  for (let i = 0; !oddLine() && i < 100; i++) await sleep(50);
+  expect(odd.headers['x-request-id']).toMatch(/^[0-9a-f-]{36}$/);
+  expect(JSON.parse(oddLine() ?? '{}')).toMatchObject({ reqId: odd.headers['x-request-id'], status: 404 });
+  expect(output).not.toContain('<script>');
   const coupon = await call(url, 'POST', '/admin/coupons', { token: adminToken(), body: couponBody({ totalStock: 5 }) });
   expect(coupon.status).toBe(201);
 
