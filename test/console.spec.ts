@@ -239,6 +239,11 @@ describe('admin console in a browser', () => {
     const recent = async () => Number(await page.getByTestId('live-recent').locator('.ant-statistic-content-value').textContent());
     expect(await eventually(recent, (n) => n >= 11)).toBeGreaterThanOrEqual(11);
     await page.getByTestId('live-chart').locator('canvas').first().waitFor();
+    // What the chart draws, read from the summary ECharts puts on it for screen readers.
+    const chart = () => page.getByTestId('live-chart').locator('[aria-label]').first().getAttribute('aria-label');
+    expect(await eventually(chart, (v) => (v ?? '').includes('Issued 25,'))).toBe(
+      'Grab answers in the last 5 min: Issued 25, Limit reached 1. Remaining stock 25.',
+    );
     const series = await request(t.url).get(`/admin/coupons/${couponId}/series?seconds=60`).set(bearer(adminToken()));
     expect(series.status).toBe(200);
     expect(series.body.remainingStock).toBe(25);
