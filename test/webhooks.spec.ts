@@ -292,67 +292,21 @@ describe('webhooks', () => {
     rx.answer = () => 200;
   });
 
-  it('a receiver that does not answer within WEBHOOK_TIMEOUT_MS counts as failed and is retried', async () => {
-    rx.answer = (r) => (r.attempt === 1 ? 'hang' : 200);
+  // A trickling body: each chunk comes within undici's bodyTimeout, so only the whole attempt's deadline ends it.
+  it.each([
+    ['does not answer', 'hang'],
+    ['answers 200 but trickles its body', 'trickle'],
+  ] as const)('a receiver that %s counts as failed at WEBHOOK_TIMEOUT_MS and is retried', async (_what, answer) => {
+    rx.answer = (r) => (r.attempt === 1 ? answer : 200);
     const coupon = await createCoupon(t.url);
-    const uc = await grab(coupon.id, 'wh-timeout');
+    const uc = await grab(coupon.id, `wh-${answer}`);
     await rx.waitFor(() => forCoupons([uc]).length === 1, 15_000);
     const item = await settledDelivery(webhookId, uc);
     expect(item).toMatchObject({ status: 'DELIVERED', attemptCount: 2 });
     const [first] = item?.attempts as { statusCode: number | null; error: string; durationMs: number }[];
     expect(first).toMatchObject({ statusCode: null, error: 'no answer within 1000 ms' });
-    expect(first.durationMs).toBeGreaterThanOrEqual(950);
-    rx.answer = () => 200;
-  });
-
-  it('a receiver that answers 200 but trickles its body past WEBHOOK_TIMEOUT_MS counts as failed at that time and is retried', async () => {
-    rx.answer = (r) => (r.attempt === 1 ? 'trickle' : 200);
-    const coupon = await createCoupon(t.url);
-    const uc = await grab(coupon.id, 'wh-trickle');
-    await rx.waitFor(() => forCoupons([uc]).length === 1, 15_000);
-    const item = await settledDelivery(webhookId, uc);
-    expect(item).toMatchObject({ status: 'DELIVERED', attemptCount: 2 });
-    const [first] = item?.attempts as { statusCode: number | null; error: string; durationMs: number }[];
-    expect(first).toMatchObject({ statusCode: null, error: 'no answer within 1000 ms' });
-    // Each chunk came within bodyTimeout; only the whole attempt's deadline ends it.
     expect(first.durationMs).toBeGreaterThanOrEqual(950);
     expect(first.durationMs).toBeLessThan(2500);
-    rx.answer = () => 200;
-  });
-
-  it('a failing event holds back later events of its own coupon only, and per-coupon order holds under concurrency', async () => {
-    // Half the events fail their first attempt and some their second (never more: the test app gives
-    // up after three retries); answers come back in random order.
-    rx.answer = async (r) => {
-      await sleep(Math.random() * 30);
-      return (r.attempt === 1 && Math.random() < 0.5) || (r.attempt === 2 && Math.random() < 0.3) ? 503 : 200;
-    };
-    const coupon = await createCoupon(t.url, { totalStock: 60 });
-    const ucs = await Promise.all(Array.from({ length: 60 }, (_, i) => grab(coupon.id, `wh-order-${i}`)));
-    await Promise.all(
-      ucs.map(async (uc, i) => {
-        if (i % 3 === 0) {
-          const res = await request(t.url)
-            .post('/redemptions')
-            .set(bearer(tokenFor(`wh-order-${i}`)))
-            .send({ userCouponId: uc, orderNo: `WHO-${i}`, orderAmountCents: 20000 });
-          expect(res.status).toBe(201);
-        } else {
-          expect((await request(t.url).post(`/admin/user-coupons/${uc}/void`).set(admin()).send({ reason: 'order test' })).status).toBe(
-            200,
-          );
-        }
-      }),
-    );
-    const expected = await logIds(ucs);
-    expect(expected).toHaveLength(120);
-    await rx.waitFor(() => new Set(forCoupons(ucs).map((r) => r.webhookId)).size === 120, 45_000);
-    for (const uc of ucs) {
-      const accepted = forCoupons([uc]).map((r) => Number(r.webhookId.slice(4)));
-      expect(accepted).toEqual([...accepted].sort((a, b) => a - b));
-      expect(new Set(accepted).size).toBe(2);
-    }
-    expect(rx.received.some((r) => r.status === 503)).toBe(true);
     rx.answer = () => 200;
   });
 
