@@ -143,8 +143,17 @@ export class Sender {
     let signer = this.signers.get(ep.secret);
     if (!signer) this.signers.set(ep.secret, (signer = new Webhook(ep.secret)));
     // headersTimeout and bodyTimeout bound each wait, not the whole: a receiver trickling its body would hold the attempt forever.
-    const deadline = AbortSignal.timeout(this.config.WEBHOOK_TIMEOUT_MS);
-    const stop = AbortSignal.any([signal, deadline]);
+    // One controller per attempt, linked to the relay's signal by hand: AbortSignal.any() on a
+    // long-lived signal keeps every composite alive in Node 20 (nodejs/node#55351, #54614).
+    const stop = new AbortController();
+    let timedOut = false;
+    const timer = setTimeout(() => {
+      timedOut = true;
+      stop.abort();
+    }, this.config.WEBHOOK_TIMEOUT_MS);
+    const onStop = () => stop.abort();
+    signal.addEventListener('abort', onStop, { once: true });
+    if (signal.aborted) stop.abort();
     try {
       const res = await request(ep.url, {
         method: 'POST',
@@ -158,17 +167,20 @@ export class Sender {
         },
         body: d.payload,
         // request() follows no redirect: one could lead anywhere, past the allow-list, so it is an answer like any other non-2xx.
-        signal: stop,
+        signal: stop.signal,
       });
       // Without the signal, a body cut short by it would end the dump as if the answer were complete.
-      await res.body.dump({ limit: 128 * 1024, signal: stop });
+      await res.body.dump({ limit: 128 * 1024, signal: stop.signal });
       return outcome(res.statusCode, res.statusCode >= 200 && res.statusCode < 300 ? null : `HTTP ${res.statusCode}`);
     } catch (err) {
       if (signal.aborted) return null;
       const e = err as Error & { code?: string };
-      const timedOut = deadline.aborted || err instanceof httpErrors.HeadersTimeoutError || err instanceof httpErrors.BodyTimeoutError;
-      const error = timedOut ? `no answer within ${this.config.WEBHOOK_TIMEOUT_MS} ms` : (e.code ?? e.message);
+      const late = timedOut || err instanceof httpErrors.HeadersTimeoutError || err instanceof httpErrors.BodyTimeoutError;
+      const error = late ? `no answer within ${this.config.WEBHOOK_TIMEOUT_MS} ms` : (e.code ?? e.message);
       return outcome(null, error.slice(0, 255));
+    } finally {
+      clearTimeout(timer);
+      signal.removeEventListener('abort', onStop);
     }
   }
 
