@@ -292,7 +292,7 @@ describe('webhooks', () => {
     rx.answer = () => 200;
   });
 
-  // A trickling body: each chunk comes within undici's bodyTimeout, so only the whole attempt's deadline ends it.
+  // A trickling body: no single wait is long, so only the whole attempt's deadline ends it.
   it.each([
     ['does not answer', 'hang'],
     ['answers 200 but trickles its body', 'trickle'],

@@ -91,8 +91,8 @@ export class StrictValidationPipe extends ValidationPipe {
  * `/health?x=1` had the parameter ignored where API.md makes it a 400 like an unknown body field.
  * Registered after the auth guard, so a caller without a token still hears 401 first, as with a bad
  * body. A guard rather than an interceptor: any interceptor puts every request through an RxJS
- * chain, which a grab keeps alive while it waits for its group; the young-generation collections
- * copying those chains took about a third of the server's CPU in a flash sale (BENCHMARKS.md).
+ * chain, which a grab keeps alive while it waits for its group; copying those chains in the
+ * young-generation collections held the grouped grab back by about a fifth (BENCHMARKS.md).
  */
 @Injectable()
 export class UndeclaredQueryGuard implements CanActivate {

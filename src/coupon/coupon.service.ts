@@ -165,7 +165,7 @@ export class CouponService {
 
   /** The template for the grab path (see the class comment). Throws COUPON_NOT_FOUND. */
   async template(id: string): Promise<Coupon> {
-    return this.heldTemplate(id) ?? existing(id, await this.templates.latest(id));
+    return existing(id, await this.templates.latest(id));
   }
 
   /** template() without a promise when one is held; undefined when it would wait for the database. */

@@ -1,6 +1,6 @@
 import { Logger } from '@nestjs/common';
 import { Webhook } from 'standardwebhooks';
-import { Agent, errors as httpErrors, request } from 'undici';
+import { Agent, request } from 'undici';
 import type { DataSource, EntityManager } from 'typeorm';
 import { counter, gauge } from '../common/metrics.js';
 import { type AppConfig, retryDelays } from '../config/app-config.js';
@@ -70,12 +70,8 @@ export class Sender {
   ) {
     this.delays = retryDelays(config);
     this.allowedHosts = parseAllowedHosts(config.WEBHOOK_ALLOWED_HOSTS);
-    this.http = new Agent({
-      connections: config.WEBHOOK_MAX_IN_FLIGHT,
-      connect: { timeout: config.WEBHOOK_TIMEOUT_MS },
-      headersTimeout: config.WEBHOOK_TIMEOUT_MS,
-      bodyTimeout: config.WEBHOOK_TIMEOUT_MS,
-    });
+    // No per-phase timeouts: each attempt has one deadline for connecting, the headers and the body.
+    this.http = new Agent({ connections: config.WEBHOOK_MAX_IN_FLIGHT });
   }
 
   close(): Promise<void> {
@@ -142,9 +138,10 @@ export class Sender {
     const id = eventId(String(d.log_id));
     let signer = this.signers.get(ep.secret);
     if (!signer) this.signers.set(ep.secret, (signer = new Webhook(ep.secret)));
-    // headersTimeout and bodyTimeout bound each wait, not the whole: a receiver trickling its body would hold the attempt forever.
-    // One controller per attempt, linked to the relay's signal by hand: AbortSignal.any() on a
-    // long-lived signal keeps every composite alive in Node 20 (nodejs/node#55351, #54614).
+    // One deadline for the whole attempt (undici's headersTimeout and bodyTimeout bound each wait, so a
+    // receiver trickling its body would hold an attempt for ever), on a controller linked to the
+    // relay's signal by hand: AbortSignal.any() on a long-lived signal keeps every composite alive in
+    // Node 20 (nodejs/node#55351, #54614).
     const stop = new AbortController();
     let timedOut = false;
     const timer = setTimeout(() => {
@@ -175,8 +172,7 @@ export class Sender {
     } catch (err) {
       if (signal.aborted) return null;
       const e = err as Error & { code?: string };
-      const late = timedOut || err instanceof httpErrors.HeadersTimeoutError || err instanceof httpErrors.BodyTimeoutError;
-      const error = late ? `no answer within ${this.config.WEBHOOK_TIMEOUT_MS} ms` : (e.code ?? e.message);
+      const error = timedOut ? `no answer within ${this.config.WEBHOOK_TIMEOUT_MS} ms` : (e.code ?? e.message);
       return outcome(null, error.slice(0, 255));
     } finally {
       clearTimeout(timer);
