@@ -1,3 +1,4 @@
+import { registry } from '../src/common/metrics.js';
 import { CouponService } from '../src/coupon/coupon.service.js';
 import type { GrabDecision } from '../src/coupon/grab-decision.js';
 import { GrabGroupService } from '../src/coupon/grab-group.service.js';
@@ -63,6 +64,34 @@ describe.each([
     // The first 100 arrivals got the coupons; the rest were told sold out.
     expect(arrived.map((u) => outcome.get(u))).toEqual([...Array(100).fill('GRANTED'), ...Array(30).fill('SOLD_OUT')]);
     expect(await groupSizes(coupon.id)).toEqual(max === 40 ? [40, 40, 20] : [100]);
+  });
+
+  it("stores the instants of a group's coupons and their log rows as the answers carry them, and counts each issuance once", async () => {
+    const coupon = await coupons.template((await createCoupon(t.url, { totalStock: 30 })).id);
+    const issuances = async () =>
+      (await registry.getSingleMetric('user_coupon_transitions_total')?.get())?.values.find(
+        (v) => v.labels.from === 'null' && v.labels.to === 'UNUSED',
+      )?.value ?? 0;
+    const before = await issuances();
+    const decisions = await Promise.all(
+      Array.from({ length: 30 }, (_, i) => groups.submit(coupon, { userId: `instants-${i}`, key: newKey() })),
+    );
+    const rows = (await t.db.query(
+      `SELECT uc.id, uc.issued_at, uc.valid_from, uc.expires_at, uc.updated_at, l.created_at
+       FROM user_coupon uc JOIN user_coupon_state_log l ON l.user_coupon_id = uc.id WHERE uc.coupon_id = ?`,
+      [coupon.id],
+    )) as { id: string; issued_at: Date; valid_from: Date; expires_at: Date; updated_at: Date; created_at: Date }[];
+    const stored = new Map(rows.map((r) => [String(r.id), [r.issued_at, r.valid_from, r.expires_at, r.updated_at, r.created_at]]));
+    expect(stored.size).toBe(30);
+    for (const d of decisions) {
+      if (d.outcome !== 'granted') throw new Error(`not granted: ${granted(d)}`);
+      const uc = d.userCoupon;
+      expect(stored.get(uc.id)?.map((x) => x.toISOString())).toEqual(
+        [uc.issuedAt, uc.validFrom, uc.expiresAt, uc.updatedAt, uc.issuedAt].map((x) => x.toISOString()),
+      );
+      expect(uc.expiresAt.getTime() - uc.issuedAt.getTime()).toBe(7 * 86_400_000);
+    }
+    expect(await issuances()).toBe(before + 30);
   });
 
   it('a key committed for another coupon after the group read the keys: the group runs again and only that grab is refused', async () => {

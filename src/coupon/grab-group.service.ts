@@ -71,8 +71,11 @@ export class GrabGroupService {
       const taken = queue.waiting.splice(0, this.config.GRAB_GROUP_MAX);
       // A grab whose request ran out of time while it queued was answered 503 already: it must not
       // be issued now, and its deadline must not cut the others' group short.
-      const group = taken.filter((w) => !w.deadline || hasTimeLeft(w.deadline));
-      for (const w of taken) if (!group.includes(w)) w.reject(deadlinePassed());
+      const group: Waiter[] = [];
+      for (const w of taken) {
+        if (!w.deadline || hasTimeLeft(w.deadline)) group.push(w);
+        else w.reject(deadlinePassed());
+      }
       if (group.length === 0) continue;
       groupSizes.observe(group.length);
       try {

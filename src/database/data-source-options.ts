@@ -1,5 +1,6 @@
 import type { MysqlDataSourceOptions } from 'typeorm/driver/mysql/MysqlDataSourceOptions.js';
 import { type AppConfig, databaseHosts } from '../config/app-config.js';
+import { SESSION_TIME_ZONE } from './bind-values.js';
 import { failoverDriver } from './failover-pool.js';
 import { migrations } from './migrations/index.js';
 
@@ -19,7 +20,7 @@ export function dataSourceOptions(c: DbConfig): MysqlDataSourceOptions {
     password: c.DB_PASSWORD,
     database: c.DB_NAME,
     charset: 'utf8mb4_unicode_ci',
-    timezone: 'Z',
+    timezone: SESSION_TIME_ZONE,
     supportBigNumbers: true,
     bigNumberStrings: true,
     poolSize: c.DB_POOL_SIZE,
@@ -29,7 +30,7 @@ export function dataSourceOptions(c: DbConfig): MysqlDataSourceOptions {
     logging: false,
     extra: {
       // Session time zone UTC so NOW(3) and DATETIME values agree with the app's Date objects.
-      timezone: 'Z',
+      timezone: SESSION_TIME_ZONE,
       connectTimeout: 5000,
       enableKeepAlive: true,
       maxIdle: c.DB_POOL_SIZE,

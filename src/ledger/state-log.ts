@@ -1,5 +1,6 @@
 import { EntityManager } from 'typeorm';
 import { counter } from '../common/metrics.js';
+import { withDatesFormattedOnce } from '../database/bind-values.js';
 import { StateLog } from './state-log.entity.js';
 import type { UserCouponStatus } from './transitions.js';
 
@@ -27,9 +28,20 @@ export async function writeLog(em: Queryable, rows: readonly LogRow[]): Promise<
   if (rows.length === 0) return;
   await em.query(
     `INSERT INTO user_coupon_state_log (user_coupon_id, from_status, to_status, tx_id, reason, created_at) VALUES ${rows.map(() => '(?, ?, ?, ?, ?, ?)').join(', ')}`,
-    rows.flatMap((r) => [r.userCouponId, r.from, r.to, r.txId.slice(0, 191), r.reason?.slice(0, 255) ?? null, r.at]),
+    withDatesFormattedOnce(
+      rows.flatMap((r) => [r.userCouponId, r.from, r.to, r.txId.slice(0, 191), r.reason?.slice(0, 255) ?? null, r.at]),
+    ),
   );
-  for (const r of rows) transitions.inc({ from: r.from ?? 'null', to: r.to });
+  // One increment per move, not per row: a grab group logs a thousand rows of the same move.
+  const moves = new Map<string, number>();
+  for (const r of rows) {
+    const move = `${r.from ?? 'null'}>${r.to}`;
+    moves.set(move, (moves.get(move) ?? 0) + 1);
+  }
+  for (const [move, n] of moves) {
+    const [from, to] = move.split('>');
+    transitions.inc({ from, to }, n);
+  }
 }
 
 function toStateLog(r: Record<string, unknown>): StateLog {

@@ -1,4 +1,5 @@
 import { EntityManager, getMetadataArgsStorage } from 'typeorm';
+import { withDatesFormattedOnce } from '../database/bind-values.js';
 import { execute } from '../database/transaction.service.js';
 import type { UserCouponStatus } from './transitions.js';
 import { effectiveStatusSql, UserCoupon } from './user-coupon.entity.js';
@@ -52,7 +53,7 @@ const toKeyedId = (r: KeyedIdRow): KeyedId => ({ id: String(r.id), userId: r.use
 
 const insertSql = (rows: readonly Omit<UserCoupon, 'id'>[]) => INSERT + rows.map(() => ROW).join(', ');
 const insertValues = (rows: readonly Omit<UserCoupon, 'id'>[]) =>
-  rows.flatMap((uc) => INSERTED.map((c) => uc[c.property as keyof typeof uc]));
+  withDatesFormattedOnce(rows.flatMap((uc) => INSERTED.map((c) => uc[c.property as keyof typeof uc])));
 
 /** One multi-row INSERT. Returns the first row's id; the others are not guaranteed consecutive. */
 export async function insertUserCoupons(em: Queryable, rows: readonly Omit<UserCoupon, 'id'>[]): Promise<string> {
