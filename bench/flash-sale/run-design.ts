@@ -38,6 +38,12 @@ export interface RunResult {
   /** Successes per second until the last success: the rate coupons went out while there were any. */
   issuedPerSecond: number | null;
   lastSuccessAtMs: number | null;
+  /**
+   * A grab run's answers per second in its two phases: until the last success (the sale, every grab
+   * decided by a group's transaction) and after it (sold out, refused from memory with one batched
+   * key lookup). Null for other designs, or when nothing was issued or nothing came after.
+   */
+  phases: { salePerSecond: number; soldOutPerSecond: number | null } | null;
   counts: Record<string, number>;
   latencyMs: Record<string, Latency>;
   memory: { peakRssMiB: number; rssBeforeTimedMiB: number; peakRssDuringTimedMiB: number };
@@ -56,6 +62,16 @@ export interface RunResult {
 }
 
 const MiB = 1024 * 1024;
+
+function phases(result: LoadResult, lastSuccessAtMs: number): NonNullable<RunResult['phases']> {
+  const during = result.answers.filter((a) => a.doneAtMs <= lastSuccessAtMs).length;
+  const after = result.answers.length - during;
+  const rest = result.wallMs - lastSuccessAtMs;
+  return {
+    salePerSecond: round((during / lastSuccessAtMs) * 1000),
+    soldOutPerSecond: after > 0 && rest > 0 ? round((after / rest) * 1000) : null,
+  };
+}
 const round = (x: number, digits = 1) => Math.round(x * 10 ** digits) / 10 ** digits;
 
 export const dbEnv = () => pickEnv('DB_HOST', 'DB_PORT', 'DB_USER', 'DB_PASSWORD', 'DB_POOL_SIZE');
@@ -218,6 +234,7 @@ export async function runDesign(design: Design, scenario: Scenario, w: Workload,
     answeredPerSecond: round((result.answers.length / result.wallMs) * 1000),
     issuedPerSecond: lastSuccessAtMs ? round((successes.length / lastSuccessAtMs) * 1000) : null,
     lastSuccessAtMs: lastSuccessAtMs === null ? null : round(lastSuccessAtMs),
+    phases: lastSuccessAtMs ? phases(result, lastSuccessAtMs) : null,
     counts,
     latencyMs: byClass(result.answers),
     memory: { peakRssMiB: round(peakRss / MiB), rssBeforeTimedMiB: round(rssBefore / MiB), peakRssDuringTimedMiB: round(rssDuring / MiB) },
