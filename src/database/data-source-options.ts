@@ -1,6 +1,6 @@
 import type { MysqlDataSourceOptions } from 'typeorm/driver/mysql/MysqlDataSourceOptions.js';
 import { type AppConfig, databaseHosts } from '../config/app-config.js';
-import { SESSION_TIME_ZONE } from './bind-values.js';
+import { SESSION_TIME_ZONE } from './sql-rows.js';
 import { failoverDriver } from './failover-pool.js';
 import { migrations } from './migrations/index.js';
 

@@ -1,6 +1,6 @@
 import { EntityManager } from 'typeorm';
 import { counter } from '../common/metrics.js';
-import { withDatesFormattedOnce } from '../database/bind-values.js';
+import { rowsSql } from '../database/sql-rows.js';
 import { StateLog } from './state-log.entity.js';
 import type { UserCouponStatus } from './transitions.js';
 
@@ -27,10 +27,9 @@ export interface LogRow {
 export async function writeLog(em: Queryable, rows: readonly LogRow[]): Promise<void> {
   if (rows.length === 0) return;
   await em.query(
-    `INSERT INTO user_coupon_state_log (user_coupon_id, from_status, to_status, tx_id, reason, created_at) VALUES ${rows.map(() => '(?, ?, ?, ?, ?, ?)').join(', ')}`,
-    withDatesFormattedOnce(
-      rows.flatMap((r) => [r.userCouponId, r.from, r.to, r.txId.slice(0, 191), r.reason?.slice(0, 255) ?? null, r.at]),
-    ),
+    `INSERT INTO user_coupon_state_log (user_coupon_id, from_status, to_status, tx_id, reason, created_at) VALUES ${rowsSql(
+      rows.map((r) => [r.userCouponId, r.from, r.to, r.txId.slice(0, 191), r.reason?.slice(0, 255) ?? null, r.at]),
+    )}`,
   );
   // One increment per move, not per row: a grab group logs a thousand rows of the same move.
   const moves = new Map<string, number>();

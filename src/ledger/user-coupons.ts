@@ -1,5 +1,5 @@
 import { EntityManager, getMetadataArgsStorage } from 'typeorm';
-import { withDatesFormattedOnce } from '../database/bind-values.js';
+import { rowsSql, sqlLiteral } from '../database/sql-rows.js';
 import { execute } from '../database/transaction.service.js';
 import type { UserCouponStatus } from './transitions.js';
 import { effectiveStatusSql, UserCoupon } from './user-coupon.entity.js';
@@ -34,7 +34,6 @@ const COLUMNS: readonly ColumnMap[] = getMetadataArgsStorage()
 /** The id is generated. */
 const INSERTED = COLUMNS.filter((c) => c.property !== 'id');
 const INSERT = `INSERT INTO user_coupon (${INSERTED.map((c) => c.name).join(', ')}) VALUES `;
-const ROW = `(${INSERTED.map(() => '?').join(', ')})`;
 
 export function toUserCoupon(row: Record<string, unknown>): UserCoupon {
   const uc = new UserCoupon();
@@ -51,13 +50,12 @@ export interface KeyedId {
 type KeyedIdRow = { id: number | string; user_id: string; idempotency_key: string };
 const toKeyedId = (r: KeyedIdRow): KeyedId => ({ id: String(r.id), userId: r.user_id, key: r.idempotency_key });
 
-const insertSql = (rows: readonly Omit<UserCoupon, 'id'>[]) => INSERT + rows.map(() => ROW).join(', ');
-const insertValues = (rows: readonly Omit<UserCoupon, 'id'>[]) =>
-  withDatesFormattedOnce(rows.flatMap((uc) => INSERTED.map((c) => uc[c.property as keyof typeof uc])));
+const insertSql = (rows: readonly Omit<UserCoupon, 'id'>[]) =>
+  INSERT + rowsSql(rows.map((uc) => INSERTED.map((c) => uc[c.property as keyof typeof uc])));
 
 /** One multi-row INSERT. Returns the first row's id; the others are not guaranteed consecutive. */
 export async function insertUserCoupons(em: Queryable, rows: readonly Omit<UserCoupon, 'id'>[]): Promise<string> {
-  const res = (await em.query(insertSql(rows), insertValues(rows))) as { insertId: number | string };
+  const res = (await em.query(insertSql(rows))) as { insertId: number | string };
   return String(res.insertId);
 }
 
@@ -66,29 +64,24 @@ export async function insertUserCoupons(em: Queryable, rows: readonly Omit<UserC
  * `INSERT ... RETURNING`, which MariaDB has (10.5+) and MySQL 8 has not.
  */
 export async function insertUserCouponsReturningIds(em: Queryable, rows: readonly Omit<UserCoupon, 'id'>[]): Promise<KeyedId[]> {
-  const res = (await em.query(`${insertSql(rows)} RETURNING id, user_id, idempotency_key`, insertValues(rows))) as KeyedIdRow[];
+  const res = (await em.query(`${insertSql(rows)} RETURNING id, user_id, idempotency_key`)) as KeyedIdRow[];
   return res.map(toKeyedId);
 }
 
-const keysIn = (pairs: readonly unknown[]) => `(user_id, idempotency_key) IN (${pairs.map(() => '(?, ?)').join(', ')})`;
+const keysIn = (pairs: readonly { userId: string; key: string }[]) =>
+  `(user_id, idempotency_key) IN (${rowsSql(pairs.map((p) => [p.userId, p.key]))})`;
 
 /** The user coupons issued under these (user, idempotency key) pairs, in one query. */
 export async function findByKeys(em: Queryable, pairs: readonly { userId: string; key: string }[]): Promise<UserCoupon[]> {
   if (pairs.length === 0) return [];
-  const rows = (await em.query(
-    `SELECT * FROM user_coupon WHERE ${keysIn(pairs)}`,
-    pairs.flatMap((p) => [p.userId, p.key]),
-  )) as Record<string, unknown>[];
+  const rows = (await em.query(`SELECT * FROM user_coupon WHERE ${keysIn(pairs)}`)) as Record<string, unknown>[];
   return rows.map(toUserCoupon);
 }
 
 /** The ids of the user coupons issued under these (user, idempotency key) pairs: findByKeys without reading the rows. */
 export async function idsByKeys(em: Queryable, pairs: readonly { userId: string; key: string }[]): Promise<KeyedId[]> {
   if (pairs.length === 0) return [];
-  const rows = (await em.query(
-    `SELECT id, user_id, idempotency_key FROM user_coupon WHERE ${keysIn(pairs)}`,
-    pairs.flatMap((p) => [p.userId, p.key]),
-  )) as KeyedIdRow[];
+  const rows = (await em.query(`SELECT id, user_id, idempotency_key FROM user_coupon WHERE ${keysIn(pairs)}`)) as KeyedIdRow[];
   return rows.map(toKeyedId);
 }
 
@@ -130,10 +123,9 @@ export async function countTowardsLimit(em: Queryable, couponId: string, userIds
     const slice = users.slice(i, i + COUNT_SLICE);
     const rows = (await em.query(
       `SELECT STRAIGHT_JOIN uc.user_id, COUNT(*) AS n
-       FROM (SELECT ? AS user_id${' UNION ALL SELECT ?'.repeat(slice.length - 1)}) listed
-       JOIN user_coupon uc FORCE INDEX (idx_coupon_user_source) ON uc.coupon_id = ? AND uc.user_id = CONVERT(listed.user_id USING utf8mb4) COLLATE utf8mb4_bin
+       FROM (SELECT ${slice.map(sqlLiteral).join(' AS user_id UNION ALL SELECT ')} AS user_id) listed
+       JOIN user_coupon uc FORCE INDEX (idx_coupon_user_source) ON uc.coupon_id = ${sqlLiteral(couponId)} AND uc.user_id = CONVERT(listed.user_id USING utf8mb4) COLLATE utf8mb4_bin
        WHERE uc.source IN ('GRAB', 'BULK') GROUP BY uc.user_id`,
-      [...slice, couponId],
     )) as { user_id: string; n: string }[];
     for (const r of rows) held.set(r.user_id, Number(r.n));
   }

@@ -1,0 +1,36 @@
+import { describe, expect, it } from '@jest/globals';
+import mysql2, { type SqlValue } from 'mysql2';
+import { rowsSql, SESSION_TIME_ZONE, sqlLiteral } from './sql-rows.js';
+
+/** What the driver sends for the same rows written with `?` placeholders on these connections. */
+const viaPlaceholders = (rows: SqlValue[][]) =>
+  mysql2.format(rows.map((r) => `(${r.map(() => '?').join(', ')})`).join(', '), rows.flat(), false, SESSION_TIME_ZONE);
+
+describe('rowsSql', () => {
+  const at = new Date('2026-12-01T10:20:30.456Z');
+  it.each<[string, SqlValue[][]]>([
+    ['one row', [['1', 'user-1', 'UNUSED', true, null, at]]],
+    [
+      'strings the escaping must get right',
+      [
+        ["o'neil", 'back\\slash', 'a"b', 'new\nline', 'nul\0byte', 'ctrl\x1az', 'what?', '优惠券 🎟️'],
+        ["o'neil", 'back\\slash', 'a"b', 'new\nline', 'nul\0byte', 'ctrl\x1az', 'what??', '优惠券 🎟️'],
+      ],
+    ],
+    [
+      'equal values in a column, in separate Date objects, and changes between rows',
+      [
+        ['7', 'u1', new Date(at.getTime()), new Date(at.getTime() + 86_400_000), 0, false],
+        ['7', 'u2', new Date(at.getTime()), new Date(at.getTime() + 86_400_000), 0, false],
+        ['8', 'u2', new Date(at.getTime() + 1), null, 1.5, true],
+        ['7', 'u2', at, null, 1.5, true],
+      ],
+    ],
+  ])('writes what the driver would for %s', (_, rows) => {
+    expect(rowsSql(rows)).toBe(viaPlaceholders(rows));
+  });
+
+  it('writes a literal as the driver writes a placeholder', () => {
+    for (const v of ["it's", 42, null, at, false]) expect(sqlLiteral(v)).toBe(mysql2.format('?', [v], false, SESSION_TIME_ZONE));
+  });
+});
