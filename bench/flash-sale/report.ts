@@ -144,15 +144,19 @@ const median = (xs: number[]) => {
   return s.length % 2 === 1 ? s[mid] : (s[mid - 1] + s[mid]) / 2;
 };
 
+/** The limiter-off runs round by round, each with a lookup of that round's run of a design. */
+function throughputRounds(runs: readonly RunResult[]): { round: number; at: (design: string) => RunResult | undefined }[] {
+  const thr = runs.filter((r) => r.scenario === 'throughput');
+  const rounds = [...new Set(thr.map((r) => r.round ?? 1))].sort((a, b) => a - b);
+  return rounds.map((round) => ({ round, at: (design) => thr.find((r) => r.design === design && (r.round ?? 1) === round) }));
+}
+
 /**
  * Issue 9's goals, as ratios of runs made in the same round (so the same machine moment), and their
  * median over the rounds: one round's figures can be moved by other work on a shared machine.
  */
 function strategyRounds(runs: readonly RunResult[]): string[] {
-  const thr = runs.filter((r) => r.scenario === 'throughput');
-  const rounds = [...new Set(thr.map((r) => r.round ?? 1))].sort((a, b) => a - b);
-  const rows = rounds.flatMap((round) => {
-    const at = (id: string) => thr.find((r) => r.design === id && (r.round ?? 1) === round);
+  const rows = throughputRounds(runs).flatMap(({ round, at }) => {
     const [g, p, n] = [at('shipped:grouped'), at('shipped:per-request'), at('noop')];
     const gp99 = g?.latencyMs.SUCCESS?.p99;
     const pp99 = p?.latencyMs.SUCCESS?.p99;
@@ -195,10 +199,7 @@ function strategyRounds(runs: readonly RunResult[]): string[] {
  * coupons are left and after the sell-out, each against the no-op route of the same round.
  */
 function grabPhaseRounds(runs: readonly RunResult[]): string[] {
-  const thr = runs.filter((r) => r.scenario === 'throughput');
-  const rounds = [...new Set(thr.map((r) => r.round ?? 1))].sort((a, b) => a - b);
-  const rows = rounds.flatMap((round) => {
-    const at = (id: string) => thr.find((r) => r.design === id && (r.round ?? 1) === round);
+  const rows = throughputRounds(runs).flatMap(({ round, at }) => {
     const [g, n] = [at('shipped:grouped') ?? at('shipped'), at('noop')];
     return g?.phases && n ? [{ round, g, phases: g.phases, noop: n.answeredPerSecond }] : [];
   });
@@ -237,10 +238,7 @@ function grabPhaseRounds(runs: readonly RunResult[]): string[] {
  * against the grouped grab's answered/s and the no-op route's, and their p99 against the no-op's.
  */
 function publicReadRounds(runs: readonly RunResult[]): string[] {
-  const thr = runs.filter((r) => r.scenario === 'throughput');
-  const rounds = [...new Set(thr.map((r) => r.round ?? 1))].sort((a, b) => a - b);
-  const rows = rounds.flatMap((round) => {
-    const at = (id: string) => thr.find((r) => r.design === id && (r.round ?? 1) === round);
+  const rows = throughputRounds(runs).flatMap(({ round, at }) => {
     const [g, n] = [at('shipped:grouped') ?? at('shipped'), at('noop')];
     return (['page', 'list'] as const).flatMap((id) => {
       const r = at(id);
@@ -280,7 +278,7 @@ function publicReadRounds(runs: readonly RunResult[]): string[] {
         `| ${r.round} | ${r.id} | ${num(r.r.answeredPerSecond)} | ${fixed(r.ofGrab)} | ${fixed(r.ofNoop)} | ${num(r.p99, 1)} / ${num(r.noopP99, 1)} | ${fixed(r.p99Ratio)} | ${num(r.r.cpu.serverMsPerAnswer, 3)} | ` +
         `${fixed(r.wrkOfGrab)} | ${fixed(r.wrkOfNoop)} | ${fixed(r.wrkP99Ratio)} |`,
     ),
-    ...(rounds.length > 1
+    ...(new Set(rows.map((r) => r.round)).size > 1
       ? (['page', 'list'] as const).map(
           (id) =>
             `| median | ${id} | | ${fixed(medianOf(id, (r) => r.ofGrab))} | ${fixed(medianOf(id, (r) => r.ofNoop))} | | ${fixed(medianOf(id, (r) => r.p99Ratio))} | | ` +
