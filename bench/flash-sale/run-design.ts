@@ -39,9 +39,11 @@ export interface RunResult {
   issuedPerSecond: number | null;
   lastSuccessAtMs: number | null;
   /**
-   * A grab run's answers per second in its two phases: until the last success (the sale, every grab
-   * decided by a group's transaction) and after it (sold out, refused from memory with one batched
-   * key lookup). Null for other designs, or when nothing was issued or nothing came after.
+   * A grab run's answers per second in its two phases. The sale: answers until the last success,
+   * every grab decided by a group's transaction. Sold out: answers to grabs sent after it, refused
+   * from memory with one batched key lookup. The last group's own refusals, sent before and answered
+   * just after the last success, count in neither. Null for other designs and when nothing was
+   * issued; soldOutPerSecond is null when no grab was sent after the last success.
    */
   phases: { salePerSecond: number; soldOutPerSecond: number | null } | null;
   counts: Record<string, number>;
@@ -65,11 +67,11 @@ const MiB = 1024 * 1024;
 
 function phases(result: LoadResult, lastSuccessAtMs: number): NonNullable<RunResult['phases']> {
   const during = result.answers.filter((a) => a.doneAtMs <= lastSuccessAtMs).length;
-  const after = result.answers.length - during;
+  const sentAfter = result.answers.filter((a) => a.doneAtMs - a.latencyMs > lastSuccessAtMs).length;
   const rest = result.wallMs - lastSuccessAtMs;
   return {
     salePerSecond: round((during / lastSuccessAtMs) * 1000),
-    soldOutPerSecond: after > 0 && rest > 0 ? round((after / rest) * 1000) : null,
+    soldOutPerSecond: sentAfter > 0 && rest > 0 ? round((sentAfter / rest) * 1000) : null,
   };
 }
 const round = (x: number, digits = 1) => Math.round(x * 10 ** digits) / 10 ** digits;

@@ -2,9 +2,9 @@ import { describe, expect, it } from '@jest/globals';
 import mysql2, { type SqlValue } from 'mysql2';
 import { rowsSql, SESSION_TIME_ZONE, sqlLiteral } from './sql-rows.js';
 
-/** What the driver sends for the same rows written with `?` placeholders on these connections. */
+/** What the driver sends for the same rows written with `?` placeholders on these connections (TypeORM sets stringifyObjects). */
 const viaPlaceholders = (rows: SqlValue[][]) =>
-  mysql2.format(rows.map((r) => `(${r.map(() => '?').join(', ')})`).join(', '), rows.flat(), false, SESSION_TIME_ZONE);
+  mysql2.format(rows.map((r) => `(${r.map(() => '?').join(', ')})`).join(', '), rows.flat(), true, SESSION_TIME_ZONE);
 
 describe('rowsSql', () => {
   const at = new Date('2026-12-01T10:20:30.456Z');
@@ -26,11 +26,19 @@ describe('rowsSql', () => {
         ['7', 'u2', at, null, 1.5, true],
       ],
     ],
+    [
+      'values that never equal the one above (NaN, an invalid Date), undefined, and rows of different widths',
+      [
+        [Number.NaN, new Date(Number.NaN), undefined],
+        [Number.NaN, new Date(Number.NaN), undefined, 'extra'],
+        [Number.NaN, new Date(Number.NaN), undefined, undefined, undefined],
+      ],
+    ],
   ])('writes what the driver would for %s', (_, rows) => {
     expect(rowsSql(rows)).toBe(viaPlaceholders(rows));
   });
 
   it('writes a literal as the driver writes a placeholder', () => {
-    for (const v of ["it's", 42, null, at, false]) expect(sqlLiteral(v)).toBe(mysql2.format('?', [v], false, SESSION_TIME_ZONE));
+    for (const v of ["it's", 42, null, at, false]) expect(sqlLiteral(v)).toBe(mysql2.format('?', [v], true, SESSION_TIME_ZONE));
   });
 });

@@ -24,7 +24,7 @@ export function rowsSql(rows: readonly (readonly SqlValue[])[]): string {
   for (let r = 0; r < rows.length; r++) {
     const row = rows[r];
     const sql = new Array<string>(row.length);
-    for (let c = 0; c < row.length; c++) sql[c] = r > 0 && same(row[c], above[c]) ? aboveSql[c] : sqlLiteral(row[c]);
+    for (let c = 0; c < row.length; c++) sql[c] = c < above.length && same(row[c], above[c]) ? aboveSql[c] : sqlLiteral(row[c]);
     out[r] = `(${sql.join(', ')})`;
     above = row;
     aboveSql = sql;
