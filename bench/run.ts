@@ -156,7 +156,7 @@ async function measure(): Promise<Report> {
       runs.push(r);
       const lat = r.latencyMs.SUCCESS;
       console.log(
-        `    ${r.answeredPerSecond} answered/s, ${r.issuedPerSecond ?? '–'} issued/s, success p99 ${lat?.p99 ?? '–'} ms, ${JSON.stringify(r.counts)}, server CPU ${r.cpu.serverMsPerAnswer} ms/answer, peak RSS ${r.memory.peakRssMiB} MiB, ` +
+        `    ${r.answeredPerSecond} answered/s, ${r.issuedPerSecond ?? '–'} issued/s, success p99 ${lat?.p99 ?? '–'} ms, ${JSON.stringify(r.counts)}, CPU ms/answer server ${r.cpu.serverMsPerAnswer}, database ${r.cpu.databaseMsPerAnswer ?? '–'}, generator ${r.cpu.loadGeneratorMsPerAnswer}, peak RSS ${r.memory.peakRssMiB} MiB, ` +
           `${r.connections.used} connections, ${r.violations.length === 0 ? 'checks pass' : `${r.violations.length} violations${r.failed ? ' (FAIL)' : ' (expected)'}`}`,
       );
       if (r.wrk)

@@ -201,7 +201,7 @@ function strategyRounds(runs: readonly RunResult[]): string[] {
 function grabPhaseRounds(runs: readonly RunResult[]): string[] {
   const rows = throughputRounds(runs).flatMap(({ round, at }) => {
     const [g, n] = [at('shipped:grouped') ?? at('shipped'), at('noop')];
-    return g?.phases && n ? [{ round, g, phases: g.phases, noop: n.answeredPerSecond }] : [];
+    return g?.phases && n ? [{ round, g, n, phases: g.phases, noop: n.answeredPerSecond }] : [];
   });
   if (rows.length === 0) return [];
   const ratio = (x: number | null, noop: number) => (x === null ? null : x / noop);
@@ -229,6 +229,39 @@ function grabPhaseRounds(runs: readonly RunResult[]): string[] {
     ...(cells.length > 1
       ? [`| median | | | ${med(cells.map((c) => c.sale))} | | ${med(cells.map((c) => c.soldOut))} | ${med(cells.map((c) => c.whole))} |`]
       : []),
+    '',
+    ...cpuRounds(rows),
+  ];
+}
+
+/**
+ * The machine's CPU per answer by process, grouped grab against the no-op, from the same round. The
+ * load generator, the server and (for the grab only) the database share the cores, so on a
+ * CPU-bound run the answered/s ratio follows the ratio of the totals, and that ratio moves far less
+ * than wall-clock figures with the machine's other load.
+ */
+function cpuRounds(rows: readonly { round: number; g: RunResult; n: RunResult }[]): string[] {
+  const cells = rows.flatMap(({ round, g, n }) => {
+    // Runs saved before these figures were measured have none.
+    const db = g.cpu.databaseMsPerAnswer ?? null;
+    if (db === null || g.cpu.loadGeneratorMsPerAnswer === undefined || n.cpu.loadGeneratorMsPerAnswer === undefined) return [];
+    const grab = g.cpu.serverMsPerAnswer + db + g.cpu.loadGeneratorMsPerAnswer;
+    const noop = n.cpu.serverMsPerAnswer + (n.cpu.databaseMsPerAnswer ?? 0) + n.cpu.loadGeneratorMsPerAnswer;
+    return [{ round, g: g.cpu, n: n.cpu, grab, noop, ratio: noop / grab }];
+  });
+  if (cells.length === 0) return [];
+  const ms = (x: number | null) => (x === null ? '–' : x.toFixed(3));
+  return [
+    "CPU per answer by process during the timed part, ms (server, local database server, this load generator; they share the machine's cores):",
+    '',
+    '| round | grouped: server | database | generator | total | no-op: server | database | generator | total | no-op total ÷ grouped total |',
+    '|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|',
+    ...cells.map(
+      (c) =>
+        `| ${c.round} | ${ms(c.g.serverMsPerAnswer)} | ${ms(c.g.databaseMsPerAnswer)} | ${ms(c.g.loadGeneratorMsPerAnswer)} | ${ms(c.grab)} | ` +
+        `${ms(c.n.serverMsPerAnswer)} | ${ms(c.n.databaseMsPerAnswer)} | ${ms(c.n.loadGeneratorMsPerAnswer)} | ${ms(c.noop)} | ${c.ratio.toFixed(2)} |`,
+    ),
+    ...(cells.length > 1 ? [`| median | | | | | | | | | ${median(cells.map((c) => c.ratio)).toFixed(2)} |`] : []),
     '',
   ];
 }

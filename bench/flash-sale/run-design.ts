@@ -5,7 +5,7 @@ import { couponBody } from '../../test/support/coupon-body.js';
 import { dropTestDatabase, pickEnv } from '../../test/support/database.js';
 import { LIST_COUPONS, type Design, type Scenario } from './designs.js';
 import { LoadGenerator, type LoadResult, type Shot } from './load.js';
-import { startServer } from './server.js';
+import { cpuSeconds, localDatabasePid, startServer } from './server.js';
 import { answerClass, byClass, type Latency } from './stats.js';
 import { answerViolations, countViolations, verifyGrabRun, type Verification } from './verify.js';
 import { runWrk, type WrkResult } from './wrk.js';
@@ -53,7 +53,17 @@ export interface RunResult {
    * CPU used during the timed part. On a shared machine wall-clock figures move with everyone
    * else's load; CPU per answer moves much less, so it is the figure to compare across runs.
    */
-  cpu: { serverSeconds: number; serverMsPerAnswer: number; loadGeneratorSeconds: number };
+  /**
+   * CPU during the timed part, per answer: the server's, the local database server's (null when it
+   * is not on this machine), and this load generator's. The three share the machine's cores.
+   */
+  cpu: {
+    serverSeconds: number;
+    serverMsPerAnswer: number;
+    databaseMsPerAnswer: number | null;
+    loadGeneratorSeconds: number;
+    loadGeneratorMsPerAnswer: number;
+  };
   limiter?: { ratePerSecond: number; admitted: number; rejected: number; admissibleAtMost: number };
   /** The same design loaded by wrk, on the same server after the Node generator's run; its own checks. */
   wrk?: WrkResult & { violations: string[] };
@@ -124,7 +134,9 @@ export async function runDesign(design: Design, scenario: Scenario, w: Workload,
   let rssDuring = 0;
   let peakRss: number;
   let serverCpu: number;
+  let databaseCpu: number | null = null;
   let clientCpu: NodeJS.CpuUsage;
+  const dbPid = localDatabasePid();
   let wrk: WrkResult | undefined;
   let wrkCoupon = '';
   try {
@@ -139,6 +151,7 @@ export async function runDesign(design: Design, scenario: Scenario, w: Workload,
     rssBefore = server.rss();
     const sampler = setInterval(() => (rssDuring = Math.max(rssDuring, server.rss())), 50);
     const cpuBefore = server.cpuSeconds();
+    const dbCpuBefore = dbPid === null ? 0 : cpuSeconds(dbPid);
     const clientBefore = process.cpuUsage();
     try {
       result = await load.fire(design.route(couponId), w.grabs, design.method);
@@ -146,6 +159,7 @@ export async function runDesign(design: Design, scenario: Scenario, w: Workload,
       clearInterval(sampler);
     }
     serverCpu = server.cpuSeconds() - cpuBefore;
+    if (dbPid !== null) databaseCpu = cpuSeconds(dbPid) - dbCpuBefore;
     clientCpu = process.cpuUsage(clientBefore);
     rssDuring = Math.max(rssDuring, server.rss());
     peakRss = server.peakRss();
@@ -242,8 +256,10 @@ export async function runDesign(design: Design, scenario: Scenario, w: Workload,
     memory: { peakRssMiB: round(peakRss / MiB), rssBeforeTimedMiB: round(rssBefore / MiB), peakRssDuringTimedMiB: round(rssDuring / MiB) },
     cpu: {
       serverSeconds: round(serverCpu, 2),
-      serverMsPerAnswer: round((serverCpu * 1000) / result.answers.length, 2),
+      serverMsPerAnswer: round((serverCpu * 1000) / result.answers.length, 3),
+      databaseMsPerAnswer: databaseCpu === null ? null : round((databaseCpu * 1000) / result.answers.length, 3),
       loadGeneratorSeconds: round((clientCpu.user + clientCpu.system) / 1e6, 2),
+      loadGeneratorMsPerAnswer: round((clientCpu.user + clientCpu.system) / 1e3 / result.answers.length, 3),
     },
     limiter,
     verification: verification && {

@@ -46,10 +46,27 @@ const CLOCK_TICKS = (() => {
   }
 })();
 
-function cpuSeconds(pid: number): number {
+/** User plus system CPU time process `pid` has used so far, in seconds. */
+export function cpuSeconds(pid: number): number {
   // Fields after the parenthesised command name; utime and stime are the 14th and 15th of the whole line.
   const fields = readFileSync(`/proc/${pid}/stat`, 'utf8').split(') ')[1].split(' ');
   return (Number(fields[11]) + Number(fields[12])) / CLOCK_TICKS;
+}
+
+/**
+ * The local database server's process (MariaDB or MySQL), so a run can say how much of the shared
+ * CPU the database took; null when it runs elsewhere or cannot be found.
+ */
+export function localDatabasePid(): number | null {
+  for (const name of ['mariadbd', 'mysqld']) {
+    try {
+      const pid = Number(execFileSync('pidof', ['-s', name], { encoding: 'utf8' }).trim());
+      if (pid > 0) return pid;
+    } catch {
+      // not running under that name
+    }
+  }
+  return null;
 }
 
 /** What the child printed last, for the error message when it dies or never becomes healthy. */
