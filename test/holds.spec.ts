@@ -254,10 +254,11 @@ describe('checkout holds', () => {
     const a = await userCoupon('gina');
     const b = await userCoupon('gina');
     for (const uc of [a, b])
-      await hold(tokenFor('gina'), { userCouponId: uc.id, orderNo: order(), orderAmountCents: 20000, ttlSeconds: 1 });
+      await hold(tokenFor('gina'), { userCouponId: uc.id, orderNo: order(), orderAmountCents: 20000, ttlSeconds: 2 });
+    // 2 s holds: the void must come while b's hold is live, and on a busy machine it can take over a second.
     const voidLocked = await request(t.url).post(`/admin/user-coupons/${b.id}/void`).set(bearer(adminToken())).send({ reason: 'fraud' });
     expect([voidLocked.status, voidLocked.body.code]).toEqual([409, 'COUPON_LOCKED']);
-    await sleep(1100);
+    await sleep(2100);
     expect((await redeem(tokenFor('gina'), { userCouponId: a.id, orderNo: order(), orderAmountCents: 20000 })).status).toBe(201);
     expect(await steps(a.id)).toEqual(['null>UNUSED', 'UNUSED>LOCKED', 'LOCKED>UNUSED', 'UNUSED>USED']);
     const voided = await request(t.url).post(`/admin/user-coupons/${b.id}/void`).set(bearer(adminToken())).send({ reason: 'fraud' });

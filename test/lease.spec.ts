@@ -67,13 +67,14 @@ describe('job leases', () => {
   });
 
   it('a running holder keeps its lease past the lease time by renewing it', async () => {
-    const lease = await tryAcquireLease(instances[0], 'renewed', { ttlMs: 1000, retries: 3 });
+    // A lease time of 3 s: a renewal (every 1 s) delayed by a busy machine must not let it run out.
+    const lease = await tryAcquireLease(instances[0], 'renewed', { ttlMs: 3000, retries: 3 });
     expect(lease).not.toBeNull();
-    await sleep(2500);
-    expect(await tryAcquireLease(instances[1], 'renewed', { ttlMs: 1000, retries: 3 })).toBeNull();
+    await sleep(7500);
+    expect(await tryAcquireLease(instances[1], 'renewed', { ttlMs: 3000, retries: 3 })).toBeNull();
     expect(lease?.signal.aborted).toBe(false);
     await lease?.release();
-    expect(await tryAcquireLease(instances[1], 'renewed', { ttlMs: 1000, retries: 3 })).not.toBeNull();
+    expect(await tryAcquireLease(instances[1], 'renewed', { ttlMs: 3000, retries: 3 })).not.toBeNull();
   });
 
   it('a holder that dies (its renewals stop) is taken over once its lease expires, not before', async () => {

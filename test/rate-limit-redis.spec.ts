@@ -181,8 +181,8 @@ describe('Redis stopped mid-test', () => {
       const started = performance.now();
       await svc().admitGrab('c-hung', 'patient-user', 10);
       const ms = performance.now() - started;
-      // Two decisions (user, then coupon), each waiting for the deadline.
-      expect(ms).toBeGreaterThanOrEqual(2 * 250);
+      // Two decisions (user, then coupon), each waiting for the deadline; a timer can fire a few ms early.
+      expect(ms).toBeGreaterThanOrEqual(2 * 250 - 5);
       expect(ms).toBeLessThan(2 * 250 + 1000);
       expect((await fallbackCount()) - fallbacksBefore).toBe(2);
     } finally {
