@@ -70,6 +70,8 @@ export class HttpExceptionFilter implements ExceptionFilter {
     const language = languageOf(request.headers['accept-language']);
     if (language !== 'en') void reply.header('content-language', language);
     const message = messageFor(e.code, language, e.message);
-    void reply.status(e.status).send({ code: e.code, message, ...(e.details ? { details: e.details } : {}) });
+    const body: { code: string; message: string; details?: unknown } = { code: e.code, message };
+    if (e.details) body.details = e.details;
+    void reply.status(e.status).send(body);
   }
 }

@@ -57,7 +57,8 @@ export class GrabGroupService {
     return new Promise((resolve, reject) => {
       let queue = this.queues.get(coupon.id);
       if (!queue) this.queues.set(coupon.id, (queue = { waiting: [], running: false }));
-      queue.waiting.push({ ...request, resolve, reject, deadline: currentDeadline() });
+      // Named fields, not a spread: V8 copies a spread object on a slow path, several microseconds a grab.
+      queue.waiting.push({ userId: request.userId, key: request.key, resolve, reject, deadline: currentDeadline() });
       if (!queue.running) void this.drain(coupon, queue);
     });
   }

@@ -1,6 +1,6 @@
 import type { MysqlDataSourceOptions } from 'typeorm/driver/mysql/MysqlDataSourceOptions.js';
 import { type AppConfig, databaseHosts } from '../config/app-config.js';
-import { SESSION_TIME_ZONE } from './sql-rows.js';
+import { formatQuery, SESSION_TIME_ZONE } from './sql-rows.js';
 import { failoverDriver } from './failover-pool.js';
 import { migrations } from './migrations/index.js';
 
@@ -31,6 +31,7 @@ export function dataSourceOptions(c: DbConfig): MysqlDataSourceOptions {
     extra: {
       // Session time zone UTC so NOW(3) and DATETIME values agree with the app's Date objects.
       timezone: SESSION_TIME_ZONE,
+      queryFormat: formatQuery,
       connectTimeout: 5000,
       enableKeepAlive: true,
       maxIdle: c.DB_POOL_SIZE,

@@ -1,6 +1,6 @@
 import { describe, expect, it } from '@jest/globals';
 import mysql2, { type SqlValue } from 'mysql2';
-import { rowsSql, SESSION_TIME_ZONE, sqlLiteral } from './sql-rows.js';
+import { formatQuery, rowsSql, SESSION_TIME_ZONE, sqlLiteral } from './sql-rows.js';
 
 /** What the driver sends for the same rows written with `?` placeholders on these connections (TypeORM sets stringifyObjects). */
 const viaPlaceholders = (rows: SqlValue[][]) =>
@@ -40,5 +40,27 @@ describe('rowsSql', () => {
 
   it('writes a literal as the driver writes a placeholder', () => {
     for (const v of ["it's", 42, null, at, false]) expect(sqlLiteral(v)).toBe(mysql2.format('?', [v], true, SESSION_TIME_ZONE));
+  });
+});
+
+describe('formatQuery', () => {
+  const at = new Date('2026-12-01T10:20:30.456Z');
+  const values = [1, "it's", null, at, { a: 1 }, ['x', 'y'], 'what?'];
+  const sql = 'SELECT ? AS a, ? AS b, ? AS c, ? AS d, ? AS e, ? IN (?)';
+
+  it.each([true, false])('formats values as the driver does (stringifyObjects %s)', (stringifyObjects) => {
+    expect(formatQuery.call({ config: { stringifyObjects } }, sql, values, SESSION_TIME_ZONE)).toBe(
+      mysql2.format(sql, values as SqlValue[], stringifyObjects, SESSION_TIME_ZONE),
+    );
+  });
+
+  it('sends a statement without values as written, a `?` in a literal included', () => {
+    const literal = `SELECT 'what?' AS q, "a?b" AS r`;
+    for (const none of [undefined, []]) {
+      expect(formatQuery.call({ config: { stringifyObjects: true } }, literal, none, SESSION_TIME_ZONE)).toBe(literal);
+      expect(formatQuery.call({ config: { stringifyObjects: true } }, literal, none, SESSION_TIME_ZONE)).toBe(
+        mysql2.format(literal, [], true, SESSION_TIME_ZONE),
+      );
+    }
   });
 });

@@ -8,6 +8,18 @@ export function sqlLiteral(value: SqlValue): string {
   return mysql2.escape(value, false, SESSION_TIME_ZONE);
 }
 
+/**
+ * The connections' `queryFormat`: the driver's own placeholder formatting, except that a statement
+ * without values goes as written. The driver formats every statement, and with no values it still
+ * scans the whole text for a `?`: the ledger's multi-row statements carry their values as literals
+ * (rowsSql below), a 1,000-grab group's INSERT is some 200 KB, and that scan was a tenth of the
+ * driver's time in the grouped grab's profile.
+ */
+export function formatQuery(this: { config: { stringifyObjects?: boolean } }, sql: string, values: unknown, timeZone: string): string {
+  if (values === undefined || (Array.isArray(values) && values.length === 0)) return sql;
+  return mysql2.format(sql, values as SqlValue[], this.config.stringifyObjects ?? false, timeZone);
+}
+
 const same = (a: unknown, b: unknown) => a === b || (a instanceof Date && b instanceof Date && a.getTime() === b.getTime());
 
 /**

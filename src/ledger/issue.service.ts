@@ -45,22 +45,24 @@ export function validityWindow(coupon: IssueInput['coupon'], now: Date): { valid
   return { validFrom: now, expiresAt: new Date(now.getTime() + (coupon.validityDays as number) * DAY_MS) };
 }
 
-function newUserCoupon(input: IssueInput, now: Date): UserCoupon {
-  return Object.assign(new UserCoupon(), {
-    couponId: input.coupon.id,
-    userId: input.userId,
-    status: 'UNUSED' as const,
-    source: input.source,
-    fromStock: input.fromStock,
-    idempotencyKey: input.idempotencyKey ?? null,
-    replacesUserCouponId: input.replacesUserCouponId ?? null,
-    reason: input.reason ?? null,
-    issuedAt: now,
-    ...validityWindow(input.coupon, now),
-    usedAt: null,
-    lockedUntil: null,
-    updatedAt: now,
-  });
+/** Field by field: a group builds a thousand of these, and an object spread is copied on V8's slow path. */
+function newUserCoupon(input: IssueInput, now: Date, window = validityWindow(input.coupon, now)): UserCoupon {
+  const uc = new UserCoupon();
+  uc.couponId = input.coupon.id;
+  uc.userId = input.userId;
+  uc.status = 'UNUSED';
+  uc.source = input.source;
+  uc.fromStock = input.fromStock;
+  uc.idempotencyKey = input.idempotencyKey ?? null;
+  uc.replacesUserCouponId = input.replacesUserCouponId ?? null;
+  uc.reason = input.reason ?? null;
+  uc.issuedAt = now;
+  uc.validFrom = window.validFrom;
+  uc.expiresAt = window.expiresAt;
+  uc.usedAt = null;
+  uc.lockedUntil = null;
+  uc.updatedAt = now;
+  return uc;
 }
 
 /**
@@ -130,6 +132,7 @@ export class IssueService implements OnModuleInit {
   ): Promise<UserCoupon[]> {
     if (targets.length === 0) return [];
     if (how.fromStock && !(await this.stock.deduct(em, coupon.id, targets.length, now))) throw soldOutError(coupon.id);
+    const window = validityWindow(coupon, now);
     const rows = targets.map((t) =>
       newUserCoupon(
         {
@@ -142,6 +145,7 @@ export class IssueService implements OnModuleInit {
           txId: '',
         },
         now,
+        window,
       ),
     );
     // The rows are as built here: only their ids come back, from the INSERT itself where the server can (one round trip and
@@ -154,11 +158,11 @@ export class IssueService implements OnModuleInit {
       inserted = await idsByKeys(em, targets);
     }
     const ids = new Map(inserted.map((r) => [`${r.userId}\n${r.key}`, r.id]));
-    const issued = rows.map((uc) => Object.assign(uc, { id: ids.get(`${uc.userId}\n${uc.idempotencyKey as string}`) as string }));
+    for (const uc of rows) uc.id = ids.get(`${uc.userId}\n${uc.idempotencyKey as string}`) as string;
     await writeLog(
       em,
-      issued.map((r) => ({ userCouponId: r.id, from: null, to: 'UNUSED' as const, txId: how.txId(r), reason: how.reason, at: now })),
+      rows.map((r) => ({ userCouponId: r.id, from: null, to: 'UNUSED' as const, txId: how.txId(r), reason: how.reason, at: now })),
     );
-    return issued;
+    return rows;
   }
 }
