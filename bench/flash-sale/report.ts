@@ -236,9 +236,9 @@ function grabPhaseRounds(runs: readonly RunResult[]): string[] {
 
 /**
  * The machine's CPU per answer by process, grouped grab against the no-op, from the same round. The
- * load generator, the server and (for the grab only) the database share the cores, so on a
- * CPU-bound run the answered/s ratio follows the ratio of the totals, and that ratio moves far less
- * than wall-clock figures with the machine's other load.
+ * load generator, the server and the database share the cores, so on a CPU-bound run the
+ * answered/s ratio follows the ratio of the totals, and that ratio moves far less than wall-clock
+ * figures with the machine's other load.
  */
 function cpuRounds(rows: readonly { round: number; g: RunResult; n: RunResult }[]): string[] {
   const cells = rows.flatMap(({ round, g, n }) => {

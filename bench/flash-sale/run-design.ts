@@ -50,12 +50,10 @@ export interface RunResult {
   latencyMs: Record<string, Latency>;
   memory: { peakRssMiB: number; rssBeforeTimedMiB: number; peakRssDuringTimedMiB: number };
   /**
-   * CPU used during the timed part. On a shared machine wall-clock figures move with everyone
-   * else's load; CPU per answer moves much less, so it is the figure to compare across runs.
-   */
-  /**
-   * CPU during the timed part, per answer: the server's, the local database server's (null when it
-   * is not on this machine), and this load generator's. The three share the machine's cores.
+   * CPU used during the timed part, per answer: the server's, the local database server's (null
+   * when it is not on this machine), and this load generator's, which share the machine's cores. On
+   * a shared machine wall-clock figures move with everyone else's load; CPU per answer moves much
+   * less, so it is the figure to compare across runs.
    */
   cpu: {
     serverSeconds: number;

@@ -54,19 +54,20 @@ export function cpuSeconds(pid: number): number {
 }
 
 /**
- * The local database server's process (MariaDB or MySQL), so a run can say how much of the shared
- * CPU the database took; null when it runs elsewhere or cannot be found.
+ * The process of the database server the benchmark uses, when it is on this machine: the one
+ * listening on DB_PORT (the test suites start MariaDB servers of their own, so a name is not
+ * enough), so a run can say how much of the shared CPU the database took. Null when DB_HOST is not
+ * a loopback address or no local process listens there.
  */
-export function localDatabasePid(): number | null {
-  for (const name of ['mariadbd', 'mysqld']) {
-    try {
-      const pid = Number(execFileSync('pidof', ['-s', name], { encoding: 'utf8' }).trim());
-      if (pid > 0) return pid;
-    } catch {
-      // not running under that name
-    }
+export function localDatabasePid(host = process.env.DB_HOST ?? '127.0.0.1', port = process.env.DB_PORT ?? '3306'): number | null {
+  if (!['127.0.0.1', 'localhost', '::1'].includes(host)) return null;
+  try {
+    const listening = execFileSync('ss', ['-Hltnp', `sport = :${port}`], { encoding: 'utf8' });
+    const pid = Number(/pid=(\d+)/.exec(listening)?.[1]);
+    return pid > 0 ? pid : null;
+  } catch {
+    return null;
   }
-  return null;
 }
 
 /** What the child printed last, for the error message when it dies or never becomes healthy. */
