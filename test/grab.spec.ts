@@ -1,7 +1,7 @@
 import request from 'supertest';
 import { createCoupon, grabRequest, newKey } from './support/factories.js';
 import { checkInvariantsAfterEach } from './support/scoped-invariants.js';
-import { adminToken, bearer, burstAgent, startTestApp, TestApp, tokenFor } from './support/harness.js';
+import { adminToken, bearer, burstAgent, serviceToken, startTestApp, TestApp, tokenFor } from './support/harness.js';
 
 const HOUR = 3600_000;
 
@@ -91,6 +91,25 @@ describe.each(['grouped', 'per-request'])('grab (GRAB_STRATEGY=%s)', (strategy) 
       .set(bearer(tokenFor('someone-else')));
     expect(notMine.status).toBe(404);
     expect(notMine.body.code).toBe('GRAB_NOT_FOUND');
+  });
+
+  it('a replay repeats the first answer after the coupon was used, while the reads show it USED', async () => {
+    const coupon = await createCoupon(t.url, { totalStock: 5 });
+    const key = newKey('used');
+    const first = await grab(coupon.id, 'user-then-replay', key);
+    expect(first.status).toBe(201);
+    const used = await request(t.url)
+      .post('/redemptions')
+      .set(bearer(serviceToken()))
+      .send({ userCouponId: first.body.id, orderNo: `order-${key}`, orderAmountCents: 100_000, userId: 'user-then-replay' });
+    expect(used.status).toBe(201);
+    const again = await grab(coupon.id, 'user-then-replay', key);
+    expect([again.status, again.headers['idempotent-replayed']]).toEqual([201, 'true']);
+    expect(again.body).toEqual(first.body);
+    const now = await request(t.url)
+      .get(`/grabs/${key}`)
+      .set(bearer(tokenFor('user-then-replay')));
+    expect(now.body).toEqual({ ...first.body, status: 'USED', usedAt: used.body.usedAt });
   });
 
   it('a replay of a successful grab still answers after the coupon sold out', async () => {

@@ -192,6 +192,9 @@ describe('redemption', () => {
       expect(other.body.replacementUserCoupon.id).toBe(replacement.id);
       const reuse = await redeem(tokenFor('refunded'), { userCouponId: replacement.id, orderNo: 'RF-2', orderAmountCents: 10000 });
       expect(reuse.status).toBe(201);
+      // A repeat repeats the first answer: the replacement as the refund issued it, though it has been used since.
+      const repeat = await refund({ userCouponId: ucId, orderNo: 'RF-1', refundNo: 'REF-1' });
+      expect([repeat.status, repeat.headers['idempotent-replayed'], repeat.body]).toEqual([201, 'true', answers[0].body]);
     });
 
     it('one refundNo sent concurrently for two different coupons: one refund, the other 422, never a 5xx', async () => {

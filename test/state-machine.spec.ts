@@ -353,6 +353,13 @@ describe('state machine', () => {
         const unkeyed = await reissue(body);
         expect(unkeyed.status).toBe(201);
         expect(unkeyed.body.id).not.toBe(first.body.id);
+        // Voided since, the coupon is still answered as the first reissue answered it.
+        const voided = await request(t.url)
+          .post(`/admin/user-coupons/${first.body.id}/void`)
+          .set(bearer(adminToken()))
+          .send({ reason: 'test' });
+        expect(voided.body.status).toBe('VOID');
+        expect((await keyed('ticket-7', body)).body).toEqual(first.body);
         expect(await checkInvariants(t.db)).toEqual([]);
       });
 

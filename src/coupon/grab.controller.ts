@@ -5,7 +5,7 @@ import { CurrentUser, type Principal } from '../auth/principal.js';
 import { AppError } from '../common/errors.js';
 import { checkIdempotencyKey, IdPipe } from '../common/validation.js';
 import { GrabService } from './grab.service.js';
-import { toUserCouponView, UserCouponView } from '../ledger/user-coupon.entity.js';
+import { toIssuedView, toUserCouponView, UserCouponView } from '../ledger/user-coupon.entity.js';
 
 @ApiTags('grab')
 @ApiBearerAuth()
@@ -13,7 +13,7 @@ import { toUserCouponView, UserCouponView } from '../ledger/user-coupon.entity.j
 export class GrabController {
   constructor(private readonly grabs: GrabService) {}
 
-  /** 201 with the coupon; a replay of the same key answers the same, with Idempotent-Replayed: true. */
+  /** 201 with the coupon as issued; a replay of the same key answers the same body, with Idempotent-Replayed: true. */
   @Post('coupons/:couponId/grab')
   @HttpCode(201)
   @ApiHeader({ name: 'Idempotency-Key', required: true, description: '1-128 of [A-Za-z0-9_-], unique per grab attempt' })
@@ -25,7 +25,7 @@ export class GrabController {
   ): Promise<UserCouponView> {
     const { userCoupon, replayed } = await this.grabs.grab(user.userId, couponId, checkIdempotencyKey(key, 'Idempotency-Key'));
     if (replayed) void reply.header('Idempotent-Replayed', 'true');
-    return toUserCouponView(userCoupon);
+    return toIssuedView(userCoupon);
   }
 
   /** Lets a client whose grab timed out learn whether it got the coupon. */

@@ -78,18 +78,33 @@ export const effectiveStatusSql = (alias: string, now = '?') =>
          WHEN ${alias}.status IN ('UNUSED', 'LOCKED') THEN IF(${alias}.expires_at <= ${now}, 'EXPIRED', 'UNUSED')
          ELSE ${alias}.status END)`;
 
-export function toUserCouponView(uc: UserCoupon, now = new Date()) {
+function view(uc: UserCoupon, status: UserCouponStatus, usedAt: Date | null) {
   return {
     id: uc.id,
     couponId: uc.couponId,
     userId: uc.userId,
-    status: effectiveStatus(uc, now),
+    status,
     source: uc.source,
     issuedAt: uc.issuedAt.toISOString(),
     validFrom: uc.validFrom.toISOString(),
     expiresAt: uc.expiresAt.toISOString(),
-    usedAt: uc.usedAt ? uc.usedAt.toISOString() : null,
+    usedAt: usedAt ? usedAt.toISOString() : null,
     replacesUserCouponId: uc.replacesUserCouponId,
   };
 }
-export type UserCouponView = ReturnType<typeof toUserCouponView>;
+export type UserCouponView = ReturnType<typeof view>;
+
+/** The coupon as it is now. */
+export function toUserCouponView(uc: UserCoupon, now = new Date()): UserCouponView {
+  return view(uc, effectiveStatus(uc, now), uc.usedAt);
+}
+
+/**
+ * The coupon as the answer that issued it showed it: status as of its issuance (UNUSED, or EXPIRED
+ * when issued past its validity), never used. The answers of the requests that issue coupons (grab,
+ * reissue, a refund's replacement) are this, so a replay repeats the first answer whatever happened
+ * to the coupon since (API.md); the reads show it as it is now.
+ */
+export function toIssuedView(uc: UserCoupon): UserCouponView {
+  return view(uc, effectiveStatus({ status: 'UNUSED', expiresAt: uc.expiresAt, lockedUntil: null }, uc.issuedAt), null);
+}

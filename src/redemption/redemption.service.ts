@@ -7,7 +7,7 @@ import { AppError } from '../common/errors.js';
 import { counter } from '../common/metrics.js';
 import { Coupon } from '../coupon/coupon.entity.js';
 import { IssueService } from '../ledger/issue.service.js';
-import { toUserCouponView, UserCoupon } from '../ledger/user-coupon.entity.js';
+import { toIssuedView, UserCoupon } from '../ledger/user-coupon.entity.js';
 import { findUserCoupon, lockUserCoupon } from '../ledger/user-coupons.js';
 import { withLookup } from '../database/outcome.js';
 import { execute, TransactionService } from '../database/transaction.service.js';
@@ -42,7 +42,7 @@ export function toRefundView(r: Refund, replacement: UserCoupon | null) {
     refundNo: r.refundNo,
     userCouponId: r.userCouponId,
     orderNo: r.orderNo,
-    replacementUserCoupon: replacement ? toUserCouponView(replacement) : null,
+    replacementUserCoupon: replacement ? toIssuedView(replacement) : null,
     createdAt: r.createdAt.toISOString(),
   };
 }

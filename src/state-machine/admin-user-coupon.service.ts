@@ -4,7 +4,7 @@ import { isDuplicateKey } from '../common/db-errors.js';
 import { AppError } from '../common/errors.js';
 import { Coupon } from '../coupon/coupon.entity.js';
 import { IssueService } from '../ledger/issue.service.js';
-import { effectiveStatus, toUserCouponView, UserCoupon, UserCouponView } from '../ledger/user-coupon.entity.js';
+import { effectiveStatus, toIssuedView, toUserCouponView, UserCoupon, UserCouponView } from '../ledger/user-coupon.entity.js';
 import { findByKeys, findUserCoupon, lockUserCoupon } from '../ledger/user-coupons.js';
 import { TransactionService } from '../database/transaction.service.js';
 import { releaseTimedOutHold } from '../redemption/holds.js';
@@ -45,7 +45,7 @@ function replayReissue(earlier: UserCoupon, dto: ReissueUserCouponDto): ReissueR
       userCouponId: earlier.id,
     });
   }
-  return { userCoupon: toUserCouponView(earlier), replayed: true };
+  return { userCoupon: toIssuedView(earlier), replayed: true };
 }
 
 function notFound(userCouponId: string): AppError {
@@ -116,7 +116,7 @@ export class AdminUserCouponService {
           reason: dto.reason,
           txId: TxIds.admin(adminId, 'reissue'),
         });
-        return { userCoupon: toUserCouponView(uc), replayed: false };
+        return { userCoupon: toIssuedView(uc), replayed: false };
       });
     } catch (err) {
       // A concurrent request with the same key committed first; this one rolled back: answer that one.
