@@ -168,6 +168,18 @@ describe('bulk issuance', () => {
     expect(await bulkCoupons(coupon.id)).toHaveLength(1);
   });
 
+  it('repeats of a key sent while the first list is still being stored wait for it and answer the same job', async () => {
+    const coupon = await createCoupon(t.url);
+    const key = newKey('parallel');
+    const body = { userIds: Array.from({ length: 5000 }, (_, i) => `par-${i}`), reason: 'r', fromStock: false };
+    const answers = await Promise.all(Array.from({ length: 6 }, () => post(coupon.id, body, key)));
+    expect(answers.map((a) => a.status)).toEqual([202, 202, 202, 202, 202, 202]);
+    expect(new Set(answers.map((a) => a.body.jobId)).size).toBe(1);
+    expect(answers.filter((a) => a.headers['idempotent-replayed'] !== 'true')).toHaveLength(1);
+    await run();
+    expect(await bulkCoupons(coupon.id)).toHaveLength(5000);
+  });
+
   it('reads a CSV upload with CRLF, blank lines, a header and a BOM, and counts line numbers of the file', async () => {
     const coupon = await createCoupon(t.url, { totalStock: 10 });
     const created = await postCsv(coupon.id, '\uFEFFuser_id\r\nc1\r\n\r\nc2\n  c3  \n\nc1\nc4');

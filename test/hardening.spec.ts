@@ -224,6 +224,83 @@ describe('hardening', () => {
       expect((await request(t.url).get('/health')).status).toBe(200);
       expect((await request(t.url).get('/coupons?limit=1')).status).toBe(200);
     });
+
+    it('a body on a route that takes none is 400 naming its fields, and the route does nothing; an empty object is no body', async () => {
+      const coupon = await createCoupon(t.url, { totalStock: 5 });
+      const user = bearer(tokenFor('parse-5'));
+      const grabWith = (body: string) =>
+        request(t.url)
+          .post(`/coupons/${coupon.id}/grab`)
+          .set(user)
+          .set('Idempotency-Key', newKey())
+          .set('content-type', 'application/json')
+          .send(body);
+      const refusal = (res: request.Response) => [res.status, res.body.code, Object.keys(res.body.details?.fields ?? {})];
+      expect(refusal(await grabWith('{"x": 1, "userId": "someone-else"}'))).toEqual([400, 'VALIDATION_FAILED', ['x', 'userId']]);
+      expect(refusal(await grabWith('{"__proto__": {"admin": true}}'))).toEqual([400, 'VALIDATION_FAILED', ['__proto__']]);
+      expect(refusal(await grabWith('[1]'))).toEqual([400, 'VALIDATION_FAILED', ['body']]);
+      expect(refusal(await grabWith('"x"'))).toEqual([400, 'VALIDATION_FAILED', ['body']]);
+      // Both at once: the query parameter and the body field are named together.
+      const both = await request(t.url).post(`/coupons/${coupon.id}/grab?q=1`).set(user).set('Idempotency-Key', newKey()).send({ b: 1 });
+      expect(refusal(both)).toEqual([400, 'VALIDATION_FAILED', ['q', 'b']]);
+      const [{ issued }] = (await t.db.query('SELECT COUNT(*) AS issued FROM user_coupon WHERE coupon_id = ?', [coupon.id])) as {
+        issued: string;
+      }[];
+      expect(Number(issued)).toBe(0);
+      // The token is checked first; an empty object, or no body, is taken.
+      expect(refusal(await request(t.url).delete('/admin/webhooks/1').send({ foo: 1 }))).toEqual([401, 'UNAUTHENTICATED', []]);
+      expect(refusal(await request(t.url).delete('/admin/webhooks/1').set(bearer(adminToken())).send({ foo: 1 }))).toEqual([
+        400,
+        'VALIDATION_FAILED',
+        ['foo'],
+      ]);
+      expect((await grabWith('{}')).status).toBe(201);
+      expect(
+        (
+          await request(t.url)
+            .post(`/coupons/${coupon.id}/grab`)
+            .set(bearer(tokenFor('parse-6')))
+            .set('Idempotency-Key', newKey())
+        ).status,
+      ).toBe(201);
+    });
+  });
+
+  describe('body parsing', () => {
+    it('a body field named __proto__ or constructor is 400 naming it, at any depth, and writes nothing', async () => {
+      const { userCouponId } = await grab('parse-7');
+      const send = (path: string, text: string, token = serviceToken()) =>
+        request(t.url).post(path).set(bearer(token)).set('content-type', 'application/json').send(text);
+      const fields = (res: request.Response) => [res.status, res.body.code, Object.keys(res.body.details?.fields ?? {})];
+      const redemption = `"userCouponId": "${userCouponId}", "orderNo": "proto-1", "orderAmountCents": 5000, "userId": "parse-7"`;
+      expect(fields(await send('/redemptions', `{${redemption}, "__proto__": {"x": 1}}`))).toEqual([
+        400,
+        'VALIDATION_FAILED',
+        ['__proto__'],
+      ]);
+      expect(fields(await send('/redemptions', `{${redemption}, "constructor": {"prototype": {"x": 1}}}`))).toEqual([
+        400,
+        'VALIDATION_FAILED',
+        ['constructor'],
+      ]);
+      const nested = JSON.stringify(couponBody()).replace('"validity":{', '"validity":{"__proto__":{"admin":true},');
+      expect(fields(await send('/admin/coupons', nested, adminToken()))).toEqual([400, 'VALIDATION_FAILED', ['validity.__proto__']]);
+      const [{ status }] = (await t.db.query('SELECT status FROM user_coupon WHERE id = ?', [userCouponId])) as { status: string }[];
+      expect(status).toBe('UNUSED');
+    });
+
+    it.each([
+      ['text/plain', 'hello'],
+      ['application/x-www-form-urlencoded', 'userCouponId=1&orderNo=x'],
+    ])('a %s body is 415 UNSUPPORTED_MEDIA_TYPE, on routes with and without a body', async (type, text) => {
+      for (const [path, token] of [
+        ['/redemptions', serviceToken()],
+        ['/admin/reconciliation/runs', adminToken()],
+      ])
+        expect((await request(t.url).post(path).set(bearer(token)).set('content-type', type).send(text)).body.code).toBe(
+          'UNSUPPORTED_MEDIA_TYPE',
+        );
+    });
   });
 
   describe('request ids (item 5)', () => {

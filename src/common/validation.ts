@@ -86,45 +86,65 @@ export class StrictValidationPipe extends ValidationPipe {
   }
 }
 
+/** What a handler takes besides its path: read once per handler from its parameter decorators. */
+interface DeclaredInput {
+  /** 'dto' when the handler validates its whole query with a DTO, else the names it reads one by one. */
+  query: ReadonlySet<string> | 'dto';
+  /** Whether it reads a body: a @Body() parameter, or the raw request (the bulk upload streams its own). */
+  body: boolean;
+}
+
 /**
- * The pipe only sees the query of a handler that declares one, so `GET /coupons/1?x=1` or
- * `/health?x=1` had the parameter ignored where API.md makes it a 400 like an unknown body field.
- * Registered after the auth guard, so a caller without a token still hears 401 first, as with a bad
- * body. A guard rather than an interceptor: any interceptor puts every request through an RxJS
- * chain, which a grab keeps alive while it waits for its group; copying those chains in the
- * young-generation collections held the grouped grab back by about a fifth (BENCHMARKS.md).
+ * The pipe only sees the query and body of a handler that declares them, so `GET /coupons/1?x=1`,
+ * `/health?x=1` or a grab sent with `{"x": 1}` had the input ignored where API.md makes an
+ * unexpected field a 400 like an unknown body field. A route without a body takes none, or an empty
+ * object (what some clients send with every POST). Registered after the auth guard, so a caller
+ * without a token still hears 401 first, as with a bad body. A guard rather than an interceptor:
+ * any interceptor puts every request through an RxJS chain, which a grab keeps alive while it
+ * waits for its group; copying those chains in the young-generation collections held the grouped
+ * grab back by about a fifth (BENCHMARKS.md).
  */
 @Injectable()
-export class UndeclaredQueryGuard implements CanActivate {
-  private readonly declared = new WeakMap<object, ReadonlySet<string> | 'dto'>();
+export class UndeclaredInputGuard implements CanActivate {
+  private readonly declared = new WeakMap<object, DeclaredInput>();
 
   canActivate(context: ExecutionContext): true {
-    const query = context.switchToHttp().getRequest<FastifyRequest>().query;
+    const { query, body } = context.switchToHttp().getRequest<FastifyRequest>();
     const names = typeof query === 'object' && query !== null ? Object.keys(query) : [];
-    if (names.length > 0) {
-      const declared = this.declaredQuery(context);
-      const unknown = declared === 'dto' ? [] : names.filter((name) => !declared.has(name));
-      if (unknown.length > 0)
-        throw validationFailed(Object.fromEntries(unknown.map((name) => [name, [`property ${name} should not exist`]])));
-    }
+    const bodyGiven = body !== undefined && !isEmptyObject(body);
+    if (names.length === 0 && !bodyGiven) return true;
+    const declared = this.declaredInput(context);
+    const reads = declared.query;
+    const unknown = reads === 'dto' ? [] : names.filter((name) => !reads.has(name));
+    const unwanted = bodyGiven && !declared.body;
+    if (unwanted && isPlainObject(body)) unknown.push(...Object.keys(body));
+    const fields: [string, string[]][] = unknown.map((name) => [name, [`property ${name} should not exist`]]);
+    if (unwanted && !isPlainObject(body)) fields.push(['body', ['this route takes no body']]);
+    // fromEntries: a field named __proto__ is listed as one, where an assignment would set the prototype.
+    if (fields.length > 0) throw validationFailed(Object.fromEntries(fields));
     return true;
   }
 
-  /** 'dto' when the handler validates its whole query with a DTO, else the names it reads one by one. */
-  private declaredQuery(context: ExecutionContext): ReadonlySet<string> | 'dto' {
+  private declaredInput(context: ExecutionContext): DeclaredInput {
     const handler = context.getHandler();
     let declared = this.declared.get(handler);
     if (declared === undefined) {
-      const args = (Reflect.getMetadata(ROUTE_ARGS_METADATA, context.getClass(), handler.name) ?? {}) as Record<string, { data?: unknown }>;
-      const queryArgs = Object.entries(args)
-        .filter(([key]) => Number(key.split(':')[0]) === RouteParamtypes.QUERY)
-        .map(([, arg]) => arg.data);
-      declared = queryArgs.some((data) => typeof data !== 'string') ? 'dto' : new Set(queryArgs as string[]);
+      const args = Object.entries(
+        (Reflect.getMetadata(ROUTE_ARGS_METADATA, context.getClass(), handler.name) ?? {}) as Record<string, { data?: unknown }>,
+      ).map(([key, arg]) => ({ type: Number(key.split(':')[0]), data: arg.data }));
+      const queryArgs = args.filter((a) => a.type === RouteParamtypes.QUERY).map((a) => a.data);
+      declared = {
+        query: queryArgs.some((data) => typeof data !== 'string') ? 'dto' : new Set(queryArgs as string[]),
+        body: args.some((a) => a.type === RouteParamtypes.BODY || a.type === RouteParamtypes.REQUEST),
+      };
       this.declared.set(handler, declared);
     }
     return declared;
   }
 }
+
+const isPlainObject = (v: unknown): v is Record<string, unknown> => typeof v === 'object' && v !== null && !Array.isArray(v);
+const isEmptyObject = (v: unknown) => isPlainObject(v) && Object.keys(v).length === 0;
 
 /** Deeper than any DTO of this API; deeper input would only exhaust class-transformer's recursion. */
 const MAX_DEPTH = 16;

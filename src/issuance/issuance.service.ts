@@ -5,6 +5,7 @@ import { AppError } from '../common/errors.js';
 import { USER_ID_PATTERN } from '../common/validation.js';
 import { toPage } from '../common/page.js';
 import { CouponService } from '../coupon/coupon.service.js';
+import { budget } from '../database/deadline-pool.js';
 import { TransactionService } from '../database/transaction.service.js';
 import {
   discardUpload,
@@ -22,6 +23,16 @@ import { IssuanceRunner } from './issuance-runner.js';
 
 /** Lines written to the database per statement while a list streams in. */
 const UPLOAD_CHUNK = 2000;
+
+/**
+ * How long a repeat of a key waits for the first request's list to be stored before it answers 409
+ * IDEMPOTENCY_IN_PROGRESS: a JSON list of 10,000 takes well under a second, a CSV of a million
+ * lines minutes (that one is answered 409, retry later).
+ */
+const UPLOAD_WAIT_MS = 3000;
+const UPLOAD_POLL_MS = 50;
+
+const inProgress = (jobId: string) => new AppError('IDEMPOTENCY_IN_PROGRESS', 'The upload with this key is still in progress', { jobId });
 
 export interface JobRequest {
   couponId: string;
@@ -73,15 +84,21 @@ export class IssuanceService {
   /** 202 for a new job, or the job this key made before (`replayed`). */
   async create(req: JobRequest, lines: AsyncIterable<{ lineNo: number; text: string }>): Promise<{ jobId: string; replayed: boolean }> {
     const earlier = await findJobByKey(this.ds.manager, req.key);
-    if (earlier) return this.replay(earlier, req);
+    // null: the earlier request's upload failed and was discarded, so the key is free again.
+    const replayed = earlier && (await this.replay(earlier, req));
+    if (replayed) return replayed;
     await this.coupons.template(req.couponId);
     let jobId: string;
     try {
       jobId = await this.tx.inTransaction((em) => insertJob(em, req, new Date()));
     } catch (err) {
-      const winner = isDuplicateKey(err) ? await findJobByKey(this.ds.manager, req.key) : null;
-      if (winner) return this.replay(winner, req);
-      throw err;
+      if (!isDuplicateKey(err)) throw err;
+      // A request with this key made its job meanwhile: answer that one (or, if its upload fails while
+      // this one waits, let the client retry).
+      const winner = await findJobByKey(this.ds.manager, req.key);
+      const answer = winner && (await this.replay(winner, req));
+      if (answer) return answer;
+      throw inProgress(winner?.id ?? '');
     }
     try {
       await this.store(jobId, lines);
@@ -96,13 +113,24 @@ export class IssuanceService {
     return { jobId, replayed: false };
   }
 
-  private replay(job: Job, req: JobRequest): { jobId: string; replayed: boolean } {
-    if (job.couponId !== req.couponId) {
-      throw new AppError('IDEMPOTENCY_KEY_REUSED', 'This Idempotency-Key was already used for a job of another coupon', { jobId: job.id });
+  /**
+   * The job this key made, once its list is stored: a repeat sent while the first request's list is
+   * still being stored (two clicks, a client retrying at once) waits for it, so it gets the same
+   * jobId as API.md says, not 409. Null when that upload failed meanwhile (its key is free again).
+   */
+  private async replay(job: Job, req: JobRequest): Promise<{ jobId: string; replayed: true } | null> {
+    const until = Date.now() + Math.min(UPLOAD_WAIT_MS, budget(UPLOAD_WAIT_MS));
+    for (let current: Job | null = job; current; current = await findJobByKey(this.ds.manager, req.key)) {
+      if (current.couponId !== req.couponId) {
+        throw new AppError('IDEMPOTENCY_KEY_REUSED', 'This Idempotency-Key was already used for a job of another coupon', {
+          jobId: current.id,
+        });
+      }
+      if (current.status !== 'UPLOADING') return { jobId: current.id, replayed: true };
+      if (Date.now() + UPLOAD_POLL_MS >= until) throw inProgress(current.id);
+      await new Promise((r) => setTimeout(r, UPLOAD_POLL_MS));
     }
-    if (job.status === 'UPLOADING')
-      throw new AppError('IDEMPOTENCY_IN_PROGRESS', 'The upload with this key is still in progress', { jobId: job.id });
-    return { jobId: job.id, replayed: true };
+    return null;
   }
 
   private async store(jobId: string, lines: AsyncIterable<{ lineNo: number; text: string }>): Promise<void> {

@@ -43,7 +43,7 @@ interface Operation {
 function commonErrors(method: string, route: RouteContract): ErrorCode[] {
   // Any request: it did not all arrive within REQUEST_TIMEOUT_MS (a slow body, or slow headers
   // answered by the HTTP server before routing), or its headers are too large.
-  // Any route refuses a query parameter it does not declare (UndeclaredQueryGuard).
+  // Any route refuses a query parameter or a body field it does not declare (UndeclaredInputGuard).
   const codes: ErrorCode[] = ['REQUEST_TIMEOUT', 'HEADERS_TOO_LARGE', 'VALIDATION_FAILED'];
   const takesBody = method === 'post' || method === 'patch' || method === 'put' || method === 'delete';
   if (route.auth !== 'public') codes.push('UNAUTHENTICATED');
