@@ -266,6 +266,24 @@ describe('hardening', () => {
     });
   });
 
+  describe('times', () => {
+    it('a time without its zone is 400 naming it; one with an offset is the instant it names', async () => {
+      const create = (overrides: Record<string, unknown>) =>
+        request(t.url)
+          .post('/admin/coupons')
+          .set(bearer(adminToken()))
+          .send({ ...couponBody(), ...overrides });
+      const fields = (res: request.Response) => [res.status, Object.keys(res.body.details?.fields ?? {})];
+      expect(fields(await create({ grabStartAt: '2026-01-01T00:00:00' }))).toEqual([400, ['grabStartAt']]);
+      expect(fields(await create({ grabEndAt: '2099-01-01' }))).toEqual([400, ['grabEndAt']]);
+      expect(
+        fields(await create({ validity: { type: 'FIXED', startAt: '2026-01-01T00:00:00.000', endAt: '2099-01-01T00:00:00Z' } })),
+      ).toEqual([400, ['validity.startAt']]);
+      const offset = await create({ grabStartAt: '2026-01-01T08:00:00+08:00' });
+      expect([offset.status, offset.body.grabStartAt]).toEqual([201, '2026-01-01T00:00:00.000Z']);
+    });
+  });
+
   describe('body parsing', () => {
     it('a body field named __proto__ or constructor is 400 naming it, at any depth, and writes nothing', async () => {
       const { userCouponId } = await grab('parse-7');

@@ -11,7 +11,7 @@ import {
 import { ROUTE_ARGS_METADATA } from '@nestjs/common/constants.js';
 import { RouteParamtypes } from '@nestjs/common/enums/route-paramtypes.enum.js';
 import { Transform } from 'class-transformer';
-import { buildMessage, IsString, Matches, ValidateBy, ValidateIf, ValidationOptions } from 'class-validator';
+import { buildMessage, IsISO8601, IsString, Matches, ValidateBy, ValidateIf, ValidationOptions } from 'class-validator';
 import type { FastifyRequest } from 'fastify';
 import { AppError } from './errors.js';
 
@@ -197,6 +197,17 @@ const idAsString = ({ value }: { value: unknown }) => (typeof value === 'number'
 /** A body or query field holding an id (a cursor is one too). */
 export const IsId = (message = '$property must be a positive integer id') =>
   applyDecorators(Transform(idAsString), IsString(), Matches(ID_PATTERN, { message }));
+
+/**
+ * A point in time: ISO 8601 with its zone (`Z` or `±hh:mm`). A time without one
+ * (`2026-12-12T20:00:00`, `2026-12-12`) is refused rather than read as UTC: an operator in UTC+8
+ * who meant local time would get a sale eight hours off.
+ */
+export const IsInstant = () =>
+  applyDecorators(
+    IsISO8601({ strict: true }),
+    Matches(/T\d{2}:\d{2}(:\d{2}(\.\d+)?)?(Z|[+-]\d{2}:?\d{2})$/, { message: '$property must be a time with its zone (Z or ±hh:mm)' }),
+  );
 
 export const USER_ID_PATTERN = /^[A-Za-z0-9_.:-]{1,64}$/;
 export const IDEMPOTENCY_KEY_PATTERN = /^[A-Za-z0-9_-]{1,128}$/;

@@ -4,7 +4,6 @@ import {
   IsBoolean,
   IsIn,
   IsInt,
-  IsISO8601,
   IsNotEmptyObject,
   IsOptional,
   IsString,
@@ -15,7 +14,7 @@ import {
   ValidateNested,
 } from 'class-validator';
 import { USER_COUPON_STATUSES } from '../ledger/transitions.js';
-import { IsId, IsOmittable, QueryInt, SharedQuery, TextLength, USER_ID_PATTERN } from '../common/validation.js';
+import { IsId, IsInstant, IsOmittable, QueryInt, SharedQuery, TextLength, USER_ID_PATTERN } from '../common/validation.js';
 import { SERIES_SECONDS } from './grab-series.js';
 import { PageLimitQuery } from '../common/page.js';
 
@@ -30,12 +29,12 @@ export class ValidityDto {
 
   @ApiPropertyOptional({ description: 'FIXED only: ISO 8601 UTC' })
   @ValidateIf((o: ValidityDto) => o.type === 'FIXED' || o.startAt !== undefined)
-  @IsISO8601({ strict: true })
+  @IsInstant()
   startAt?: string;
 
   @ApiPropertyOptional({ description: 'FIXED only: ISO 8601 UTC' })
   @ValidateIf((o: ValidityDto) => o.type === 'FIXED' || o.endAt !== undefined)
-  @IsISO8601({ strict: true })
+  @IsInstant()
   endAt?: string;
 
   @ApiPropertyOptional({ description: 'RELATIVE only: days from issuance', minimum: 1, maximum: 3650 })
@@ -100,11 +99,11 @@ export class CreateCouponDto {
   perUserLimit?: number;
 
   @ApiProperty()
-  @IsISO8601({ strict: true })
+  @IsInstant()
   grabStartAt!: string;
 
   @ApiProperty()
-  @IsISO8601({ strict: true })
+  @IsInstant()
   grabEndAt!: string;
 
   @ApiProperty({ type: ValidityDto })
