@@ -55,6 +55,10 @@ const PROGRESS_SAVE_MS = 1_000;
 
 export const RECONCILIATION_LEASE = 'reconcile';
 
+/** How long a refused trigger waits for the running run's row, and how often it looks. */
+const RUN_ROW_WAIT_MS = 2000;
+const RUN_ROW_POLL_MS = 25;
+
 /**
  * Runs the audits. One run at a time across every instance (and every Galera node): the run holds
  * the `reconcile` lease for its whole length; if its process dies, the lease expires
@@ -97,16 +101,7 @@ export class ReconciliationService implements BeforeApplicationShutdown {
 
   private async open(mode: RunMode, triggeredBy: string): Promise<{ runId: string; done: Promise<RunView> }> {
     const lease = await this.leases.tryAcquire(RECONCILIATION_LEASE);
-    if (!lease) {
-      const [running]: { id: string }[] = await this.dataSource.query(
-        `SELECT id FROM reconciliation_run WHERE status = 'RUNNING' ORDER BY id DESC LIMIT 1`,
-      );
-      throw new AppError(
-        'RECONCILIATION_RUNNING',
-        'A reconciliation run is already in progress',
-        running ? { runId: running.id } : undefined,
-      );
-    }
+    if (!lease) throw await this.alreadyRunning();
     let runId: string;
     try {
       runId = await this.tx.inTransaction((em) => this.recordStart(em, mode, triggeredBy));
@@ -115,6 +110,28 @@ export class ReconciliationService implements BeforeApplicationShutdown {
       throw err;
     }
     return { runId, done: this.execute(runId, lease, mode) };
+  }
+
+  /**
+   * The refusal of a second trigger, naming the run in progress. Its instance records the run just
+   * after taking the lease, so a trigger that comes in between (two clicks) waits for the row rather
+   * than answering without `runId`; only a holder that never records one (it died in between) leaves
+   * it out, after RUN_ROW_WAIT_MS.
+   */
+  private async alreadyRunning(): Promise<AppError> {
+    const until = Date.now() + RUN_ROW_WAIT_MS;
+    for (;;) {
+      const [running]: { id: string }[] = await this.dataSource.query(
+        `SELECT id FROM reconciliation_run WHERE status = 'RUNNING' ORDER BY id DESC LIMIT 1`,
+      );
+      if (running || Date.now() >= until)
+        return new AppError(
+          'RECONCILIATION_RUNNING',
+          'A reconciliation run is already in progress',
+          running ? { runId: running.id } : undefined,
+        );
+      await new Promise((r) => setTimeout(r, RUN_ROW_POLL_MS));
+    }
   }
 
   /** Starts a run and waits for it to finish. */
