@@ -35,8 +35,19 @@ async function eventually<T>(read: () => Promise<T>, ok: (v: T) => boolean, ms =
 /** Ant Design's opening animations (drawers, modals) take 0.3 s; a click before they end can be lost on a loaded machine. */
 const settle = () => page.waitForTimeout(400);
 
+/**
+ * Until the toasts are gone. A toast stays while the pointer is over it, and one that appears under
+ * the pointer (over a drawer's close button, after a click next to it) takes every click there and
+ * never leaves: so the pointer moves away first.
+ */
+async function noToasts(): Promise<void> {
+  await page.mouse.move(0, 0);
+  for (let i = 0; i < 100 && (await page.locator('.ant-message-notice').count()) > 0; i++) await page.waitForTimeout(100);
+}
+
 /** Escape closes a drawer only while the focus is inside it; its close button always does. */
 async function closeDrawer(): Promise<void> {
+  await noToasts();
   await page.locator('.ant-drawer-open .ant-drawer-close').click();
   await page.locator('.ant-drawer-open').waitFor({ state: 'detached' });
 }
@@ -465,7 +476,7 @@ describe('admin console in a browser', () => {
 
   it('speaks Chinese after the switch', async () => {
     // A toast of the tests before, in English, would otherwise sit in the screenshots.
-    for (let i = 0; i < 100 && (await page.locator('.ant-message-notice').count()) > 0; i++) await page.waitForTimeout(100);
+    await noToasts();
     await page.getByRole('menuitem', { name: 'Campaigns' }).click();
     await page.getByTestId('language').getByText('中文').click();
     await page.getByRole('menuitem', { name: '活动' }).waitFor();

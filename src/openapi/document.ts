@@ -72,7 +72,10 @@ function errorResponses(codes: ErrorCode[]): Record<string, unknown> {
       String(status),
       {
         description: list.join(', '),
-        headers: status === 429 ? headers(['Retry-After'], ['Retry-After']) : status === 503 ? headers(['Retry-After']) : headers([]),
+        headers:
+          status === 429
+            ? headers(['Retry-After', 'Content-Language'], ['Retry-After'])
+            : headers(status === 503 ? ['Retry-After', 'Content-Language'] : ['Content-Language']),
         content: {
           'application/json': {
             schema: { allOf: [ref('Error'), { type: 'object', properties: { code: { type: 'string', enum: list } } }] },

@@ -1,3 +1,4 @@
+import { CATALOGUES } from '../common/messages.js';
 import { PUBLIC_CURSOR } from '../coupon/coupon.dto.js';
 import { ERROR_STATUS } from '../common/errors.js';
 import { IDEMPOTENCY_KEY_PATTERN, USER_ID_PATTERN } from '../common/validation.js';
@@ -281,6 +282,11 @@ export const HEADERS = {
   'Retry-After': {
     description: 'Seconds to wait before retrying',
     schema: { type: 'string', pattern: '^[0-9]+$' },
+  },
+  'Content-Language': {
+    description:
+      "The language of `message` when it is not English: the request's Accept-Language chose it (zh-CN, zh, zh-TW all give zh-CN)",
+    schema: { type: 'string', enum: Object.keys(CATALOGUES) },
   },
 } as const;
 export type HeaderName = keyof typeof HEADERS;

@@ -3,6 +3,9 @@ import { Ajv2020, type ValidateFunction } from 'ajv/dist/2020.js';
 import addFormatsModule, { type FormatsPlugin } from 'ajv-formats';
 import { ERROR_STATUS } from '../../src/common/errors.js';
 
+/** Headers the service sets itself on some answers; each answer that has one must document it. */
+const SERVICE_HEADERS = ['x-request-id', 'idempotent-replayed', 'retry-after', 'content-language'];
+
 // ajv-formats is CommonJS with its function on `default` as seen from ESM.
 const addFormats = ((addFormatsModule as unknown as { default?: FormatsPlugin }).default ?? addFormatsModule) as FormatsPlugin;
 
@@ -130,6 +133,10 @@ export class ContractChecker {
         ),
       );
     }
+    // The headers the service itself sets (Fastify's and Node's are not in the document) must be documented where sent.
+    const documented = new Set(Object.keys(response.headers ?? {}).map((name) => name.toLowerCase()));
+    for (const name of SERVICE_HEADERS)
+      if (a.headers[name] !== undefined && !documented.has(name)) problems.push(`header ${name} is not documented`);
     const media = Object.keys(response.content ?? {});
     if (media.length > 0 && !media.includes(contentType))
       problems.push(`content-type ${contentType} is not documented (${media.join(', ')})`);
