@@ -32,7 +32,8 @@ const UPLOAD_CHUNK = 2000;
 const UPLOAD_WAIT_MS = 3000;
 const UPLOAD_POLL_MS = 50;
 
-const inProgress = (jobId: string) => new AppError('IDEMPOTENCY_IN_PROGRESS', 'The upload with this key is still in progress', { jobId });
+const inProgress = (jobId?: string) =>
+  new AppError('IDEMPOTENCY_IN_PROGRESS', 'The upload with this key is still in progress; retry shortly', jobId ? { jobId } : undefined);
 
 export interface JobRequest {
   couponId: string;
@@ -98,7 +99,7 @@ export class IssuanceService {
       const winner = await findJobByKey(this.ds.manager, req.key);
       const answer = winner && (await this.replay(winner, req));
       if (answer) return answer;
-      throw inProgress(winner?.id ?? '');
+      throw inProgress(winner?.id);
     }
     try {
       await this.store(jobId, lines);
