@@ -49,23 +49,21 @@ describe('kill -9 during a flood of 2,000 grabs', () => {
     let answered = 0;
     let crashing: Promise<void> | undefined;
     const current = server as Server;
-    const attempts: Attempt[] = [];
-    let next = 0;
-    await Promise.all(
-      Array.from({ length: CONNECTIONS }, async () => {
-        while (next < GRABS && !crashing) {
-          const i = next++;
-          const user = `${round}-u${i}`;
-          const key = `${round}-k${i}`;
-          const reply = await call(current.url, 'POST', `/coupons/${couponId}/grab`, {
-            token: tokenFor(user),
-            headers: { 'idempotency-key': key },
-            timeoutMs: 30_000,
-          });
-          attempts.push({ user, key, reply });
-          if (reply.status !== 0 && ++answered === killAfter) crashing = current.crash();
-        }
-      }),
+    const attempts = await mapConcurrent(
+      Array.from({ length: GRABS }, (_, i) => i),
+      CONNECTIONS,
+      async (i): Promise<Attempt> => {
+        const user = `${round}-u${i}`;
+        const key = `${round}-k${i}`;
+        const reply = await call(current.url, 'POST', `/coupons/${couponId}/grab`, {
+          token: tokenFor(user),
+          headers: { 'idempotency-key': key },
+          timeoutMs: 30_000,
+        });
+        if (reply.status !== 0 && ++answered === killAfter) crashing = current.crash();
+        return { user, key, reply };
+      },
+      () => crashing !== undefined,
     );
     await crashing;
     figures.requests += attempts.length;

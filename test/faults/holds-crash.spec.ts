@@ -2,7 +2,7 @@ import { couponBody } from '../support/factories.js';
 import { adminToken, tokenFor } from '../support/harness.js';
 import { checkInvariants } from '../../src/ledger/invariants.js';
 import { count, createFaultDatabase, FaultDatabase } from './support/db.js';
-import { call, mapConcurrent, Reply, sleep } from './support/http.js';
+import { call, mapConcurrent, sleep } from './support/http.js';
 import { report } from './support/report.js';
 import { buildServer, Server, startServer } from './support/server.js';
 
@@ -50,24 +50,21 @@ describe('kill -9 with active holds', () => {
     // answer would be lost; with at most CONNECTIONS in flight the server is at most that far ahead.
     let answered = 0;
     let crashing: Promise<void> | undefined;
-    const holds: { user: string; ucId: string; orderNo: string; reply: Reply }[] = [];
-    let next = 0;
-    await Promise.all(
-      Array.from({ length: CONNECTIONS }, async () => {
-        while (next < USERS && !crashing) {
-          const i = next++;
-          const user = users[i];
-          const ucId = grabs[i].body.id as string;
-          const orderNo = `hc-order-${i}`;
-          const reply = await call(current.url, 'POST', '/redemptions/holds', {
-            token: tokenFor(user),
-            body: { userCouponId: ucId, orderNo, orderAmountCents: 20000, ttlSeconds: TTL_SECONDS },
-            timeoutMs: 30_000,
-          });
-          holds.push({ user, ucId, orderNo, reply });
-          if (reply.status !== 0 && ++answered === USERS / 4) crashing = current.crash();
-        }
-      }),
+    const holds = await mapConcurrent(
+      users,
+      CONNECTIONS,
+      async (user, i) => {
+        const ucId = grabs[i].body.id as string;
+        const orderNo = `hc-order-${i}`;
+        const reply = await call(current.url, 'POST', '/redemptions/holds', {
+          token: tokenFor(user),
+          body: { userCouponId: ucId, orderNo, orderAmountCents: 20000, ttlSeconds: TTL_SECONDS },
+          timeoutMs: 30_000,
+        });
+        if (reply.status !== 0 && ++answered === USERS / 4) crashing = current.crash();
+        return { user, ucId, orderNo, reply };
+      },
+      () => crashing !== undefined,
     );
     await crashing;
     figures.faults++;

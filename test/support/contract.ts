@@ -2,9 +2,10 @@ import { readFileSync } from 'node:fs';
 import { Ajv2020, type ValidateFunction } from 'ajv/dist/2020.js';
 import addFormatsModule, { type FormatsPlugin } from 'ajv-formats';
 import { ERROR_STATUS } from '../../src/common/errors.js';
+import { HEADERS } from '../../src/openapi/schemas.js';
 
-/** Headers the service sets itself on some answers; each answer that has one must document it. */
-const SERVICE_HEADERS = ['x-request-id', 'idempotent-replayed', 'retry-after', 'content-language'];
+/** Headers the service sets itself on some answers (the document's list); each answer that has one must document it. */
+const SERVICE_HEADERS = Object.keys(HEADERS).map((name) => name.toLowerCase());
 
 // ajv-formats is CommonJS with its function on `default` as seen from ESM.
 const addFormats = ((addFormatsModule as unknown as { default?: FormatsPlugin }).default ?? addFormatsModule) as FormatsPlugin;

@@ -110,17 +110,27 @@ export async function callUntilAnswered(base: string, method: string, path: stri
 }
 
 /** `fn` over `items`, at most `limit` at a time, results in order. */
-export async function mapConcurrent<T, R>(items: readonly T[], limit: number, fn: (item: T, index: number) => Promise<R>): Promise<R[]> {
+/**
+ * `fn` over `items`, at most `limit` at a time, each worker taking the next item once its own is
+ * done. With `stopped`, no item is started once it holds (a flood cut by a crash); the results are
+ * those of the items started, in item order.
+ */
+export async function mapConcurrent<T, R>(
+  items: readonly T[],
+  limit: number,
+  fn: (item: T, index: number) => Promise<R>,
+  stopped: () => boolean = () => false,
+): Promise<R[]> {
   const results = new Array<R>(items.length);
   let next = 0;
   const worker = async () => {
-    while (next < items.length) {
+    while (next < items.length && !stopped()) {
       const i = next++;
       results[i] = await fn(items[i], i);
     }
   };
   await Promise.all(Array.from({ length: Math.min(limit, items.length) }, worker));
-  return results;
+  return results.slice(0, next);
 }
 
 /** The p-quantile (0..1) of the replies' latencies in ms. */
