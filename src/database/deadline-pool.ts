@@ -53,6 +53,19 @@ export function budget(outside: number): number {
   return d === undefined || d.answered ? outside : d.at - ANSWER_MARGIN_MS - Date.now();
 }
 
+/** Left, after a poll's wait ends, for its last look at the database and the answer. */
+const LAST_LOOK_MS = 500;
+
+/**
+ * When a poll of at most `ms` (a repeat waiting for the first request's work) must stop: early
+ * enough before the current request's deadline that its last look at the database still gets its
+ * statement sent and answered (a 50 ms sleep that wakes late on a busy machine must not turn the
+ * answer into a 503).
+ */
+export function pollUntil(ms: number): number {
+  return Date.now() + Math.min(ms, budget(ms + LAST_LOOK_MS) - LAST_LOOK_MS);
+}
+
 function timeoutError(code: string, message: string): NodeJS.ErrnoException {
   const err: NodeJS.ErrnoException = new Error(message);
   err.code = code;

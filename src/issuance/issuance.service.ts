@@ -1,3 +1,4 @@
+import { setTimeout as sleep } from 'node:timers/promises';
 import { Injectable } from '@nestjs/common';
 import { DataSource } from 'typeorm';
 import { isDuplicateKey } from '../common/db-errors.js';
@@ -5,7 +6,7 @@ import { AppError } from '../common/errors.js';
 import { USER_ID_PATTERN } from '../common/validation.js';
 import { toPage } from '../common/page.js';
 import { CouponService } from '../coupon/coupon.service.js';
-import { budget } from '../database/deadline-pool.js';
+import { pollUntil } from '../database/deadline-pool.js';
 import { TransactionService } from '../database/transaction.service.js';
 import {
   discardUpload,
@@ -120,7 +121,7 @@ export class IssuanceService {
    * jobId as API.md says, not 409. Null when that upload failed meanwhile (its key is free again).
    */
   private async replay(job: Job, req: JobRequest): Promise<{ jobId: string; replayed: true } | null> {
-    const until = Date.now() + Math.min(UPLOAD_WAIT_MS, budget(UPLOAD_WAIT_MS));
+    const until = pollUntil(UPLOAD_WAIT_MS);
     for (let current: Job | null = job; current; current = await findJobByKey(this.ds.manager, req.key)) {
       if (current.couponId !== req.couponId) {
         throw new AppError('IDEMPOTENCY_KEY_REUSED', 'This Idempotency-Key was already used for a job of another coupon', {
@@ -129,7 +130,7 @@ export class IssuanceService {
       }
       if (current.status !== 'UPLOADING') return { jobId: current.id, replayed: true };
       if (Date.now() + UPLOAD_POLL_MS >= until) throw inProgress(current.id);
-      await new Promise((r) => setTimeout(r, UPLOAD_POLL_MS));
+      await sleep(UPLOAD_POLL_MS);
     }
     return null;
   }

@@ -1,3 +1,4 @@
+import { setTimeout as sleep } from 'node:timers/promises';
 import { BeforeApplicationShutdown, Injectable, Logger } from '@nestjs/common';
 import { InjectRepository } from '@nestjs/typeorm';
 import { DataSource, EntityManager, LessThan, QueryRunner, Repository } from 'typeorm';
@@ -6,6 +7,7 @@ import { isDuplicateKey } from '../common/db-errors.js';
 import { AppError } from '../common/errors.js';
 import { counter, gauge, histogram } from '../common/metrics.js';
 import { Page, toPage } from '../common/page.js';
+import { pollUntil } from '../database/deadline-pool.js';
 import { Lease, LeaseService } from '../database/lease.js';
 import { TransactionService } from '../database/transaction.service.js';
 import { AuditService, ChunkResult, Finding } from './audit.service.js';
@@ -119,7 +121,7 @@ export class ReconciliationService implements BeforeApplicationShutdown {
    * it out, after RUN_ROW_WAIT_MS.
    */
   private async alreadyRunning(): Promise<AppError> {
-    const until = Date.now() + RUN_ROW_WAIT_MS;
+    const until = pollUntil(RUN_ROW_WAIT_MS);
     for (;;) {
       const [running]: { id: string }[] = await this.dataSource.query(
         `SELECT id FROM reconciliation_run WHERE status = 'RUNNING' ORDER BY id DESC LIMIT 1`,
@@ -130,7 +132,7 @@ export class ReconciliationService implements BeforeApplicationShutdown {
           'A reconciliation run is already in progress',
           running ? { runId: running.id } : undefined,
         );
-      await new Promise((r) => setTimeout(r, RUN_ROW_POLL_MS));
+      await sleep(RUN_ROW_POLL_MS);
     }
   }
 
