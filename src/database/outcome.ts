@@ -1,4 +1,5 @@
 import { randomBytes } from 'node:crypto';
+import { setTimeout as sleep } from 'node:timers/promises';
 import mysql from 'mysql2/promise';
 import type { QueryRunner } from 'typeorm';
 import type { DatabaseHost } from '../config/app-config.js';
@@ -85,8 +86,6 @@ export class LostCommitRolledBack extends Error {
     super('The COMMIT was lost and the transaction did not commit');
   }
 }
-
-const sleep = (ms: number) => new Promise<void>((r) => setTimeout(r, ms));
 
 async function connectTo(h: DatabaseHost, s: OutcomeSettings, deadline: number): Promise<mysql.Connection | null> {
   try {
