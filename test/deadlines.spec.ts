@@ -1,9 +1,12 @@
 import { connect } from 'node:net';
+import { setTimeout as sleep } from 'node:timers/promises';
+import mysql2 from 'mysql2';
 import request from 'supertest';
 import { createCoupon, newKey } from './support/factories.js';
 import { bearer, createTestDatabase, dropTestDatabase, startTestApp, TestApp, testConfig, tokenFor } from './support/harness.js';
 import { loadConfig } from '../src/config/app-config.js';
 import { checkInvariants } from '../src/ledger/invariants.js';
+import { deadlineDriver } from '../src/database/deadline-pool.js';
 import { startStallProxy, StallProxy } from './support/stall-proxy.js';
 
 /**
@@ -205,5 +208,30 @@ describe('deadlines: a stalled database', () => {
       expect([user, lookup.status]).toEqual([user, 404]);
     }
     expect(await checkInvariants(t.db)).toEqual([]);
+  });
+});
+
+describe('deadlines: a connection lost under a statement', () => {
+  it('answers the statement once, with the connection lost, and leaves no timer to call back again at its timeout', async () => {
+    const c = testConfig({ DB_STATEMENT_TIMEOUT_MS: '1000' });
+    const server = { host: c.DB_HOST, port: c.DB_PORT, user: c.DB_USER, password: c.DB_PASSWORD };
+    const pool = deadlineDriver(mysql2, c).createPool({ ...server, connectionLimit: 1 });
+    const killer = mysql2.createConnection(server);
+    try {
+      const conn = await new Promise<mysql2.PoolConnection>((resolve, reject) =>
+        pool.getConnection((err, got) => (err ? reject(err) : resolve(got))),
+      );
+      conn.on('error', () => undefined);
+      const answers: (string | undefined)[] = [];
+      conn.query('SELECT SLEEP(3)', (err: NodeJS.ErrnoException | null) => answers.push(err?.code));
+      await sleep(200);
+      await killer.promise().query(`KILL CONNECTION ${conn.threadId}`);
+      // Past the statement's 1 s timeout: mysql2's own timer, left running, would call back again here.
+      await sleep(1500);
+      expect(answers).toEqual(['PROTOCOL_CONNECTION_LOST']);
+    } finally {
+      killer.destroy();
+      await new Promise((resolve) => pool.end(resolve));
+    }
   });
 });

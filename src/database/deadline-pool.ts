@@ -164,10 +164,23 @@ function withStatementTimeout(conn: mysql2.PoolConnection, timeoutMs: number): v
     }
     const sql = args[0];
     args[0] = typeof sql === 'string' ? { sql, timeout: limit } : { ...(sql as object), timeout: limit };
+    let answered = false;
+    // The statement's command, once query() returned (a closed connection calls back inside it).
+    const sent: { command?: { queryTimeout?: NodeJS.Timeout | null } } = {};
     args[args.length - 1] = (err: unknown, ...rest: unknown[]) => {
+      // mysql2 clears a statement's timer only when the statement ends: when the connection dies
+      // under it, the timer stays (keeping the process alive on shutdown) and calls back a second
+      // time with a timeout (sidorares/node-mysql2#1387).
+      if (answered) return;
+      answered = true;
+      if (sent.command?.queryTimeout) {
+        clearTimeout(sent.command.queryTimeout);
+        sent.command.queryTimeout = null;
+      }
       if ((err as { code?: string } | null)?.code === 'PROTOCOL_SEQUENCE_TIMEOUT') destroy();
       (cb as Callback)(err, ...rest);
     };
-    return query(...args);
+    sent.command = query(...args) as typeof sent.command;
+    return sent.command;
   };
 }
