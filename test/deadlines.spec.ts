@@ -213,24 +213,35 @@ describe('deadlines: a stalled database', () => {
 
 describe('deadlines: a connection lost under a statement', () => {
   it('answers the statement once, with the connection lost, and leaves no timer to call back again at its timeout', async () => {
-    const c = testConfig({ DB_STATEMENT_TIMEOUT_MS: '1000' });
+    const TIMEOUT_MS = 2000;
+    const c = testConfig({ DB_STATEMENT_TIMEOUT_MS: String(TIMEOUT_MS) });
     const server = { host: c.DB_HOST, port: c.DB_PORT, user: c.DB_USER, password: c.DB_PASSWORD };
     const pool = deadlineDriver(mysql2, c).createPool({ ...server, connectionLimit: 1 });
-    const killer = mysql2.createConnection(server);
+    const killer = mysql2.createConnection(server).promise();
     try {
+      await killer.query('SELECT 1');
       const conn = await new Promise<mysql2.PoolConnection>((resolve, reject) =>
         pool.getConnection((err, got) => (err ? reject(err) : resolve(got))),
       );
       conn.on('error', () => undefined);
       const answers: (string | undefined)[] = [];
-      conn.query('SELECT SLEEP(3)', (err: NodeJS.ErrnoException | null) => answers.push(err?.code));
+      let first!: () => void;
+      const answered = new Promise<void>((resolve) => (first = resolve));
+      const started = Date.now();
+      const statement = conn.query('SELECT SLEEP(10)', (err: NodeJS.ErrnoException | null) => {
+        answers.push(err?.code);
+        first();
+      }) as unknown as { queryTimeout: NodeJS.Timeout | null };
       await sleep(200);
-      await killer.promise().query(`KILL CONNECTION ${conn.threadId}`);
-      // Past the statement's 1 s timeout: mysql2's own timer, left running, would call back again here.
-      await sleep(1500);
+      await killer.query(`KILL CONNECTION ${conn.threadId}`);
+      await answered;
+      expect(answers).toEqual(['PROTOCOL_CONNECTION_LOST']);
+      // mysql2's timer for the statement: left running, it keeps the process alive and answers again.
+      expect(statement.queryTimeout ? 'running' : 'cleared').toBe('cleared');
+      await sleep(Math.max(0, started + TIMEOUT_MS + 300 - Date.now()));
       expect(answers).toEqual(['PROTOCOL_CONNECTION_LOST']);
     } finally {
-      killer.destroy();
+      await killer.end();
       await new Promise((resolve) => pool.end(resolve));
     }
   });

@@ -1,3 +1,4 @@
+import { setTimeout as sleep } from 'node:timers/promises';
 import { Injectable, Logger } from '@nestjs/common';
 import { DataSource } from 'typeorm';
 import { AppConfig } from '../config/app-config.js';
@@ -147,7 +148,7 @@ export async function acquireLease(ds: DataSource, name: string, settings: Lease
     const lease = await tryAcquireLease(ds, name, settings);
     if (lease) return lease;
     if (Date.now() >= deadline) throw new Error(`The lease ${name} stayed taken for ${waitMs} ms`);
-    await new Promise((r) => setTimeout(r, Math.min(500, settings.ttlMs / 4)));
+    await sleep(Math.min(500, settings.ttlMs / 4));
   }
 }
 

@@ -1,3 +1,4 @@
+import { setTimeout as sleep } from 'node:timers/promises';
 import { Injectable, Logger, OnApplicationBootstrap } from '@nestjs/common';
 import { DataSource, EntityManager } from 'typeorm';
 import { AppConfig, databaseHosts } from '../config/app-config.js';
@@ -37,7 +38,7 @@ export async function runTransaction<T>(
       const lostCommit = err instanceof LostCommitRolledBack;
       if (!(lostCommit || isRetryableTxError(err)) || attempt >= retries) throw lostCommit ? err.commitError : err;
       retriesTotal.inc({ errno: lostCommit ? 'lost-commit' : String(errnoOf(err) ?? '') });
-      await new Promise((r) => setTimeout(r, 5 * 2 ** attempt + Math.random() * 10));
+      await sleep(5 * 2 ** attempt + Math.random() * 10);
     }
   }
 }

@@ -109,7 +109,6 @@ export async function callUntilAnswered(base: string, method: string, path: stri
   return last;
 }
 
-/** `fn` over `items`, at most `limit` at a time, results in order. */
 /**
  * `fn` over `items`, at most `limit` at a time, each worker taking the next item once its own is
  * done. With `stopped`, no item is started once it holds (a flood cut by a crash); the results are
