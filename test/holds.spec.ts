@@ -220,6 +220,18 @@ describe('checkout holds', () => {
     expect((await redeem(tokenFor('erin'), { userCouponId: uc.id, orderNo: order(), orderAmountCents: 20000 })).status).toBe(201);
   });
 
+  it('an order number with a trailing space is another order: its release leaves the hold alone, its hold is refused', async () => {
+    const uc = await userCoupon('trailing');
+    const orderNo = order();
+    expect((await hold(tokenFor('trailing'), { userCouponId: uc.id, orderNo, orderAmountCents: 20000 })).status).toBe(201);
+    const released = await release(tokenFor('trailing'), { userCouponId: uc.id, orderNo: `${orderNo} ` });
+    expect([released.status, released.body.code]).toEqual([404, 'HOLD_NOT_FOUND']);
+    const other = await hold(tokenFor('trailing'), { userCouponId: uc.id, orderNo: `${orderNo} `, orderAmountCents: 20000 });
+    expect([other.status, other.body.code]).toEqual([409, 'COUPON_LOCKED']);
+    expect(await holdRow(orderNo, uc.id)).toEqual({ status: 'ACTIVE', release_reason: null });
+    expect(await stored(uc.id)).toBe('LOCKED');
+  });
+
   it('a timed-out hold behaves as released before the sweep: reads UNUSED, confirmation 409 HOLD_EXPIRED, another order holds it', async () => {
     const uc = await userCoupon('frank');
     const first = order();

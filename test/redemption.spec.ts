@@ -224,6 +224,30 @@ describe('redemption', () => {
       expect([upper.status, upper.body.code]).toEqual([409, 'NOT_REDEEMED']);
     });
 
+    it('treats order and refund numbers that differ only in trailing spaces as different numbers', async () => {
+      const [first, second] = [await userCoupon('spacey', { returnOnRefund: true }), await userCoupon('spacey', { returnOnRefund: true })];
+      const order = (userCouponId: string, orderNo: string) =>
+        redeem(tokenFor('spacey'), { userCouponId, orderNo, orderAmountCents: 10000 });
+      expect((await order(first, 'ORD-SP')).status).toBe(201);
+      // The used coupon on another order, and another coupon on that other order (one coupon per order).
+      const again = await order(first, 'ORD-SP ');
+      expect([again.status, again.body.code]).toEqual([409, 'COUPON_ALREADY_USED']);
+      const padded = await order(second, 'ORD-SP ');
+      expect([padded.status, padded.body.orderNo]).toEqual([201, 'ORD-SP ']);
+      const refunded = await refund({ userCouponId: first, orderNo: 'ORD-SP', refundNo: 'RF-SP' });
+      expect(refunded.status).toBe(201);
+      const own = await refund({ userCouponId: second, orderNo: 'ORD-SP ', refundNo: 'RF-SP ' });
+      expect([own.status, own.headers['idempotent-replayed'], own.body.userCouponId, own.body.orderNo]).toEqual([
+        201,
+        undefined,
+        second,
+        'ORD-SP ',
+      ]);
+      const notThere = await refund({ userCouponId: first, orderNo: 'ORD-SP  ', refundNo: 'RF-SP-2' });
+      expect([notThere.status, notThere.body.code]).toEqual([409, 'NOT_REDEEMED']);
+      expect(await count(`SELECT COUNT(*) AS n FROM refund WHERE refund_no LIKE 'RF-SP%'`)).toBe(2);
+    });
+
     it('answers REFUND_RETURN_DISABLED, NOT_REDEEMED, 404, 422 and 403 as it should, writing nothing', async () => {
       const plain = await userCoupon('r2');
       await redeem(tokenFor('r2'), { userCouponId: plain, orderNo: 'P-1', orderAmountCents: 10000 });

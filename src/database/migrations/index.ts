@@ -4,6 +4,7 @@ import { CheckoutHolds1764633600000 } from './1764633600000-checkout-holds.js';
 import { TxMarker1764720000000 } from './1764720000000-tx-marker.js';
 import { Webhooks1764806400000 } from './1764806400000-webhooks.js';
 import { BulkIssuance1764892800000 } from './1764892800000-bulk-issuance.js';
+import { ExactOrderNumbers1764979200000 } from './1764979200000-exact-order-numbers.js';
 
 /** Every migration, in order. The app, the CLI (ormconfig.ts) and the tests all use this list. */
 export const migrations = [
@@ -13,4 +14,5 @@ export const migrations = [
   TxMarker1764720000000,
   Webhooks1764806400000,
   BulkIssuance1764892800000,
+  ExactOrderNumbers1764979200000,
 ];
