@@ -154,6 +154,8 @@ export async function checkInvariants(db: Queryable, scope?: InvariantScope): Pr
   );
   // Orders: the discounts on one order (USED redemptions and ACTIVE holds) never exceed its amount,
   // more than one coupon only when all are stackable, and every hold and redemption names one amount.
+  // A hold past its time is on no order: it behaves as released everywhere before the sweep stores
+  // that (API.md), so another coupon, at another amount, may take the order meanwhile.
   // Scoped: the orders that use at least one of the coupons, each checked whole.
   add(
     'order discounts',
@@ -162,7 +164,7 @@ export async function checkInvariants(db: Queryable, scope?: InvariantScope): Pr
       SELECT x.order_no, SUM(x.discount_cents) AS discounts, COUNT(*) AS coupons, SUM(c.stackable = 0) AS not_stackable,
              MIN(x.order_amount_cents) AS lo, MAX(x.order_amount_cents) AS hi
       FROM (
-        SELECT order_no, user_coupon_id, discount_cents, order_amount_cents FROM redemption_hold WHERE status = 'ACTIVE'
+        SELECT order_no, user_coupon_id, discount_cents, order_amount_cents FROM redemption_hold WHERE status = 'ACTIVE' AND expires_at > ?
         UNION ALL
         SELECT order_no, user_coupon_id, discount_cents, order_amount_cents FROM redemption WHERE status = 'USED'
       ) x
@@ -170,7 +172,7 @@ export async function checkInvariants(db: Queryable, scope?: InvariantScope): Pr
       GROUP BY x.order_no
       HAVING (SUM(x.discount_cents) > MIN(x.order_amount_cents) OR (COUNT(*) > 1 AND SUM(c.stackable = 0) > 0)
           OR MIN(x.order_amount_cents) <> MAX(x.order_amount_cents))${scope ? ' AND SUM(uc.coupon_id IN (?)) > 0' : ''}`,
-      ids,
+      [new Date(), ...ids],
     ),
   );
   // 5. the log replays to the current status through legal steps

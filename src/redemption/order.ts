@@ -38,9 +38,9 @@ export function refuseRefundedOrder(order: OrderRow): void {
 
 /**
  * The order rules for adding `userCouponId` (of template `coupon`) to a locked order: not refunded,
- * the same amount as its other holds and redemptions, at most one coupon unless all of them are
- * stackable, and stacked discounts never beyond the order's amount. Answers the discount granted:
- * `discountCents`, cut down to what the other coupons leave of the order.
+ * at most one coupon unless all of them are stackable, stacked ones naming the same amount, and
+ * stacked discounts never beyond the order's amount. Answers the discount granted: `discountCents`,
+ * cut down to what the other coupons leave of the order.
  */
 export async function orderDiscount(
   em: EntityManager,
@@ -52,11 +52,6 @@ export async function orderDiscount(
   now: Date,
 ): Promise<number> {
   refuseRefundedOrder(order);
-  if (orderAmountCents !== order.orderAmountCents) {
-    throw new AppError('ORDER_AMOUNT_MISMATCH', `Order ${order.orderNo} was priced at ${order.orderAmountCents} cents`, {
-      orderAmountCents: order.orderAmountCents,
-    });
-  }
   // Timed-out holds count as released, as everywhere; a confirmed hold is counted by its redemption.
   const others = (await em.query(
     `SELECT x.user_coupon_id, x.discount_cents, c.stackable
@@ -69,10 +64,22 @@ export async function orderDiscount(
      WHERE x.user_coupon_id <> ?`,
     [order.orderNo, now, order.orderNo, userCouponId],
   )) as { user_coupon_id: string; discount_cents: string; stackable: number }[];
-  if (others.length === 0) return discountCents;
+  if (others.length === 0) {
+    // Nothing on the order any more (its holds released or timed out): the cart may have changed
+    // since, so the order takes this amount.
+    if (orderAmountCents !== order.orderAmountCents) {
+      await em.query(`UPDATE coupon_order SET order_amount_cents = ? WHERE order_no = ?`, [orderAmountCents, order.orderNo]);
+    }
+    return discountCents;
+  }
   const onOrder = others.map((o) => String(o.user_coupon_id));
   if (!coupon.stackable || others.some((o) => !o.stackable)) {
     throw new AppError('ORDER_HAS_COUPON', `Order ${order.orderNo} already carries a coupon`, { userCouponIds: onOrder });
+  }
+  if (orderAmountCents !== order.orderAmountCents) {
+    throw new AppError('ORDER_AMOUNT_MISMATCH', `Order ${order.orderNo} was priced at ${order.orderAmountCents} cents`, {
+      orderAmountCents: order.orderAmountCents,
+    });
   }
   const room = order.orderAmountCents - others.reduce((sum, o) => sum + Number(o.discount_cents), 0);
   if (room <= 0) {
