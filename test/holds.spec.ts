@@ -232,6 +232,30 @@ describe('checkout holds', () => {
     expect(await stored(uc.id)).toBe('LOCKED');
   });
 
+  it("a confirmation that waited for the order's lock past the hold's time is 409 HOLD_EXPIRED: the time is read after the wait", async () => {
+    const uc = await userCoupon('waiter');
+    const orderNo = order();
+    const held = await hold(tokenFor('waiter'), { userCouponId: uc.id, orderNo, orderAmountCents: 20000, ttlSeconds: 2 });
+    expect(held.status).toBe(201);
+    // Another transaction on the order (another coupon being added) holds its lock across the hold's end.
+    const runner = t.db.createQueryRunner();
+    await runner.connect();
+    await runner.startTransaction();
+    try {
+      await runner.query(`SELECT order_no FROM coupon_order WHERE order_no = ? FOR UPDATE`, [orderNo]);
+      // then(): supertest sends only once asked for its answer.
+      const confirming = redeem(tokenFor('waiter'), { userCouponId: uc.id, orderNo, orderAmountCents: 20000 }).then((r) => r);
+      await new Promise((r) => setTimeout(r, Date.parse(held.body.expiresAt) + 200 - Date.now()));
+      await runner.commitTransaction();
+      const confirmed = await confirming;
+      expect([confirmed.status, confirmed.body.code]).toEqual([409, 'HOLD_EXPIRED']);
+    } finally {
+      if (runner.isTransactionActive) await runner.rollbackTransaction();
+      await runner.release();
+    }
+    expect(await stored(uc.id)).not.toBe('USED');
+  });
+
   it('a timed-out hold behaves as released before the sweep: reads UNUSED, confirmation 409 HOLD_EXPIRED, another order holds it', async () => {
     const uc = await userCoupon('frank');
     const first = order();

@@ -65,4 +65,36 @@ describe('migrations', () => {
     expect(await tables()).toHaveLength(19);
     expect(await ds.showMigrations()).toBe(false);
   });
+  it('gives orders that differ only in trailing spaces a row each, and refuses to go back while such numbers are stored', async () => {
+    await ds.undoLastMigration({ transaction: 'each' });
+    const now = new Date();
+    // Under the PAD SPACE collation `M-1 ` was order M-1: one row, marked refunded by the refund of `M-1 `.
+    await ds.query(`INSERT INTO coupon_order (order_no, order_amount_cents, refunded, created_at) VALUES ('M-1', 500, 1, ?)`, [now]);
+    await ds.query(
+      `INSERT INTO redemption (user_coupon_id, order_no, user_id, order_amount_cents, discount_cents, status, used_at)
+       VALUES (1, 'M-1', 'u', 500, 100, 'USED', ?), (2, 'M-1 ', 'u', 700, 100, 'USED', ?)`,
+      [now, now],
+    );
+    await ds.query(`INSERT INTO refund (refund_no, redemption_id, user_coupon_id, order_no, created_at) VALUES ('R-1', 2, 2, 'M-1 ', ?)`, [
+      now,
+    ]);
+    try {
+      await ds.runMigrations({ transaction: 'each' });
+      const orders = (await ds.query(
+        `SELECT order_no AS o, order_amount_cents AS a, refunded AS r FROM coupon_order ORDER BY order_no`,
+      )) as {
+        o: string;
+        a: string;
+        r: number;
+      }[];
+      expect(orders.map((o) => [o.o, Number(o.a), Number(o.r)])).toEqual([
+        ['M-1', 500, 0],
+        ['M-1 ', 700, 1],
+      ]);
+      await expect(ds.undoLastMigration({ transaction: 'each' })).rejects.toThrow(/coupon_order holds order_no values/);
+      expect(await ds.showMigrations()).toBe(false);
+    } finally {
+      for (const table of ['refund', 'redemption', 'coupon_order']) await ds.query(`DELETE FROM ${table}`);
+    }
+  });
 });

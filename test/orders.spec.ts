@@ -108,11 +108,12 @@ describe('order rules (issue 23 item 2)', () => {
       ];
       expect((await hold({ userCouponId: a, orderNo, orderAmountCents: 1000, userId: 'u5' })).status).toBe(201);
       expect((await post('/redemptions/holds/release', { userCouponId: a, orderNo, userId: 'u5' })).status).toBe(200);
-      expect((await hold({ userCouponId: b, orderNo, orderAmountCents: 1500, userId: 'u5', ttlSeconds: 1 })).status).toBe(201);
+      const held = await hold({ userCouponId: b, orderNo, orderAmountCents: 1500, userId: 'u5', ttlSeconds: 3 });
+      expect(held.status).toBe(201);
       // While b is held, the order is priced at 1500: another amount is refused (one coupon, or stacked at one amount).
       const whileHeld = await redeem({ userCouponId: c, orderNo, orderAmountCents: 1200, userId: 'u5' });
       expect([whileHeld.status, whileHeld.body.code]).toEqual(stackable ? [422, 'ORDER_AMOUNT_MISMATCH'] : [409, 'ORDER_HAS_COUPON']);
-      await new Promise((r) => setTimeout(r, 1100));
+      await new Promise((r) => setTimeout(r, Date.parse(held.body.expiresAt) + 100 - Date.now()));
       const afterTimeout = await redeem({ userCouponId: c, orderNo, orderAmountCents: 2000, userId: 'u5' });
       expect([afterTimeout.status, afterTimeout.body.discountCents]).toEqual([201, 100]);
       const priced = (await t.db.query(`SELECT order_amount_cents AS a FROM coupon_order WHERE order_no = ?`, [orderNo])) as {

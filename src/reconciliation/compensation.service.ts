@@ -216,11 +216,11 @@ export class CompensationService {
         await this.stateMachine.transit(em, userCouponId, s.from, s.to, s.txId ?? ctx.txId, ctx.reason, ctx.now);
         return { op: s.op, from: s.from, to: s.to };
       case 'RECREATE_REDEMPTION': {
-        // The order's row (and its hold, for a confirmed one) still tell the amount and the discount
-        // granted; without them the amount is unknown and recorded as the discount, so the order
-        // never shows more off than it cost.
+        // The coupon's hold (for a confirmed one) or else the order's row tell the amount (the
+        // order's may have been repriced since) and the discount granted; without them the amount
+        // is unknown and recorded as the discount, so the order never shows more off than it cost.
         const [known]: { order_amount_cents: string; held: string | null }[] = await em.query(
-          `SELECT o.order_amount_cents, h.discount_cents AS held
+          `SELECT COALESCE(h.order_amount_cents, o.order_amount_cents) AS order_amount_cents, h.discount_cents AS held
            FROM coupon_order o LEFT JOIN redemption_hold h ON h.order_no = o.order_no AND h.user_coupon_id = ?
            WHERE o.order_no = ?`,
           [userCouponId, s.orderNo],

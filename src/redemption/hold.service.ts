@@ -64,8 +64,10 @@ export class HoldService {
   }
 
   private async holdOnce(em: EntityManager, userId: string, dto: HoldDto): Promise<{ hold: Hold; replayed: boolean }> {
+    const order = await lockOrder(em, dto.orderNo, dto.orderAmountCents, new Date());
+    // Read after the wait for the order's lock: a request queued behind one that found a hold timed
+    // out must find it timed out too.
     const now = new Date();
-    const order = await lockOrder(em, dto.orderNo, dto.orderAmountCents, now);
     const uc = await lockUserCoupon(em, dto.userCouponId, 'exclusive');
     if (!uc || uc.userId !== userId) throw userCouponNotFound();
     const same = await findHold(em, dto.orderNo, uc.id, false);

@@ -95,8 +95,10 @@ export class RedemptionService {
     const earlier = await this.redemptions.findOneBy({ orderNo: dto.orderNo, userCouponId: dto.userCouponId });
     if (earlier) return this.replayRedemption(earlier, userId, dto);
     return this.tx.inTransaction(async (em) => {
+      const order = await lockOrder(em, dto.orderNo, dto.orderAmountCents, new Date());
+      // Read after the wait for the order's lock: a confirmation queued behind a request that found
+      // its hold timed out (and put another coupon on the order) must find it timed out too.
       const now = new Date();
-      const order = await lockOrder(em, dto.orderNo, dto.orderAmountCents, now);
       const uc = await lockUserCoupon(em, dto.userCouponId, 'exclusive');
       if (!uc || uc.userId !== userId) throw userCouponNotFound();
       if (uc.status === 'USED') {
