@@ -456,9 +456,14 @@ describe('admin console in a browser', () => {
       ),
     ).toBe('31');
     await row.getByRole('button', { name: 'Stock', exact: true }).click();
-    await page.getByText('Remove stock', { exact: true }).click();
-    // A click the modal took before it was ready would add the stock instead.
-    await page.locator('.ant-radio-button-wrapper-checked', { hasText: 'Remove stock' }).waitFor();
+    await settle();
+    // A click the opening modal did not take yet would leave "Add stock" chosen: click until it is taken.
+    const removing = page.locator('.ant-radio-button-wrapper-checked', { hasText: 'Remove stock' });
+    for (let i = 0; i < 5 && !(await removing.isVisible()); i++) {
+      await page.getByText('Remove stock', { exact: true }).click();
+      await removing.waitFor({ timeout: 2000 }).catch(() => undefined);
+    }
+    await removing.waitFor();
     await page.getByTestId('stock-amount').fill('1000');
     await settle();
     await page.getByTestId('stock-submit').click();
