@@ -1,7 +1,7 @@
 import { jest } from '@jest/globals';
 import request from 'supertest';
 import { EntityManager, Repository } from 'typeorm';
-import { createCoupon, couponBody, CouponInput, newKey } from './support/factories.js';
+import { createCoupon, couponBody, CouponInput, newKey, newUserCoupon } from './support/factories.js';
 import { adminToken, bearer, serviceToken, startTestApp, TestApp, tokenFor } from './support/harness.js';
 import { checkInvariants } from '../src/ledger/invariants.js';
 import { databaseFingerprint } from './support/fingerprint.js';
@@ -22,15 +22,7 @@ describe('discount types, usable coupons and the public coupon list', () => {
 
   const admin = () => bearer(adminToken());
   const create = (body: object) => request(t.url).post('/admin/coupons').set(admin()).send(body);
-  async function grab(userId: string, overrides: CouponInput = {}): Promise<string> {
-    const coupon = await createCoupon(t.url, { totalStock: 50, perUserLimit: 50, ...overrides });
-    const res = await request(t.url)
-      .post(`/coupons/${coupon.id}/grab`)
-      .set(bearer(tokenFor(userId)))
-      .set('Idempotency-Key', newKey());
-    if (res.status !== 201) throw new Error(`grab: ${res.status} ${JSON.stringify(res.body)}`);
-    return res.body.id as string;
-  }
+  const grab = async (userId: string, overrides: CouponInput = {}) => (await newUserCoupon(t.url, userId, overrides)).id;
 
   describe('discount types', () => {
     it('creates AMOUNT (type optional) and PERCENT discounts and shows them; stackable defaults to false', async () => {

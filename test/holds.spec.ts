@@ -5,7 +5,7 @@ import { everySeconds } from '../src/common/cron-job.js';
 import { HOLD_SWEEP_JOB } from '../src/redemption/hold-sweep.cron.job.js';
 import { tryAcquireLease } from '../src/database/lease.js';
 import { HOLD_SWEEP_LEASE, HoldSweepService } from '../src/redemption/hold-sweep.service.js';
-import { createCoupon, CouponInput, newKey } from './support/factories.js';
+import { createCoupon, CouponInput, newKey, newUserCoupon } from './support/factories.js';
 import { adminToken, bearer, serviceToken, startTestApp, TestApp, tokenFor } from './support/harness.js';
 import { checkInvariants } from '../src/ledger/invariants.js';
 import { databaseFingerprint } from './support/fingerprint.js';
@@ -24,16 +24,7 @@ describe('checkout holds', () => {
   afterAll(() => t.close());
 
   const order = () => `ORD-${process.pid}-${++seq}`;
-  /** A user coupon of `userId`, grabbed through the API; returns its id and its template's id. */
-  async function userCoupon(userId: string, overrides: CouponInput = {}): Promise<{ id: string; couponId: string }> {
-    const coupon = await createCoupon(t.url, { totalStock: 50, perUserLimit: 50, ...overrides });
-    const res = await request(t.url)
-      .post(`/coupons/${coupon.id}/grab`)
-      .set(bearer(tokenFor(userId)))
-      .set('Idempotency-Key', newKey());
-    if (res.status !== 201) throw new Error(`grab: ${res.status} ${JSON.stringify(res.body)}`);
-    return { id: res.body.id as string, couponId: coupon.id };
-  }
+  const userCoupon = (userId: string, overrides: CouponInput = {}) => newUserCoupon(t.url, userId, overrides);
   const hold = (token: string, body: Record<string, unknown>) => request(t.url).post('/redemptions/holds').set(bearer(token)).send(body);
   const release = (token: string, body: Record<string, unknown>) =>
     request(t.url).post('/redemptions/holds/release').set(bearer(token)).send(body);

@@ -1,6 +1,6 @@
 import request from 'supertest';
-import { createCoupon, CouponInput, newKey } from './support/factories.js';
-import { bearer, serviceToken, startTestApp, TestApp, tokenFor } from './support/harness.js';
+import { CouponInput, newUserCoupon } from './support/factories.js';
+import { bearer, serviceToken, startTestApp, TestApp } from './support/harness.js';
 import { checkInvariants } from '../src/ledger/invariants.js';
 import { databaseFingerprint } from './support/fingerprint.js';
 
@@ -16,15 +16,7 @@ describe('order rules (issue 23 item 2)', () => {
   afterAll(() => t.close());
 
   const order = () => `OR-${process.pid}-${++seq}`;
-  async function userCoupon(userId: string, overrides: CouponInput = {}): Promise<string> {
-    const coupon = await createCoupon(t.url, { totalStock: 50, perUserLimit: 50, ...overrides });
-    const res = await request(t.url)
-      .post(`/coupons/${coupon.id}/grab`)
-      .set(bearer(tokenFor(userId)))
-      .set('Idempotency-Key', newKey());
-    if (res.status !== 201) throw new Error(`grab: ${res.status} ${JSON.stringify(res.body)}`);
-    return res.body.id as string;
-  }
+  const userCoupon = async (userId: string, overrides: CouponInput = {}) => (await newUserCoupon(t.url, userId, overrides)).id;
   const post = (path: string, body: Record<string, unknown>) => request(t.url).post(path).set(bearer(serviceToken())).send(body);
   const redeem = (body: Record<string, unknown>) => post('/redemptions', body);
   const hold = (body: Record<string, unknown>) => post('/redemptions/holds', body);

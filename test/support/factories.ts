@@ -48,6 +48,12 @@ export async function grabUserCoupon(url: string, couponId: string, userId: stri
   return res.body as UserCouponBody;
 }
 
+/** A user coupon of `userId` on a coupon of its own (50 stock, 50 per user unless overridden), grabbed through the API. */
+export async function newUserCoupon(url: string, userId: string, overrides: CouponInput = {}): Promise<UserCouponBody> {
+  const coupon = await createCoupon(url, { totalStock: 50, perUserLimit: 50, ...overrides });
+  return grabUserCoupon(url, coupon.id, userId);
+}
+
 /** The user's coupon redeemed on an order through the API, as the user's own client does it. */
 export async function redeemUserCoupon(
   url: string,
