@@ -13,6 +13,7 @@ import { RouteParamtypes } from '@nestjs/common/enums/route-paramtypes.enum.js';
 import { Transform } from 'class-transformer';
 import { buildMessage, IsISO8601, IsString, Matches, ValidateBy, ValidateIf, ValidationOptions } from 'class-validator';
 import type { FastifyRequest } from 'fastify';
+import { ApiPropertyOptional } from '@nestjs/swagger';
 import { AppError } from './errors.js';
 
 function flatten(errors: ValidationError[], prefix = ''): Record<string, string[]> {
@@ -210,6 +211,17 @@ export const IsInstant = () =>
   );
 
 export const USER_ID_PATTERN = /^[A-Za-z0-9_.:-]{1,64}$/;
+/** A user id field: 1-64 of [A-Za-z0-9_.:-]. */
+export const IsUserId = () => applyDecorators(IsString(), Matches(USER_ID_PATTERN, { message: 'userId must be 1-64 of [A-Za-z0-9_.:-]' }));
+/** The user a request acts for: a service token must name one, a user token may name only itself (checked by the service). */
+export const ActingForUserId = () =>
+  applyDecorators(
+    ApiPropertyOptional({ description: 'Required for a service token; for a user token absent or equal to the token subject' }),
+    IsOmittable(),
+    IsUserId(),
+  );
+/** The largest amount in cents any field takes: well within the columns' and JSON's exact integers. */
+export const MAX_CENTS = 1_000_000_000_000;
 export const IDEMPOTENCY_KEY_PATTERN = /^[A-Za-z0-9_-]{1,128}$/;
 
 /** An Idempotency-Key header (or path segment) as API.md defines it, else 400 naming `field`. */

@@ -14,11 +14,10 @@ import {
   ValidateNested,
 } from 'class-validator';
 import { USER_COUPON_STATUSES } from '../ledger/transitions.js';
-import { IsId, IsInstant, IsOmittable, QueryInt, SharedQuery, TextLength, USER_ID_PATTERN } from '../common/validation.js';
+import { ActingForUserId, IsId, IsInstant, IsOmittable, MAX_CENTS, QueryInt, SharedQuery, TextLength } from '../common/validation.js';
 import { SERIES_SECONDS } from './grab-series.js';
 import { PageLimitQuery } from '../common/page.js';
 
-const MAX_CENTS = 1_000_000_000_000;
 /** A position in the public list: grab start (ms since the epoch) and id of the last coupon shown. */
 export const PUBLIC_CURSOR = /^[0-9]{1,15}_[1-9][0-9]{0,18}$/;
 
@@ -216,10 +215,7 @@ export class UsableCouponsQuery {
   @Max(MAX_CENTS)
   orderAmountCents!: number;
 
-  @ApiPropertyOptional({ description: 'Required for a service token; for a user token absent or equal to the token subject' })
-  @IsOmittable()
-  @IsString()
-  @Matches(USER_ID_PATTERN, { message: 'userId must be 1-64 of [A-Za-z0-9_.:-]' })
+  @ActingForUserId()
   userId?: string;
 }
 

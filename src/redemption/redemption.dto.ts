@@ -1,6 +1,6 @@
 import { ApiProperty, ApiPropertyOptional, PickType } from '@nestjs/swagger';
 import { IsInt, IsString, Matches, Max, Min } from 'class-validator';
-import { IsId, IsOmittable, TextLength, USER_ID_PATTERN } from '../common/validation.js';
+import { ActingForUserId, IsId, IsOmittable, MAX_CENTS, TextLength } from '../common/validation.js';
 
 const PRINTABLE = /^[^\p{C}]+$/u;
 
@@ -18,13 +18,10 @@ export class RedeemDto {
   @ApiProperty({ minimum: 0 })
   @IsInt()
   @Min(0)
-  @Max(1_000_000_000_000)
+  @Max(MAX_CENTS)
   orderAmountCents!: number;
 
-  @ApiPropertyOptional({ description: 'Required for a service token; for a user token absent or equal to the token subject' })
-  @IsOmittable()
-  @IsString()
-  @Matches(USER_ID_PATTERN, { message: 'userId must be 1-64 of [A-Za-z0-9_.:-]' })
+  @ActingForUserId()
   userId?: string;
 }
 

@@ -1,6 +1,6 @@
 import { ApiProperty, ApiPropertyOptional } from '@nestjs/swagger';
 import { IsBoolean, IsString, Matches } from 'class-validator';
-import { IsId, IsOmittable, TextLength, USER_ID_PATTERN } from '../common/validation.js';
+import { IsId, IsOmittable, IsUserId, TextLength, USER_ID_PATTERN } from '../common/validation.js';
 
 export class VoidUserCouponDto {
   @ApiProperty({ minLength: 1, maxLength: 255, description: 'Why the coupon is voided; written to the state log' })
@@ -16,8 +16,7 @@ export class ReissueUserCouponDto {
   couponId!: string;
 
   @ApiProperty({ pattern: USER_ID_PATTERN.source })
-  @IsString()
-  @Matches(USER_ID_PATTERN, { message: 'userId must be 1-64 of [A-Za-z0-9_.:-]' })
+  @IsUserId()
   userId!: string;
 
   @ApiProperty({ minLength: 1, maxLength: 255 })
