@@ -1,12 +1,26 @@
 import fc from 'fast-check';
-import { diagnoseStock, diagnoseUserCoupon, legalPath, LogEntry, UserCouponFacts } from '../src/reconciliation/diagnosis.js';
+import {
+  ActiveHold,
+  diagnoseStock,
+  diagnoseUserCoupon,
+  legalPath,
+  LogEntry,
+  OtherRedemption,
+  RepairParams,
+  UserCouponFacts,
+} from '../src/reconciliation/diagnosis.js';
 import { isLegal, USER_COUPON_STATUSES, UserCouponStatus } from '../src/ledger/transitions.js';
 
 const T0 = new Date('2026-01-01T00:00:00Z');
 let nextLogId = 1;
 const log = (...steps: [UserCouponStatus | null, UserCouponStatus, string?][]): LogEntry[] =>
   steps.map(([from, to, txId]) => ({ id: String(nextLogId++), from, to, txId: txId ?? 'k', reason: null, createdAt: T0 }));
-const facts = (status: UserCouponStatus, entries: LogEntry[], orders: string[] = []): UserCouponFacts => ({
+const facts = (
+  status: UserCouponStatus,
+  entries: LogEntry[],
+  orders: string[] = [],
+  more: { activeHolds?: ActiveHold[]; otherRedemptions?: OtherRedemption[] } = {},
+): UserCouponFacts => ({
   userCouponId: '7',
   couponId: '3',
   userId: 'alice',
@@ -15,15 +29,25 @@ const facts = (status: UserCouponStatus, entries: LogEntry[], orders: string[] =
   discountCents: 1000,
   log: entries,
   usedRedemptions: orders.map((orderNo, i) => ({ id: String(100 + i), orderNo })),
+  otherRedemptions: more.otherRedemptions ?? [],
+  activeHolds: more.activeHolds ?? [],
 });
-const ops = (f: UserCouponFacts) => diagnoseUserCoupon(f)?.params.steps.map((s) => s.op);
+/** The repair a finding proposes (the test fails on any other kind of proposal). */
+const plan = (f: UserCouponFacts): RepairParams | undefined => {
+  const d = diagnoseUserCoupon(f);
+  if (d && d.action !== 'MARK_CONSISTENT') throw new Error(`not a repair: ${d.action}`);
+  return d?.params;
+};
+const ops = (f: UserCouponFacts) => plan(f)?.steps.map((s) => s.op);
+/** A status written by hand that the lifecycle does not have. */
+const BOGUS = 'void' as UserCouponStatus;
 
 /** Applies a repair plan to the facts in memory, as the compensation does to the tables. */
 function applyPlan(f: UserCouponFacts): UserCouponFacts {
-  const d = diagnoseUserCoupon(f);
-  if (!d) return f;
-  let { status, log: entries, usedRedemptions } = f;
-  for (const s of d.params.steps) {
+  const p = plan(f);
+  if (!p) return f;
+  let { status, log: entries, usedRedemptions, otherRedemptions, activeHolds } = f;
+  for (const s of p.steps) {
     if (s.op === 'REMOVE_LOG') entries = entries.filter((l) => !s.logIds.includes(l.id));
     if (s.op === 'APPEND_LOG')
       entries = [
@@ -40,8 +64,14 @@ function applyPlan(f: UserCouponFacts): UserCouponFacts {
       entries = [...entries, ...log([s.from, s.to, s.txId ?? 'compensation:1'])];
     }
     if (s.op === 'RECREATE_REDEMPTION') usedRedemptions = [...usedRedemptions, { id: '999', orderNo: s.orderNo }];
+    if (s.op === 'RESTORE_REDEMPTION') {
+      const restored = otherRedemptions.find((x) => x.id === s.redemptionId && x.status === s.from)!;
+      otherRedemptions = otherRedemptions.filter((x) => x !== restored);
+      usedRedemptions = [...usedRedemptions, { id: restored.id, orderNo: restored.orderNo }];
+    }
+    if (s.op === 'CLOSE_HOLDS') activeHolds = activeHolds.filter((h) => !s.holds.some((c) => c.holdId === h.id));
   }
-  return { ...f, status, log: entries, usedRedemptions };
+  return { ...f, status, log: entries, usedRedemptions, otherRedemptions, activeHolds };
 }
 
 describe('reconciliation diagnosis', () => {
@@ -53,23 +83,21 @@ describe('reconciliation diagnosis', () => {
 
   it('chooses the repair from what the log shows', () => {
     // status forced to USED, log says UNUSED, no redemption: back to UNUSED
-    expect(diagnoseUserCoupon(facts('USED', log([null, 'UNUSED'])))?.params.steps).toEqual([
-      { op: 'SET_STATUS', from: 'USED', to: 'UNUSED' },
-    ]);
+    expect(plan(facts('USED', log([null, 'UNUSED'])))?.steps).toEqual([{ op: 'SET_STATUS', from: 'USED', to: 'UNUSED' }]);
     // redemption row deleted, the log records the use by an order: recreate it from the log
-    expect(diagnoseUserCoupon(facts('USED', log([null, 'UNUSED'], ['UNUSED', 'USED', 'order:A-1'])))?.params.steps).toEqual([
+    expect(plan(facts('USED', log([null, 'UNUSED'], ['UNUSED', 'USED', 'order:A-1'])))?.steps).toEqual([
       { op: 'RECREATE_REDEMPTION', orderNo: 'A-1', userId: 'alice', discountCents: 1000, usedAt: T0.toISOString() },
     ]);
     // a use logged under something that is not an order: not evidence of an order, back to UNUSED
     expect(ops(facts('USED', log([null, 'UNUSED'], ['UNUSED', 'USED', 'admin'])))).toEqual(['REMOVE_LOG', 'SET_STATUS']);
     // redemption exists, row and log both say UNUSED: the state machine makes the missing move
-    expect(diagnoseUserCoupon(facts('UNUSED', log([null, 'UNUSED']), ['B']))?.params.steps).toEqual([
+    expect(plan(facts('UNUSED', log([null, 'UNUSED']), ['B']))?.steps).toEqual([
       { op: 'TRANSIT', from: 'UNUSED', to: 'USED', txId: 'order:B' },
     ]);
     // redemption exists, log says USED, row reverted: the row follows the log
     expect(ops(facts('UNUSED', log([null, 'UNUSED'], ['UNUSED', 'USED', 'order:B']), ['B']))).toEqual(['SET_STATUS']);
     // voided without a log row: the missing row is written
-    expect(diagnoseUserCoupon(facts('VOID', log([null, 'UNUSED'])))?.params.steps).toEqual([
+    expect(plan(facts('VOID', log([null, 'UNUSED'])))?.steps).toEqual([
       { op: 'APPEND_LOG', rows: [{ from: 'UNUSED', to: 'VOID', txId: null, reason: null, createdAt: null }] },
     ]);
     // the log says used but not by an order, no redemption, row UNUSED: the stray log row goes
@@ -77,7 +105,7 @@ describe('reconciliation diagnosis', () => {
     // the log says used by an order, row UNUSED, no redemption: the use stands and the redemption comes back
     expect(ops(facts('UNUSED', log([null, 'UNUSED'], ['UNUSED', 'USED', 'order:F'])))).toEqual(['SET_STATUS', 'RECREATE_REDEMPTION']);
     // a complete legal log the row cannot follow from: the row goes back to the log's status
-    expect(diagnoseUserCoupon(facts('UNUSED', log([null, 'UNUSED'], ['UNUSED', 'VOID'])))?.params.steps).toEqual([
+    expect(plan(facts('UNUSED', log([null, 'UNUSED'], ['UNUSED', 'VOID'])))?.steps).toEqual([
       { op: 'SET_STATUS', from: 'UNUSED', to: 'VOID' },
     ]);
   });
@@ -85,6 +113,7 @@ describe('reconciliation diagnosis', () => {
   it('names the break point and keeps the tx id of a row it re-orders', () => {
     const entries = log(['UNUSED', 'USED', 'order:C']);
     const d = diagnoseUserCoupon(facts('USED', entries, ['C']))!;
+    if (d.action !== 'MARK_CONSISTENT') throw new Error(d.action);
     expect(d.type).toBe('LOG_MISMATCH');
     expect(d.details).toMatchObject({ lastConsistentLogId: null, firstInconsistentLogId: entries[0].id, replayLegal: false });
     expect(d.params.steps).toEqual([
@@ -111,16 +140,77 @@ describe('reconciliation diagnosis', () => {
     expect(diagnoseUserCoupon(facts('UNUSED', []))?.type).toBe('LOG_MISMATCH');
   });
 
-  it('every plan, applied, leaves a coupon that nothing is wrong with (random corruptions)', () => {
-    const status = fc.constantFrom(...USER_COUPON_STATUSES);
+  it('every plan, applied, leaves a coupon that nothing is wrong with, and no ACTIVE hold on a coupon it moved off LOCKED (random corruptions)', () => {
+    const status = fc.constantFrom(...USER_COUPON_STATUSES, BOGUS);
     const step = fc.tuple(fc.option(status, { nil: null }), status, fc.constantFrom('k', 'order:X', 'admin:void'));
+    const order = fc.constantFrom('X', 'Y');
     fc.assert(
-      fc.property(status, fc.array(step, { maxLength: 5 }), fc.array(fc.constantFrom('X', 'Y'), { maxLength: 1 }), (s, steps, orders) => {
-        const fixed = applyPlan(facts(s, log(...steps), orders));
-        expect(diagnoseUserCoupon(fixed)).toBeNull();
-      }),
+      fc.property(
+        status,
+        fc.array(step, { maxLength: 5 }),
+        fc.array(order, { maxLength: 1 }),
+        fc.array(order, { maxLength: 1 }),
+        fc.array(order, { maxLength: 2 }),
+        (s, steps, orders, others, holds) => {
+          const before = facts(s, log(...steps), orders, {
+            // One redemption row per (order, coupon): a row of another status is on another order than the USED one.
+            otherRedemptions: others
+              .filter((o) => !orders.includes(o))
+              .map((orderNo) => ({ id: `5${orderNo}`, orderNo, status: 'CANCELLED' })),
+            activeHolds: holds.map((orderNo, i) => ({ id: `9${i}`, orderNo })),
+          });
+          const fixed = applyPlan(before);
+          expect(diagnoseUserCoupon(fixed)).toBeNull();
+          if (fixed !== before && fixed.status === 'LOCKED') expect(fixed.activeHolds.length).toBeGreaterThan(0);
+          if (before.status === 'LOCKED' && fixed.status !== 'LOCKED') expect(fixed.activeHolds).toEqual([]);
+        },
+      ),
       { numRuns: 5000 },
     );
+  });
+
+  it('a LOCKED coupon an order used: its holds close in the same repair, the using order’s confirmed (invariant 6)', () => {
+    const locked = log([null, 'UNUSED'], ['UNUSED', 'LOCKED', 'hold:H']);
+    expect(plan(facts('LOCKED', locked, ['X'], { activeHolds: [{ id: '50', orderNo: 'H' }] }))?.steps).toEqual([
+      { op: 'CLOSE_HOLDS', holds: [{ holdId: '50', closeAs: 'RELEASED' }] },
+      { op: 'TRANSIT', from: 'LOCKED', to: 'USED', txId: 'order:X' },
+    ]);
+    expect(plan(facts('LOCKED', locked, ['H'], { activeHolds: [{ id: '50', orderNo: 'H' }] }))?.steps[0]).toEqual({
+      op: 'CLOSE_HOLDS',
+      holds: [{ holdId: '50', closeAs: 'CONFIRMED' }],
+    });
+    // LOCKED with a log that never got there and no hold holding it: not repaired into LOCKED
+    expect(plan(facts('LOCKED', log([null, 'UNUSED'])))?.steps).toEqual([{ op: 'SET_STATUS', from: 'LOCKED', to: 'UNUSED' }]);
+    expect(plan(facts('LOCKED', log([null, 'UNUSED']), [], { activeHolds: [{ id: '50', orderNo: 'H' }] }))?.steps).toEqual([
+      { op: 'APPEND_LOG', rows: [{ from: 'UNUSED', to: 'LOCKED', txId: null, reason: null, createdAt: null }] },
+    ]);
+  });
+
+  it('a status outside the lifecycle goes back to where the log left it', () => {
+    expect(plan(facts(BOGUS, log([null, 'UNUSED'])))?.steps).toEqual([{ op: 'SET_STATUS', from: BOGUS, to: 'UNUSED' }]);
+    expect(plan(facts(BOGUS, log([null, 'UNUSED'], ['UNUSED', 'EXPIRED'])))?.steps).toEqual([
+      { op: 'SET_STATUS', from: BOGUS, to: 'EXPIRED' },
+    ]);
+    expect(plan(facts(BOGUS, [])))?.toMatchObject({ steps: [{ op: 'APPEND_LOG' }, { op: 'SET_STATUS', from: BOGUS, to: 'UNUSED' }] });
+    expect(plan(facts(BOGUS, log([null, 'UNUSED']), ['A']))?.steps.at(-1)).toEqual({ op: 'SET_STATUS', from: BOGUS, to: 'USED' });
+  });
+
+  it('a redemption row of the using order with a status the service never writes is set back, not inserted again', () => {
+    const used = log([null, 'UNUSED'], ['UNUSED', 'USED', 'order:A']);
+    const d = diagnoseUserCoupon(facts('USED', used, [], { otherRedemptions: [{ id: '40', orderNo: 'A', status: 'CANCELLED' }] }));
+    expect(d).toMatchObject({
+      type: 'USED_WITHOUT_REDEMPTION',
+      params: { steps: [{ op: 'RESTORE_REDEMPTION', redemptionId: '40', from: 'CANCELLED' }] },
+    });
+  });
+
+  it('a coupon used by two orders is left to an operator', () => {
+    expect(diagnoseUserCoupon(facts('USED', log([null, 'UNUSED'], ['UNUSED', 'USED', 'order:A']), ['A', 'B']))).toMatchObject({
+      type: 'REDEMPTION_WITHOUT_USED',
+      action: 'MANUAL_REVIEW',
+      redemptionId: '101',
+      params: { userCouponId: '7', redemptionIds: ['100', '101'] },
+    });
   });
 
   it('legalPath walks the transition table', () => {

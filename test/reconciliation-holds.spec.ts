@@ -122,6 +122,109 @@ describe('reconciliation of holds and orders', () => {
     expect(await findings()).toEqual([]);
   });
 
+  /** A redemption row written behind the service's back (a lost status change, or a second use). */
+  const plantRedemption = (ucId: string, orderNo: string, status = 'USED') =>
+    sql(
+      `INSERT INTO redemption (user_coupon_id, order_no, user_id, order_amount_cents, discount_cents, status, used_at)
+       SELECT id, ?, user_id, 20000, 1000, ?, NOW(3) FROM user_coupon WHERE id = ?`,
+      [orderNo, status, ucId],
+    );
+
+  it('a held coupon an order used (its status change lost): the approved repair closes the hold with the move, RELEASED or CONFIRMED by order', async () => {
+    const other = await held('lu');
+    const same = await held('lu');
+    await plantRedemption(other.ucId, newKey('other-order'));
+    await plantRedemption(same.ucId, same.orderNo);
+    const found = await findings();
+    expect(found.map((p) => [p.discrepancy.type, p.action, p.discrepancy.userCouponId]).sort()).toEqual(
+      [
+        ['REDEMPTION_WITHOUT_USED', 'MARK_CONSISTENT', other.ucId],
+        ['REDEMPTION_WITHOUT_USED', 'MARK_CONSISTENT', same.ucId],
+      ].sort(),
+    );
+    for (const p of found) expect((await decide(p.id)).status).toBe(200);
+    expect(await one(`SELECT status FROM redemption_hold WHERE id = ?`, [other.holdId])).toEqual({ status: 'RELEASED' });
+    expect(await one(`SELECT status FROM redemption_hold WHERE id = ?`, [same.holdId])).toEqual({ status: 'CONFIRMED' });
+    for (const h of [other, same]) {
+      expect(await one(`SELECT status FROM user_coupon WHERE id = ?`, [h.ucId])).toEqual({ status: 'USED' });
+      expect(await logOf(h.ucId)).toEqual(['null>UNUSED', 'UNUSED>LOCKED', 'LOCKED>USED']);
+    }
+    expect(await findings()).toEqual([]);
+  });
+
+  it('a second ACTIVE hold with the same expiry is found (invariant 6: exactly one) and closed, the first kept', async () => {
+    const h = await held('dup');
+    const dupOrder = newKey('dup-order');
+    await sql(
+      `INSERT INTO redemption_hold (user_coupon_id, order_no, user_id, order_amount_cents, discount_cents, status, expires_at, created_at)
+       SELECT id, ?, user_id, 20000, 1000, 'ACTIVE', locked_until, NOW(3) FROM user_coupon WHERE id = ?`,
+      [dupOrder, h.ucId],
+    );
+    const found = await findings();
+    expect(found.map((p) => [p.discrepancy.type, p.action, p.params.closeAs, p.discrepancy.details.orderNo])).toEqual([
+      ['HOLD_WITHOUT_LOCKED', 'CLOSE_HOLD', 'RELEASED', dupOrder],
+    ]);
+    expect((await decide(found[0].id)).status).toBe(200);
+    expect(await one(`SELECT status FROM redemption_hold WHERE id = ?`, [h.holdId])).toEqual({ status: 'ACTIVE' });
+    expect(await findings()).toEqual([]);
+  });
+
+  it('a coupon used by two orders is reported for an operator, and a redemption of a status the service never writes is set back', async () => {
+    const coupon = await createCoupon(t.url, { totalStock: 20, perUserLimit: 5 });
+    const grab = async () =>
+      (
+        await request(t.url)
+          .post(`/coupons/${coupon.id}/grab`)
+          .set(bearer(tokenFor('twice')))
+          .set('Idempotency-Key', newKey())
+      ).body.id as string;
+    const redeem = async (ucId: string, orderNo: string) =>
+      expect(
+        (
+          await request(t.url)
+            .post('/redemptions')
+            .set(bearer(tokenFor('twice')))
+            .send({ userCouponId: ucId, orderNo, orderAmountCents: 20000 })
+        ).status,
+      ).toBe(201);
+    const twice = await grab();
+    const cancelled = await grab();
+    await redeem(twice, newKey('first'));
+    await redeem(cancelled, newKey('cancelled'));
+    const second = newKey('second');
+    await plantRedemption(twice, second);
+    await sql(`UPDATE redemption SET status = 'CANCELLED' WHERE user_coupon_id = ?`, [cancelled]);
+    const found = await findings();
+    expect(found.map((p) => [p.discrepancy.userCouponId, p.discrepancy.type, p.action]).sort()).toEqual(
+      [
+        [twice, 'REDEMPTION_WITHOUT_USED', 'MANUAL_REVIEW'],
+        [cancelled, 'USED_WITHOUT_REDEMPTION', 'MARK_CONSISTENT'],
+      ].sort(),
+    );
+    for (const p of found) expect((await decide(p.id)).status).toBe(200);
+    expect(await one(`SELECT status FROM redemption WHERE user_coupon_id = ?`, [cancelled])).toEqual({ status: 'USED' });
+    // Reviewed, not changed: still reported until an operator undoes one use.
+    expect((await findings()).map((p) => p.discrepancy.userCouponId)).toEqual([twice]);
+    await sql(`DELETE FROM redemption WHERE user_coupon_id = ? AND order_no = ?`, [twice, second]);
+  });
+
+  it('a status outside the lifecycle: the run completes and proposes the log’s status; voiding it is 409, not 500', async () => {
+    const h = await held('bogus');
+    expect(await findings()).toEqual([]);
+    await sql(`DELETE FROM redemption_hold WHERE id = ?`, [h.holdId]);
+    await sql(`UPDATE user_coupon SET status = 'void' WHERE id = ?`, [h.ucId]);
+    await sql(`DELETE FROM user_coupon_state_log WHERE user_coupon_id = ? AND to_status = 'LOCKED'`, [h.ucId]);
+    const voided = await request(t.url).post(`/admin/user-coupons/${h.ucId}/void`).set(admin()).send({ reason: 'typo' });
+    expect([voided.status, voided.body.code]).toEqual([409, 'ILLEGAL_TRANSITION']);
+    const found = await findings();
+    expect(found.map((p) => [p.discrepancy.type, p.discrepancy.userCouponId, p.discrepancy.details.targetStatus])).toEqual([
+      ['LOG_MISMATCH', h.ucId, 'UNUSED'],
+    ]);
+    expect((await decide(found[0].id)).status).toBe(200);
+    expect(await one(`SELECT status FROM user_coupon WHERE id = ?`, [h.ucId])).toEqual({ status: 'UNUSED' });
+    expect(await findings()).toEqual([]);
+  });
+
   it('a stale proposal is refused 409 with nothing changed', async () => {
     const h = await held('stale');
     await sql(`DELETE FROM redemption_hold WHERE id = ?`, [h.holdId]);

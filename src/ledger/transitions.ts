@@ -15,8 +15,9 @@ export const TRANSITIONS: Readonly<Record<UserCouponStatus | 'null', readonly Us
   VOID: [],
 };
 
+/** A status written by hand outside the table (a typo, say) has no legal moves: refused, not a crash. */
 export function isLegal(from: UserCouponStatus | null, to: UserCouponStatus): boolean {
-  return TRANSITIONS[from ?? 'null'].includes(to);
+  return (TRANSITIONS as Partial<Record<string, readonly UserCouponStatus[]>>)[from ?? 'null']?.includes(to) === true;
 }
 
 export interface LogStep {

@@ -2,7 +2,15 @@ import { Injectable } from '@nestjs/common';
 import type { EntityManager, QueryRunner } from 'typeorm';
 import { TRANSITIONS, UserCouponStatus } from '../ledger/transitions.js';
 import type { HoldFinding, OrderDiscountFinding } from './hold-audit.js';
-import { diagnoseStock, diagnoseUserCoupon, LogEntry, StockFinding, UserCouponFacts, UserCouponFinding } from './diagnosis.js';
+import {
+  diagnoseStock,
+  diagnoseUserCoupon,
+  DoubleUseFinding,
+  LogEntry,
+  StockFinding,
+  UserCouponFacts,
+  UserCouponFinding,
+} from './diagnosis.js';
 
 type Queryable = Pick<QueryRunner | EntityManager, 'query'>;
 
@@ -17,7 +25,7 @@ export interface OrphanRedemptionFinding {
   params: { redemptionId: string; userCouponId: string };
 }
 
-export type Finding = StockFinding | UserCouponFinding | OrphanRedemptionFinding | HoldFinding | OrderDiscountFinding;
+export type Finding = StockFinding | UserCouponFinding | DoubleUseFinding | OrphanRedemptionFinding | HoldFinding | OrderDiscountFinding;
 
 export interface ChunkResult {
   checked: number;
@@ -31,7 +39,7 @@ const count = async (q: Queryable, sql: string, params: unknown[]): Promise<numb
   Number(((await q.query(sql, params)) as { n: string }[])[0].n);
 
 /**
- * Reads the facts of some user coupons (row, log, USED redemptions). A compensation locks the row
+ * Reads the facts of some user coupons (row, log, redemptions, ACTIVE holds). A compensation locks the row
  * through the ledger first, so it reads them as nobody else can change them.
  */
 export async function loadUserCouponFacts(q: Queryable, ids: string[]): Promise<UserCouponFacts[]> {
@@ -54,8 +62,12 @@ export async function loadUserCouponFacts(q: Queryable, ids: string[]): Promise<
     `SELECT id, user_coupon_id, from_status, to_status, tx_id, reason, created_at FROM user_coupon_state_log WHERE user_coupon_id IN (?) ORDER BY user_coupon_id, id`,
     [ids],
   );
-  const redemptions: { id: string; user_coupon_id: string; order_no: string }[] = await q.query(
-    `SELECT id, user_coupon_id, order_no FROM redemption WHERE user_coupon_id IN (?) AND status = 'USED' ORDER BY id`,
+  const redemptions: { id: string; user_coupon_id: string; order_no: string; status: string }[] = await q.query(
+    `SELECT id, user_coupon_id, order_no, status FROM redemption WHERE user_coupon_id IN (?) ORDER BY id`,
+    [ids],
+  );
+  const holds: { id: string; user_coupon_id: string; order_no: string }[] = await q.query(
+    `SELECT id, user_coupon_id, order_no FROM redemption_hold WHERE user_coupon_id IN (?) AND status = 'ACTIVE' ORDER BY id`,
     [ids],
   );
   return rows.map((uc) => ({
@@ -68,7 +80,13 @@ export async function loadUserCouponFacts(q: Queryable, ids: string[]): Promise<
     log: logs
       .filter((l) => l.user_coupon_id === uc.id)
       .map((l): LogEntry => ({ id: l.id, from: l.from_status, to: l.to_status, txId: l.tx_id, reason: l.reason, createdAt: l.created_at })),
-    usedRedemptions: redemptions.filter((r) => r.user_coupon_id === uc.id).map((r) => ({ id: r.id, orderNo: r.order_no })),
+    usedRedemptions: redemptions
+      .filter((r) => r.user_coupon_id === uc.id && r.status === 'USED')
+      .map((r) => ({ id: String(r.id), orderNo: r.order_no })),
+    otherRedemptions: redemptions
+      .filter((r) => r.user_coupon_id === uc.id && r.status !== 'USED')
+      .map((r) => ({ id: String(r.id), orderNo: r.order_no, status: r.status })),
+    activeHolds: holds.filter((h) => h.user_coupon_id === uc.id).map((h) => ({ id: String(h.id), orderNo: h.order_no })),
   }));
 }
 
@@ -108,7 +126,7 @@ export class AuditService {
 
   /**
    * Invariants 4 and 5 for the user coupons with ids in [lo, hi]. SQL flags the suspects: a USED
-   * status without a USED redemption or the reverse, and a log that does not replay (LAG over the
+   * status without a USED redemption or the reverse, more than one USED redemption, and a log that does not replay (LAG over the
    * log in id order: each step must start where the previous one ended and be in the transition
    * table, and the last must end at the current status). With `logSince`, the log is checked only
    * for coupons updated since then. Suspects are then diagnosed in full by diagnoseUserCoupon.
@@ -138,7 +156,7 @@ export class AuditService {
          GROUP BY user_coupon_id
        ) g ON g.user_coupon_id = uc.id
        WHERE uc.id BETWEEN ? AND ?
-         AND ((uc.status = 'USED') <> (r.n IS NOT NULL) OR ${logSince ? `(uc.updated_at >= ? AND (${logBroken}))` : logBroken})
+         AND ((uc.status = 'USED') <> (r.n IS NOT NULL) OR r.n > 1 OR ${logSince ? `(uc.updated_at >= ? AND (${logBroken}))` : logBroken})
        ORDER BY uc.id`,
       [...range, ...range, ...(logSince ? [...range, logSince] : []), ...range, ...(logSince ? [logSince] : [])],
     );
@@ -147,7 +165,7 @@ export class AuditService {
       q,
       suspects.map((s) => s.id),
     );
-    const findings = facts.map(diagnoseUserCoupon).filter((f): f is UserCouponFinding => f !== null);
+    const findings = facts.map(diagnoseUserCoupon).filter((f) => f !== null);
     return { checked, findings };
   }
 

@@ -15,7 +15,7 @@ import { loadUserCouponFacts } from './audit.service.js';
 import { Compensation, CompensationStatus, CompensationView, toCompensationView } from './compensation.entity.js';
 import type { RepairParams, RepairStep, StockFinding } from './diagnosis.js';
 import type { HoldWithoutLockedFinding, LockedWithoutHoldFinding } from './hold-audit.js';
-import { releasedTo } from '../redemption/holds.js';
+import { closeHoldForReconciliation, releasedTo } from '../redemption/holds.js';
 
 const decided = counter('reconciliation_compensations_decided_total', 'Compensations decided by an admin', ['action', 'decision']);
 
@@ -130,12 +130,7 @@ export class CompensationService {
     if (hold?.status !== 'ACTIVE' || (uc?.status ?? null) !== p.expectStatus) {
       throw changedSinceRun(`Hold ${p.holdId}`, { holdStatus: hold?.status ?? null, userCouponStatus: uc?.status ?? null });
     }
-    await em.query(
-      p.closeAs === 'CONFIRMED'
-        ? `UPDATE redemption_hold SET status = 'CONFIRMED' WHERE id = ?`
-        : `UPDATE redemption_hold SET status = 'RELEASED', released_at = ?, release_reason = 'RECONCILIATION' WHERE id = ?`,
-      p.closeAs === 'CONFIRMED' ? [p.holdId] : [now, p.holdId],
-    );
+    await closeHoldForReconciliation(em, p.holdId, p.closeAs, now);
     return { done: 'CLOSE_HOLD', holdId: p.holdId, to: p.closeAs };
   }
 
@@ -164,12 +159,14 @@ export class CompensationService {
       status: facts.status,
       logIds: facts.log.map((l) => l.id),
       usedRedemptionIds: facts.usedRedemptions.map((r) => r.id),
+      activeHoldIds: facts.activeHolds.map((h) => h.id),
     };
     if (
       !current ||
       current.status !== p.expect.status ||
       !sameIds(current.logIds, p.expect.logIds) ||
-      !sameIds(current.usedRedemptionIds, p.expect.usedRedemptionIds)
+      !sameIds(current.usedRedemptionIds, p.expect.usedRedemptionIds) ||
+      (p.expect.activeHoldIds !== undefined && !sameIds(current.activeHoldIds, p.expect.activeHoldIds))
     ) {
       throw changedSinceRun(`User coupon ${p.userCouponId}`, { expected: p.expect, found: current ?? null });
     }
@@ -243,6 +240,17 @@ export class CompensationService {
           discountCents,
         };
       }
+      case 'RESTORE_REDEMPTION':
+        if ((await execute(em, `UPDATE redemption SET status = 'USED' WHERE id = ? AND status = ?`, [s.redemptionId, s.from])) !== 1)
+          throw changedSinceRun(`Redemption ${s.redemptionId}`, { expectedStatus: s.from });
+        return { op: s.op, redemptionId: s.redemptionId, from: s.from, to: 'USED' };
+      case 'CLOSE_HOLDS':
+        for (const h of s.holds) {
+          // The holds were read under the coupon's row lock, which every hold write takes first: they are still ACTIVE.
+          if ((await closeHoldForReconciliation(em, h.holdId, h.closeAs, ctx.now)) !== 1)
+            throw changedSinceRun(`Hold ${h.holdId}`, { expectedStatus: 'ACTIVE' });
+        }
+        return { op: s.op, holds: s.holds };
     }
   }
 }

@@ -1,5 +1,5 @@
 import { parseTxId, TxIds } from '../ledger/tx-id.js';
-import { replay, TRANSITIONS, UserCouponStatus } from '../ledger/transitions.js';
+import { replay, TRANSITIONS, USER_COUPON_STATUSES, UserCouponStatus } from '../ledger/transitions.js';
 
 export const DISCREPANCY_TYPES = [
   'STOCK_MISMATCH',
@@ -36,6 +36,18 @@ export interface UsedRedemption {
   orderNo: string;
 }
 
+/** A redemption row whose status the service never writes (it only writes USED): damage, as the status is. */
+export interface OtherRedemption extends UsedRedemption {
+  status: string;
+}
+
+export interface ActiveHold {
+  id: string;
+  orderNo: string;
+}
+
+export type HoldClosing = 'CONFIRMED' | 'RELEASED';
+
 /** Everything the tables say about one user coupon, read in one snapshot. */
 export interface UserCouponFacts {
   userCouponId: string;
@@ -48,6 +60,10 @@ export interface UserCouponFacts {
   log: LogEntry[];
   /** Redemptions with status USED that reference it. */
   usedRedemptions: UsedRedemption[];
+  /** Redemptions with any other status that reference it. */
+  otherRedemptions: OtherRedemption[];
+  /** Its ACTIVE holds. */
+  activeHolds: ActiveHold[];
 }
 
 /** A log row to write; txId/reason null means "name the compensation that writes it". */
@@ -65,13 +81,17 @@ export type RepairStep =
   | { op: 'APPEND_LOG'; rows: PlannedLogRow[] }
   | { op: 'SET_STATUS'; from: UserCouponStatus; to: UserCouponStatus }
   | { op: 'TRANSIT'; from: UserCouponStatus; to: UserCouponStatus; txId: string | null }
-  | { op: 'RECREATE_REDEMPTION'; orderNo: string; userId: string; discountCents: number; usedAt: string };
+  | { op: 'RECREATE_REDEMPTION'; orderNo: string; userId: string; discountCents: number; usedAt: string }
+  | { op: 'RESTORE_REDEMPTION'; redemptionId: string; from: string }
+  | { op: 'CLOSE_HOLDS'; holds: { holdId: string; closeAs: HoldClosing }[] };
 
 /** What the repair expects to find when it is approved; anything else means the data moved since the run. */
 export interface RepairExpectation {
   status: UserCouponStatus;
   logIds: string[];
   usedRedemptionIds: string[];
+  /** Absent in proposals made before holds were part of the repair. */
+  activeHoldIds?: string[];
 }
 
 export interface RepairParams {
@@ -99,6 +119,19 @@ export interface UserCouponFinding {
   action: 'MARK_CONSISTENT';
   params: RepairParams;
 }
+
+/** A coupon used by more than one order: money was taken off twice, and which use stands is an operator's call. */
+export interface DoubleUseFinding {
+  type: 'REDEMPTION_WITHOUT_USED';
+  couponId: string;
+  userCouponId: string;
+  redemptionId: string;
+  details: { status: string; usedRedemptionIds: string[]; orderNos: string[]; explanation: string };
+  action: 'MANUAL_REVIEW';
+  params: { userCouponId: string; redemptionIds: string[] };
+}
+
+const isStatus = (s: string): s is UserCouponStatus => (USER_COUPON_STATUSES as readonly string[]).includes(s);
 
 /** Shortest legal path of transitions from `from` (null: not yet issued) to `to`; [] when equal, null when unreachable. */
 export function legalPath(from: UserCouponStatus | null, to: UserCouponStatus): [UserCouponStatus | null, UserCouponStatus][] | null {
@@ -136,12 +169,15 @@ function orderOf(l: LogEntry): string | null {
  * The target status: USED when a USED redemption references the coupon (an order used it); USED
  * also when there is no redemption but the legal log records the use with an order number (the
  * redemption row is what was lost, and is recreated from the log); a USED row with neither goes
- * back to where the log left it; otherwise the state a complete legal log reached when the row
- * cannot follow from it, else the row's own status. The log is then cut
+ * back to where the log left it, as does a status that is not one of the lifecycle's; otherwise
+ * the state a complete legal log reached when the row cannot follow from it, else the row's own
+ * status; LOCKED only while a hold holds it. Leaving LOCKED closes the coupon's ACTIVE holds in the
+ * same repair (invariant 6). A coupon used by two orders is left to an operator. The log is then cut
  * back to the longest legal prefix from which the target is reachable (the break point) and
  * completed with the legal path to the target.
  */
-export function diagnoseUserCoupon(f: UserCouponFacts): UserCouponFinding | null {
+export function diagnoseUserCoupon(f: UserCouponFacts): UserCouponFinding | DoubleUseFinding | null {
+  if (f.usedRedemptions.length > 1) return doubleUse(f);
   const r = replay(f.log);
   const logOk = r.legal && r.status === f.status;
   const hasRedemption = f.usedRedemptions.length > 0;
@@ -161,15 +197,23 @@ export function diagnoseUserCoupon(f: UserCouponFacts): UserCouponFinding | null
     target = 'USED';
     recreateFrom = usedByOrder;
     explanation = `The log records its use (${usedByOrder.txId}, log row ${usedByOrder.id}) but the redemption row is missing: recreate it from the log.`;
-  } else if (f.status === 'USED') {
+  } else if (f.status === 'USED' || !isStatus(f.status)) {
     target = r.status === null || r.status === 'USED' ? 'UNUSED' : r.status;
-    explanation = `USED with no redemption and no use by an order in the log: the status goes back to ${target}, where the log left it.`;
+    explanation =
+      f.status === 'USED'
+        ? `USED with no redemption and no use by an order in the log: the status goes back to ${target}, where the log left it.`
+        : `${f.status} is not a status of the lifecycle: the status goes back to ${target}, where the log left it.`;
   } else if (r.legal && r.status !== null && r.status !== 'USED' && legalPath(r.status, f.status) === null) {
     target = r.status;
     explanation = `The complete, legal log ends at ${r.status}, from which ${f.status} cannot follow: the status goes back to ${r.status}.`;
   } else {
     target = f.status;
     explanation = `The status ${f.status} stands; the log is repaired to lead to it.`;
+  }
+
+  if (target === 'LOCKED' && f.activeHolds.length === 0) {
+    target = 'UNUSED';
+    explanation += ' No ACTIVE hold holds it, so it goes back to UNUSED.';
   }
 
   let keep = legalPrefix.length;
@@ -180,6 +224,7 @@ export function diagnoseUserCoupon(f: UserCouponFacts): UserCouponFinding | null
   }
   const removed = f.log.slice(keep);
   const reusable = [...removed];
+  const useOrder = f.usedRedemptions[0]?.orderNo ?? (recreateFrom ? orderOf(recreateFrom) : null);
   const useTxId = f.usedRedemptions.length > 0 ? TxIds.order(f.usedRedemptions[0].orderNo) : (recreateFrom?.txId ?? null);
   const append: PlannedLogRow[] = path.map(([from, to]) => {
     // A removed row that recorded the same arrival keeps its tx id and time: the repair re-orders history, it does not rewrite it.
@@ -192,6 +237,14 @@ export function diagnoseUserCoupon(f: UserCouponFacts): UserCouponFinding | null
   });
 
   const steps: RepairStep[] = [];
+  if (f.status === 'LOCKED' && target !== 'LOCKED' && f.activeHolds.length > 0) {
+    // The hold of the order that used the coupon is confirmed, any other released: no ACTIVE hold outlives the LOCKED status.
+    const holds = f.activeHolds.map((h) => ({
+      holdId: h.id,
+      closeAs: (target === 'USED' && h.orderNo === useOrder ? 'CONFIRMED' : 'RELEASED') as HoldClosing,
+    }));
+    steps.push({ op: 'CLOSE_HOLDS', holds });
+  }
   const plainMove =
     removed.length === 0 && append.length === 1 && append[0].from === f.status && r.status === f.status && target !== f.status;
   if (plainMove) {
@@ -202,7 +255,12 @@ export function diagnoseUserCoupon(f: UserCouponFacts): UserCouponFinding | null
     if (append.length > 0) steps.push({ op: 'APPEND_LOG', rows: append });
     if (target !== f.status) steps.push({ op: 'SET_STATUS', from: f.status, to: target });
   }
-  if (recreateFrom) {
+  const stored = recreateFrom && f.otherRedemptions.find((x) => x.orderNo === useOrder);
+  if (stored) {
+    // The order's redemption row is there with a status the service never writes: it is set back rather than inserted again.
+    steps.push({ op: 'RESTORE_REDEMPTION', redemptionId: stored.id, from: stored.status });
+    explanation += ` Its row (${stored.id}) is there with the status ${stored.status}: it goes back to USED.`;
+  } else if (recreateFrom) {
     steps.push({
       op: 'RECREATE_REDEMPTION',
       orderNo: orderOf(recreateFrom) as string,
@@ -230,7 +288,30 @@ export function diagnoseUserCoupon(f: UserCouponFacts): UserCouponFinding | null
       explanation,
     },
     action: 'MARK_CONSISTENT',
-    params: { userCouponId: f.userCouponId, expect: { status: f.status, logIds: f.log.map((row) => row.id), usedRedemptionIds }, steps },
+    params: {
+      userCouponId: f.userCouponId,
+      expect: { status: f.status, logIds: f.log.map((row) => row.id), usedRedemptionIds, activeHoldIds: f.activeHolds.map((h) => h.id) },
+      steps,
+    },
+  };
+}
+
+function doubleUse(f: UserCouponFacts): DoubleUseFinding {
+  const redemptionIds = f.usedRedemptions.map((x) => x.id);
+  const orderNos = f.usedRedemptions.map((x) => x.orderNo);
+  return {
+    type: 'REDEMPTION_WITHOUT_USED',
+    couponId: f.couponId,
+    userCouponId: f.userCouponId,
+    redemptionId: redemptionIds[1],
+    details: {
+      status: f.status,
+      usedRedemptionIds: redemptionIds,
+      orderNos,
+      explanation: `${redemptionIds.length} USED redemptions (orders ${orderNos.join(', ')}) reference this one coupon: it was used more than once. Which use stands is for an operator to decide.`,
+    },
+    action: 'MANUAL_REVIEW',
+    params: { userCouponId: f.userCouponId, redemptionIds },
   };
 }
 

@@ -42,7 +42,7 @@ export type HoldFinding = LockedWithoutHoldFinding | HoldWithoutLockedFinding;
  * Invariant 6 for the user coupons with ids in [lo, hi]: LOCKED exactly when one ACTIVE hold
  * references it. A LOCKED coupon without one is proposed for release (to UNUSED, or EXPIRED past its
  * validity); an ACTIVE hold whose coupon is not LOCKED, or is LOCKED for another of its holds (the
- * one whose expiry the coupon carries), is proposed for closing: CONFIRMED when a USED redemption of
+ * first one whose expiry the coupon carries), is proposed for closing: CONFIRMED when a USED redemption of
  * the same (order, coupon) exists, else RELEASED.
  */
 export async function holdChunk(q: Queryable, lo: bigint, hi: bigint, now: Date): Promise<HoldFinding[]> {
@@ -68,7 +68,9 @@ export async function holdChunk(q: Queryable, lo: bigint, hi: bigint, now: Date)
      LEFT JOIN user_coupon uc ON uc.id = h.user_coupon_id
      LEFT JOIN redemption r ON r.order_no = h.order_no AND r.user_coupon_id = h.user_coupon_id AND r.status = 'USED'
      WHERE h.user_coupon_id BETWEEN ? AND ? AND h.status = 'ACTIVE'
-       AND (uc.id IS NULL OR uc.status <> 'LOCKED' OR NOT (uc.locked_until <=> h.expires_at))
+       AND (uc.id IS NULL OR uc.status <> 'LOCKED' OR NOT (uc.locked_until <=> h.expires_at)
+            OR EXISTS (SELECT 1 FROM redemption_hold e WHERE e.user_coupon_id = h.user_coupon_id AND e.status = 'ACTIVE'
+                       AND e.expires_at <=> uc.locked_until AND e.id < h.id))
      ORDER BY h.id`,
     range,
   );

@@ -45,6 +45,26 @@ export async function releaseHold(
 }
 
 /**
+ * Reconciliation's close of an ACTIVE hold (CONFIRMED: its order used the coupon; RELEASED:
+ * RECONCILIATION), leaving the coupon's status to the caller. Returns the rows changed: 0 when the
+ * hold is no longer ACTIVE.
+ */
+export function closeHoldForReconciliation(
+  em: EntityManager,
+  holdId: string,
+  closeAs: 'CONFIRMED' | 'RELEASED',
+  now: Date,
+): Promise<number> {
+  return closeAs === 'CONFIRMED'
+    ? execute(em, `UPDATE redemption_hold SET status = 'CONFIRMED' WHERE id = ? AND status = 'ACTIVE'`, [holdId])
+    : execute(
+        em,
+        `UPDATE redemption_hold SET status = 'RELEASED', released_at = ?, release_reason = 'RECONCILIATION' WHERE id = ? AND status = 'ACTIVE'`,
+        [now, holdId],
+      );
+}
+
+/**
  * A LOCKED coupon whose hold timed out is released already to every reader; before it is used,
  * held again or voided, its stored state catches up here (hold TIMEOUT, coupon LOCKED -> UNUSED or
  * EXPIRED), in the same transaction as what comes next.
