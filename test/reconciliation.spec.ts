@@ -278,6 +278,24 @@ describe('reconciliation', () => {
     expect(await checkInvariants(t.db)).toEqual([]);
   });
 
+  it('a coupon whose stock row is gone is found and its row recreated sold out on approval; until then a stock change is 404, not INSUFFICIENT_STOCK', async () => {
+    const c = await coupon({ totalStock: 5 });
+    await grab(c, 'ns1');
+    await grab(c, 'ns2');
+    await sql(`DELETE FROM coupon_stock WHERE coupon_id = ?`, [c]);
+    const add = () => request(t.url).post(`/admin/coupons/${c}/stock`).set(admin()).send({ delta: 3 });
+    const refused = await add();
+    expect([refused.status, refused.body.code]).toEqual([404, 'COUPON_NOT_FOUND']);
+    const run = await svc.runNow('FULL', 'test');
+    const found = await proposals(run.id);
+    expect(found.map((p) => [p.discrepancy.type, p.discrepancy.couponId, p.action])).toEqual([['STOCK_MISMATCH', c, 'RECREATE_STOCK']]);
+    expect((await decide(found[0].id, 'approve')).body.result).toEqual({ done: 'RECREATE_STOCK', couponId: c, initStock: 2, stock: 0 });
+    expect(await one(`SELECT init_stock, stock FROM coupon_stock WHERE coupon_id = ?`, [c])).toEqual({ init_stock: '2', stock: '0' });
+    const added = await add();
+    expect([added.status, added.body.initStock, added.body.remainingStock]).toEqual([200, 5, 3]);
+    expect(await proposals((await svc.runNow('FULL', 'test')).id)).toEqual([]);
+  });
+
   it('a redemption whose user coupon row is gone is reported for manual review, next to the stock its coupon lost', async () => {
     const c = await coupon();
     const uc = await grab(c, 'g1');

@@ -49,7 +49,19 @@ export class StockService {
       `UPDATE coupon_stock SET stock = stock + ?, init_stock = init_stock + ?, updated_at = ? WHERE coupon_id = ? AND stock + ? >= 0`,
       [delta, delta, at, couponId, delta],
     );
-    if (changed !== 1) throw new AppError('INSUFFICIENT_STOCK', `Cannot remove ${-delta} units: fewer remain`, { delta });
+    if (changed === 1) return;
+    if (!(await readStock(em, `SELECT init_stock, stock FROM coupon_stock WHERE coupon_id = ?`, couponId)))
+      throw new AppError('COUPON_NOT_FOUND', `Coupon ${couponId} has no stock row; reconciliation proposes to recreate it`);
+    throw new AppError('INSUFFICIENT_STOCK', `Cannot remove ${-delta} units: fewer remain`, { delta });
+  }
+
+  /** Reconciliation's approved "recreate stock" for a coupon whose row is gone: sold out, balanced with what was issued. */
+  async recreate(em: EntityManager, couponId: string, issuedFromStock: number, at: Date): Promise<void> {
+    await em.query(`INSERT INTO coupon_stock (coupon_id, init_stock, stock, updated_at) VALUES (?, ?, 0, ?)`, [
+      couponId,
+      issuedFromStock,
+      at,
+    ]);
   }
 
   /** Puts units back (reconciliation's approved "restore stock"): remaining stock only. */

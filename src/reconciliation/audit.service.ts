@@ -3,10 +3,12 @@ import type { EntityManager, QueryRunner } from 'typeorm';
 import { TRANSITIONS, UserCouponStatus } from '../ledger/transitions.js';
 import type { HoldFinding, OrderDiscountFinding } from './hold-audit.js';
 import {
+  diagnoseMissingStock,
   diagnoseStock,
   diagnoseUserCoupon,
   DoubleUseFinding,
   LogEntry,
+  MissingStockFinding,
   StockFinding,
   UserCouponFacts,
   UserCouponFinding,
@@ -25,7 +27,8 @@ export interface OrphanRedemptionFinding {
   params: { redemptionId: string; userCouponId: string };
 }
 
-export type Finding = StockFinding | UserCouponFinding | DoubleUseFinding | OrphanRedemptionFinding | HoldFinding | OrderDiscountFinding;
+export type Finding =
+  StockFinding | MissingStockFinding | UserCouponFinding | DoubleUseFinding | OrphanRedemptionFinding | HoldFinding | OrderDiscountFinding;
 
 export interface ChunkResult {
   checked: number;
@@ -103,24 +106,26 @@ export class AuditService {
     return row.lo === null || row.hi === null ? null : { min: BigInt(row.lo), max: BigInt(row.hi) };
   }
 
-  /** Invariant 1 for the coupons after `afterCouponId`, at most `limit` of them; one statement, so one snapshot. */
+  /** Invariant 1 for the coupons after `afterCouponId`, at most `limit` of them, their stock row missing included; one statement, so one snapshot. */
   async stockChunk(q: Queryable, afterCouponId: string, limit: number): Promise<ChunkResult & { lastCouponId: string | null }> {
-    const rows: { coupon_id: string; init_stock: string; stock: string; issued: string }[] = await q.query(
-      `SELECT s.coupon_id, s.init_stock, s.stock,
-              (SELECT COUNT(*) FROM user_coupon uc WHERE uc.coupon_id = s.coupon_id AND uc.from_stock = 1) AS issued
-       FROM coupon_stock s WHERE s.coupon_id > ? ORDER BY s.coupon_id LIMIT ?`,
+    const rows: { coupon_id: string; init_stock: string | null; stock: string | null; issued: string }[] = await q.query(
+      `SELECT c.id AS coupon_id, s.init_stock, s.stock,
+              (SELECT COUNT(*) FROM user_coupon uc WHERE uc.coupon_id = c.id AND uc.from_stock = 1) AS issued
+       FROM coupon c LEFT JOIN coupon_stock s ON s.coupon_id = c.id WHERE c.id > ? ORDER BY c.id LIMIT ?`,
       [afterCouponId, limit],
     );
     const findings = rows
       .map((r) =>
-        diagnoseStock({
-          couponId: r.coupon_id,
-          initStock: Number(r.init_stock),
-          stock: Number(r.stock),
-          issuedFromStock: Number(r.issued),
-        }),
+        r.init_stock === null || r.stock === null
+          ? diagnoseMissingStock(String(r.coupon_id), Number(r.issued))
+          : diagnoseStock({
+              couponId: r.coupon_id,
+              initStock: Number(r.init_stock),
+              stock: Number(r.stock),
+              issuedFromStock: Number(r.issued),
+            }),
       )
-      .filter((f): f is StockFinding => f !== null);
+      .filter((f) => f !== null);
     return { checked: rows.length, findings, lastCouponId: rows.at(-1)?.coupon_id ?? null };
   }
 

@@ -13,7 +13,7 @@ import { TxIds } from '../ledger/tx-id.js';
 import { countFromStock, lockUserCoupon, setStatus } from '../ledger/user-coupons.js';
 import { loadUserCouponFacts } from './audit.service.js';
 import { Compensation, CompensationStatus, CompensationView, toCompensationView } from './compensation.entity.js';
-import type { RepairParams, RepairStep, StockFinding } from './diagnosis.js';
+import type { MissingStockFinding, RepairParams, RepairStep, StockFinding } from './diagnosis.js';
 import type { HoldWithoutLockedFinding, LockedWithoutHoldFinding } from './hold-audit.js';
 import { closeHoldForReconciliation, releasedTo } from '../redemption/holds.js';
 
@@ -84,6 +84,8 @@ export class CompensationService {
       case 'RESTORE_STOCK':
       case 'REMOVE_STOCK':
         return this.fixStock(em, comp, JSON.parse(comp.params) as StockFinding['params'], now);
+      case 'RECREATE_STOCK':
+        return this.recreateStock(em, JSON.parse(comp.params) as MissingStockFinding['params'], now);
       case 'MARK_CONSISTENT':
         return this.repair(em, comp, JSON.parse(comp.params) as RepairParams, now);
       case 'RELEASE_COUPON':
@@ -150,6 +152,14 @@ export class CompensationService {
       });
     }
     return { done: comp.action, couponId: p.couponId, count: p.count };
+  }
+
+  private async recreateStock(em: EntityManager, p: MissingStockFinding['params'], now: Date): Promise<Record<string, unknown>> {
+    // The locking read of the missing row takes its gap: a second approval or a stock change waits here, then finds the row.
+    if (await this.stock.lock(em, p.couponId)) throw changedSinceRun(`The stock of coupon ${p.couponId}`, { couponId: p.couponId });
+    const issued = await countFromStock(em, p.couponId);
+    await this.stock.recreate(em, p.couponId, issued, now);
+    return { done: 'RECREATE_STOCK', couponId: p.couponId, initStock: issued, stock: 0 };
   }
 
   private async repair(em: EntityManager, comp: Compensation, p: RepairParams, now: Date): Promise<Record<string, unknown>> {

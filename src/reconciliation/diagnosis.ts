@@ -15,6 +15,7 @@ export type DiscrepancyType = (typeof DISCREPANCY_TYPES)[number];
 export const COMPENSATION_ACTIONS = [
   'RESTORE_STOCK',
   'REMOVE_STOCK',
+  'RECREATE_STOCK',
   'MARK_CONSISTENT',
   'RELEASE_COUPON',
   'CLOSE_HOLD',
@@ -328,6 +329,30 @@ export interface StockFinding {
   details: StockFacts & { difference: number; explanation: string };
   action: 'RESTORE_STOCK' | 'REMOVE_STOCK' | 'MANUAL_REVIEW';
   params: StockFacts & { difference: number; count: number };
+}
+
+/** A coupon without its stock row: nothing can be grabbed, and no admin stock change can apply. */
+export interface MissingStockFinding {
+  type: 'STOCK_MISMATCH';
+  couponId: string;
+  details: { couponId: string; issuedFromStock: number; explanation: string };
+  action: 'RECREATE_STOCK';
+  params: { couponId: string };
+}
+
+/** The row comes back sold out (init_stock = issued, stock 0): it cannot oversell, and the admin adds stock as usual. */
+export function diagnoseMissingStock(couponId: string, issuedFromStock: number): MissingStockFinding {
+  return {
+    type: 'STOCK_MISMATCH',
+    couponId,
+    details: {
+      couponId,
+      issuedFromStock,
+      explanation: `The coupon has no stock row: recreate it sold out (initial stock = the ${issuedFromStock} issued, none remaining); add stock afterwards if the sale goes on.`,
+    },
+    action: 'RECREATE_STOCK',
+    params: { couponId },
+  };
 }
 
 /**
