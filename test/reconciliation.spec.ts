@@ -261,6 +261,24 @@ describe('reconciliation', () => {
     expect(list.body.nextCursor).toBe(String(dead.insertId));
   });
 
+  it('INCREMENTAL sees a status changed by hand (the database moves updated_at), and reports a rejected discrepancy again', async () => {
+    const c = await coupon();
+    const uc = await grab(c, 'hand');
+    const dayOld = () => sql(`UPDATE user_coupon SET updated_at = NOW(3) - INTERVAL 1 DAY WHERE id = ?`, [uc]);
+    await dayOld();
+    await svc.runNow('FULL', 'test');
+    await sql(`UPDATE user_coupon SET status = 'VOID' WHERE id = ?`, [uc]);
+    const inc = await svc.runNow('INCREMENTAL', 'test');
+    const [found] = await proposals(inc.id);
+    expect([inc.mode, found?.discrepancy.type, found?.discrepancy.userCouponId]).toEqual(['INCREMENTAL', 'LOG_MISMATCH', uc]);
+    expect((await decide(found.id, 'reject')).status).toBe(200);
+    await dayOld();
+    const again = await svc.runNow('INCREMENTAL', 'test');
+    expect((await proposals(again.id)).map((p) => [p.discrepancy.type, p.discrepancy.userCouponId])).toEqual([['LOG_MISMATCH', uc]]);
+    await settleAll();
+    expect(await checkInvariants(t.db)).toEqual([]);
+  });
+
   it('INCREMENTAL replays the log only of coupons changed since the last complete run; FULL replays all', async () => {
     const c = await coupon();
     const [old, fresh] = [await grab(c, 'f1'), await grab(c, 'f2')];

@@ -53,7 +53,7 @@ export class UserCoupon {
   @Column({ name: 'locked_until', type: 'datetime', precision: 3, nullable: true })
   lockedUntil!: Date | null;
 
-  @Column({ name: 'updated_at', type: 'datetime', precision: 3 })
+  @Column({ name: 'updated_at', type: 'datetime', precision: 3, onUpdate: 'CURRENT_TIMESTAMP(3)' })
   updatedAt!: Date;
 }
 

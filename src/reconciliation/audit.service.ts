@@ -134,12 +134,22 @@ export class AuditService {
    * status without a USED redemption or the reverse, more than one USED redemption, and a log that does not replay (LAG over the
    * log in id order: each step must start where the previous one ended and be in the transition
    * table, and the last must end at the current status). With `logSince`, the log is checked only
-   * for coupons updated since then. Suspects are then diagnosed in full by diagnoseUserCoupon.
+   * for coupons updated since then, and for `recheck` (those whose discrepancy was decided since).
+   * Suspects are then diagnosed in full by diagnoseUserCoupon.
    * Call it inside a consistent-snapshot transaction so the two reads agree.
    */
-  async userCouponChunk(q: Queryable, lo: bigint, hi: bigint, logSince: Date | null): Promise<ChunkResult> {
+  async userCouponChunk(
+    q: Queryable,
+    lo: bigint,
+    hi: bigint,
+    logSince: Date | null,
+    recheck: readonly string[] = [],
+  ): Promise<ChunkResult> {
     const range = [String(lo), String(hi)];
-    const logFilter = logSince ? 'AND user_coupon_id IN (SELECT id FROM user_coupon WHERE id BETWEEN ? AND ? AND updated_at >= ?)' : '';
+    const again = recheck.filter((id) => BigInt(id) >= lo && BigInt(id) <= hi);
+    const changed = (alias: string) => `(${alias}updated_at >= ?${again.length > 0 ? ` OR ${alias}id IN (?)` : ''})`;
+    const changedParams = logSince ? [logSince, ...(again.length > 0 ? [again] : [])] : [];
+    const logFilter = logSince ? `AND user_coupon_id IN (SELECT id FROM user_coupon WHERE id BETWEEN ? AND ? AND ${changed('')})` : '';
     const logBroken = 'g.user_coupon_id IS NULL OR g.bad > 0 OR g.last_status <> uc.status';
     const suspects: { id: string }[] = await q.query(
       `SELECT uc.id
@@ -161,9 +171,9 @@ export class AuditService {
          GROUP BY user_coupon_id
        ) g ON g.user_coupon_id = uc.id
        WHERE uc.id BETWEEN ? AND ?
-         AND ((uc.status = 'USED') <> (r.n IS NOT NULL) OR r.n > 1 OR ${logSince ? `(uc.updated_at >= ? AND (${logBroken}))` : logBroken})
+         AND ((uc.status = 'USED') <> (r.n IS NOT NULL) OR r.n > 1 OR ${logSince ? `(${changed('uc.')} AND (${logBroken}))` : logBroken})
        ORDER BY uc.id`,
-      [...range, ...range, ...(logSince ? [...range, logSince] : []), ...range, ...(logSince ? [logSince] : [])],
+      [...range, ...range, ...(logSince ? [...range, ...changedParams] : []), ...range, ...changedParams],
     );
     const checked = await count(q, `SELECT COUNT(*) AS n FROM user_coupon WHERE id BETWEEN ? AND ?`, range);
     const facts = await loadUserCouponFacts(

@@ -215,6 +215,8 @@ export class ReconciliationService implements BeforeApplicationShutdown {
         mode = 'FULL';
         await this.tx.inTransaction((em) => em.query(`UPDATE reconciliation_run SET mode = 'FULL' WHERE id = ?`, [runId]));
       }
+      // A decision, either way, reopens its entity to the audit: an incremental run replays these too.
+      const recheck = since ? await this.decidedSince(since) : [];
       this.logger.log(`Reconciliation run ${runId} started (${mode}${since ? `, log audit since ${since.toISOString()}` : ''})`);
       let [lastLog, lastSave] = [Date.now(), Date.now()];
       const step = async (audit: string, chunk: ChunkResult) => {
@@ -245,7 +247,7 @@ export class ReconciliationService implements BeforeApplicationShutdown {
       }
       await this.byIdRange(q, await this.audits.idRange(q, 'user_coupon'), async (cq, lo, hi) => {
         const chunk = await this.snapshot(cq, async () => {
-          const audited = await this.audits.userCouponChunk(cq, lo, hi, since);
+          const audited = await this.audits.userCouponChunk(cq, lo, hi, since, recheck);
           return { checked: audited.checked, findings: [...audited.findings, ...(await holdChunk(cq, lo, hi, new Date()))] };
         });
         await step('user_coupon', chunk);
@@ -351,6 +353,16 @@ export class ReconciliationService implements BeforeApplicationShutdown {
     } finally {
       await q.query('COMMIT');
     }
+  }
+
+  /** The user coupons of discrepancies decided since `since` (a handful a night). */
+  private async decidedSince(since: Date): Promise<string[]> {
+    const rows: { id: string }[] = await this.dataSource.query(
+      `SELECT DISTINCT d.user_coupon_id AS id FROM compensation c JOIN discrepancy d ON d.id = c.discrepancy_id
+       WHERE c.decided_at >= ? AND d.user_coupon_id IS NOT NULL`,
+      [since],
+    );
+    return rows.map((r) => String(r.id));
   }
 
   private async lastCompleteStart(currentRunId: string): Promise<Date | null> {

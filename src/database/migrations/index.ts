@@ -5,6 +5,7 @@ import { TxMarker1764720000000 } from './1764720000000-tx-marker.js';
 import { Webhooks1764806400000 } from './1764806400000-webhooks.js';
 import { BulkIssuance1764892800000 } from './1764892800000-bulk-issuance.js';
 import { ExactOrderNumbers1764979200000 } from './1764979200000-exact-order-numbers.js';
+import { HandEditsTouchUserCoupons1765065600000 } from './1765065600000-hand-edits-touch-user-coupons.js';
 
 /** Every migration, in order. The app, the CLI (ormconfig.ts) and the tests all use this list. */
 export const migrations = [
@@ -15,4 +16,5 @@ export const migrations = [
   Webhooks1764806400000,
   BulkIssuance1764892800000,
   ExactOrderNumbers1764979200000,
+  HandEditsTouchUserCoupons1765065600000,
 ];
