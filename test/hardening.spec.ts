@@ -389,6 +389,17 @@ describe('hardening', () => {
       expect(await status(handSigned({ sub: 'tok-1', exp: now() + 3600, iat: now() }))).toEqual([200, undefined]);
     });
 
+    it('a JWT whose signature is spelt in base64 (+ / =) is 401, though the bearer syntax now lets it through', async () => {
+      let token = '';
+      // The same signature bytes in the other alphabet: only a signature with - or _ is spelt differently.
+      for (let n = 0; !/[-_]/.test(token.split('.')[2] ?? ''); n++) token = handSigned({ sub: 'tok-1', exp: now() + 3600, n });
+      const [header, payload, signature] = token.split('.');
+      const base64 = Buffer.from(signature, 'base64url').toString('base64');
+      expect(base64).toMatch(/[+/].*=$/);
+      expect(await status(token)).toEqual([200, undefined]);
+      expect(await status(`${header}.${payload}.${base64}`)).toEqual([401, 'UNAUTHENTICATED']);
+    });
+
     it.each([
       ['exp 1e300', { exp: 1e300 }],
       ['exp 32 days ahead', { exp: now() + 32 * 86_400 }],
@@ -454,6 +465,21 @@ describe('hardening', () => {
       expect([ok.status, ok.text]).toEqual([200, expect.stringContaining('# TYPE')]);
     });
 
+    it('a METRICS_TOKEN with + / ~ and = padding (RFC 6750 b64token) is read whole from the header', async () => {
+      const token = 'a+b/c~d-e.f_g0123456789==';
+      const app = await startTestApp({ METRICS_TOKEN: token });
+      try {
+        const ok = await request(app.url).get('/metrics').set('Authorization', `Bearer ${token}`);
+        expect([ok.status, ok.text]).toEqual([200, expect.stringContaining('# TYPE')]);
+        const wrong = await request(app.url)
+          .get('/metrics')
+          .set('Authorization', `Bearer ${token.replace('+', '-')}`);
+        expect(wrong.status).toBe(401);
+      } finally {
+        await app.close();
+      }
+    });
+
     it('DOCS_ENABLED=false: /docs and /docs-json are 404 NOT_FOUND, the API still serves', async () => {
       for (const path of ['/docs', '/docs-json']) {
         const res = await request(locked.url).get(path);
@@ -468,6 +494,9 @@ describe('hardening', () => {
       for (const host of ['', 'not a host', '0.0.0.0:3000', 'http://x']) expect(() => testConfig({ HOST: host })).toThrow(/HOST/);
       expect(() => testConfig({ METRICS_TOKEN: 'short' })).toThrow(/METRICS_TOKEN/);
       expect(() => testConfig({ METRICS_TOKEN: 'has spaces in it 0123456789' })).toThrow(/METRICS_TOKEN/);
+      // Only at the end, as in a bearer token: one with `=` inside could never be presented.
+      expect(() => testConfig({ METRICS_TOKEN: 'metrics=token-0123456789' })).toThrow(/METRICS_TOKEN/);
+      expect(testConfig({ METRICS_TOKEN: 'metrics+token/0123456789==' }).METRICS_TOKEN).toBe('metrics+token/0123456789==');
       expect(() => testConfig({ DOCS_ENABLED: 'maybe' })).toThrow(/DOCS_ENABLED/);
       expect(testConfig({ DOCS_ENABLED: 'false' }).DOCS_ENABLED).toBe(false);
       expect(testConfig().DOCS_ENABLED).toBe(true);

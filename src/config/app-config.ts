@@ -173,8 +173,13 @@ export class AppConfig {
   @Max(10 * 366 * 86_400)
   JWT_MAX_TTL_SECONDS: number = 31 * 86_400;
 
-  /** When set, GET /metrics needs `Authorization: Bearer <METRICS_TOKEN>`. */
-  @Matches(/^[A-Za-z0-9._~+/=-]{16,512}$/, { message: 'METRICS_TOKEN must be 16-512 of [A-Za-z0-9._~+/=-]' })
+  /**
+   * When set, GET /metrics needs `Authorization: Bearer <METRICS_TOKEN>`. Its syntax is the bearer
+   * token's (b64token: `=` only at the end), or a token accepted here could never be presented.
+   */
+  @Matches(/^(?=.{16,512}$)[A-Za-z0-9._~+/-]+=*$/, {
+    message: 'METRICS_TOKEN must be 16-512 of [A-Za-z0-9._~+/-], optionally ending in =',
+  })
   @IsOptional()
   METRICS_TOKEN?: string = undefined;
 
