@@ -138,6 +138,15 @@ describe('hardening', () => {
         .send({ couponId, userId: 'text-3', reason: astral(255), fromStock: false });
       expect(ok.status).toBe(201);
     });
+
+    it('a void reason of 255 astral characters (510 UTF-16 units) comes back whole from the history', async () => {
+      const { userCouponId } = await grab('text-4');
+      const reason = '\u{1F600}'.repeat(255);
+      const voided = await request(t.url).post(`/admin/user-coupons/${userCouponId}/void`).set(bearer(adminToken())).send({ reason });
+      expect(voided.status).toBe(200);
+      const history = await request(t.url).get(`/admin/user-coupons/${userCouponId}/history`).set(bearer(adminToken()));
+      expect(history.body.transitions.at(-1)).toMatchObject({ to: 'VOID', reason });
+    });
   });
 
   describe('strict parsing (item 4)', () => {

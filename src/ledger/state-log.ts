@@ -23,12 +23,31 @@ export interface LogRow {
   at: Date;
 }
 
+/**
+ * The first `max` code points of `s`, which is what a VARCHAR(max) column counts: a cut after `max`
+ * UTF-16 units could split a surrogate pair, and the column would keep the lone half as U+FFFD.
+ */
+export function codePointPrefix(s: string, max: number): string {
+  // A string has no more code points than UTF-16 units, so most need no walk.
+  if (s.length <= max) return s;
+  let end = 0;
+  for (let n = 0; n < max && end < s.length; n++) end += (s.codePointAt(end) ?? 0) > 0xffff ? 2 : 1;
+  return s.slice(0, end);
+}
+
 /** Writes state-log rows. Every status change and every issuance goes through here, inside the caller's transaction. */
 export async function writeLog(em: Queryable, rows: readonly LogRow[]): Promise<void> {
   if (rows.length === 0) return;
   await em.query(
     `INSERT INTO user_coupon_state_log (user_coupon_id, from_status, to_status, tx_id, reason, created_at) VALUES ${rowsSql(
-      rows.map((r) => [r.userCouponId, r.from, r.to, r.txId.slice(0, 191), r.reason?.slice(0, 255) ?? null, r.at]),
+      rows.map((r) => [
+        r.userCouponId,
+        r.from,
+        r.to,
+        codePointPrefix(r.txId, 191),
+        typeof r.reason === 'string' ? codePointPrefix(r.reason, 255) : null,
+        r.at,
+      ]),
     )}`,
   );
   // One increment per move, not per row: a grab group logs a thousand rows of the same move.
