@@ -147,6 +147,21 @@ describe('hardening', () => {
       const history = await request(t.url).get(`/admin/user-coupons/${userCouponId}/history`).set(bearer(adminToken()));
       expect(history.body.transitions.at(-1)).toMatchObject({ to: 'VOID', reason });
     });
+
+    it('a lone surrogate ("\\ud800" in the JSON) is 400 naming the field, not stored as U+FFFD', async () => {
+      const post = (path: string, json: string) =>
+        request(t.url).post(path).set(bearer(adminToken())).set('Content-Type', 'application/json').send(json);
+      const notText = (field: string) => ({ [field]: [`${field} must be valid Unicode text (no lone surrogate)`] });
+      const couponJson = JSON.stringify({ ...couponBody(), name: 'a\ud800b' });
+      expect(couponJson).toContain('"name":"a\\ud800b"');
+      const coupon = await post('/admin/coupons', couponJson);
+      expect([coupon.status, coupon.body.code, coupon.body.details?.fields]).toEqual([400, 'VALIDATION_FAILED', notText('name')]);
+      const { userCouponId } = await grab('text-5');
+      const voided = await post(`/admin/user-coupons/${userCouponId}/void`, '{"reason":"fraud \\udc00"}');
+      expect([voided.status, voided.body.code, voided.body.details?.fields]).toEqual([400, 'VALIDATION_FAILED', notText('reason')]);
+      const [{ status }] = (await t.db.query('SELECT status FROM user_coupon WHERE id = ?', [userCouponId])) as { status: string }[];
+      expect(status).toBe('UNUSED');
+    });
   });
 
   describe('strict parsing (item 4)', () => {

@@ -247,7 +247,7 @@ export const IsOmittable = () => ValidateIf((_object: object, value: unknown) =>
 export const QueryInt = () =>
   Transform(({ value }: { value: unknown }) => (typeof value === 'string' && /^[0-9]{1,15}$/.test(value) ? Number(value) : value));
 
-/** Unicode code points in `s`, counting stops once past `max` (a lone surrogate counts as one, as it is stored as U+FFFD). */
+/** Unicode code points in `s`, counting stops once past `max` (a lone surrogate counts as one; TextLength refuses it anyway). */
 function codePointsUpTo(s: string, max: number): number {
   let n = 0;
   for (let i = 0; i < s.length && n <= max; i++, n++) {
@@ -260,15 +260,29 @@ function codePointsUpTo(s: string, max: number): number {
   return n;
 }
 
+// With the u flag a surrogate pair is one code point, so only a lone half matches.
+const LONE_SURROGATE = /\p{Cs}/u;
+
 /**
  * A string of `min`..`max` Unicode code points: the unit utf8mb4 VARCHAR(n) columns count, so a text
  * that passes always fits a column of `max`. The one length check for every bounded text field:
  * class-validator's Length/MaxLength count neither code points nor UTF-16 units (a surrogate pair
  * and a variation selector both count as nothing extra), so 64 "a\uFE0F" passed as 64 characters
- * and overflowed VARCHAR(64) as a 500.
+ * and overflowed VARCHAR(64) as a 500. A lone surrogate (JSON allows "\ud800") is refused: the
+ * column would store it as U+FFFD while the answer echoed the original.
  */
 export function TextLength(min: number, max: number, options?: ValidationOptions): PropertyDecorator {
-  return ValidateBy(
+  const wellFormed = ValidateBy(
+    {
+      name: 'wellFormedText',
+      validator: {
+        validate: (value: unknown) => typeof value !== 'string' || !LONE_SURROGATE.test(value),
+        defaultMessage: buildMessage((each) => `${each}$property must be valid Unicode text (no lone surrogate)`, options),
+      },
+    },
+    options,
+  );
+  const length = ValidateBy(
     {
       name: 'textLength',
       constraints: [min, max],
@@ -286,4 +300,8 @@ export function TextLength(min: number, max: number, options?: ValidationOptions
     },
     options,
   );
+  return (target, property) => {
+    length(target, property);
+    wellFormed(target, property);
+  };
 }
