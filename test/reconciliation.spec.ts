@@ -392,6 +392,17 @@ describe('reconciliation', () => {
     await bad(await request(t.url).post('/admin/reconciliation/runs').set(admin()).send({ mode: 'SOMETIMES' }));
     await bad(await request(t.url).post('/admin/reconciliation/runs').set(admin()).send({ mode: 'FULL', extra: 1 }));
     await bad(await request(t.url).post('/admin/reconciliation/runs').set(admin()).send([1]));
+    // A JSON null is a body that is not an object, as on every other route; only an absent body means the defaults.
+    const nullBody = await request(t.url)
+      .post('/admin/reconciliation/runs')
+      .set(admin())
+      .set('Content-Type', 'application/json')
+      .send('null');
+    expect([nullBody.status, nullBody.body.code, nullBody.body.details?.fields]).toEqual([
+      400,
+      'VALIDATION_FAILED',
+      { body: ['must be a JSON object'] },
+    ]);
     await bad(await request(t.url).get('/admin/compensations?status=MAYBE').set(admin()));
     await bad(await request(t.url).get('/admin/compensations?limit=0').set(admin()));
     await bad(await request(t.url).get('/admin/compensations?runId=abc').set(admin()));

@@ -41,7 +41,8 @@ export class DecisionDto {
 
 /**
  * A body that may be absent: a POST with no body gets the DTO's defaults, anything sent is
- * validated as strictly as every other body. (The global pipe requires a body for DTO-typed
+ * validated as strictly as every other body, so a JSON `null` is 400 `body` as on any other route
+ * (it is a body, not the absence of one). (The global pipe requires a body for DTO-typed
  * parameters, so the handler types its parameter with an interface and lets this pipe do the work.)
  */
 @Injectable()
@@ -51,7 +52,7 @@ export class OptionalBodyPipe<T extends object> implements PipeTransform<unknown
   constructor(private readonly dto: ClassType<T>) {}
 
   async transform(value: unknown, metadata: ArgumentMetadata): Promise<T> {
-    if (value === undefined || value === null) return new this.dto();
+    if (value === undefined) return new this.dto();
     return (await this.strict.transform(value, { ...metadata, metatype: this.dto })) as T;
   }
 }
