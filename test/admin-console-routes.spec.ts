@@ -78,6 +78,13 @@ describe('admin routes the console reads', () => {
     ).toBe(403);
   });
 
+  it('a cursor above the largest id (2^63-1) is 400, as the same id in a path is', async () => {
+    const over = await admin('/admin/coupons?cursor=9223372036854775808');
+    expect([over.status, over.body.code, Object.keys(over.body.details?.fields ?? {})]).toEqual([400, 'VALIDATION_FAILED', ['cursor']]);
+    expect((await admin('/admin/coupons/9223372036854775808/series')).status).toBe(400);
+    expect((await admin('/admin/coupons?cursor=9223372036854775807')).status).toBe(200);
+  });
+
   it('GET /admin/coupons/:id/series gives remaining stock and this second’s outcomes', async () => {
     const c = await createCoupon(t.url, { totalStock: 2 });
     const answers = await Promise.all(['s1', 's2', 's3'].map((u) => grab(c.id, u)));

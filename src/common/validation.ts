@@ -177,15 +177,41 @@ function prototypeNamedFields(value: unknown, prefix = ''): string[] {
   });
 }
 
-const MAX_BIGINT = 9223372036854775807n;
-/** Ids are positive integers of up to 19 digits, kept as strings end to end. */
-const ID_PATTERN = /^[1-9][0-9]{0,18}$/;
+const digitRange = (lo: number, hi: number) => (lo === hi ? String(lo) : `[${lo}-${hi}]`);
+const anyDigits = (n: number) => (n === 1 ? '[0-9]' : `[0-9]{${n}}`);
+
+/**
+ * A regex source matching exactly the decimal numbers 1..`max` without leading zeros. A regex rather
+ * than a BigInt comparison so the OpenAPI document can state the same bound as the validators.
+ */
+export function decimalUpTo(max: bigint): string {
+  if (max < 1n) throw new RangeError(`decimalUpTo needs a positive bound, not ${max}`);
+  const digits = [...max.toString()].map(Number);
+  const n = digits.length;
+  // The numbers of max's length from digit i on: a smaller digit there and anything after, or max's digit and the rest again.
+  const sameLength = (i: number): string[] => {
+    const lo = i === 0 ? 1 : 0;
+    const d = digits[i];
+    if (i === n - 1) return [digitRange(lo, d)];
+    const rest = sameLength(i + 1);
+    const below = d > lo ? [`${digitRange(lo, d - 1)}${anyDigits(n - i - 1)}`] : [];
+    return [...below, `${d}${rest.length === 1 ? rest[0] : `(?:${rest.join('|')})`}`];
+  };
+  const shorter = n === 1 ? [] : [n === 2 ? '[1-9]' : `[1-9][0-9]{0,${n - 2}}`];
+  return `^(?:${[...shorter, ...sameLength(0)].join('|')})$`;
+}
+
+/**
+ * Ids are positive 64-bit integers (1..2^63-1, the BIGINT columns), kept as strings end to end: one
+ * pattern for path ids, body and query ids and cursors, and the OpenAPI document.
+ */
+export const ID_PATTERN = new RegExp(decimalUpTo(9223372036854775807n));
 
 /** Path ids are positive 64-bit integers, kept as strings end to end. */
 @Injectable()
 export class IdPipe implements PipeTransform<string, string> {
   transform(value: string, metadata: ArgumentMetadata): string {
-    if (typeof value !== 'string' || !ID_PATTERN.test(value) || BigInt(value) > MAX_BIGINT) {
+    if (typeof value !== 'string' || !ID_PATTERN.test(value)) {
       throw validationFailed({ [metadata.data ?? 'id']: ['must be a positive integer id'] });
     }
     return value;

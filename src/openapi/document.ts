@@ -1,10 +1,10 @@
 import type { INestApplication } from '@nestjs/common';
 import { DocumentBuilder, type OpenAPIObject, SwaggerModule } from '@nestjs/swagger';
 import { ERROR_STATUS, type ErrorCode } from '../common/errors.js';
-import { USER_ID_PATTERN } from '../common/validation.js';
+import { ID_PATTERN, USER_ID_PATTERN } from '../common/validation.js';
 import { ROUTES, type RouteContract } from './routes.js';
 import { describeValidatedProperties } from './validated-properties.js';
-import { HEADERS, type HeaderName, ID_PATTERN, IDEMPOTENCY_KEY_SCHEMA, type JsonSchema, ref, RESPONSE_SCHEMAS } from './schemas.js';
+import { HEADERS, type HeaderName, IDEMPOTENCY_KEY_SCHEMA, type JsonSchema, ref, RESPONSE_SCHEMAS } from './schemas.js';
 
 export const API_VERSION = '0.1.0';
 const METHODS = ['get', 'put', 'post', 'delete', 'options', 'head', 'patch', 'trace'] as const;
@@ -131,7 +131,7 @@ function applyRoute(method: string, op: Operation, route: RouteContract): void {
   op.security = route.auth === 'public' ? [] : [{ bearer: [] }];
   if (Array.isArray(route.auth)) op['x-roles'] = [...route.auth];
   for (const p of op.parameters ?? []) {
-    if (p.in === 'path' && ID_PARAMS.has(p.name)) p.schema = { type: 'string', pattern: ID_PATTERN, example: '1' };
+    if (p.in === 'path' && ID_PARAMS.has(p.name)) p.schema = { type: 'string', pattern: ID_PATTERN.source, example: '1' };
     if (p.in === 'path' && p.name === 'userId') p.schema = { type: 'string', pattern: USER_ID_PATTERN.source, example: 'alice' };
     if ((p.in === 'path' && p.name === 'idempotencyKey') || (p.in === 'header' && p.name === 'Idempotency-Key')) {
       p.schema = { ...IDEMPOTENCY_KEY_SCHEMA, ...p.schema, type: 'string' };
@@ -159,7 +159,7 @@ function acceptIntegerIds(doc: OpenAPIObject): void {
   }
   for (const name of names) {
     for (const property of Object.values((schemas[name]?.properties ?? {}) as Record<string, JsonSchema>)) {
-      if (property.type === 'string' && property.pattern === ID_PATTERN) {
+      if (property.type === 'string' && property.pattern === ID_PATTERN.source) {
         Object.assign(property, { type: ['string', 'integer'], minimum: 1, maximum: Number.MAX_SAFE_INTEGER });
       }
     }

@@ -1,7 +1,7 @@
 import { CATALOGUES } from '../common/messages.js';
 import { PUBLIC_CURSOR } from '../coupon/coupon.dto.js';
 import { ERROR_STATUS } from '../common/errors.js';
-import { IDEMPOTENCY_KEY_PATTERN, USER_ID_PATTERN } from '../common/validation.js';
+import { ID_PATTERN, IDEMPOTENCY_KEY_PATTERN, USER_ID_PATTERN } from '../common/validation.js';
 import { COMPENSATION_STATUSES } from '../reconciliation/compensation.entity.js';
 import { COMPENSATION_ACTIONS, DISCREPANCY_TYPES } from '../reconciliation/diagnosis.js';
 import { RUN_MODES } from '../reconciliation/reconciliation-run.entity.js';
@@ -13,9 +13,8 @@ export type JsonSchema = Record<string, unknown>;
 export const ref = (name: string): JsonSchema => ({ $ref: `#/components/schemas/${name}` });
 
 /** Database ids: positive 64-bit integers, sent as strings so JavaScript clients keep every digit. */
-export const ID_PATTERN = '^[1-9][0-9]{0,18}$';
-const id = (description: string): JsonSchema => ({ type: 'string', pattern: ID_PATTERN, description, example: '1024' });
-const nullableId = (description: string): JsonSchema => ({ type: ['string', 'null'], pattern: ID_PATTERN, description });
+const id = (description: string): JsonSchema => ({ type: 'string', pattern: ID_PATTERN.source, description, example: '1024' });
+const nullableId = (description: string): JsonSchema => ({ type: ['string', 'null'], pattern: ID_PATTERN.source, description });
 const userId: JsonSchema = { type: 'string', pattern: USER_ID_PATTERN.source, example: 'alice' };
 const dateTime = (description?: string): JsonSchema => ({ type: 'string', format: 'date-time', ...(description ? { description } : {}) });
 const nullableDateTime = (description: string): JsonSchema => ({ type: ['string', 'null'], format: 'date-time', description });
@@ -33,7 +32,7 @@ const page = (item: string, description: string): JsonSchema =>
       items: { type: 'array', items: ref(item) },
       nextCursor: {
         type: ['string', 'null'],
-        pattern: ID_PATTERN,
+        pattern: ID_PATTERN.source,
         description: 'Pass as `cursor` for the next page; null on the last page',
       },
     },
