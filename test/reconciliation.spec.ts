@@ -240,6 +240,24 @@ describe('reconciliation', () => {
     throw new Error(`run ${runId} did not finish`);
   }
 
+  it('a trigger refused by a run that ended before the refusal could read it still names that run', async () => {
+    const other = await tryAcquireLease(t.db, RECONCILIATION_LEASE, { ttlMs: 60_000, retries: 2 });
+    expect(other).not.toBeNull();
+    try {
+      const trigger = request(t.url).post('/admin/reconciliation/runs').set(admin());
+      const answer = trigger.then((r) => r);
+      // The holder's run ends while the refused trigger waits for its row.
+      await new Promise((r) => setTimeout(r, 300));
+      const ended = await sql(
+        `INSERT INTO reconciliation_run (status, mode, triggered_by, started_at, finished_at) VALUES ('COMPLETED', 'FULL', 'other', NOW(3), NOW(3))`,
+      );
+      const busy = await answer;
+      expect([busy.status, busy.body.code, busy.body.details]).toEqual([409, 'RECONCILIATION_RUNNING', { runId: String(ended.insertId) }]);
+    } finally {
+      await other?.release();
+    }
+  });
+
   it('a run holding the lease from another instance makes a trigger 409; a dead RUNNING run is marked FAILED by the next start', async () => {
     const other = await tryAcquireLease(t.db, RECONCILIATION_LEASE, { ttlMs: 60_000, retries: 2 });
     expect(other).not.toBeNull();

@@ -102,8 +102,9 @@ export class ReconciliationService implements BeforeApplicationShutdown {
   }
 
   private async open(mode: RunMode, triggeredBy: string): Promise<{ runId: string; done: Promise<RunView> }> {
+    const triedAt = new Date();
     const lease = await this.leases.tryAcquire(RECONCILIATION_LEASE);
-    if (!lease) throw await this.alreadyRunning();
+    if (!lease) throw await this.alreadyRunning(triedAt);
     let runId: string;
     try {
       runId = await this.tx.inTransaction((em) => this.recordStart(em, mode, triggeredBy));
@@ -118,13 +119,16 @@ export class ReconciliationService implements BeforeApplicationShutdown {
    * The refusal of a second trigger, naming the run in progress. Its instance records the run just
    * after taking the lease, so a trigger that comes in between (two clicks) waits for the row rather
    * than answering without `runId`; only a holder that never records one (it died in between) leaves
-   * it out, after RUN_ROW_WAIT_MS.
+   * it out, after RUN_ROW_WAIT_MS. A short run can also end before the refusal reads it: a run that
+   * finished after the lease was tried is the one that held it (the holder writes finished_at before
+   * it releases the lease).
    */
-  private async alreadyRunning(): Promise<AppError> {
+  private async alreadyRunning(triedAt: Date): Promise<AppError> {
     const until = pollUntil(RUN_ROW_WAIT_MS);
     for (;;) {
       const [running]: { id: string }[] = await this.dataSource.query(
-        `SELECT id FROM reconciliation_run WHERE status = 'RUNNING' ORDER BY id DESC LIMIT 1`,
+        `SELECT id FROM reconciliation_run WHERE status = 'RUNNING' OR finished_at >= ? ORDER BY id DESC LIMIT 1`,
+        [triedAt],
       );
       if (running || Date.now() >= until)
         return new AppError(
