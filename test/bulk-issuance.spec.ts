@@ -220,6 +220,37 @@ describe('bulk issuance', () => {
     t.config.BULK_BATCH_SIZE = 7;
   }, 120_000);
 
+  it('a batch whose connection is killed pauses the job (still RUNNING, nothing lost); the next pass issues every user exactly once', async () => {
+    const coupon = await createCoupon(t.url, { totalStock: 100 });
+    const users = Array.from({ length: 20 }, (_, i) => `killed-${i}`);
+    const created = await post(coupon.id, { userIds: users, reason: 'r', fromStock: true });
+    expect(created.status).toBe(202);
+    // Another transaction holds the stock row, so the first batch waits on it where it can be found and killed.
+    const holder = t.db.createQueryRunner();
+    await holder.connect();
+    await holder.startTransaction();
+    await holder.query(`SELECT stock FROM coupon_stock WHERE coupon_id = ? FOR UPDATE`, [coupon.id]);
+    const pass = run();
+    let victim: string | undefined;
+    for (let i = 0; i < 200 && !victim; i++) {
+      const [row] = (await t.db.query(
+        `SELECT id FROM information_schema.processlist WHERE db = DATABASE() AND info LIKE 'SELECT init_stock, stock FROM coupon_stock%FOR UPDATE'`,
+      )) as { id: string }[];
+      victim = row?.id;
+      if (!victim) await new Promise((r) => setTimeout(r, 25));
+    }
+    expect(victim).toBeDefined();
+    await t.db.query(`KILL ${Number(victim)}`);
+    await pass;
+    await holder.rollbackTransaction();
+    await holder.release();
+    expect(await job(created.body.jobId)).toMatchObject({ status: 'RUNNING', issued: 0 });
+    await run();
+    expect(await job(created.body.jobId)).toMatchObject({ status: 'COMPLETED', issued: 20, skipped: 0 });
+    expect((await bulkCoupons(coupon.id)).map((r) => r.user_id)).toEqual([...users].sort());
+    expect(await stockOf(coupon.id)).toBe(80);
+  });
+
   it('cancels a queued job before it issues anything; a finished job cannot be cancelled', async () => {
     const coupon = await createCoupon(t.url);
     const queued = await post(coupon.id, { userIds: ['x1', 'x2'], reason: 'r', fromStock: false });

@@ -1,6 +1,8 @@
 import { setTimeout } from 'node:timers/promises';
 import { Injectable, Logger, OnApplicationBootstrap, OnModuleDestroy } from '@nestjs/common';
 import { DataSource, EntityManager } from 'typeorm';
+import { isDatabaseOutage } from '../common/db-errors.js';
+import { AppError } from '../common/errors.js';
 import { counter, gauge, histogram } from '../common/metrics.js';
 import { AppConfig } from '../config/app-config.js';
 import { Coupon } from '../coupon/coupon.entity.js';
@@ -107,7 +109,7 @@ export class IssuanceRunner implements OnApplicationBootstrap, OnModuleDestroy {
       if (signal?.aborted) return;
       const job = await nextRunnableJob(this.ds.manager);
       if (!job) return;
-      await this.runJob(job, signal);
+      if ((await this.runJob(job, signal)) === 'paused') return;
     }
   }
 
@@ -119,12 +121,19 @@ export class IssuanceRunner implements OnApplicationBootstrap, OnModuleDestroy {
     }
   }
 
-  async runJob(queued: Job, signal?: AbortSignal): Promise<void> {
+  /**
+   * Runs one job until it ends, `signal`, or a database error. An outage, a lost connection or a
+   * lock wait that outlasted the retries leaves the job RUNNING ('paused'): its batch rolled back
+   * (or, its COMMIT answer lost, settles when the batch reruns, as the cursor moves in the same
+   * transaction), and the next pass resumes it from the cursor, as after a crash. Any other error
+   * fails the job.
+   */
+  async runJob(queued: Job, signal?: AbortSignal): Promise<'ran' | 'paused'> {
     if (
       queued.status === 'QUEUED' &&
       !(await this.tx.inTransaction((em) => setJobStatus(em, queued.id, ['QUEUED'], 'RUNNING', new Date())))
     )
-      return;
+      return 'ran';
     this.logger.log(`Bulk issuance job ${queued.id} (coupon ${queued.couponId}, ${queued.total} lines) runs from line ${queued.nextLine}`);
     const coupon = await this.ds.manager.findOneBy(Coupon, { id: queued.couponId });
     try {
@@ -135,6 +144,10 @@ export class IssuanceRunner implements OnApplicationBootstrap, OnModuleDestroy {
         if (!more) break;
       }
     } catch (err) {
+      if (isDatabaseOutage(err) || (err instanceof AppError && err.code === 'OUTCOME_UNKNOWN')) {
+        this.logger.warn(`Bulk issuance job ${queued.id} paused by a database error, resumes at the next pass: ${(err as Error).message}`);
+        return 'paused';
+      }
       this.logger.error(`Bulk issuance job ${queued.id} failed: ${(err as Error).message}`);
       await this.tx.inTransaction((em) => setJobStatus(em, queued.id, ['RUNNING'], 'FAILED', new Date()));
     } finally {
@@ -144,6 +157,7 @@ export class IssuanceRunner implements OnApplicationBootstrap, OnModuleDestroy {
     if (job && job.status !== 'RUNNING') {
       this.logger.log(`Bulk issuance job ${job.id} ${job.status}: ${job.issued} issued, ${JSON.stringify(job.skippedByReason)} skipped`);
     }
+    return 'ran';
   }
 
   /** One batch in the caller's transaction; false when the job has nothing more to do. */
