@@ -7,11 +7,15 @@ export const CSV_MAX_LINES = 1_000_000;
 
 /** A first line naming the column rather than a user. */
 const HEADER = /^(user_?id|userid|user|uid|id)$/i;
+/** Longer lines are kept to this many characters: an invalid user id whatever they hold. */
+export const CSV_MAX_LINE_CHARS = 4096;
+const EOL = /\r\n|\r|\n/g;
 
 /**
  * The user ids of a `text/csv` upload, one per line with its line number in the file, as they arrive: never the whole body in memory.
- * Blank lines are passed over and a header-like first line is dropped; CRLF and a UTF-8 BOM are
- * fine. Bytes that are not UTF-8 are 400, more than 64 MiB or 1,000,000 ids 413.
+ * Blank lines are passed over and a header-like first line is dropped; CRLF, CR alone (old Mac
+ * files) and a UTF-8 BOM are fine. Bytes that are not UTF-8 are 400, more than 64 MiB or 1,000,000
+ * ids 413. Each chunk is scanned once: a line without an end costs no more than a short one.
  */
 export async function* userIdLines(body: Readable): AsyncGenerator<{ lineNo: number; text: string }> {
   const decoder = new StrictUtf8();
@@ -19,17 +23,32 @@ export async function* userIdLines(body: Readable): AsyncGenerator<{ lineNo: num
   let lines = 0;
   let lineNo = 0;
   let first = true;
+  /** The unfinished line so far, at most CSV_MAX_LINE_CHARS + 1 characters. */
   let rest = '';
+  /** The last chunk ended in CR: an LF opening the next one belongs to it. */
+  let afterCr = false;
+  const keep = (piece: string) => {
+    if (rest.length <= CSV_MAX_LINE_CHARS) rest += piece.slice(0, CSV_MAX_LINE_CHARS + 1 - rest.length);
+  };
   const take = function* (text: string) {
-    const parts = (rest + text).split('\n');
-    rest = parts.pop() as string;
-    for (const part of parts) yield part;
+    let start = afterCr && text.startsWith('\n') ? 1 : 0;
+    afterCr = false;
+    EOL.lastIndex = start;
+    for (let m = EOL.exec(text); m !== null; m = EOL.exec(text)) {
+      keep(text.slice(start, m.index));
+      yield rest;
+      rest = '';
+      start = EOL.lastIndex;
+      afterCr = start === text.length && m[0] === '\r';
+    }
+    keep(text.slice(start));
   };
   const accept = (raw: string): { lineNo: number; text: string } | null => {
     lineNo++;
-    let line = raw.endsWith('\r') ? raw.slice(0, -1) : raw;
+    let line = raw;
     if (lineNo === 1 && line.charCodeAt(0) === 0xfeff) line = line.slice(1);
-    line = line.trim();
+    // An overlong line stays invalid: trimmed, what was kept of it might look like a user id.
+    line = line.length > CSV_MAX_LINE_CHARS ? line.slice(0, CSV_MAX_LINE_CHARS) : line.trim();
     if (line === '') return null;
     const wasFirst = first;
     first = false;
