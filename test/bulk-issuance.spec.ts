@@ -268,6 +268,27 @@ describe('bulk issuance', () => {
     expect([late.status, late.body.code]).toEqual([409, 'ISSUANCE_JOB_FINISHED']);
   });
 
+  it('a repeat finds the upload of an instance that died mid-upload (still past STALE_UPLOAD_MS) and takes the key; a live one is waited for', async () => {
+    const coupon = await createCoupon(t.url);
+    const uploading = (key: string, secondsAgo: number) =>
+      t.db.query(
+        `INSERT INTO issuance_job (coupon_id, idempotency_key, reason, from_stock, status, created_by, created_at, updated_at)
+         VALUES (?, ?, 'r', 0, 'UPLOADING', 'admin-1', NOW(3) - INTERVAL ? SECOND, NOW(3) - INTERVAL ? SECOND) RETURNING id`,
+        [coupon.id, key, secondsAgo, secondsAgo],
+      ) as Promise<{ id: string }[]>;
+    const deadKey = newKey('dead');
+    const [dead] = await uploading(deadKey, 31);
+    const retried = await post(coupon.id, { userIds: ['d1'], reason: 'r', fromStock: false }, deadKey);
+    expect([retried.status, retried.headers['idempotent-replayed']]).toEqual([202, undefined]);
+    expect(retried.body.jobId).not.toBe(String(dead.id));
+    expect(await t.db.query(`SELECT status FROM issuance_job WHERE id = ?`, [dead.id])).toEqual([{ status: 'DISCARDED' }]);
+    const liveKey = newKey('live');
+    const [live] = await uploading(liveKey, 1);
+    const waited = await post(coupon.id, { userIds: ['d2'], reason: 'r', fromStock: false }, liveKey);
+    expect([waited.status, waited.body.code, waited.body.details]).toEqual([409, 'IDEMPOTENCY_IN_PROGRESS', { jobId: String(live.id) }]);
+    await t.db.query(`DELETE FROM issuance_job WHERE id = ?`, [live.id]);
+  });
+
   it('lists jobs newest first, of one coupon or all, a page at a time, without uploads still arriving', async () => {
     const coupon = await createCoupon(t.url);
     const ids: string[] = [];

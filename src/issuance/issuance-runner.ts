@@ -25,6 +25,7 @@ import {
   setJobStatus,
   SKIP_REASONS,
   SkipReason,
+  STALE_UPLOAD_MS,
 } from './issuance.store.js';
 
 const issuedTotal = counter('bulk_issued_total', 'User coupons issued by bulk issuance jobs', []);
@@ -39,8 +40,6 @@ const progress = gauge('bulk_job_progress_ratio', 'Share of the running bulk job
 
 export const RUNNER_LEASE = 'issuance-runner';
 const IDLE_POLL_MS = 1000;
-/** An upload that has written nothing for this long is abandoned. */
-const STALE_UPLOAD_MS = 10 * 60_000;
 const PURGE_CHUNK = 5000;
 
 /** The idempotency key a job's coupons carry: with the (user, key) unique index, one coupon per user per job. */

@@ -19,6 +19,9 @@ import {
   setJobStatus,
   appendLines,
   JOB_STATUSES,
+  STALE_UPLOAD_MS,
+  touchUpload,
+  UPLOAD_HEARTBEAT_MS,
 } from './issuance.store.js';
 import { IssuanceRunner } from './issuance-runner.js';
 
@@ -102,6 +105,11 @@ export class IssuanceService {
       if (answer) return answer;
       throw inProgress(winner?.id);
     }
+    // A slow client may send less than a chunk between heartbeats; without them its upload would look abandoned.
+    const heartbeat = setInterval(
+      () => void this.tx.inTransaction((em) => touchUpload(em, jobId, new Date())).catch(() => undefined),
+      UPLOAD_HEARTBEAT_MS,
+    );
     try {
       await this.store(jobId, lines);
       await this.tx.inTransaction((em) => setJobStatus(em, jobId, ['UPLOADING'], 'QUEUED', new Date()));
@@ -110,6 +118,8 @@ export class IssuanceService {
       // write fails, the runner discards the upload once it has been still for a while.
       await this.tx.inTransaction((em) => discardUpload(em, jobId, new Date())).catch(() => undefined);
       throw err;
+    } finally {
+      clearInterval(heartbeat);
     }
     this.runner.wake();
     return { jobId, replayed: false };
@@ -118,7 +128,8 @@ export class IssuanceService {
   /**
    * The job this key made, once its list is stored: a repeat sent while the first request's list is
    * still being stored (two clicks, a client retrying at once) waits for it, so it gets the same
-   * jobId as API.md says, not 409. Null when that upload failed meanwhile (its key is free again).
+   * jobId as API.md says, not 409. Null when that upload failed meanwhile, or has been still for
+   * STALE_UPLOAD_MS (the instance receiving it died): its key is free again.
    */
   private async replay(job: Job, req: JobRequest): Promise<{ jobId: string; replayed: true } | null> {
     const until = pollUntil(UPLOAD_WAIT_MS);
@@ -129,6 +140,8 @@ export class IssuanceService {
         });
       }
       if (current.status !== 'UPLOADING') return { jobId: current.id, replayed: true };
+      const stale = new Date(Date.now() - STALE_UPLOAD_MS);
+      if (current.updatedAt < stale && (await this.tx.inTransaction((em) => discardUpload(em, current.id, new Date(), stale)))) continue;
       if (Date.now() + UPLOAD_POLL_MS >= until) throw inProgress(current.id);
       await sleep(UPLOAD_POLL_MS);
     }

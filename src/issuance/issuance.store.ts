@@ -189,11 +189,25 @@ export async function nextRunnableJob(em: Queryable): Promise<Job | null> {
  * An upload that was refused or broke off: out of sight and its key free in one single-row write;
  * its lines, possibly a million, are deleted later in small statements (purgeDiscarded).
  */
-export async function discardUpload(em: Queryable, jobId: string, at: Date): Promise<void> {
-  await em.query(
-    `UPDATE issuance_job SET status = 'DISCARDED', idempotency_key = CONCAT('discarded:', id), updated_at = ? WHERE id = ? AND status = 'UPLOADING'`,
-    [at, jobId],
-  );
+/**
+ * An upload in progress moves its job's updated_at at least this often (its chunks, else a
+ * heartbeat), so one still for STALE_UPLOAD_MS has lost the instance receiving it.
+ */
+export const UPLOAD_HEARTBEAT_MS = 5000;
+export const STALE_UPLOAD_MS = 30_000;
+
+/** The upload is alive: see UPLOAD_HEARTBEAT_MS. */
+export async function touchUpload(em: Queryable, jobId: string, at: Date): Promise<void> {
+  await em.query(`UPDATE issuance_job SET updated_at = ? WHERE id = ? AND status = 'UPLOADING'`, [at, jobId]);
+}
+
+/** Discards an upload (its key is free again); with `olderThan`, only if it has been still since then. Returns whether it did. */
+export async function discardUpload(em: Queryable, jobId: string, at: Date, olderThan?: Date): Promise<boolean> {
+  const res = (await em.query(
+    `UPDATE issuance_job SET status = 'DISCARDED', idempotency_key = CONCAT('discarded:', id), updated_at = ? WHERE id = ? AND status = 'UPLOADING'${olderThan ? ' AND updated_at < ?' : ''}`,
+    olderThan ? [at, jobId, olderThan] : [at, jobId],
+  )) as { affectedRows: number };
+  return res.affectedRows === 1;
 }
 
 /** Uploads that have written nothing since `olderThan` (the instance receiving them died) are discarded. */
