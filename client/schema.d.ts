@@ -739,7 +739,128 @@ export interface paths {
         trace?: never;
     };
 }
-export type webhooks = Record<string, never>;
+export interface webhooks {
+    "user_coupon.issued": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Event user_coupon.issued, delivered to every enabled endpoint subscribed to it
+         * @description At least once (deduplicate on webhook-id), in log order per user coupon. Verify the signature with any Standard Webhooks library and the endpoint secret (`new Webhook(secret).verify(body, headers)`).
+         */
+        post: operations["webhook_user_coupon_issued"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "user_coupon.locked": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Event user_coupon.locked, delivered to every enabled endpoint subscribed to it
+         * @description At least once (deduplicate on webhook-id), in log order per user coupon. Verify the signature with any Standard Webhooks library and the endpoint secret (`new Webhook(secret).verify(body, headers)`).
+         */
+        post: operations["webhook_user_coupon_locked"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "user_coupon.released": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Event user_coupon.released, delivered to every enabled endpoint subscribed to it
+         * @description At least once (deduplicate on webhook-id), in log order per user coupon. Verify the signature with any Standard Webhooks library and the endpoint secret (`new Webhook(secret).verify(body, headers)`).
+         */
+        post: operations["webhook_user_coupon_released"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "user_coupon.used": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Event user_coupon.used, delivered to every enabled endpoint subscribed to it
+         * @description At least once (deduplicate on webhook-id), in log order per user coupon. Verify the signature with any Standard Webhooks library and the endpoint secret (`new Webhook(secret).verify(body, headers)`).
+         */
+        post: operations["webhook_user_coupon_used"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "user_coupon.expired": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Event user_coupon.expired, delivered to every enabled endpoint subscribed to it
+         * @description At least once (deduplicate on webhook-id), in log order per user coupon. Verify the signature with any Standard Webhooks library and the endpoint secret (`new Webhook(secret).verify(body, headers)`).
+         */
+        post: operations["webhook_user_coupon_expired"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "user_coupon.voided": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Event user_coupon.voided, delivered to every enabled endpoint subscribed to it
+         * @description At least once (deduplicate on webhook-id), in log order per user coupon. Verify the signature with any Standard Webhooks library and the endpoint secret (`new Webhook(secret).verify(body, headers)`).
+         */
+        post: operations["webhook_user_coupon_voided"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+}
 export interface components {
     schemas: {
         VoidUserCouponDto: {
@@ -1466,6 +1587,38 @@ export interface components {
             };
             details: {
                 [key: string]: unknown;
+            };
+        };
+        /** @description One state-log move of a user coupon, built once and sent byte for byte on every attempt */
+        WebhookEvent: {
+            /**
+             * @description The event id, also the webhook-id header
+             * @example evt_1024
+             */
+            id: string;
+            /** @enum {string} */
+            type: "user_coupon.issued" | "user_coupon.locked" | "user_coupon.released" | "user_coupon.used" | "user_coupon.expired" | "user_coupon.voided";
+            /**
+             * Format: date-time
+             * @description When the move committed
+             */
+            timestamp: string;
+            data: {
+                /** @description The coupon as the move left it (`status` is `to`); null if its row is gone */
+                userCoupon: components["schemas"]["UserCoupon"] | null;
+                /**
+                 * @description The status before (null: issuance)
+                 * @enum {string|null}
+                 */
+                from: "UNUSED" | "LOCKED" | "USED" | "EXPIRED" | "VOID" | null;
+                /**
+                 * @description The status after
+                 * @enum {string}
+                 */
+                to: "UNUSED" | "LOCKED" | "USED" | "EXPIRED" | "VOID";
+                /** @description What made the move: grab:<key>, order:<orderNo>, bulk:<jobId>, ... */
+                txId: string;
+                reason: string | null;
             };
         };
     };
@@ -9615,6 +9768,240 @@ export interface operations {
                         code?: "SERVICE_UNAVAILABLE" | "OUTCOME_UNKNOWN";
                     };
                 };
+            };
+        };
+    };
+    webhook_user_coupon_issued: {
+        parameters: {
+            query?: never;
+            header: {
+                /** @description The event id (`evt_<log id>`), the same on every attempt */
+                "webhook-id": string;
+                /** @description Unix seconds of this attempt */
+                "webhook-timestamp": string;
+                /** @description `v1,<base64 HMAC-SHA256 of "id.timestamp.body">` with the endpoint secret */
+                "webhook-signature": string;
+            };
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["WebhookEvent"] & {
+                    /** @constant */
+                    type?: "user_coupon.issued";
+                };
+            };
+        };
+        responses: {
+            /** @description Delivered: the receiver has it */
+            "2XX": {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description Any other answer, or none within WEBHOOK_TIMEOUT_MS: a failed attempt, retried per WEBHOOK_RETRY_DELAYS */
+            default: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+        };
+    };
+    webhook_user_coupon_locked: {
+        parameters: {
+            query?: never;
+            header: {
+                /** @description The event id (`evt_<log id>`), the same on every attempt */
+                "webhook-id": string;
+                /** @description Unix seconds of this attempt */
+                "webhook-timestamp": string;
+                /** @description `v1,<base64 HMAC-SHA256 of "id.timestamp.body">` with the endpoint secret */
+                "webhook-signature": string;
+            };
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["WebhookEvent"] & {
+                    /** @constant */
+                    type?: "user_coupon.locked";
+                };
+            };
+        };
+        responses: {
+            /** @description Delivered: the receiver has it */
+            "2XX": {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description Any other answer, or none within WEBHOOK_TIMEOUT_MS: a failed attempt, retried per WEBHOOK_RETRY_DELAYS */
+            default: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+        };
+    };
+    webhook_user_coupon_released: {
+        parameters: {
+            query?: never;
+            header: {
+                /** @description The event id (`evt_<log id>`), the same on every attempt */
+                "webhook-id": string;
+                /** @description Unix seconds of this attempt */
+                "webhook-timestamp": string;
+                /** @description `v1,<base64 HMAC-SHA256 of "id.timestamp.body">` with the endpoint secret */
+                "webhook-signature": string;
+            };
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["WebhookEvent"] & {
+                    /** @constant */
+                    type?: "user_coupon.released";
+                };
+            };
+        };
+        responses: {
+            /** @description Delivered: the receiver has it */
+            "2XX": {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description Any other answer, or none within WEBHOOK_TIMEOUT_MS: a failed attempt, retried per WEBHOOK_RETRY_DELAYS */
+            default: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+        };
+    };
+    webhook_user_coupon_used: {
+        parameters: {
+            query?: never;
+            header: {
+                /** @description The event id (`evt_<log id>`), the same on every attempt */
+                "webhook-id": string;
+                /** @description Unix seconds of this attempt */
+                "webhook-timestamp": string;
+                /** @description `v1,<base64 HMAC-SHA256 of "id.timestamp.body">` with the endpoint secret */
+                "webhook-signature": string;
+            };
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["WebhookEvent"] & {
+                    /** @constant */
+                    type?: "user_coupon.used";
+                };
+            };
+        };
+        responses: {
+            /** @description Delivered: the receiver has it */
+            "2XX": {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description Any other answer, or none within WEBHOOK_TIMEOUT_MS: a failed attempt, retried per WEBHOOK_RETRY_DELAYS */
+            default: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+        };
+    };
+    webhook_user_coupon_expired: {
+        parameters: {
+            query?: never;
+            header: {
+                /** @description The event id (`evt_<log id>`), the same on every attempt */
+                "webhook-id": string;
+                /** @description Unix seconds of this attempt */
+                "webhook-timestamp": string;
+                /** @description `v1,<base64 HMAC-SHA256 of "id.timestamp.body">` with the endpoint secret */
+                "webhook-signature": string;
+            };
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["WebhookEvent"] & {
+                    /** @constant */
+                    type?: "user_coupon.expired";
+                };
+            };
+        };
+        responses: {
+            /** @description Delivered: the receiver has it */
+            "2XX": {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description Any other answer, or none within WEBHOOK_TIMEOUT_MS: a failed attempt, retried per WEBHOOK_RETRY_DELAYS */
+            default: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+        };
+    };
+    webhook_user_coupon_voided: {
+        parameters: {
+            query?: never;
+            header: {
+                /** @description The event id (`evt_<log id>`), the same on every attempt */
+                "webhook-id": string;
+                /** @description Unix seconds of this attempt */
+                "webhook-timestamp": string;
+                /** @description `v1,<base64 HMAC-SHA256 of "id.timestamp.body">` with the endpoint secret */
+                "webhook-signature": string;
+            };
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["WebhookEvent"] & {
+                    /** @constant */
+                    type?: "user_coupon.voided";
+                };
+            };
+        };
+        responses: {
+            /** @description Delivered: the receiver has it */
+            "2XX": {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description Any other answer, or none within WEBHOOK_TIMEOUT_MS: a failed attempt, retried per WEBHOOK_RETRY_DELAYS */
+            default: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
             };
         };
     };

@@ -1,3 +1,5 @@
+import { readFileSync } from 'node:fs';
+import { Ajv2020 } from 'ajv/dist/2020.js';
 import request from 'supertest';
 import { loadConfig, retryDelays } from '../src/config/app-config.js';
 import { DataSource } from 'typeorm';
@@ -230,6 +232,17 @@ describe('webhooks', () => {
     expect(use?.event.data.userCoupon.usedAt).toEqual(expect.any(String));
     expect(got.find((r) => r.event.type === 'user_coupon.issued')?.event.data.userCoupon.usedAt).toBeNull();
     expect(got.find((r) => r.event.data.reason === 'fraud')?.event.type).toBe('user_coupon.voided');
+    // What arrived is what the OpenAPI document's webhooks section says arrives, body and headers.
+    const ajv = new Ajv2020({ strict: false, allErrors: true, validateFormats: false });
+    ajv.addSchema({ ...(JSON.parse(readFileSync('docs/openapi.json', 'utf8')) as object), $id: 'doc' });
+    for (const r of got) {
+      const body = ajv.compile({ $ref: `doc#/webhooks/${r.event.type}/post/requestBody/content/application~1json/schema` });
+      expect([r.event.type, body(r.event), body.errors ?? null]).toEqual([r.event.type, true, null]);
+      for (const [i, name] of ['webhook-id', 'webhook-timestamp', 'webhook-signature'].entries()) {
+        const header = ajv.compile({ $ref: `doc#/webhooks/${r.event.type}/post/parameters/${i}/schema` });
+        expect([name, header(r.headers[name])]).toEqual([name, true]);
+      }
+    }
 
     const page = await deliveries(hook.id, '?status=DELIVERED&limit=2');
     expect(page.items).toHaveLength(2);

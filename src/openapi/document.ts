@@ -4,6 +4,7 @@ import { ERROR_STATUS, type ErrorCode } from '../common/errors.js';
 import { ID_PATTERN, USER_ID_PATTERN } from '../common/validation.js';
 import { ROUTES, type RouteContract } from './routes.js';
 import { describeValidatedProperties } from './validated-properties.js';
+import { WEBHOOK_EVENT_SCHEMA, webhooksSection } from './webhooks.js';
 import { HEADERS, type HeaderName, IDEMPOTENCY_KEY_SCHEMA, type JsonSchema, ref, RESPONSE_SCHEMAS } from './schemas.js';
 
 export const API_VERSION = '0.1.0';
@@ -208,6 +209,8 @@ export function buildOpenApiDocument(app: INestApplication): OpenAPIObject {
   }
   acceptIntegerIds(doc);
   doc.tags = [...tags].sort().map((name) => ({ name, ...(TAGS[name] ? { description: TAGS[name] } : {}) }));
-  doc.components = { ...doc.components, schemas: { ...doc.components?.schemas, ...RESPONSE_SCHEMAS } };
+  doc.components = { ...doc.components, schemas: { ...doc.components?.schemas, ...RESPONSE_SCHEMAS, WebhookEvent: WEBHOOK_EVENT_SCHEMA } };
+  // @nestjs/swagger's OpenAPIObject predates 3.1's webhooks.
+  Object.assign(doc, { webhooks: webhooksSection() });
   return doc;
 }

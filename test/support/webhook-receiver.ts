@@ -6,6 +6,7 @@ export interface Received {
   /** 1 for the first time this webhook-id arrived, 2 for its first repeat, ... */
   attempt: number;
   event: { id: string; type: string; timestamp: string; data: Record<string, unknown> & { userCoupon: Record<string, string | null> } };
+  headers: Record<string, string | string[] | undefined>;
   at: number;
   status: number;
 }
@@ -51,7 +52,7 @@ export class WebhookReceiver {
     const webhookId = String(req.headers['webhook-id']);
     const attempt = (this.seen.get(webhookId) ?? 0) + 1;
     this.seen.set(webhookId, attempt);
-    const r = { webhookId, attempt, event, at: Date.now() };
+    const r = { webhookId, attempt, event, headers: req.headers, at: Date.now() };
     const answer = await this.answer(r);
     if (answer === 'hang' || answer === 'trickle') {
       this.hanging.add(res);
