@@ -327,6 +327,8 @@ describe('bulk issuance', () => {
       ['no key', () => request(t.url).post(`/admin/coupons/${coupon.id}/issuances`).set(admin()).send(ok), 400, 'VALIDATION_FAILED'],
       ['bad key', () => post(coupon.id, ok, 'has space'), 400, 'VALIDATION_FAILED'],
       ['empty list', () => post(coupon.id, { ...ok, userIds: [] }), 400, 'VALIDATION_FAILED'],
+      ['empty file', () => postCsv(coupon.id, ''), 400, 'VALIDATION_FAILED'],
+      ['a file of a header and blank lines', () => postCsv(coupon.id, 'user_id\r\n\r\n  \n'), 400, 'VALIDATION_FAILED'],
       [
         'over 10,000 ids',
         () => post(coupon.id, { ...ok, userIds: Array.from({ length: 10001 }, (_, i) => `z${i}`) }),

@@ -3,7 +3,7 @@ import { Injectable } from '@nestjs/common';
 import { DataSource } from 'typeorm';
 import { isDuplicateKey } from '../common/db-errors.js';
 import { AppError } from '../common/errors.js';
-import { USER_ID_PATTERN } from '../common/validation.js';
+import { USER_ID_PATTERN, validationFailed } from '../common/validation.js';
 import { toPage } from '../common/page.js';
 import { CouponService } from '../coupon/coupon.service.js';
 import { pollUntil } from '../database/deadline-pool.js';
@@ -111,7 +111,8 @@ export class IssuanceService {
       UPLOAD_HEARTBEAT_MS,
     );
     try {
-      await this.store(jobId, lines);
+      // As a JSON list must hold one id at least, so must a file (blank lines and a header are no ids).
+      if ((await this.store(jobId, lines)) === 0) throw validationFailed({ body: ['holds no user id'] }, 'The list holds no user id');
       await this.tx.inTransaction((em) => setJobStatus(em, jobId, ['UPLOADING'], 'QUEUED', new Date()));
     } catch (err) {
       // A refused or broken upload is gone for clients and its key may be used again; if even this
@@ -148,7 +149,9 @@ export class IssuanceService {
     return null;
   }
 
-  private async store(jobId: string, lines: AsyncIterable<{ lineNo: number; text: string }>): Promise<void> {
+  /** Stores the list as it arrives; returns how many lines it held. */
+  private async store(jobId: string, lines: AsyncIterable<{ lineNo: number; text: string }>): Promise<number> {
+    let count = 0;
     let valid: { lineNo: number; userId: string }[] = [];
     let invalid: { lineNo: number; userId: string }[] = [];
     const flush = async () => {
@@ -157,11 +160,13 @@ export class IssuanceService {
       await this.tx.inTransaction((em) => appendLines(em, jobId, v, i, new Date()));
     };
     for await (const { lineNo, text } of lines) {
+      count++;
       if (USER_ID_PATTERN.test(text)) valid.push({ lineNo, userId: text });
       else invalid.push({ lineNo, userId: shown(text) });
       if (valid.length + invalid.length >= UPLOAD_CHUNK) await flush();
     }
     await flush();
+    return count;
   }
 
   async get(jobId: string): Promise<JobView> {
