@@ -30,6 +30,13 @@ describe('bulk issuance', () => {
       .set('Idempotency-Key', key)
       .set('Content-Type', 'text/csv')
       .send(typeof csv === 'string' ? csv : csv);
+  const csvAs = (couponId: string, contentType: string, body: Buffer) =>
+    request(t.url)
+      .post(`/admin/coupons/${couponId}/issuances?reason=r&fromStock=false`)
+      .set(admin())
+      .set('Idempotency-Key', newKey('bulk'))
+      .set('Content-Type', contentType)
+      .send(body);
   const job = async (jobId: string) => (await request(t.url).get(`/admin/issuance-jobs/${jobId}`).set(admin())).body;
   const run = () => t.app.get(IssuanceRunner).runQueued();
   const skipped = async (jobId: string) => {
@@ -251,6 +258,18 @@ describe('bulk issuance', () => {
     expect(await stockOf(coupon.id)).toBe(80);
   });
 
+  it('decodes a CSV in the charset its Content-Type names (a GBK spreadsheet export), UTF-8 otherwise', async () => {
+    const coupon = await createCoupon(t.url);
+    // "用户" (user) in GBK, then two ids: the Chinese line is not a user id, and is not UTF-8.
+    const gbk = Buffer.concat([Buffer.from([0xd3, 0xc3, 0xbb, 0xa7]), Buffer.from('\r\ngbk-1\r\ngbk-2\r\n')]);
+    expect((await csvAs(coupon.id, 'text/csv', gbk)).status).toBe(400);
+    const created = await csvAs(coupon.id, 'text/csv; charset=GBK', gbk);
+    expect(created.status).toBe(202);
+    await run();
+    expect(await job(created.body.jobId)).toMatchObject({ status: 'COMPLETED', issued: 2, skipped: 1 });
+    expect(await skipped(created.body.jobId)).toEqual([{ line: 1, userId: '用户', reason: 'INVALID_USER_ID' }]);
+  });
+
   it('cancels a queued job before it issues anything; a finished job cannot be cancelled', async () => {
     const coupon = await createCoupon(t.url);
     const queued = await post(coupon.id, { userIds: ['x1', 'x2'], reason: 'r', fromStock: false });
@@ -351,6 +370,12 @@ describe('bulk issuance', () => {
         () => postCsv(coupon.id, Buffer.concat([Buffer.from('y1\ny2\n'), Buffer.from([0xff, 0xfe, 0x41]), Buffer.from('\ny3\n')])),
         400,
         'VALIDATION_FAILED',
+      ],
+      [
+        'CSV in a charset no decoder knows',
+        () => csvAs(coupon.id, 'text/csv; charset=x-klingon', Buffer.from('y1\n')),
+        415,
+        'UNSUPPORTED_MEDIA_TYPE',
       ],
       ['unknown coupon', () => post('999999999', ok), 404, 'COUPON_NOT_FOUND'],
       [

@@ -17,7 +17,7 @@ import {
 } from './issuance.dto.js';
 import { IssuanceService } from './issuance.service.js';
 import { isCsv } from './upload.js';
-import { userIdLines } from './user-id-lines.js';
+import { csvDecoder, userIdLines } from './user-id-lines.js';
 
 async function* jsonLines(userIds: readonly string[]) {
   for (let i = 0; i < userIds.length; i++) yield { lineNo: i + 1, text: userIds[i] };
@@ -59,7 +59,7 @@ export class IssuanceController {
       );
       if (Object.keys(missing).length > 0) throw validationFailed(missing);
       request = { reason: query.reason as string, fromStock: query.fromStock as boolean };
-      lines = userIdLines(req.body as Readable);
+      lines = userIdLines(req.body as Readable, csvDecoder(req.headers['content-type']));
     } else {
       const fields = Object.keys(query).filter((f) => query[f as keyof CsvIssuanceQuery] !== undefined);
       if (fields.length > 0)

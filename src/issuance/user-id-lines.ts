@@ -1,4 +1,5 @@
 import type { Readable } from 'node:stream';
+import { TextDecoder } from 'node:util';
 import { AppError } from '../common/errors.js';
 import { validationFailed } from '../common/validation.js';
 
@@ -14,11 +15,11 @@ const EOL = /\r\n|\r|\n/g;
 /**
  * The user ids of a `text/csv` upload, one per line with its line number in the file, as they arrive: never the whole body in memory.
  * Blank lines are passed over and a header-like first line is dropped; CRLF, CR alone (old Mac
- * files) and a UTF-8 BOM are fine. Bytes that are not UTF-8 are 400, more than 64 MiB or 1,000,000
- * ids 413. Each chunk is scanned once: a line without an end costs no more than a short one.
+ * files) and a BOM are fine. The text is UTF-8 unless the Content-Type names another charset
+ * (csvDecoder). Bytes that are not text in it are 400, more than 64 MiB or 1,000,000 ids 413. Each
+ * chunk is scanned once: a line without an end costs no more than a short one.
  */
-export async function* userIdLines(body: Readable): AsyncGenerator<{ lineNo: number; text: string }> {
-  const decoder = new StrictUtf8();
+export async function* userIdLines(body: Readable, decoder = csvDecoder(undefined)): AsyncGenerator<{ lineNo: number; text: string }> {
   let bytes = 0;
   let lines = 0;
   let lineNo = 0;
@@ -76,9 +77,26 @@ export async function* userIdLines(body: Readable): AsyncGenerator<{ lineNo: num
   }
 }
 
+/**
+ * The decoder of a `text/csv` body: UTF-8, or the `charset` its Content-Type names (a spreadsheet
+ * saved in China is often GBK or GB18030), any that the WHATWG Encoding standard knows; another
+ * is 415. Called before the body is read.
+ */
+export function csvDecoder(contentType: string | undefined): StrictDecoder {
+  const label = /;\s*charset\s*=\s*"?([^";\s]+)"?/i.exec(contentType ?? '')?.[1] ?? 'utf-8';
+  try {
+    return new StrictDecoder(new TextDecoder(label, { fatal: true, ignoreBOM: true }));
+  } catch {
+    throw new AppError(
+      'UNSUPPORTED_MEDIA_TYPE',
+      `The charset ${label.slice(0, 64)} is not supported; send UTF-8, or a charset of the WHATWG Encoding standard`,
+    );
+  }
+}
+
 /** TextDecoder with `fatal` refuses bad bytes (StringDecoder would replace them with U+FFFD silently); `stream` keeps a sequence split over two chunks. */
-class StrictUtf8 {
-  private readonly decoder = new TextDecoder('utf-8', { fatal: true, ignoreBOM: true });
+class StrictDecoder {
+  constructor(private readonly decoder: TextDecoder) {}
 
   write(chunk: Buffer): string {
     return this.decode(() => this.decoder.decode(chunk, { stream: true }));
@@ -92,7 +110,8 @@ class StrictUtf8 {
     try {
       return fn();
     } catch {
-      throw validationFailed({ body: ['must be UTF-8 text'] }, 'The upload is not UTF-8 text');
+      const name = this.decoder.encoding.toUpperCase();
+      throw validationFailed({ body: [`must be ${name} text`] }, `The upload is not ${name} text`);
     }
   }
 }
