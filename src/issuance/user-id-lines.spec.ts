@@ -26,6 +26,21 @@ describe('userIdLines', () => {
     ]);
   });
 
+  it('a body that fails mid-way (the client reset the connection) is the client’s 400, not an outage', async () => {
+    const body = new Readable({ read() {} });
+    body.push('a\nb');
+    setImmediate(() => body.destroy(Object.assign(new Error('aborted'), { code: 'ECONNRESET' })));
+    const seen: string[] = [];
+    const reading = (async () => {
+      for await (const l of userIdLines(body)) seen.push(l.text);
+    })();
+    await expect(reading).rejects.toMatchObject({
+      code: 'VALIDATION_FAILED',
+      details: { fields: { body: ['was cut off before its end'] } },
+    });
+    expect(seen).toEqual(['a']);
+  });
+
   it('keeps an overlong line to CSV_MAX_LINE_CHARS characters, untrimmed so it stays invalid, and goes on after it', async () => {
     const chunk = 'x'.repeat(65_536);
     const found = await lines(` ok`, ...Array.from({ length: 64 }, () => chunk), ' \nnext\n');

@@ -58,7 +58,7 @@ export async function* userIdLines(body: Readable, decoder = csvDecoder(undefine
       throw new AppError('PAYLOAD_TOO_LARGE', `At most ${CSV_MAX_LINES} user ids per upload`, { maxLines: CSV_MAX_LINES });
     return { lineNo, text: line };
   };
-  for await (const chunk of body as AsyncIterable<Buffer>) {
+  for await (const chunk of chunksOf(body)) {
     bytes += chunk.length;
     if (bytes > CSV_MAX_BYTES) throw new AppError('PAYLOAD_TOO_LARGE', 'The upload is over 64 MiB', { maxBytes: CSV_MAX_BYTES });
     for (const raw of take(decoder.write(chunk))) {
@@ -74,6 +74,15 @@ export async function* userIdLines(body: Readable, decoder = csvDecoder(undefine
   if (rest !== '') {
     const line = accept(rest);
     if (line !== null) yield line;
+  }
+}
+
+/** The body's chunks; the stream failing (the client reset the connection mid-upload) is the client's doing, not an outage. */
+async function* chunksOf(body: Readable): AsyncGenerator<Buffer> {
+  try {
+    for await (const chunk of body as AsyncIterable<Buffer>) yield chunk;
+  } catch (err) {
+    throw validationFailed({ body: ['was cut off before its end'] }, `The upload was cut off: ${(err as Error).message}`);
   }
 }
 
