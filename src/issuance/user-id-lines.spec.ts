@@ -1,10 +1,13 @@
 import { Readable } from 'node:stream';
-import { CSV_MAX_LINE_CHARS, userIdLines } from './user-id-lines.js';
+import { csvDecoder, CSV_MAX_LINE_CHARS, userIdLines } from './user-id-lines.js';
 
 /** The lines of an upload that arrives in these chunks. */
-async function lines(...chunks: string[]): Promise<[number, string][]> {
+async function lines(...chunks: (string | Buffer)[]): Promise<[number, string][]> {
+  return linesOf(userIdLines(Readable.from(chunks.map((c) => (typeof c === 'string' ? Buffer.from(c) : c)))));
+}
+async function linesOf(source: AsyncIterable<{ lineNo: number; text: string }>): Promise<[number, string][]> {
   const out: [number, string][] = [];
-  for await (const l of userIdLines(Readable.from(chunks.map((c) => Buffer.from(c))))) out.push([l.lineNo, l.text]);
+  for await (const l of source) out.push([l.lineNo, l.text]);
   return out;
 }
 
@@ -39,6 +42,43 @@ describe('userIdLines', () => {
       details: { fields: { body: ['was cut off before its end'] } },
     });
     expect(seen).toEqual(['a']);
+  });
+
+  it('two uploads read at once, each paused mid-chunk while the other goes on, keep their own lines', async () => {
+    const ids = (p: string) => Array.from({ length: 50 }, (_, i) => `${p}${i}`);
+    const [a, b] = [
+      userIdLines(Readable.from([Buffer.from(ids('a').join('\n'))])),
+      userIdLines(Readable.from([Buffer.from(ids('b').join('\r\n'))])),
+    ];
+    const got: Record<string, string[]> = { a: [], b: [] };
+    // Alternate one line of each, as two requests awaiting their database writes do.
+    for (let done = 0; done < 2;) {
+      done = 0;
+      for (const [name, it] of [
+        ['a', a],
+        ['b', b],
+      ] as const) {
+        const next = await it.next();
+        if (next.done) done++;
+        else got[name].push(next.value.text);
+      }
+    }
+    expect(got).toEqual({ a: ids('a'), b: ids('b') });
+  });
+
+  it('a chunk that decodes to nothing changes nothing: a CRLF split around it counts once (UTF-16)', async () => {
+    const utf16 = Buffer.from('a\r\nb\r\nc', 'utf16le');
+    // The LF's two bytes arrive one by one: the first decodes to nothing.
+    const at = utf16.indexOf(Buffer.from('\n', 'utf16le'));
+    const chunks = [utf16.subarray(0, at), utf16.subarray(at, at + 1), utf16.subarray(at + 1)];
+    expect(await linesOf(userIdLines(Readable.from(chunks), csvDecoder('text/csv; charset=utf-16le')))).toEqual([
+      [1, 'a'],
+      [2, 'b'],
+      [3, 'c'],
+    ]);
+    expect(await lines(Buffer.from([0xef, 0xbb]), Buffer.from([0xbf]), `alice${' '.repeat(CSV_MAX_LINE_CHARS)}`)).toEqual([
+      [1, `alice${' '.repeat(CSV_MAX_LINE_CHARS - 5)}`],
+    ]);
   });
 
   it('keeps an overlong line to CSV_MAX_LINE_CHARS characters, untrimmed so it stays invalid, and goes on after it', async () => {

@@ -10,7 +10,6 @@ export const CSV_MAX_LINES = 1_000_000;
 const HEADER = /^(user_?id|userid|user|uid|id)$/i;
 /** Longer lines are kept to this many characters: an invalid user id whatever they hold. */
 export const CSV_MAX_LINE_CHARS = 4096;
-const EOL = /\r\n|\r|\n/g;
 
 /**
  * The user ids of a `text/csv` upload, one per line with its line number in the file, as they arrive: never the whole body in memory.
@@ -26,30 +25,35 @@ export async function* userIdLines(body: Readable, decoder = csvDecoder(undefine
   let first = true;
   /** The unfinished line so far, at most CSV_MAX_LINE_CHARS + 1 characters. */
   let rest = '';
-  /** The last chunk ended in CR: an LF opening the next one belongs to it. */
+  /** The last text ended in CR: an LF opening the next one belongs to it. */
   let afterCr = false;
+  let started = false;
+  // Its own: a global regex keeps its position between calls, and uploads running at once interleave here.
+  const eol = /\r\n|\r|\n/g;
   const keep = (piece: string) => {
     if (rest.length <= CSV_MAX_LINE_CHARS) rest += piece.slice(0, CSV_MAX_LINE_CHARS + 1 - rest.length);
   };
-  const take = function* (text: string) {
+  const take = function* (decoded: string) {
+    // A chunk may decode to nothing (a character split over chunks): it changes nothing, a CR before it included.
+    if (decoded === '') return;
+    const text = !started && decoded.charCodeAt(0) === 0xfeff ? decoded.slice(1) : decoded;
+    started = true;
     let start = afterCr && text.startsWith('\n') ? 1 : 0;
     afterCr = false;
-    EOL.lastIndex = start;
-    for (let m = EOL.exec(text); m !== null; m = EOL.exec(text)) {
+    eol.lastIndex = start;
+    for (let m = eol.exec(text); m !== null; m = eol.exec(text)) {
       keep(text.slice(start, m.index));
       yield rest;
       rest = '';
-      start = EOL.lastIndex;
+      start = eol.lastIndex;
       afterCr = start === text.length && m[0] === '\r';
     }
     keep(text.slice(start));
   };
   const accept = (raw: string): { lineNo: number; text: string } | null => {
     lineNo++;
-    let line = raw;
-    if (lineNo === 1 && line.charCodeAt(0) === 0xfeff) line = line.slice(1);
     // An overlong line stays invalid: trimmed, what was kept of it might look like a user id.
-    line = line.length > CSV_MAX_LINE_CHARS ? line.slice(0, CSV_MAX_LINE_CHARS) : line.trim();
+    const line = raw.length > CSV_MAX_LINE_CHARS ? raw.slice(0, CSV_MAX_LINE_CHARS) : raw.trim();
     if (line === '') return null;
     const wasFirst = first;
     first = false;
