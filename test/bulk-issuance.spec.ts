@@ -1,6 +1,7 @@
 import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
+import { request as httpRequest } from 'node:http';
 import request from 'supertest';
-import { IssuanceRunner } from '../src/issuance/issuance-runner.js';
+import { IssuanceRunner, MAX_PAUSES } from '../src/issuance/issuance-runner.js';
 import { createCoupon, newKey } from './support/factories.js';
 import { adminToken, bearer, startTestApp, TestApp, tokenFor } from './support/harness.js';
 import { checkInvariantsAfterEach } from './support/scoped-invariants.js';
@@ -227,16 +228,8 @@ describe('bulk issuance', () => {
     t.config.BULK_BATCH_SIZE = 7;
   }, 120_000);
 
-  it('a batch whose connection is killed pauses the job (still RUNNING, nothing lost); the next pass issues every user exactly once', async () => {
-    const coupon = await createCoupon(t.url, { totalStock: 100 });
-    const users = Array.from({ length: 20 }, (_, i) => `killed-${i}`);
-    const created = await post(coupon.id, { userIds: users, reason: 'r', fromStock: true });
-    expect(created.status).toBe(202);
-    // Another transaction holds the stock row, so the first batch waits on it where it can be found and killed.
-    const holder = t.db.createQueryRunner();
-    await holder.connect();
-    await holder.startTransaction();
-    await holder.query(`SELECT stock FROM coupon_stock WHERE coupon_id = ? FOR UPDATE`, [coupon.id]);
+  /** Runs a pass whose first batch waits on the coupon's stock row (held by `holder`) and has its connection killed there. */
+  async function passKilledMidBatch(): Promise<void> {
     const pass = run();
     let victim: string | undefined;
     for (let i = 0; i < 200 && !victim; i++) {
@@ -249,13 +242,45 @@ describe('bulk issuance', () => {
     expect(victim).toBeDefined();
     await t.db.query(`KILL ${Number(victim)}`);
     await pass;
-    await holder.rollbackTransaction();
-    await holder.release();
+  }
+  /** Holds the coupon's stock row, so a batch waits on it where it can be found. */
+  async function holdStockRow(couponId: string) {
+    const holder = t.db.createQueryRunner();
+    await holder.connect();
+    await holder.startTransaction();
+    await holder.query(`SELECT stock FROM coupon_stock WHERE coupon_id = ? FOR UPDATE`, [couponId]);
+    return {
+      release: async () => {
+        await holder.rollbackTransaction();
+        await holder.release();
+      },
+    };
+  }
+
+  it('a batch whose connection is killed pauses the job (still RUNNING, nothing lost); the next pass issues every user exactly once', async () => {
+    const coupon = await createCoupon(t.url, { totalStock: 100 });
+    const users = Array.from({ length: 20 }, (_, i) => `killed-${i}`);
+    const created = await post(coupon.id, { userIds: users, reason: 'r', fromStock: true });
+    expect(created.status).toBe(202);
+    const held = await holdStockRow(coupon.id);
+    await passKilledMidBatch();
+    await held.release();
     expect(await job(created.body.jobId)).toMatchObject({ status: 'RUNNING', issued: 0 });
     await run();
     expect(await job(created.body.jobId)).toMatchObject({ status: 'COMPLETED', issued: 20, skipped: 0 });
     expect((await bulkCoupons(coupon.id)).map((r) => r.user_id)).toEqual([...users].sort());
     expect(await stockOf(coupon.id)).toBe(80);
+  });
+
+  it(`a job whose batch meets a database error ${MAX_PAUSES} times in a row fails rather than holding the queue for ever`, async () => {
+    const coupon = await createCoupon(t.url, { totalStock: 100 });
+    const created = await post(coupon.id, { userIds: ['again-1'], reason: 'r', fromStock: true });
+    const held = await holdStockRow(coupon.id);
+    for (let i = 1; i < MAX_PAUSES; i++) await passKilledMidBatch();
+    expect(await job(created.body.jobId)).toMatchObject({ status: 'RUNNING', issued: 0 });
+    await passKilledMidBatch();
+    await held.release();
+    expect(await job(created.body.jobId)).toMatchObject({ status: 'FAILED', issued: 0 });
   });
 
   it('decodes a CSV in the charset its Content-Type names (a GBK spreadsheet export), UTF-8 otherwise', async () => {
@@ -306,6 +331,38 @@ describe('bulk issuance', () => {
     const waited = await post(coupon.id, { userIds: ['d2'], reason: 'r', fromStock: false }, liveKey);
     expect([waited.status, waited.body.code, waited.body.details]).toEqual([409, 'IDEMPOTENCY_IN_PROGRESS', { jobId: String(live.id) }]);
     await t.db.query(`DELETE FROM issuance_job WHERE id = ?`, [live.id]);
+  });
+
+  it('an upload discarded while it was still arriving (taken for dead) writes nothing more and answers 503, not 202 for a dead job', async () => {
+    const coupon = await createCoupon(t.url);
+    const key = newKey('stalled');
+    const url = new URL(`${t.url}/admin/coupons/${coupon.id}/issuances?reason=r&fromStock=false`);
+    const req = httpRequest(url, { method: 'POST', headers: { ...admin(), 'Idempotency-Key': key, 'Content-Type': 'text/csv' } });
+    const answer = new Promise<{ status: number; body: { code?: string } }>((resolve, reject) => {
+      req.on('response', (res) => {
+        let text = '';
+        res.on('data', (c: Buffer) => (text += c.toString()));
+        res.on('end', () => resolve({ status: res.statusCode ?? 0, body: JSON.parse(text) as { code?: string } }));
+      });
+      req.on('error', reject);
+    });
+    req.write(Array.from({ length: 2500 }, (_, i) => `s-${i}\n`).join(''));
+    let jobId: string | undefined;
+    for (let i = 0; i < 200 && jobId === undefined; i++) {
+      const [row] = (await t.db.query(`SELECT id FROM issuance_job WHERE idempotency_key = ? AND total > 0`, [key])) as { id: string }[];
+      jobId = row?.id;
+      if (jobId === undefined) await new Promise((r) => setTimeout(r, 20));
+    }
+    expect(jobId).toBeDefined();
+    // What a repeat of the key, or the runner, does to an upload still for STALE_UPLOAD_MS.
+    await t.db.query(`UPDATE issuance_job SET status = 'DISCARDED', idempotency_key = CONCAT('discarded:', id) WHERE id = ?`, [jobId]);
+    const [{ n: before }] = (await t.db.query(`SELECT COUNT(*) AS n FROM issuance_job_line WHERE job_id = ?`, [jobId])) as { n: string }[];
+    req.end(Array.from({ length: 2500 }, (_, i) => `s-${2500 + i}\n`).join(''));
+    const res = await answer;
+    expect([res.status, res.body.code]).toEqual([503, 'SERVICE_UNAVAILABLE']);
+    expect((await t.db.query(`SELECT COUNT(*) AS n FROM issuance_job_line WHERE job_id = ?`, [jobId])) as { n: string }[]).toEqual([
+      { n: before },
+    ]);
   });
 
   it('lists jobs newest first, of one coupon or all, a page at a time, without uploads still arriving', async () => {

@@ -41,6 +41,8 @@ const progress = gauge('bulk_job_progress_ratio', 'Share of the running bulk job
 export const RUNNER_LEASE = 'issuance-runner';
 const IDLE_POLL_MS = 1000;
 const PURGE_CHUNK = 5000;
+/** Database errors in a row, without a batch committing in between, after which a job fails rather than pauses again. */
+export const MAX_PAUSES = 10;
 
 /** The idempotency key a job's coupons carry: with the (user, key) unique index, one coupon per user per job. */
 export const bulkKey = (jobId: string) => `bulk:${jobId}`;
@@ -60,6 +62,8 @@ export class IssuanceRunner implements OnApplicationBootstrap, OnModuleDestroy {
   private readonly stopping = new AbortController();
   private running: Promise<void> = Promise.resolve();
   private wakeUp: (() => void) | null = null;
+  /** Pauses in a row per job (this instance's; a new lease holder starts again from 0). */
+  private readonly pauses = new Map<string, number>();
 
   constructor(
     private readonly ds: DataSource,
@@ -124,8 +128,8 @@ export class IssuanceRunner implements OnApplicationBootstrap, OnModuleDestroy {
    * Runs one job until it ends, `signal`, or a database error. An outage, a lost connection or a
    * lock wait that outlasted the retries leaves the job RUNNING ('paused'): its batch rolled back
    * (or, its COMMIT answer lost, settles when the batch reruns, as the cursor moves in the same
-   * transaction), and the next pass resumes it from the cursor, as after a crash. Any other error
-   * fails the job.
+   * transaction), and the next pass resumes it from the cursor, as after a crash; the MAX_PAUSES-th
+   * such error in a row, and any other error, fails the job.
    */
   async runJob(queued: Job, signal?: AbortSignal): Promise<'ran' | 'paused'> {
     if (
@@ -139,14 +143,21 @@ export class IssuanceRunner implements OnApplicationBootstrap, OnModuleDestroy {
       while (!signal?.aborted) {
         const started = performance.now();
         const more = await this.tx.inTransaction((em) => this.batch(em, queued.id, coupon as Coupon));
+        this.pauses.delete(queued.id);
         batchSeconds.observe((performance.now() - started) / 1000);
         if (!more) break;
       }
     } catch (err) {
-      if (isDatabaseOutage(err) || (err instanceof AppError && err.code === 'OUTCOME_UNKNOWN')) {
-        this.logger.warn(`Bulk issuance job ${queued.id} paused by a database error, resumes at the next pass: ${(err as Error).message}`);
+      const paused = (this.pauses.get(queued.id) ?? 0) + 1;
+      // A batch that fails the same way every time (a statement past DB_STATEMENT_TIMEOUT_MS, say) must not hold the queue for ever.
+      if ((isDatabaseOutage(err) || (err instanceof AppError && err.code === 'OUTCOME_UNKNOWN')) && paused < MAX_PAUSES) {
+        this.pauses.set(queued.id, paused);
+        this.logger.warn(
+          `Bulk issuance job ${queued.id} paused by a database error (${paused} in a row), resumes at the next pass: ${(err as Error).message}`,
+        );
         return 'paused';
       }
+      this.pauses.delete(queued.id);
       this.logger.error(`Bulk issuance job ${queued.id} failed: ${(err as Error).message}`);
       await this.tx.inTransaction((em) => setJobStatus(em, queued.id, ['RUNNING'], 'FAILED', new Date()));
     } finally {

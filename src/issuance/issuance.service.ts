@@ -36,6 +36,10 @@ const UPLOAD_CHUNK = 2000;
 const UPLOAD_WAIT_MS = 3000;
 const UPLOAD_POLL_MS = 50;
 
+/** The upload was still for STALE_UPLOAD_MS (its writes could not get through) and another request or the runner discarded it. */
+const uploadLost = () =>
+  new AppError('SERVICE_UNAVAILABLE', 'The upload stalled and was discarded; send it again with the same Idempotency-Key');
+
 const inProgress = (jobId?: string) =>
   new AppError('IDEMPOTENCY_IN_PROGRESS', 'The upload with this key is still in progress; retry shortly', jobId ? { jobId } : undefined);
 
@@ -113,7 +117,7 @@ export class IssuanceService {
     try {
       // As a JSON list must hold one id at least, so must a file (blank lines and a header are no ids).
       if ((await this.store(jobId, lines)) === 0) throw validationFailed({ body: ['holds no user id'] }, 'The list holds no user id');
-      await this.tx.inTransaction((em) => setJobStatus(em, jobId, ['UPLOADING'], 'QUEUED', new Date()));
+      if (!(await this.tx.inTransaction((em) => setJobStatus(em, jobId, ['UPLOADING'], 'QUEUED', new Date())))) throw uploadLost();
     } catch (err) {
       // A refused or broken upload is gone for clients and its key may be used again; if even this
       // write fails, the runner discards the upload once it has been still for a while.
@@ -157,7 +161,7 @@ export class IssuanceService {
     const flush = async () => {
       const [v, i] = [valid, invalid];
       [valid, invalid] = [[], []];
-      await this.tx.inTransaction((em) => appendLines(em, jobId, v, i, new Date()));
+      if (!(await this.tx.inTransaction((em) => appendLines(em, jobId, v, i, new Date())))) throw uploadLost();
     };
     for await (const { lineNo, text } of lines) {
       count++;

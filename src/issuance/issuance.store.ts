@@ -93,13 +93,23 @@ export async function findJobByKey(em: Queryable, key: string): Promise<Job | nu
 }
 
 /** Appends lines `firstLine`.. of the list, and counts the invalid ones as skipped right away. */
+/**
+ * Adds a chunk of an upload's lines, in the caller's transaction. The job row first, and only while
+ * it is UPLOADING: its row lock then keeps a discard out until the chunk commits. False (nothing
+ * written) when the upload was discarded meanwhile.
+ */
 export async function appendLines(
   em: Queryable,
   jobId: string,
   lines: readonly { lineNo: number; userId: string }[],
   invalid: readonly { lineNo: number; userId: string }[],
   at: Date,
-): Promise<void> {
+): Promise<boolean> {
+  const res = (await em.query(
+    `UPDATE issuance_job SET total = total + ?, skipped_invalid = skipped_invalid + ?, updated_at = ? WHERE id = ? AND status = 'UPLOADING'`,
+    [lines.length + invalid.length, invalid.length, at, jobId],
+  )) as { affectedRows: number };
+  if (res.affectedRows !== 1) return false;
   if (lines.length > 0) {
     await em.query(
       `INSERT INTO issuance_job_line (job_id, line_no, user_id) VALUES ${lines.map(() => '(?, ?, ?)').join(', ')}`,
@@ -111,12 +121,7 @@ export async function appendLines(
     jobId,
     invalid.map((l) => ({ ...l, reason: 'INVALID_USER_ID' as const })),
   );
-  await em.query(`UPDATE issuance_job SET total = total + ?, skipped_invalid = skipped_invalid + ?, updated_at = ? WHERE id = ?`, [
-    lines.length + invalid.length,
-    invalid.length,
-    at,
-    jobId,
-  ]);
+  return true;
 }
 
 export async function insertSkips(em: Queryable, jobId: string, skips: readonly { lineNo: number; userId: string; reason: SkipReason }[]) {
