@@ -223,6 +223,14 @@ describe('reconciliation of holds and orders', () => {
     expect((await decide(found[0].id)).status).toBe(200);
     expect(await one(`SELECT status FROM user_coupon WHERE id = ?`, [h.ucId])).toEqual({ status: 'UNUSED' });
     expect(await findings()).toEqual([]);
+    // Only the case differs, and the log is intact: the columns' collation calls them equal, the audit does not.
+    await sql(`UPDATE user_coupon SET status = 'unused' WHERE id = ?`, [h.ucId]);
+    const cased = await findings();
+    expect(cased.map((p) => [p.discrepancy.type, p.discrepancy.userCouponId, p.discrepancy.details.targetStatus])).toEqual([
+      ['LOG_MISMATCH', h.ucId, 'UNUSED'],
+    ]);
+    expect((await decide(cased[0].id)).status).toBe(200);
+    expect(await one(`SELECT BINARY status = 'UNUSED' AS exact FROM user_coupon WHERE id = ?`, [h.ucId])).toEqual({ exact: 1 });
   });
 
   it('a stale proposal is refused 409 with nothing changed', async () => {

@@ -150,17 +150,18 @@ export class AuditService {
     const changed = (alias: string) => `(${alias}updated_at >= ?${again.length > 0 ? ` OR ${alias}id IN (?)` : ''})`;
     const changedParams = logSince ? [logSince, ...(again.length > 0 ? [again] : [])] : [];
     const logFilter = logSince ? `AND user_coupon_id IN (SELECT id FROM user_coupon WHERE id BETWEEN ? AND ? AND ${changed('')})` : '';
-    const logBroken = 'g.user_coupon_id IS NULL OR g.bad > 0 OR g.last_status <> uc.status';
+    // Statuses compare as bytes: the columns' collation ignores case and trailing spaces, the service does not ('used' is no status).
+    const logBroken = 'g.user_coupon_id IS NULL OR g.bad > 0 OR BINARY g.last_status <> uc.status';
     const suspects: { id: string }[] = await q.query(
       `SELECT uc.id
        FROM user_coupon uc
        LEFT JOIN (
          SELECT user_coupon_id, COUNT(*) AS n FROM redemption
-         WHERE user_coupon_id BETWEEN ? AND ? AND status = 'USED' GROUP BY user_coupon_id
+         WHERE user_coupon_id BETWEEN ? AND ? AND BINARY status = 'USED' GROUP BY user_coupon_id
        ) r ON r.user_coupon_id = uc.id
        LEFT JOIN (
          SELECT user_coupon_id,
-                SUM(NOT (from_status <=> prev AND CONCAT(COALESCE(from_status, 'null'), '>', to_status) IN (${LEGAL_STEPS.join(', ')}))) AS bad,
+                SUM(NOT (BINARY from_status <=> prev AND BINARY CONCAT(COALESCE(from_status, 'null'), '>', to_status) IN (${LEGAL_STEPS.join(', ')}))) AS bad,
                 MAX(CASE WHEN next_id IS NULL THEN to_status END) AS last_status
          FROM (
            SELECT user_coupon_id, from_status, to_status, LAG(to_status) OVER w AS prev, LEAD(id) OVER w AS next_id
@@ -171,7 +172,7 @@ export class AuditService {
          GROUP BY user_coupon_id
        ) g ON g.user_coupon_id = uc.id
        WHERE uc.id BETWEEN ? AND ?
-         AND ((uc.status = 'USED') <> (r.n IS NOT NULL) OR r.n > 1 OR ${logSince ? `(${changed('uc.')} AND (${logBroken}))` : logBroken})
+         AND ((BINARY uc.status = 'USED') <> (r.n IS NOT NULL) OR r.n > 1 OR ${logSince ? `(${changed('uc.')} AND (${logBroken}))` : logBroken})
        ORDER BY uc.id`,
       [...range, ...range, ...(logSince ? [...range, ...changedParams] : []), ...range, ...changedParams],
     );

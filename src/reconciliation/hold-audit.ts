@@ -50,7 +50,7 @@ export async function holdChunk(q: Queryable, lo: bigint, hi: bigint, now: Date)
   const locked: { id: string; coupon_id: string; locked_until: Date | null; expires_at: Date }[] = await q.query(
     `SELECT uc.id, uc.coupon_id, uc.locked_until, uc.expires_at
      FROM user_coupon uc
-     WHERE uc.id BETWEEN ? AND ? AND uc.status = 'LOCKED'
+     WHERE uc.id BETWEEN ? AND ? AND BINARY uc.status = 'LOCKED'
        AND NOT EXISTS (SELECT 1 FROM redemption_hold h WHERE h.user_coupon_id = uc.id AND h.status = 'ACTIVE')
      ORDER BY uc.id`,
     range,
@@ -68,7 +68,7 @@ export async function holdChunk(q: Queryable, lo: bigint, hi: bigint, now: Date)
      LEFT JOIN user_coupon uc ON uc.id = h.user_coupon_id
      LEFT JOIN redemption r ON r.order_no = h.order_no AND r.user_coupon_id = h.user_coupon_id AND r.status = 'USED'
      WHERE h.user_coupon_id BETWEEN ? AND ? AND h.status = 'ACTIVE'
-       AND (uc.id IS NULL OR uc.status <> 'LOCKED' OR NOT (uc.locked_until <=> h.expires_at)
+       AND (uc.id IS NULL OR BINARY uc.status <> 'LOCKED' OR NOT (uc.locked_until <=> h.expires_at)
             OR EXISTS (SELECT 1 FROM redemption_hold e WHERE e.user_coupon_id = h.user_coupon_id AND e.status = 'ACTIVE'
                        AND e.expires_at <=> uc.locked_until AND e.id < h.id))
      ORDER BY h.id`,
