@@ -1,4 +1,6 @@
+import { jest } from '@jest/globals';
 import request from 'supertest';
+import { DataSource } from 'typeorm';
 import { AppConfig } from '../src/config/app-config.js';
 import { RECONCILIATION_LEASE, ReconciliationService } from '../src/reconciliation/reconciliation.service.js';
 import { createCoupon, CouponInput, newKey } from './support/factories.js';
@@ -244,10 +246,21 @@ describe('reconciliation', () => {
     const other = await tryAcquireLease(t.db, RECONCILIATION_LEASE, { ttlMs: 60_000, retries: 2 });
     expect(other).not.toBeNull();
     try {
-      const trigger = request(t.url).post('/admin/reconciliation/runs').set(admin());
-      const answer = trigger.then((r) => r);
-      // The holder's run ends while the refused trigger waits for its row.
-      await new Promise((r) => setTimeout(r, 300));
+      // The holder's run ends once the refused trigger is looking for its row.
+      const looking = new Promise<void>((resolve) => {
+        const ds = t.app.get(DataSource);
+        const query = ds.query.bind(ds);
+        jest.spyOn(ds, 'query').mockImplementation(async (...args: Parameters<DataSource['query']>) => {
+          if (args[0].includes('FROM reconciliation_run WHERE status = ')) resolve();
+          return query(...args);
+        });
+      });
+      const answer = request(t.url)
+        .post('/admin/reconciliation/runs')
+        .set(admin())
+        .then((r) => r);
+      await looking;
+      jest.restoreAllMocks();
       const ended = await sql(
         `INSERT INTO reconciliation_run (status, mode, triggered_by, started_at, finished_at) VALUES ('COMPLETED', 'FULL', 'other', NOW(3), NOW(3))`,
       );

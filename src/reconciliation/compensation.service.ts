@@ -155,10 +155,16 @@ export class CompensationService {
   }
 
   private async recreateStock(em: EntityManager, p: MissingStockFinding['params'], now: Date): Promise<Record<string, unknown>> {
-    // The locking read of the missing row takes its gap: a second approval or a stock change waits here, then finds the row.
-    if (await this.stock.lock(em, p.couponId)) throw changedSinceRun(`The stock of coupon ${p.couponId}`, { couponId: p.couponId });
+    // Nothing issues from stock while the row is missing, so the count is exact; a row that came back meanwhile (by hand) is a change since the run.
+    const changed = () => changedSinceRun(`The stock of coupon ${p.couponId}`, { couponId: p.couponId });
+    if (await this.stock.lock(em, p.couponId)) throw changed();
     const issued = await countFromStock(em, p.couponId);
-    await this.stock.recreate(em, p.couponId, issued, now);
+    try {
+      await this.stock.recreate(em, p.couponId, issued, now);
+    } catch (err) {
+      if (isDuplicateKey(err)) throw changed();
+      throw err;
+    }
     return { done: 'RECREATE_STOCK', couponId: p.couponId, initStock: issued, stock: 0 };
   }
 
