@@ -1600,7 +1600,7 @@ export interface components {
             type: "user_coupon.issued" | "user_coupon.locked" | "user_coupon.released" | "user_coupon.used" | "user_coupon.expired" | "user_coupon.voided";
             /**
              * Format: date-time
-             * @description When the move committed
+             * @description When the move was made: its state-log row’s time, taken in the transaction
              */
             timestamp: string;
             data: {

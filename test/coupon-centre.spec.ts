@@ -260,6 +260,7 @@ describe('discount types, usable coupons and the public coupon list', () => {
         ['limit=101', 'limit'],
         ['cursor=abc', 'cursor'],
         ['cursor=1_0', 'cursor'],
+        ['cursor=1_9223372036854775808', 'cursor'],
         ['x=1', 'x'],
       ]) {
         const res = await request(t.url).get(`/coupons?${query}`);

@@ -14,12 +14,22 @@ import {
   ValidateNested,
 } from 'class-validator';
 import { USER_COUPON_STATUSES } from '../ledger/transitions.js';
-import { ActingForUserId, IsId, IsInstant, IsOmittable, MAX_CENTS, QueryInt, SharedQuery, TextLength } from '../common/validation.js';
+import {
+  ActingForUserId,
+  ID_PATTERN,
+  IsId,
+  IsInstant,
+  IsOmittable,
+  MAX_CENTS,
+  QueryInt,
+  SharedQuery,
+  TextLength,
+} from '../common/validation.js';
 import { SERIES_SECONDS } from './grab-series.js';
 import { PageLimitQuery } from '../common/page.js';
 
 /** A position in the public list: grab start (ms since the epoch) and id of the last coupon shown. */
-export const PUBLIC_CURSOR = /^[0-9]{1,15}_[1-9][0-9]{0,18}$/;
+export const PUBLIC_CURSOR = new RegExp(`^[0-9]{1,15}_${ID_PATTERN.source.slice(1)}`);
 
 export class ValidityDto {
   @ApiProperty({ enum: ['FIXED', 'RELATIVE'] })

@@ -17,7 +17,11 @@ export const WEBHOOK_EVENT_SCHEMA: JsonSchema = {
       example: 'evt_1024',
     },
     type: { type: 'string', enum: [...EVENT_TYPES] },
-    timestamp: { type: 'string', format: 'date-time', description: 'When the move committed' },
+    timestamp: {
+      type: 'string',
+      format: 'date-time',
+      description: 'When the move was made: its state-log row’s time, taken in the transaction',
+    },
     data: {
       type: 'object',
       required: ['userCoupon', 'from', 'to', 'txId', 'reason'],
