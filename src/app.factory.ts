@@ -9,7 +9,8 @@ import { LogController } from 'fastify';
 import type { FastifyError, FastifyReply, FastifyRequest } from 'fastify';
 import { AppModule } from './app.module.js';
 import { AppConfig } from './config/app-config.js';
-import { HttpExceptionFilter } from './common/http-exception.filter.js';
+import { HttpExceptionFilter, sendError } from './common/http-exception.filter.js';
+import { strictJsonBodies } from './common/json-body.js';
 import { createPino, PinoNestLogger } from './common/logger.js';
 import { onResponse } from './common/request-log.js';
 import { StrictValidationPipe, UndeclaredInputGuard, validationFailed } from './common/validation.js';
@@ -72,16 +73,17 @@ export async function createApp(
     requestIdHeader: false,
     genReqId: requestIdOf,
     routerOptions: { maxParamLength: 512 },
-    // A JSON body is parsed as JSON.parse does: `__proto__` and `constructor` stay plain fields, which
-    // the validation pipe and the input guard refuse naming them (API.md: offending fields in
-    // details), instead of Fastify's "not valid JSON". Nothing reads a body before they have seen it.
+    // JSON bodies go through json-body.ts; these keep Fastify's own checks of them out of the way too.
     onProtoPoisoning: 'ignore',
     onConstructorPoisoning: 'ignore',
     clientErrorHandler,
     // The router's own refusals (bad percent-encoding, a path parameter over 512 characters) are
-    // malformed paths: answer them like every other validation error.
-    frameworkErrors: (err: FastifyError, _req: FastifyRequest, reply: FastifyReply) => {
-      void reply.status(400).send({ code: 'VALIDATION_FAILED', message: 'Malformed request path', details: { reason: err.code } });
+    // malformed paths: answered like every other validation error (request id, language, log line),
+    // though they come before the hooks that do that for routed requests.
+    frameworkErrors: (err: FastifyError, req: FastifyRequest, reply: FastifyReply) => {
+      void reply.header('x-request-id', req.id);
+      sendError(req, reply, validationFailed({ path: [err.message] }, 'Malformed request path'));
+      onResponse(req, reply);
     },
   });
   const app = await NestFactory.create<NestFastifyApplication>(AppModule.forRoot(config, extraModules), adapter, {
@@ -97,6 +99,7 @@ export async function createApp(
 
   const fastify = app.getHttpAdapter().getInstance();
   fastify.removeContentTypeParser('text/plain');
+  strictJsonBodies(fastify);
   acceptIssuanceUploads(fastify, config.BULK_UPLOAD_TIMEOUT_MS);
   // Callback hooks: an async hook costs every request two more promises.
   fastify.addHook('onRequest', (req, reply, done) => {

@@ -3,7 +3,7 @@ import { connect } from 'node:net';
 import request from 'supertest';
 import { AppError, ERROR_STATUS } from '../src/common/errors.js';
 import { loadConfig } from '../src/config/app-config.js';
-import { couponBody } from './support/factories.js';
+import { couponBody, createCoupon, grabRequest } from './support/factories.js';
 import { adminToken, bearer, startTestApp, TestApp } from './support/harness.js';
 
 describe('error format and input limits', () => {
@@ -44,6 +44,40 @@ describe('error format and input limits', () => {
     const res = await request(t.url).post(path).set(bearer(adminToken())).send(body);
     expect([res.status, res.body.code]).toEqual([400, 'VALIDATION_FAILED']);
     expect(Object.keys(res.body.details.fields)).toContain(field);
+  });
+
+  it('refuses a JSON body that is not UTF-8 (it used to become U+FFFD, merging order numbers) or not JSON, naming body', async () => {
+    const bytes = (s: string) => Buffer.concat([Buffer.from('{"name":"ORD-1-'), Buffer.from(s, 'latin1'), Buffer.from('"}')]);
+    for (const body of [bytes('\xff'), bytes('\xfe'), Buffer.from('{"name": ')]) {
+      // fetch sends the bytes as they are (supertest would serialise a Buffer as JSON).
+      const res = await fetch(`${t.url}/admin/coupons`, {
+        method: 'POST',
+        headers: { ...bearer(adminToken()), 'Content-Type': 'application/json' },
+        body,
+      });
+      const answer = (await res.json()) as { code: string; details?: { fields?: object } };
+      expect([res.status, answer.code, Object.keys(answer.details?.fields ?? {})]).toEqual([400, 'VALIDATION_FAILED', ['body']]);
+    }
+  });
+
+  it('takes an empty body sent as JSON as no body: a grab from a client that always sends the Content-Type works', async () => {
+    const coupon = await createCoupon(t.url);
+    const res = await grabRequest(t.url, coupon.id, 'empty-json').set('Content-Type', 'application/json').send('');
+    expect([res.status, res.body.status]).toEqual([201, 'UNUSED']);
+  });
+
+  it('answers a malformed path like any other bad input: request id echoed, its language, the field named', async () => {
+    for (const path of ['/coupons/%FF/grab', `/coupons/${'1'.repeat(600)}`]) {
+      const res = await request(t.url).get(path).set('X-Request-Id', 'req-path-1').set('Accept-Language', 'zh-CN');
+      expect([path, res.status, res.body.code, res.headers['x-request-id'], res.headers['content-language']]).toEqual([
+        path,
+        400,
+        'VALIDATION_FAILED',
+        'req-path-1',
+        'zh-CN',
+      ]);
+      expect(Object.keys(res.body.details.fields)).toEqual(['path']);
+    }
   });
 
   it('names the offending fields of a bad body', async () => {

@@ -62,16 +62,20 @@ export class HttpExceptionFilter implements ExceptionFilter {
       (exception as { code?: unknown } | null)?.code === 'FST_ERR_HANDLER_TIMEOUT'
         ? deadlineError(request)
         : toAppError(exception, request.log);
-    request.errorCode = e.code;
-    const reply = http.getResponse<FastifyReply>();
-    if (e.headers) void reply.headers(e.headers);
-    // The body is JSON even when the route declared another type for its success (GET /metrics).
-    void reply.type('application/json; charset=utf-8');
-    const language = languageOf(request.headers['accept-language']);
-    if (language !== 'en') void reply.header('content-language', language);
-    const message = messageFor(e.code, language, e.message);
-    const body: { code: string; message: string; details?: unknown } = { code: e.code, message };
-    if (e.details) body.details = e.details;
-    void reply.status(e.status).send(body);
+    sendError(request, http.getResponse<FastifyReply>(), e);
   }
+}
+
+/** The one error answer: status, headers, the body in the request's language. */
+export function sendError(request: FastifyRequest, reply: FastifyReply, e: AppError): void {
+  request.errorCode = e.code;
+  if (e.headers) void reply.headers(e.headers);
+  // The body is JSON even when the route declared another type for its success (GET /metrics).
+  void reply.type('application/json; charset=utf-8');
+  const language = languageOf(request.headers['accept-language']);
+  if (language !== 'en') void reply.header('content-language', language);
+  const message = messageFor(e.code, language, e.message);
+  const body: { code: string; message: string; details?: unknown } = { code: e.code, message };
+  if (e.details) body.details = e.details;
+  void reply.status(e.status).send(body);
 }

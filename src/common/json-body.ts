@@ -1,0 +1,30 @@
+import { TextDecoder } from 'node:util';
+import type { FastifyInstance } from 'fastify';
+import { validationFailed } from './validation.js';
+
+const utf8 = new TextDecoder('utf-8', { fatal: true });
+
+/**
+ * JSON bodies, decoded strictly and parsed as JSON.parse does. Fastify's parser turned bytes that
+ * are not UTF-8 into U+FFFD, so order numbers the client sent as different ("ORD-1-\xff",
+ * "ORD-1-\xfe") arrived as one, and the second order was answered as a replay of the first; such a
+ * body is now 400. `__proto__` and `constructor` stay plain fields, which the validation pipe and
+ * the input guard refuse naming them. An empty body is no body, as without the Content-Type.
+ */
+export function strictJsonBodies(fastify: FastifyInstance): void {
+  fastify.removeContentTypeParser('application/json');
+  fastify.addContentTypeParser('application/json', { parseAs: 'buffer' }, (_req, body, done) => {
+    if (body.length === 0) return done(null, undefined);
+    let text: string;
+    try {
+      text = utf8.decode(body as Buffer);
+    } catch {
+      return done(validationFailed({ body: ['must be UTF-8 text'] }, 'The body is not UTF-8 text'), undefined);
+    }
+    try {
+      done(null, JSON.parse(text));
+    } catch (err) {
+      done(validationFailed({ body: [`is not valid JSON (${(err as Error).message})`] }, 'The body is not valid JSON'), undefined);
+    }
+  });
+}
