@@ -5,6 +5,8 @@ describe('state-log tx ids', () => {
   it.each([
     [TxIds.grab('k-1'), { kind: 'grab', key: 'k-1' }],
     [TxIds.order('ORD-9'), { kind: 'order', orderNo: 'ORD-9' }],
+    // The longest order number, counted in code points as validation counts it.
+    [TxIds.order('😀'.repeat(64)), { kind: 'order', orderNo: '😀'.repeat(64) }],
     [TxIds.refund('RF-1'), { kind: 'refund', refundNo: 'RF-1' }],
     [TxIds.admin('ops:eu-1', 'void'), { kind: 'admin', adminId: 'ops:eu-1', action: 'void' }],
     [TxIds.compensation('12'), { kind: 'compensation', compensationId: '12' }],

@@ -36,8 +36,8 @@ export type TxRef =
   | { kind: 'compensation'; compensationId: string }
   | { kind: 'bulk'; jobId: string };
 
-// Order numbers are 1-64 characters; a longer tail is not a redemption's tx id.
-const ORDER = /^order:(.{1,64})$/;
+// Order numbers are 1-64 code points (an emoji is one); a longer tail is not a redemption's tx id.
+const ORDER = /^order:(.{1,64})$/u;
 // Admin ids may contain ':', so the action and the request id are read from the right.
 const ADMIN = /^admin:(.+):([^:]+):([^:]+)$/;
 
