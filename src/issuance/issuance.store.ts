@@ -92,9 +92,8 @@ export async function findJobByKey(em: Queryable, key: string): Promise<Job | nu
   return row ? toJob(row) : null;
 }
 
-/** Appends lines `firstLine`.. of the list, and counts the invalid ones as skipped right away. */
 /**
- * Adds a chunk of an upload's lines, in the caller's transaction. The job row first, and only while
+ * Adds a chunk of an upload's lines (the invalid ones counted as skipped right away), in the caller's transaction. The job row first, and only while
  * it is UPLOADING: its row lock then keeps a discard out until the chunk commits. False (nothing
  * written) when the upload was discarded meanwhile.
  */
@@ -191,10 +190,6 @@ export async function nextRunnableJob(em: Queryable): Promise<Job | null> {
 }
 
 /**
- * An upload that was refused or broke off: out of sight and its key free in one single-row write;
- * its lines, possibly a million, are deleted later in small statements (purgeDiscarded).
- */
-/**
  * An upload in progress moves its job's updated_at at least this often (its chunks, else a
  * heartbeat), so one still for STALE_UPLOAD_MS has lost the instance receiving it.
  */
@@ -206,10 +201,16 @@ export async function touchUpload(em: Queryable, jobId: string, at: Date): Promi
   await em.query(`UPDATE issuance_job SET updated_at = ? WHERE id = ? AND status = 'UPLOADING'`, [at, jobId]);
 }
 
-/** Discards an upload (its key is free again); with `olderThan`, only if it has been still since then. Returns whether it did. */
+/** Out of sight, its key free: one single-row write; its lines, possibly a million, are deleted later in small statements (purgeDiscarded). */
+const DISCARD = `UPDATE issuance_job SET status = 'DISCARDED', idempotency_key = CONCAT('discarded:', id), updated_at = ? WHERE status = 'UPLOADING'`;
+
+/**
+ * Discards an upload that was refused or broke off (its key is free again); with `olderThan`, only
+ * if it has been still since then. Returns whether it did.
+ */
 export async function discardUpload(em: Queryable, jobId: string, at: Date, olderThan?: Date): Promise<boolean> {
   const res = (await em.query(
-    `UPDATE issuance_job SET status = 'DISCARDED', idempotency_key = CONCAT('discarded:', id), updated_at = ? WHERE id = ? AND status = 'UPLOADING'${olderThan ? ' AND updated_at < ?' : ''}`,
+    `${DISCARD} AND id = ?${olderThan ? ' AND updated_at < ?' : ''}`,
     olderThan ? [at, jobId, olderThan] : [at, jobId],
   )) as { affectedRows: number };
   return res.affectedRows === 1;
@@ -217,10 +218,7 @@ export async function discardUpload(em: Queryable, jobId: string, at: Date, olde
 
 /** Uploads that have written nothing since `olderThan` (the instance receiving them died) are discarded. */
 export async function discardStaleUploads(em: Queryable, olderThan: Date, at: Date): Promise<void> {
-  await em.query(
-    `UPDATE issuance_job SET status = 'DISCARDED', idempotency_key = CONCAT('discarded:', id), updated_at = ? WHERE status = 'UPLOADING' AND updated_at < ?`,
-    [at, olderThan],
-  );
+  await em.query(`${DISCARD} AND updated_at < ?`, [at, olderThan]);
 }
 
 export async function discardedJobs(em: Queryable): Promise<string[]> {

@@ -50,7 +50,7 @@ export class StockService {
       [delta, delta, at, couponId, delta],
     );
     if (changed === 1) return;
-    if (!(await readStock(em, `SELECT init_stock, stock FROM coupon_stock WHERE coupon_id = ?`, couponId)))
+    if (!(await this.find(em, couponId)))
       throw new AppError('COUPON_NOT_FOUND', `Coupon ${couponId} has no stock row; reconciliation proposes to recreate it`);
     throw new AppError('INSUFFICIENT_STOCK', `Cannot remove ${-delta} units: fewer remain`, { delta });
   }

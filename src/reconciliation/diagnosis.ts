@@ -1,5 +1,6 @@
 import { parseTxId, TxIds } from '../ledger/tx-id.js';
 import { replay, TRANSITIONS, USER_COUPON_STATUSES, UserCouponStatus } from '../ledger/transitions.js';
+import type { HoldClosing } from '../redemption/holds.js';
 
 export const DISCREPANCY_TYPES = [
   'STOCK_MISMATCH',
@@ -46,8 +47,6 @@ export interface ActiveHold {
   id: string;
   orderNo: string;
 }
-
-export type HoldClosing = 'CONFIRMED' | 'RELEASED';
 
 /** Everything the tables say about one user coupon, read in one snapshot. */
 export interface UserCouponFacts {

@@ -1,4 +1,5 @@
 import type { EntityManager, QueryRunner } from 'typeorm';
+import type { HoldClosing } from '../redemption/holds.js';
 
 type Queryable = Pick<QueryRunner | EntityManager, 'query'>;
 
@@ -19,9 +20,9 @@ export interface HoldWithoutLockedFinding {
   couponId: string | null;
   userCouponId: string;
   redemptionId: string | null;
-  details: { holdId: string; orderNo: string; status: string | null; closeAs: 'CONFIRMED' | 'RELEASED'; explanation: string };
+  details: { holdId: string; orderNo: string; status: string | null; closeAs: HoldClosing; explanation: string };
   action: 'CLOSE_HOLD';
-  params: { holdId: string; userCouponId: string; expectStatus: string | null; closeAs: 'CONFIRMED' | 'RELEASED' };
+  params: { holdId: string; userCouponId: string; expectStatus: string | null; closeAs: HoldClosing };
 }
 
 /** An order whose USED redemptions take more off than the order's amount. */

@@ -4,7 +4,7 @@ import type { UserCoupon } from '../ledger/user-coupon.entity.js';
 import { execute } from '../database/transaction.service.js';
 import { TxIds } from '../ledger/tx-id.js';
 import type { StateMachineService } from '../ledger/state-machine.service.js';
-import { Hold, ReleaseReason } from './hold.entity.js';
+import { Hold, HoldStatus, ReleaseReason } from './hold.entity.js';
 
 /** The hold of (orderNo, userCouponId), locked when `lock`: callers lock the user coupon row first. */
 export function findHold(em: EntityManager, orderNo: string, userCouponId: string, lock: boolean): Promise<Hold | null> {
@@ -35,33 +35,32 @@ export async function releaseHold(
   reason: ReleaseReason,
   now: Date,
 ): Promise<void> {
-  const closed = await execute(
-    em,
-    `UPDATE redemption_hold SET status = 'RELEASED', released_at = ?, release_reason = ? WHERE id = ? AND status = 'ACTIVE'`,
-    [releasedAt(hold, reason, now), reason, hold.id],
-  );
+  const closed = await markReleased(em, hold.id, releasedAt(hold, reason, now), reason);
   if (closed !== 1) throw new AppError('STATUS_CONFLICT', `Hold ${hold.id} is no longer active`, { holdId: hold.id });
   await stateMachine.transit(em, uc.id, 'LOCKED', releasedTo(uc, now), TxIds.hold(hold.orderNo), `hold released: ${reason}`, now);
 }
+
+/** How reconciliation closes an ACTIVE hold. */
+export type HoldClosing = Exclude<HoldStatus, 'ACTIVE'>;
 
 /**
  * Reconciliation's close of an ACTIVE hold (CONFIRMED: its order used the coupon; RELEASED:
  * RECONCILIATION), leaving the coupon's status to the caller. Returns the rows changed: 0 when the
  * hold is no longer ACTIVE.
  */
-export function closeHoldForReconciliation(
-  em: EntityManager,
-  holdId: string,
-  closeAs: 'CONFIRMED' | 'RELEASED',
-  now: Date,
-): Promise<number> {
+export function closeHoldForReconciliation(em: EntityManager, holdId: string, closeAs: HoldClosing, now: Date): Promise<number> {
   return closeAs === 'CONFIRMED'
     ? execute(em, `UPDATE redemption_hold SET status = 'CONFIRMED' WHERE id = ? AND status = 'ACTIVE'`, [holdId])
-    : execute(
-        em,
-        `UPDATE redemption_hold SET status = 'RELEASED', released_at = ?, release_reason = 'RECONCILIATION' WHERE id = ? AND status = 'ACTIVE'`,
-        [now, holdId],
-      );
+    : markReleased(em, holdId, now, 'RECONCILIATION');
+}
+
+/** ACTIVE -> RELEASED, a compare-and-set: the rows changed, 0 when the hold is no longer ACTIVE. */
+function markReleased(em: EntityManager, holdId: string, at: Date, reason: ReleaseReason): Promise<number> {
+  return execute(
+    em,
+    `UPDATE redemption_hold SET status = 'RELEASED', released_at = ?, release_reason = ? WHERE id = ? AND status = 'ACTIVE'`,
+    [at, reason, holdId],
+  );
 }
 
 /**
