@@ -18,6 +18,7 @@ import { type Deadline, withDeadline } from './database/deadline-pool.js';
 import { serveConsole } from './console/serve-console.js';
 import { acceptIssuanceUploads } from './issuance/upload.js';
 import { buildOpenApiDocument } from './openapi/document.js';
+import { HEADERS } from './openapi/schemas.js';
 
 export const BODY_LIMIT_BYTES = 64 * 1024;
 
@@ -45,6 +46,27 @@ function clientErrorHandler(err: Error & { code?: string }, socket: Socket): voi
     );
   }
   socket.destroy(err);
+}
+
+/**
+ * Lets the pages of CORS_ORIGINS call the API from a browser. A request from any other origin, or
+ * none, gets no CORS headers (browsers then refuse the page its answer), and its OPTIONS stays 404.
+ * Every request header a client sends and every header the service answers is listed, so a page
+ * can replay a grab (Idempotency-Key) and read Retry-After and Idempotent-Replayed.
+ */
+function allowBrowserOrigins(app: NestFastifyApplication, origins: string): void {
+  const allowed = new Set(origins.split(','));
+  app.enableCors({
+    origin: (origin: string | undefined, cb: (err: Error | null, allow: string | false) => void) =>
+      cb(null, origin !== undefined && allowed.has(origin) ? origin : false),
+    methods: ['GET', 'POST', 'PATCH', 'DELETE'],
+    allowedHeaders: ['Authorization', 'Content-Type', 'Idempotency-Key', 'X-Request-Id', 'Accept-Language'],
+    exposedHeaders: Object.keys(HEADERS),
+    maxAge: 600,
+    // An OPTIONS from an allowed origin is a preflight even without Access-Control-Request-Method,
+    // instead of @fastify/cors's plain-text 400.
+    strictPreflight: false,
+  });
 }
 
 /** Builds the whole app (not listening yet). main.ts, the tests and the benchmarks all start it this way. */
@@ -96,6 +118,7 @@ export async function createApp(
   app.useGlobalPipes(new StrictValidationPipe());
   app.useGlobalGuards(new UndeclaredInputGuard());
   app.useGlobalFilters(new HttpExceptionFilter());
+  if (config.CORS_ORIGINS !== undefined) allowBrowserOrigins(app, config.CORS_ORIGINS);
 
   const fastify = app.getHttpAdapter().getInstance();
   fastify.removeContentTypeParser('text/plain');

@@ -183,6 +183,18 @@ export class AppConfig {
   @IsOptional()
   METRICS_TOKEN?: string = undefined;
 
+  /**
+   * Origins whose pages may call the API from a browser (the marketing front end on its own domain),
+   * comma-separated, each exactly as browsers send it in `Origin`: lowercase, no path, no trailing
+   * slash. Unset: no CORS headers, so browsers allow only pages of the service's own origin.
+   */
+  @IsOptional()
+  @Matches(/^https?:\/\/[a-z0-9.-]+(:\d{1,5})?(,https?:\/\/[a-z0-9.-]+(:\d{1,5})?){0,31}$/, {
+    message:
+      'CORS_ORIGINS must be 1-32 comma-separated origins like https://shop.example.com or http://localhost:5173 (lowercase, no path)',
+  })
+  CORS_ORIGINS?: string = undefined;
+
   /** Serve the OpenAPI UI at /docs and the document at /docs-json (on by default in every environment). */
   @Transform(toBool)
   @IsBoolean()
