@@ -1,9 +1,10 @@
 import { execFileSync } from 'node:child_process';
 import { mkdirSync } from 'node:fs';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from '@jest/globals';
-import { chromium, type Browser, type Page } from 'playwright-core';
+import type { Browser, Page } from 'playwright-core';
 import request from 'supertest';
 import { IssuanceRunner } from '../src/issuance/issuance-runner.js';
+import { launchChromium } from './support/browser.js';
 import { adminToken, bearer, startTestApp, tokenFor, type TestApp } from './support/harness.js';
 import { WebhookReceiver } from './support/webhook-receiver.js';
 
@@ -11,7 +12,6 @@ import { WebhookReceiver } from './support/webhook-receiver.js';
  * The console in a real browser (Debian's Chromium) against the real server and database: every
  * step is what an operator does, and each page is saved as a screenshot under test-results/console/.
  */
-const CHROMIUM = process.env.CHROMIUM_PATH ?? '/usr/bin/chromium';
 const SHOTS = 'test-results/console';
 
 let t: TestApp;
@@ -73,10 +73,7 @@ beforeAll(async () => {
   mkdirSync(SHOTS, { recursive: true });
   t = await startTestApp({ WEBHOOK_RELAY_ENABLED: 'true' });
   receiver = await new WebhookReceiver().start();
-  browser = await chromium.launch({
-    executablePath: CHROMIUM,
-    args: ['--no-sandbox', '--disable-gpu', '--disable-background-networking', '--disable-component-update', '--disable-sync'],
-  });
+  browser = await launchChromium();
   const context = await browser.newContext({ viewport: { width: 1440, height: 900 }, locale: 'en-US' });
   // Same origin only: any request elsewhere would fail this test.
   await context.route(

@@ -1,13 +1,13 @@
 // The marketing front end on its own domain calls the API from shoppers' browsers (CORS_ORIGINS).
 import { createServer, type Server } from 'node:http';
-import { chromium, type Browser } from 'playwright-core';
+import type { Browser } from 'playwright-core';
 import request from 'supertest';
 import { loadConfig } from '../src/config/app-config.js';
 import { createCoupon, newKey } from './support/factories.js';
+import { launchChromium } from './support/browser.js';
 import { bearer, startTestApp, TestApp, tokenFor } from './support/harness.js';
 import { freePort } from './support/net.js';
 
-const CHROMIUM = process.env.CHROMIUM_PATH ?? '/usr/bin/chromium';
 const OTHER = 'https://elsewhere.example.com';
 
 let shopPort: number;
@@ -131,10 +131,7 @@ describe('in a browser', () => {
     // The shop's page, served from its own origin: a script that grabs through the API.
     page = createServer((_req, res) => res.writeHead(200, { 'content-type': 'text/html' }).end('<!doctype html><title>shop</title>'));
     await new Promise<void>((resolve) => page.listen(shopPort, '127.0.0.1', resolve));
-    browser = await chromium.launch({
-      executablePath: CHROMIUM,
-      args: ['--no-sandbox', '--disable-gpu', '--disable-background-networking', '--disable-component-update', '--disable-sync'],
-    });
+    browser = await launchChromium();
   }, 60_000);
   afterAll(async () => {
     await browser?.close();
