@@ -1,5 +1,5 @@
 import request from 'supertest';
-import { createCoupon, grabRequest, newKey } from './support/factories.js';
+import { couponBody, createCoupon, grabRequest, newKey } from './support/factories.js';
 import { checkInvariantsAfterEach } from './support/scoped-invariants.js';
 import { adminToken, bearer, burstAgent, serviceToken, startTestApp, TestApp, tokenFor } from './support/harness.js';
 
@@ -241,6 +241,41 @@ describe.each(['grouped', 'per-request'])('grab (GRAB_STRATEGY=%s)', (strategy) 
     expect(r.validFrom).toBe(r.issuedAt);
     const f = (await grab(fixed.id, 'v1')).body;
     expect([f.validFrom, f.expiresAt]).toEqual([start, end]);
+  });
+
+  it('never hands out a coupon born EXPIRED: a template whose validity has passed is refused, and grabbing ends with the validity', async () => {
+    const past = {
+      type: 'FIXED' as const,
+      startAt: new Date(Date.now() - 2 * HOUR).toISOString(),
+      endAt: new Date(Date.now() - HOUR).toISOString(),
+    };
+    const refused = await request(t.url)
+      .post('/admin/coupons')
+      .set(bearer(adminToken()))
+      .send(couponBody({ validity: past }));
+    expect([refused.status, refused.body.code, refused.body.details]).toEqual([
+      400,
+      'VALIDATION_FAILED',
+      { fields: { 'validity.endAt': ['has already passed'] } },
+    ]);
+
+    // Valid for a moment more, grabbable for an hour.
+    const endAt = new Date(Date.now() + 1500);
+    const coupon = await createCoupon(t.url, {
+      grabEndAt: new Date(Date.now() + HOUR).toISOString(),
+      validity: { type: 'FIXED', startAt: new Date(Date.now() - HOUR).toISOString(), endAt: endAt.toISOString() },
+    });
+    const listed = async () =>
+      ((await request(t.url).get('/coupons?limit=100')).body.items as { id: string }[]).some((c) => c.id === coupon.id);
+    const before = await grab(coupon.id, 'validity-early');
+    expect([before.status, before.body.status]).toEqual([201, 'UNUSED']);
+    expect(await listed()).toBe(true);
+    await new Promise((r) => setTimeout(r, endAt.getTime() - Date.now() + 50));
+    const after = await grab(coupon.id, 'validity-late');
+    expect([after.status, after.body.code, after.body.details.validityEndedAt]).toEqual([409, 'GRAB_ENDED', endAt.toISOString()]);
+    expect(await issuedOf(coupon.id)).toBe(1);
+    // The public list is cached for COUPON_CACHE_TTL_MS, but drops a coupon whose grabbing ended as it serves.
+    expect(await listed()).toBe(false);
   });
 
   it('shows admins the coupon with counts, and the public its fields', async () => {

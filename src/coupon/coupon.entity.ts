@@ -72,3 +72,11 @@ export class Coupon {
   @Column({ name: 'updated_at', type: 'datetime', precision: 3 })
   updatedAt!: Date;
 }
+
+/**
+ * When grabbing a coupon ends: its grab window's end, or the end of a fixed validity before it, since
+ * a coupon grabbed after that would be issued already EXPIRED.
+ */
+export function grabClosesAt(c: Pick<Coupon, 'grabEndAt' | 'validityEndAt'>): Date {
+  return c.validityEndAt !== null && c.validityEndAt < c.grabEndAt ? c.validityEndAt : c.grabEndAt;
+}

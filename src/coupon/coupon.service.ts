@@ -8,7 +8,7 @@ import { Page, toPage } from '../common/page.js';
 import { TransactionService } from '../database/transaction.service.js';
 import { StockRow, StockService } from '../ledger/stock.service.js';
 import { countByStatus } from '../ledger/user-coupons.js';
-import { Coupon } from './coupon.entity.js';
+import { Coupon, grabClosesAt } from './coupon.entity.js';
 import { discountOf } from './discount.js';
 import { FreshCache } from './fresh-cache.js';
 import { CreateCouponDto, PatchCouponDto } from './coupon.dto.js';
@@ -123,6 +123,8 @@ export class CouponService {
       validityStartAt = instant('validity.startAt', v.startAt as string);
       validityEndAt = instant('validity.endAt', v.endAt as string);
       if (validityEndAt <= validityStartAt) throw validationFailed({ 'validity.endAt': ['must be after validity.startAt'] });
+      // Every coupon of it would be issued EXPIRED.
+      if (validityEndAt <= new Date()) throw validationFailed({ 'validity.endAt': ['has already passed'] });
     } else if (v.startAt !== undefined || v.endAt !== undefined) {
       throw validationFailed({ validity: ['startAt and endAt are only for FIXED validity'] });
     }
@@ -266,7 +268,9 @@ export class CouponService {
     );
     return coupons.flatMap((c) => {
       const st = stockOf.get(c.id);
-      return st ? [{ view: toCouponView(c, st), startMs: c.grabStartAt.getTime(), endMs: c.grabEndAt.getTime(), idNum: Number(c.id) }] : [];
+      return st
+        ? [{ view: toCouponView(c, st), startMs: c.grabStartAt.getTime(), endMs: grabClosesAt(c).getTime(), idNum: Number(c.id) }]
+        : [];
     });
   }
 

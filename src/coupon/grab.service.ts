@@ -7,7 +7,7 @@ import { counter, histogram } from '../common/metrics.js';
 import { withLookup } from '../database/outcome.js';
 import { TransactionService } from '../database/transaction.service.js';
 import { RateLimitService } from '../rate-limit/rate-limit.service.js';
-import { Coupon } from './coupon.entity.js';
+import { Coupon, grabClosesAt } from './coupon.entity.js';
 import { AppConfig } from '../config/app-config.js';
 import { CouponService } from './coupon.service.js';
 import { GrabDecision, GrabRequest, GroupKeyCollision, identity, keyReused, refused } from './grab-decision.js';
@@ -151,7 +151,12 @@ export class GrabService {
     if (coupon.status !== 'ACTIVE') return new AppError('COUPON_PAUSED', 'This coupon is paused', { couponId: coupon.id });
     if (now < coupon.grabStartAt)
       return new AppError('GRAB_NOT_STARTED', 'Grabbing has not started', { grabStartAt: coupon.grabStartAt.toISOString() });
-    if (now >= coupon.grabEndAt) return new AppError('GRAB_ENDED', 'Grabbing has ended', { grabEndAt: coupon.grabEndAt.toISOString() });
+    if (now >= grabClosesAt(coupon)) {
+      return new AppError('GRAB_ENDED', 'Grabbing has ended', {
+        grabEndAt: coupon.grabEndAt.toISOString(),
+        ...(coupon.validityEndAt !== null && coupon.validityEndAt <= now ? { validityEndedAt: coupon.validityEndAt.toISOString() } : {}),
+      });
+    }
     if (this.coupons.isSoldOut(coupon.id)) return soldOutError(coupon.id);
     return null;
   }

@@ -19,7 +19,14 @@ const SHORT_TTL = 2;
 const EDGE_MS = 1000;
 
 /** The coupon templates the clients play with, each with a behaviour the model must predict. */
-const TEMPLATES: { name: string; body: CouponInput; scarce: boolean; born: Status; notYetValid: boolean }[] = [
+/** How long the ended template's validity lasts after its creation: the test waits it out before the clients start. */
+const VALIDITY_LEFT_MS = 1500;
+
+/**
+ * The coupon templates the clients play with, each with a behaviour the model must predict. `ended`:
+ * its fixed validity has passed, so grabbing it has ended too, and its coupons (reissued) are born EXPIRED.
+ */
+const TEMPLATES: { name: string; body: CouponInput; scarce: boolean; born: Status; notYetValid: boolean; ended?: boolean }[] = [
   {
     name: 'scarce, returned on refund',
     body: { totalStock: 30, perUserLimit: 2, returnOnRefund: true },
@@ -35,16 +42,13 @@ const TEMPLATES: { name: string; body: CouponInput; scarce: boolean; born: Statu
     notYetValid: false,
   },
   {
-    name: 'expired when issued',
-    body: {
-      totalStock: 100_000,
-      perUserLimit: 2,
-      returnOnRefund: true,
-      validity: { type: 'FIXED', startAt: new Date(Date.now() - 2 * HOUR).toISOString(), endAt: new Date(Date.now() - HOUR).toISOString() },
-    },
+    name: 'validity ended',
+    // Its validity is set when it is created (see beforeAll).
+    body: { totalStock: 100_000, perUserLimit: 2, returnOnRefund: true },
     scarce: false,
     born: 'EXPIRED',
     notYetValid: false,
+    ended: true,
   },
   {
     name: 'not valid yet',
@@ -67,10 +71,12 @@ const THRESHOLD = 10_000;
 /** The scarce template, the one with stock for everyone, and how many of the latter each client grabs before its program. */
 const SCARCE = 0;
 const PLENTY = 1;
+const ENDED = TEMPLATES.findIndex((t) => t.ended);
 const STARTING_COUPONS = 5;
 
 type Command =
   | { t: 'grab'; template: number; reuseKey: number | null }
+  | { t: 'reissue'; template: number }
   | { t: 'redeem'; pick: number; cents: number; reuseOrder: number | null }
   | { t: 'hold'; pick: number; cents: number; reuseOrder: number | null; short: boolean; usable: boolean }
   | { t: 'confirm'; pick: number; sameCents: boolean }
@@ -137,7 +143,7 @@ interface ModelCoupon {
   template: number;
   /** Stored-as-modelled status; LOCKED means held by `heldBy`, which may have timed out (see UserModel.statusOf). */
   status: Status;
-  source: 'GRAB' | 'REFUND_RETURN';
+  source: 'GRAB' | 'REFUND_RETURN' | 'REISSUE';
   heldBy?: ModelHold;
 }
 
@@ -273,11 +279,19 @@ describe('randomized model test: concurrent clients against an in-memory model',
       env: { SCHEDULER_ENABLED: 'true', EXPIRE_CRON: '*/2 * * * * *', HOLD_SWEEP_SECONDS: '1' },
     });
     templateIds = [];
+    const validUntil = Date.now() + VALIDITY_LEFT_MS;
     for (const t of TEMPLATES) {
-      const created = await call(server.url, 'POST', '/admin/coupons', { token: adminToken(), body: couponBody(t.body) });
+      const validity = {
+        type: 'FIXED' as const,
+        startAt: new Date(Date.now() - 2 * HOUR).toISOString(),
+        endAt: new Date(validUntil).toISOString(),
+      };
+      const body = couponBody(t.ended ? { ...t.body, validity } : t.body);
+      const created = await call(server.url, 'POST', '/admin/coupons', { token: adminToken(), body });
       expect(created.status).toBe(201);
       templateIds.push(created.body.id as string);
     }
+    await sleep(Math.max(0, validUntil + 100 - Date.now()));
   });
   afterAll(async () => {
     figures.violations = (await checkInvariants(fdb.db)).length;
@@ -307,6 +321,10 @@ describe('randomized model test: concurrent clients against an in-memory model',
           return check(r, r.status === 201 && r.body.id === earlier.id && r.headers['idempotent-replayed'] === 'true', `replay of ${key}`);
         }
         const t = TEMPLATES[c.template];
+        if (t.ended) {
+          m.keys.set(key, { template: c.template, id: null });
+          return check(r, r.status === 409 && r.body.code === 'GRAB_ENDED', `grab of ${t.name} with ${key}`);
+        }
         const limitReached = m.grabbed(c.template) >= (t.body.perUserLimit ?? 1);
         if (r.status === 409 && r.body.code === 'SOLD_OUT' && t.scarce) {
           soldOutSeen.add(c.template);
@@ -517,6 +535,19 @@ describe('randomized model test: concurrent clients against an in-memory model',
         uc.heldBy = undefined;
         return null;
       }
+      case 'reissue': {
+        // An operator's reissue still issues a coupon of an ended template: born EXPIRED, as the model's clients' only ones of it.
+        const t = TEMPLATES[c.template];
+        const r = await send('POST', '/admin/user-coupons/reissue', adminToken(), {
+          couponId: templateIds[c.template],
+          userId: m.user,
+          reason: 'model test',
+          fromStock: false,
+        });
+        if (r.status !== 201 || r.body.status !== t.born || r.body.source !== 'REISSUE') return check(r, false, `reissue of ${t.name}`);
+        m.coupons.push({ id: r.body.id as string, template: c.template, status: t.born, source: 'REISSUE' });
+        return null;
+      }
       case 'read': {
         const uc = pick(m.coupons, c.pick);
         if (!uc) return null;
@@ -606,12 +637,15 @@ describe('randomized model test: concurrent clients against an in-memory model',
           await Promise.all(
             programs.map(async (program, i) => {
               // Each client starts with coupons it can hold, so the program's holds have something to hold, and
-              // tries the scarce one, which the clients together sell out.
-              const stocked: Command[] = [SCARCE, ...Array.from({ length: STARTING_COUPONS }, () => PLENTY)].map((template) => ({
-                t: 'grab',
-                template,
-                reuseKey: null,
-              }));
+              // tries the scarce one, which the clients together sell out; an operator reissues it an expired one.
+              const stocked: Command[] = [
+                ...[SCARCE, ...Array.from({ length: STARTING_COUPONS }, () => PLENTY)].map((template) => ({
+                  t: 'grab' as const,
+                  template,
+                  reuseKey: null,
+                })),
+                { t: 'reissue', template: ENDED },
+              ];
               for (const c of [...stocked, ...program]) {
                 figures.commands++;
                 await models[i].settle();
