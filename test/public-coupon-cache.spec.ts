@@ -171,4 +171,16 @@ describe('public coupon page and list, short COUPON_CACHE_TTL_MS: changes throug
     expect(goneFromList).toBeLessThan(bound);
     expect(await checkInvariants(shown.db)).toEqual([]);
   });
+
+  it('a coupon paused through another instance refuses grabs here once the TTL has passed, however long ago its template was read', async () => {
+    const coupon = await createCoupon(shown.url, { totalStock: 50, perUserLimit: 1 });
+    // This instance's template of the coupon is read now and then left to age: nobody grabs it for a while.
+    await grab(shown, coupon.id);
+    expect((await patch(other, coupon.id, { status: 'PAUSED' })).status).toBe(200);
+    await new Promise((r) => setTimeout(r, 3 * TTL_MS));
+    const late = await grabRequest(shown.url, coupon.id, `pc-user-${++users}`);
+    expect([late.status, late.body.code]).toEqual([409, 'COUPON_PAUSED']);
+    const issued = (await shown.db.query(`SELECT COUNT(*) AS n FROM user_coupon WHERE coupon_id = ?`, [coupon.id])) as { n: string }[];
+    expect(Number(issued[0].n)).toBe(1);
+  });
 });

@@ -80,9 +80,9 @@ function existing(id: string, coupon: Coupon | null): Coupon {
  * Coupon templates, and the public coupon page and list, served from memory (FreshCache): a
  * template, a stock row and the list are each read again at most about twice per
  * COUPON_CACHE_TTL_MS (from half of it on, in the background), so a crowd reloading the page during
- * a sale costs the database nothing per request. The public answers are never older than
- * COUPON_CACHE_TTL_MS; the grab path takes the previous template while a read replaces it (a grab
- * should not wait for the database for a template it had a moment ago). Changes made through this
+ * a sale costs the database nothing per request. Nothing served, templates for grabs included, is
+ * older than COUPON_CACHE_TTL_MS (an instance whose template of a quiet coupon had aged past it
+ * issued coupons of a coupon paused seconds before through another instance). Changes made through this
  * instance show at once: its grouped grabs publish the stock they leave (they hold the stock row's
  * lock, so it is exact), its other changes drop what they change. Changes made through another
  * instance show within COUPON_CACHE_TTL_MS.
@@ -167,13 +167,18 @@ export class CouponService {
 
   /** The template for the grab path (see the class comment). Throws COUPON_NOT_FOUND. */
   async template(id: string): Promise<Coupon> {
-    return existing(id, await this.templates.latest(id));
+    return existing(id, (await this.templates.get(id)).value);
   }
 
-  /** template() without a promise when one is held; undefined when it would wait for the database. */
-  heldTemplate(id: string): Coupon | undefined {
-    const held = this.templates.held(id);
-    return held && existing(id, held.value);
+  /**
+   * template() without a promise when a template younger than COUPON_CACHE_TTL_MS is held (the grab
+   * path's common case: every promise a grab creates lives until its group commits); undefined when
+   * it would wait for the database. Never an older one: a coupon paused through another instance
+   * must refuse grabs here within the TTL, not once a read started by the next grab comes back.
+   */
+  freshTemplate(id: string): Coupon | undefined {
+    const fresh = this.templates.fresh(id);
+    return fresh && existing(id, fresh.value);
   }
 
   invalidate(id: string): void {

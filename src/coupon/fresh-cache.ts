@@ -62,28 +62,6 @@ export class FreshCache<V> {
     return current;
   }
 
-  /**
-   * The value held, however old, while a read replaces it: for callers that prefer a value a read
-   * late over waiting for the database (the grab path's templates). Waits only when nothing is held.
-   */
-  latest(key: string): Promise<V> {
-    const held = this.held(key);
-    return held ? Promise.resolve(held.value) : this.load(key, this.entry(key), false).then((o) => o.value);
-  }
-
-  /**
-   * latest() without a promise when a value is held (the grab path's common case: every promise a
-   * grab creates lives until its group commits). Undefined when latest() would have to wait.
-   */
-  held(key: string): Observation<V> | undefined {
-    const fresh = this.fresh(key);
-    if (fresh) return fresh;
-    const e = this.entries.get(key);
-    if (!e?.current || this.ttlMs() <= 0) return undefined;
-    this.load(key, e, true).catch(() => undefined);
-    return e.current;
-  }
-
   /** A value this instance knows to be current now (it committed the change that made it so). */
   set(key: string, value: V): void {
     const e = this.entry(key);
