@@ -7,6 +7,14 @@ import { closeOnSignals } from './shutdown.js';
 
 const LISTEN_BACKLOG = 8192;
 
+/** Why the address cannot be listened on, for the errors an operator fixes with PORT or HOST. */
+const LISTEN_ERRORS: Record<string, string> = {
+  EADDRINUSE: 'another process is listening there (choose another PORT, or stop it)',
+  EADDRNOTAVAIL: 'HOST is not an address of this machine',
+  EACCES: 'not allowed to listen on this port (ports below 1024 need privileges)',
+  ENOTFOUND: 'HOST does not resolve',
+};
+
 async function main(): Promise<void> {
   readEnvFile();
   const config = loadConfig();
@@ -23,7 +31,10 @@ async function main(): Promise<void> {
   // Node's default accept queue (511) overflowed when 10,000 shoppers connected at once: the kernel
   // dropped their handshakes' last ACK, and 615 of them were reset 15 s later (SYN-ACK retries spent).
   // The kernel caps this at net.core.somaxconn.
-  await app.listen({ port: config.PORT, host: config.HOST, backlog: LISTEN_BACKLOG });
+  await app.listen({ port: config.PORT, host: config.HOST, backlog: LISTEN_BACKLOG }).catch((err: NodeJS.ErrnoException) => {
+    const why = LISTEN_ERRORS[err.code ?? ''];
+    throw why ? new ConfigError(`Cannot listen on ${config.HOST}:${config.PORT}: ${why}`) : err;
+  });
   const jobs = [...app.get(SchedulerRegistry).getCronJobs()];
   if (jobs.length === 0) logger.log('No jobs scheduled on this instance (SCHEDULER_ENABLED=false)');
   for (const [name, job] of jobs) {

@@ -1,6 +1,7 @@
 // What an operator meets before the first request: settings, .env, database errors, the scripts.
 import { execFile } from 'node:child_process';
 import { mkdtempSync, readFileSync, statSync, writeFileSync } from 'node:fs';
+import { createServer, type AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -25,9 +26,38 @@ describe('settings are refused at boot with the name of the setting', () => {
     ['EXPIRE_CRON', '61 * * * * *'],
     ['RECONCILE_CRON', '0 0 25 * * *'],
     ['RECONCILE_TIMEZONE', 'Mars/Base'],
-  ])('%s=%s', (name, value) => {
+    // Number() would have read these as 3102, 3000 and 7.
+    ['PORT', '0x0C1E'],
+    ['PORT', '3e3'],
+    ['PORT', ' 7'],
+    ['PORT', '0'],
+    ['DB_POOL_SIZE', '20.5'],
+    ['REDIS_URL', 'foo'],
+    ['REDIS_URL', 'http://cache:6379'],
+    ['WEBHOOK_ALLOWED_HOSTS', 'http://bad_host!!,,'],
+    ['DB_HOST', ''],
+    ['DB_HOST', ' '],
+  ])('%s=%j', (name, value) => {
     expect(() => loadConfig({ [name]: value })).toThrow(ConfigError);
-    expect(() => loadConfig({ [name]: value })).toThrow(new RegExp(`${name}: ${name} must be`));
+    expect(() => loadConfig({ [name]: value })).toThrow(new RegExp(`${name}: ${name} must`));
+  });
+
+  it('says only that a value is not a number, not also that it is out of range', () => {
+    expect(() => loadConfig({ PORT: 'abc' })).toThrow(/^Invalid configuration:\n {2}PORT: PORT must be an integer number$/);
+  });
+
+  it('takes an optional setting left empty (REDIS_URL= in a .env file) as unset, and accepts the usual forms', () => {
+    const empty = loadConfig({ REDIS_URL: '', METRICS_TOKEN: '', WEBHOOK_ALLOWED_HOSTS: '', CORS_ORIGINS: '' });
+    expect([empty.REDIS_URL, empty.METRICS_TOKEN, empty.WEBHOOK_ALLOWED_HOSTS, empty.CORS_ORIGINS]).toEqual([
+      undefined,
+      undefined,
+      undefined,
+      undefined,
+    ]);
+    for (const url of ['redis://127.0.0.1:6379', 'redis://:secret@cache:6379/2', 'rediss://user:pw@cache.example.com'])
+      expect(loadConfig({ REDIS_URL: url }).REDIS_URL).toBe(url);
+    expect(loadConfig({ WEBHOOK_ALLOWED_HOSTS: 'hooks.example.com, *.partner.test,10.0.0.5' }).WEBHOOK_ALLOWED_HOSTS).toBeDefined();
+    expect(loadConfig({ DB_HOST: 'db-1.internal', PORT: '8080' })).toMatchObject({ DB_HOST: 'db-1.internal', PORT: 8080 });
   });
 
   it('accepts cron expressions with seconds, aliases and IANA zones', () => {
@@ -207,6 +237,30 @@ describe('npm scripts', () => {
     expect(r.code).toBe(1);
     expect(r.stderr).toMatch(/^coupon-engine: MySQL at .* denied access to user/);
     expect(r.stderr).not.toMatch(/\n\s+at /);
+  }, 120_000);
+
+  it('npm start on a port another process holds: one line naming the address, exit 1', async () => {
+    const c = testConfig();
+    const taken = createServer();
+    await new Promise<void>((resolve) => taken.listen(0, '127.0.0.1', resolve));
+    const port = (taken.address() as AddressInfo).port;
+    try {
+      await promisify(execFile)(process.execPath, ['scripts/ensure-built.mjs'], { cwd: ROOT });
+      const r = await promisify(execFile)(process.execPath, ['dist/src/main.js'], {
+        cwd: ROOT,
+        env: { ...process.env, DB_NAME: c.DB_NAME, HOST: '127.0.0.1', PORT: String(port), LOG_LEVEL: 'silent' },
+      }).then(
+        () => ({ code: 0, stderr: '' }),
+        (err: { code: number; stderr: string }) => err,
+      );
+      expect(r.code).toBe(1);
+      expect(r.stderr).toBe(
+        `coupon-engine: Cannot listen on 127.0.0.1:${port}: another process is listening there (choose another PORT, or stop it)\n`,
+      );
+    } finally {
+      taken.close();
+      await dropTestDatabase(c);
+    }
   }, 120_000);
 
   it('migration:create writes an empty migration where it is told', async () => {

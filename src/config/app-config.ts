@@ -28,6 +28,25 @@ const IsListenHost = () =>
     },
   });
 
+const IsRedisUrl = () =>
+  ValidateBy({
+    name: 'isRedisUrl',
+    validator: {
+      validate: (v: unknown) => {
+        try {
+          const url = new URL(String(v));
+          return (url.protocol === 'redis:' || url.protocol === 'rediss:') && url.hostname !== '';
+        } catch {
+          return false;
+        }
+      },
+      defaultMessage: () => 'REDIS_URL must be redis://[:password@]host[:port][/db] (or rediss:// for TLS)',
+    },
+  });
+
+/** One host name, IP address or `*.` wildcard of WEBHOOK_ALLOWED_HOSTS. */
+const ALLOWED_HOST = String.raw`\s*(\*\.)?[A-Za-z0-9-]+(\.[A-Za-z0-9-]+)*\s*`;
+
 export const DEFAULT_JWT_SECRET = 'dev-only-insecure-secret-change-me';
 /** Secrets copied from an example (compose files, docs) rather than generated. */
 const PLACEHOLDER_SECRET = /change.?me|placeholder/i;
@@ -43,7 +62,10 @@ const IsCronExpression = () =>
     },
   });
 
-const toInt = ({ value }: { value: unknown }) => (value === undefined || value === '' ? undefined : Number(value));
+// Decimal digits only: Number() would take 0x0C1E, 3e3 and ' 7 ' as ports and sizes. Anything else
+// stays a string, which @IsInt refuses.
+const toInt = ({ value }: { value: unknown }) =>
+  value === undefined || value === '' ? undefined : typeof value === 'string' && /^-?\d+$/.test(value) ? Number(value) : value;
 const toBool = ({ value }: { value: unknown }) =>
   value === undefined || value === ''
     ? undefined
@@ -64,7 +86,7 @@ export class AppConfig {
 
   @Transform(toInt)
   @IsInt()
-  @Min(0)
+  @Min(1)
   @Max(65535)
   PORT: number = 3000;
 
@@ -72,7 +94,7 @@ export class AppConfig {
   @IsListenHost()
   HOST: string = '0.0.0.0';
 
-  @IsString()
+  @Matches(/^[A-Za-z0-9._:-]{1,255}$/, { message: 'DB_HOST must be a host name or an IP address' })
   DB_HOST: string = '127.0.0.1';
 
   @Transform(toInt)
@@ -147,7 +169,7 @@ export class AppConfig {
 
   /**
    * How long a write whose COMMIT answer was lost keeps trying to learn whether it committed,
-   * before answering 503 OUTCOME_UNKNOWN. Below REQUEST_TIMEOUT_MS, so the answer comes first.
+   * before answering 503 OUTCOME_UNKNOWN; inside a request it ends by the request's deadline whatever this says.
    */
   @Transform(toInt)
   @IsInt()
@@ -201,7 +223,7 @@ export class AppConfig {
   DOCS_ENABLED: boolean = true;
 
   /** Initialised (to undefined) so that loadConfig() knows the name and reads it from the environment. */
-  @IsString()
+  @IsRedisUrl()
   @IsOptional()
   REDIS_URL?: string = undefined;
 
@@ -296,7 +318,10 @@ export class AppConfig {
   WEBHOOK_RELAY_ENABLED: boolean = true;
 
   /** Comma-separated hosts webhook URLs may name (`hooks.example.com`, `*.example.com`); unset: any host. */
-  @IsString()
+  @Matches(new RegExp(`^${ALLOWED_HOST}(,${ALLOWED_HOST})*$`), {
+    message:
+      'WEBHOOK_ALLOWED_HOSTS must be comma-separated host names or IP addresses, each optionally *.-prefixed (hooks.example.com,*.example.com)',
+  })
   @IsOptional()
   WEBHOOK_ALLOWED_HOSTS?: string = undefined;
 
@@ -383,12 +408,21 @@ export function readEnvFile(path = '.env'): void {
 }
 
 export function loadConfig(env: Record<string, string | undefined> = process.env): AppConfig {
-  const known = Object.keys(new AppConfig());
-  const raw = Object.fromEntries(known.filter((k) => env[k] !== undefined).map((k) => [k, env[k]]));
+  const defaults = new AppConfig() as unknown as Record<string, unknown>;
+  // An optional setting left empty (`REDIS_URL=` in a .env or compose file) is unset; a required one left empty is refused.
+  const given = (k: string) => env[k] !== undefined && !(env[k] === '' && defaults[k] === undefined);
+  const raw = Object.fromEntries(
+    Object.keys(defaults)
+      .filter(given)
+      .map((k) => [k, env[k]]),
+  );
   const config = plainToInstance(AppConfig, raw, { exposeDefaultValues: true });
   const errors = validateSync(config, { forbidUnknownValues: false });
   if (errors.length > 0) {
-    const lines = errors.map((e) => `${e.property}: ${Object.values(e.constraints ?? {}).join(', ')}`);
+    // A value that is not a number at all is only told so, not also that it is out of range.
+    const lines = errors.map(
+      (e) => `${e.property}: ${(e.constraints?.isInt ? [e.constraints.isInt] : Object.values(e.constraints ?? {})).join(', ')}`,
+    );
     throw new ConfigError(`Invalid configuration:\n  ${lines.join('\n  ')}`);
   }
   if (config.DB_HOSTS !== undefined) {
