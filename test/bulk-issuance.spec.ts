@@ -5,6 +5,7 @@ import { IssuanceRunner, MAX_PAUSES } from '../src/issuance/issuance-runner.js';
 import { createCoupon, newKey } from './support/factories.js';
 import { adminToken, bearer, startTestApp, TestApp, tokenFor } from './support/harness.js';
 import { checkInvariantsAfterEach } from './support/scoped-invariants.js';
+import { startTcpProxy, type TcpProxy } from './support/tcp-proxy.js';
 
 describe('bulk issuance', () => {
   let t: TestApp;
@@ -497,4 +498,62 @@ describe('bulk issuance', () => {
     )) as { n: string }[];
     expect(Number(orphans[0].n)).toBe(0);
   }, 120_000);
+});
+
+describe('bulk issuance through a database outage', () => {
+  const real = { host: process.env.DB_HOST ?? '127.0.0.1', port: Number(process.env.DB_PORT ?? 3306) };
+  let proxy: TcpProxy;
+  let t: TestApp;
+  beforeAll(async () => {
+    proxy = await startTcpProxy(real);
+    t = await startTestApp({ DB_HOST: '127.0.0.1', DB_PORT: String(proxy.port), DB_POOL_SIZE: '4' });
+  });
+  afterAll(async () => {
+    await t.close();
+    await proxy.close();
+  });
+
+  it('an upload broken by the outage frees its key as soon as the database is back, not 30 s later', async () => {
+    const coupon = await createCoupon(t.url);
+    const key = newKey('outage');
+    const url = new URL(`${t.url}/admin/coupons/${coupon.id}/issuances?reason=r&fromStock=false`);
+    const req = httpRequest(url, {
+      method: 'POST',
+      headers: { ...bearer(adminToken()), 'Idempotency-Key': key, 'Content-Type': 'text/csv' },
+    });
+    const answer = new Promise<number>((resolve, reject) => {
+      req.on('response', (res) => {
+        res.resume();
+        res.on('end', () => resolve(res.statusCode ?? 0));
+      });
+      req.on('error', reject);
+    });
+    req.write(Array.from({ length: 2500 }, (_, i) => `o-${i}\n`).join(''));
+    let jobId: string | undefined;
+    for (let i = 0; i < 200 && jobId === undefined; i++) {
+      const [row] = (await t.db.query(`SELECT id FROM issuance_job WHERE idempotency_key = ? AND total > 0`, [key])) as { id: string }[];
+      jobId = row?.id;
+      if (jobId === undefined) await new Promise((r) => setTimeout(r, 20));
+    }
+    expect(jobId).toBeDefined();
+    // The database goes away with the rest of the list still to store: the upload breaks, and so does its discard.
+    await proxy.close();
+    req.end(Array.from({ length: 2500 }, (_, i) => `o-${2500 + i}\n`).join(''));
+    expect(await answer).toBe(503);
+    proxy = await startTcpProxy(real, { port: proxy.port });
+
+    const retry = () =>
+      request(t.url)
+        .post(`/admin/coupons/${coupon.id}/issuances`)
+        .set(bearer(adminToken()))
+        .set('Idempotency-Key', key)
+        .send({ userIds: ['o-retry'], reason: 'r', fromStock: false });
+    // As a client would: again on 503 (the pool finds its connections cut) and on 409 (the key still taken).
+    let retried = await retry();
+    for (const stop = Date.now() + 10_000; [409, 503].includes(retried.status) && Date.now() < stop; retried = await retry())
+      await new Promise((r) => setTimeout(r, 500));
+    expect([retried.status, retried.body.code]).toEqual([202, undefined]);
+    expect(retried.body.jobId).not.toBe(jobId);
+    expect(await t.db.query(`SELECT status FROM issuance_job WHERE id = ?`, [jobId])).toEqual([{ status: 'DISCARDED' }]);
+  }, 60_000);
 });

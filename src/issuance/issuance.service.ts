@@ -6,7 +6,7 @@ import { AppError } from '../common/errors.js';
 import { USER_ID_PATTERN, validationFailed } from '../common/validation.js';
 import { toPage } from '../common/page.js';
 import { CouponService } from '../coupon/coupon.service.js';
-import { pollUntil } from '../database/deadline-pool.js';
+import { pollUntil, runWithDeadline } from '../database/deadline-pool.js';
 import { TransactionService } from '../database/transaction.service.js';
 import {
   discardUpload,
@@ -35,6 +35,8 @@ const UPLOAD_CHUNK = 2000;
  */
 const UPLOAD_WAIT_MS = 3000;
 const UPLOAD_POLL_MS = 50;
+/** How often the discard of a broken upload is tried again while the database does not take it. */
+const DISCARD_RETRY_MS = 1000;
 
 /** The upload was still for STALE_UPLOAD_MS (its writes could not get through) and another request or the runner discarded it. */
 const uploadLost = () =>
@@ -119,15 +121,37 @@ export class IssuanceService {
       if ((await this.store(jobId, lines)) === 0) throw validationFailed({ body: ['holds no user id'] }, 'The list holds no user id');
       if (!(await this.tx.inTransaction((em) => setJobStatus(em, jobId, ['UPLOADING'], 'QUEUED', new Date())))) throw uploadLost();
     } catch (err) {
-      // A refused or broken upload is gone for clients and its key may be used again; if even this
-      // write fails, the runner discards the upload once it has been still for a while.
-      await this.tx.inTransaction((em) => discardUpload(em, jobId, new Date())).catch(() => undefined);
+      await this.discard(jobId);
       throw err;
     } finally {
       clearInterval(heartbeat);
     }
     this.runner.wake();
     return { jobId, replayed: false };
+  }
+
+  /**
+   * A refused or broken upload is gone for clients and its key may be used again. When even this
+   * write fails (the upload broke because the database is unreachable), it is tried again every
+   * second in the background: a client retrying the key once the database is back gets its job,
+   * not 409 IDEMPOTENCY_IN_PROGRESS until the upload has been still for STALE_UPLOAD_MS.
+   */
+  private async discard(jobId: string): Promise<void> {
+    const attempt = () =>
+      this.tx
+        .inTransaction((em) => discardUpload(em, jobId, new Date()))
+        .then(
+          () => true,
+          () => false,
+        );
+    if (await attempt()) return;
+    // With a job's limits: the request is answered (503) long before the database is back.
+    void runWithDeadline({ at: 0, answered: true }, async () => {
+      for (const giveUpAt = Date.now() + STALE_UPLOAD_MS; Date.now() < giveUpAt;) {
+        await sleep(DISCARD_RETRY_MS, undefined, { ref: false });
+        if (await attempt()) return;
+      }
+    });
   }
 
   /**
