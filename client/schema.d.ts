@@ -1251,6 +1251,8 @@ export interface components {
         /** @description User coupons of this template by the status clients see (an UNUSED coupon past expiry counts as expired, a timed-out hold as released) */
         CouponCounts: {
             issued: number;
+            /** @description Those that took a unit of stock: initStock == remainingStock + issuedFromStock (refund returns and reissues not from stock are not) */
+            issuedFromStock: number;
             unused: number;
             locked: number;
             used: number;

@@ -73,7 +73,7 @@ describe('the typed client generated from the document', () => {
     expect([refunded.response.status, refunded.data?.replacementUserCoupon?.source]).toEqual([201, 'REFUND_RETURN']);
 
     const counted = await admin.GET('/admin/coupons/{couponId}', { params: { path: { couponId } } });
-    expect(counted.data?.counts).toEqual({ issued: 2, unused: 1, locked: 0, used: 1, expired: 0, void: 0 });
+    expect(counted.data?.counts).toEqual({ issued: 2, issuedFromStock: 1, unused: 1, locked: 0, used: 1, expired: 0, void: 0 });
     const history = await admin.GET('/admin/user-coupons/{userCouponId}/history', { params: { path: { userCouponId } } });
     expect([history.data?.consistent, history.data?.transitions.map((s) => s.to)]).toEqual([true, ['UNUSED', 'USED']]);
   });

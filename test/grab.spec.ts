@@ -287,7 +287,7 @@ describe.each(['grouped', 'per-request'])('grab (GRAB_STRATEGY=%s)', (strategy) 
       id: coupon.id,
       initStock: 4,
       remainingStock: 2,
-      counts: { issued: 2, unused: 2, used: 0, expired: 0, void: 0 },
+      counts: { issued: 2, issuedFromStock: 2, unused: 2, used: 0, expired: 0, void: 0 },
     });
     const pub = await request(t.url).get(`/coupons/${coupon.id}`);
     expect(pub.status).toBe(200);

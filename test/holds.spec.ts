@@ -84,7 +84,7 @@ describe('checkout holds', () => {
       .get('/me/coupons?status=LOCKED')
       .set(bearer(tokenFor('alice')));
     expect(list.body.items.map((i: { id: string }) => i.id)).toEqual([uc.id]);
-    expect(await counts(uc.couponId)).toEqual({ issued: 1, unused: 0, locked: 1, used: 0, expired: 0, void: 0 });
+    expect(await counts(uc.couponId)).toEqual({ issued: 1, issuedFromStock: 1, unused: 0, locked: 1, used: 0, expired: 0, void: 0 });
     expect(await steps(uc.id)).toEqual(['null>UNUSED', 'UNUSED>LOCKED']);
     const log = (await t.db.query(`SELECT tx_id FROM user_coupon_state_log WHERE user_coupon_id = ? ORDER BY id DESC LIMIT 1`, [
       uc.id,

@@ -1,7 +1,7 @@
 import request from 'supertest';
 import { createCoupon, CouponInput, grabUserCoupon } from './support/factories.js';
 import { checkInvariantsAfterEach } from './support/scoped-invariants.js';
-import { bearer, serviceToken, startTestApp, TestApp, tokenFor } from './support/harness.js';
+import { adminToken, bearer, serviceToken, startTestApp, TestApp, tokenFor } from './support/harness.js';
 
 const DAY = 86_400_000;
 
@@ -195,6 +195,12 @@ describe('redemption', () => {
       // A repeat repeats the first answer: the replacement as the refund issued it, though it has been used since.
       const repeat = await refund({ userCouponId: ucId, orderNo: 'RF-1', refundNo: 'REF-1' });
       expect([repeat.status, repeat.headers['idempotent-replayed'], repeat.body]).toEqual([201, 'true', answers[0].body]);
+      // Invariant 1 checks out through the API: the replacement is issued, but not from stock.
+      const couponId = (replacement as { couponId: string }).couponId;
+      const admin = await request(t.url).get(`/admin/coupons/${couponId}`).set(bearer(adminToken()));
+      expect([admin.body.initStock, admin.body.remainingStock, admin.body.counts.issued, admin.body.counts.issuedFromStock]).toEqual([
+        10, 9, 2, 1,
+      ]);
     });
 
     it('one refundNo sent concurrently for two different coupons: one refund, the other 422, never a 5xx', async () => {

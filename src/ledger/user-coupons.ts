@@ -141,15 +141,25 @@ export async function countFromStock(em: Queryable, couponId: string): Promise<n
 }
 
 /** Counts by status as clients see it (effectiveStatus: a coupon past its expiry is expired, a timed-out hold released). */
-export async function countByStatus(em: Queryable, couponId: string, now = new Date()): Promise<Record<'issued' | StatusCount, number>> {
+/**
+ * A coupon's user coupons by the status clients see, all of them (`issued`), and those that took a
+ * unit of stock (`issuedFromStock`: with the remaining stock it adds up to initStock, invariant 1;
+ * refund returns and reissues not from stock are in `issued` only).
+ */
+export async function countByStatus(
+  em: Queryable,
+  couponId: string,
+  now = new Date(),
+): Promise<Record<'issued' | 'issuedFromStock' | StatusCount, number>> {
   const rows = (await em.query(
-    `SELECT ${effectiveStatusSql('uc')} AS status, COUNT(*) AS n FROM user_coupon uc WHERE uc.coupon_id = ? GROUP BY 1`,
+    `SELECT ${effectiveStatusSql('uc')} AS status, COUNT(*) AS n, SUM(uc.from_stock) AS fromStock FROM user_coupon uc WHERE uc.coupon_id = ? GROUP BY 1`,
     [now, now, couponId],
-  )) as { status: UserCouponStatus; n: string }[];
-  const counts = { issued: 0, unused: 0, locked: 0, used: 0, expired: 0, void: 0 };
+  )) as { status: UserCouponStatus; n: string; fromStock: string }[];
+  const counts = { issued: 0, issuedFromStock: 0, unused: 0, locked: 0, used: 0, expired: 0, void: 0 };
   for (const r of rows) {
     counts[r.status.toLowerCase() as StatusCount] += Number(r.n);
     counts.issued += Number(r.n);
+    counts.issuedFromStock += Number(r.fromStock);
   }
   return counts;
 }

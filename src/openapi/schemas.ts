@@ -119,7 +119,18 @@ export const RESPONSE_SCHEMAS: Record<string, JsonSchema> = {
   },
   Coupon: object(COUPON_PROPERTIES, 'A coupon template and its stock'),
   CouponCounts: object(
-    { issued: int(0), unused: int(0), locked: int(0), used: int(0), expired: int(0), void: int(0) },
+    {
+      issued: int(0),
+      issuedFromStock: int(
+        0,
+        'Those that took a unit of stock: initStock == remainingStock + issuedFromStock (refund returns and reissues not from stock are not)',
+      ),
+      unused: int(0),
+      locked: int(0),
+      used: int(0),
+      expired: int(0),
+      void: int(0),
+    },
     'User coupons of this template by the status clients see (an UNUSED coupon past expiry counts as expired, a timed-out hold as released)',
   ),
   AdminCoupon: object({ ...COUPON_PROPERTIES, counts: ref('CouponCounts') }, 'A coupon template, its stock and its user coupons counted'),
