@@ -80,12 +80,13 @@ function existing(id: string, coupon: Coupon | null): Coupon {
  * Coupon templates, and the public coupon page and list, served from memory (FreshCache): a
  * template, a stock row and the list are each read again at most about twice per
  * COUPON_CACHE_TTL_MS (from half of it on, in the background), so a crowd reloading the page during
- * a sale costs the database nothing per request. Nothing served, templates for grabs included, is
- * older than COUPON_CACHE_TTL_MS (an instance whose template of a quiet coupon had aged past it
- * issued coupons of a coupon paused seconds before through another instance). Changes made through this
+ * a sale costs the database nothing per request. The public answers are never older than
+ * COUPON_CACHE_TTL_MS; a grab takes a template up to twice that old while a slow refresh replaces
+ * it, never older (an instance whose template of a quiet coupon had aged issued coupons of a coupon
+ * paused seconds before through another instance). Changes made through this
  * instance show at once: its grouped grabs publish the stock they leave (they hold the stock row's
  * lock, so it is exact), its other changes drop what they change. Changes made through another
- * instance show within COUPON_CACHE_TTL_MS.
+ * instance show within COUPON_CACHE_TTL_MS, to grabs within twice that while the database is slow.
  */
 @Injectable()
 export class CouponService {
@@ -171,14 +172,13 @@ export class CouponService {
   }
 
   /**
-   * template() without a promise when a template younger than COUPON_CACHE_TTL_MS is held (the grab
-   * path's common case: every promise a grab creates lives until its group commits); undefined when
-   * it would wait for the database. Never an older one: a coupon paused through another instance
-   * must refuse grabs here within the TTL, not once a read started by the next grab comes back.
+   * The template for a grab without a promise (its common case: every promise a grab creates lives
+   * until its group commits): one younger than COUPON_CACHE_TTL_MS, or while a slow refresh is out,
+   * up to twice that (FreshCache.held); undefined when the grab must wait for the database.
    */
-  freshTemplate(id: string): Coupon | undefined {
-    const fresh = this.templates.fresh(id);
-    return fresh && existing(id, fresh.value);
+  heldTemplate(id: string): Coupon | undefined {
+    const held = this.templates.held(id);
+    return held && existing(id, held.value);
   }
 
   invalidate(id: string): void {

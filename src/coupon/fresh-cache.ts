@@ -62,6 +62,22 @@ export class FreshCache<V> {
     return current;
   }
 
+  /**
+   * fresh(), or while a read replaces it, a value up to twice the TTL old: for the grab path, which
+   * must not stop at the database (ahead of its rate limiter) whenever a refresh is slow, but must
+   * not take a template so old that a coupon paused through another instance is still grabbed (an
+   * instance served a quiet coupon's template seconds old). Undefined when get() would have to wait.
+   */
+  held(key: string): Observation<V> | undefined {
+    const fresh = this.fresh(key);
+    if (fresh) return fresh;
+    const e = this.entries.get(key);
+    const ttl = this.ttlMs();
+    if (!e?.current || performance.now() - e.current.at >= 2 * ttl) return undefined;
+    this.load(key, e, true).catch(() => undefined);
+    return e.current;
+  }
+
   /** A value this instance knows to be current now (it committed the change that made it so). */
   set(key: string, value: V): void {
     const e = this.entry(key);

@@ -92,8 +92,8 @@ export class GrabService {
    * a grab that succeeded earlier must still answer that coupon.
    */
   private async attempt(userId: string, couponId: string, key: string): Promise<GrabResult> {
-    // A fresh template without a promise (the common case); template() is async even then.
-    const coupon = this.coupons.freshTemplate(couponId) ?? (await this.coupons.template(couponId));
+    // A held template without a promise (the common case); template() is async even then.
+    const coupon = this.coupons.heldTemplate(couponId) ?? (await this.coupons.template(couponId));
     await this.rateLimit.admitGrab(couponId, userId, coupon.rateLimitPerSecond);
     const refusal = this.precheck(coupon, new Date());
     if (refusal) return this.settle(refused(refusal, false), userId, key, couponId);
