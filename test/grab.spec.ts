@@ -243,36 +243,48 @@ describe.each(['grouped', 'per-request'])('grab (GRAB_STRATEGY=%s)', (strategy) 
     expect([f.validFrom, f.expiresAt]).toEqual([start, end]);
   });
 
-  it('never hands out a coupon born EXPIRED: a template whose validity has passed is refused, and grabbing ends with the validity', async () => {
-    const past = {
+  it('never hands out a coupon born EXPIRED: such templates are refused, and grabbing ends with the validity, even for a grab already queued', async () => {
+    const fixed = (startMs: number, endMs: number) => ({
       type: 'FIXED' as const,
-      startAt: new Date(Date.now() - 2 * HOUR).toISOString(),
-      endAt: new Date(Date.now() - HOUR).toISOString(),
-    };
-    const refused = await request(t.url)
-      .post('/admin/coupons')
-      .set(bearer(adminToken()))
-      .send(couponBody({ validity: past }));
-    expect([refused.status, refused.body.code, refused.body.details]).toEqual([
+      startAt: new Date(Date.now() + startMs).toISOString(),
+      endAt: new Date(Date.now() + endMs).toISOString(),
+    });
+    const create = (body: object) => request(t.url).post('/admin/coupons').set(bearer(adminToken())).send(couponBody(body));
+    const passed = await create({ validity: fixed(-2 * HOUR, -HOUR) });
+    expect([passed.status, passed.body.details]).toEqual([400, { fields: { 'validity.endAt': ['has already passed'] } }]);
+    const beforeGrabbing = await create({
+      grabStartAt: new Date(Date.now() + 2 * HOUR).toISOString(),
+      grabEndAt: new Date(Date.now() + 3 * HOUR).toISOString(),
+      validity: fixed(0, HOUR),
+    });
+    expect([beforeGrabbing.status, beforeGrabbing.body.details]).toEqual([
       400,
-      'VALIDATION_FAILED',
-      { fields: { 'validity.endAt': ['has already passed'] } },
+      { fields: { 'validity.endAt': ['must be after grabStartAt'] } },
     ]);
 
-    // Valid for a moment more, grabbable for an hour.
-    const endAt = new Date(Date.now() + 1500);
-    const coupon = await createCoupon(t.url, {
-      grabEndAt: new Date(Date.now() + HOUR).toISOString(),
-      validity: { type: 'FIXED', startAt: new Date(Date.now() - HOUR).toISOString(), endAt: endAt.toISOString() },
-    });
+    // Valid for a few seconds more, grabbable for an hour.
+    const validity = fixed(-HOUR, 4000);
+    const endAt = validity.endAt;
+    const coupon = await createCoupon(t.url, { grabEndAt: new Date(Date.now() + HOUR).toISOString(), validity });
     const listed = async () =>
       ((await request(t.url).get('/coupons?limit=100')).body.items as { id: string }[]).some((c) => c.id === coupon.id);
-    const before = await grab(coupon.id, 'validity-early');
-    expect([before.status, before.body.status]).toEqual([201, 'UNUSED']);
+    const early = await grab(coupon.id, 'validity-early');
+    expect([early.status, early.body.status]).toEqual([201, 'UNUSED']);
     expect(await listed()).toBe(true);
-    await new Promise((r) => setTimeout(r, endAt.getTime() - Date.now() + 50));
-    const after = await grab(coupon.id, 'validity-late');
-    expect([after.status, after.body.code, after.body.details.validityEndedAt]).toEqual([409, 'GRAB_ENDED', endAt.toISOString()]);
+
+    // A grab admitted before the end that reaches the stock row only after it: refused, not issued EXPIRED.
+    const blocker = t.db.createQueryRunner();
+    await blocker.startTransaction();
+    await blocker.query(`SELECT stock FROM coupon_stock WHERE coupon_id = ? FOR UPDATE`, [coupon.id]);
+    const queued = grab(coupon.id, 'validity-queued').then((r) => r);
+    await new Promise((r) => setTimeout(r, Date.parse(endAt) - Date.now() + 100));
+    await blocker.commitTransaction();
+    await blocker.release();
+    const refused = await queued;
+    expect([refused.status, refused.body.code, refused.body.details?.validityEndedAt]).toEqual([409, 'GRAB_ENDED', endAt]);
+
+    const late = await grab(coupon.id, 'validity-late');
+    expect([late.status, late.body.code, late.body.details.validityEndedAt]).toEqual([409, 'GRAB_ENDED', endAt]);
     expect(await issuedOf(coupon.id)).toBe(1);
     // The public list is cached for COUPON_CACHE_TTL_MS, but drops a coupon whose grabbing ended as it serves.
     expect(await listed()).toBe(false);

@@ -126,6 +126,8 @@ export class CouponService {
       if (validityEndAt <= validityStartAt) throw validationFailed({ 'validity.endAt': ['must be after validity.startAt'] });
       // Every coupon of it would be issued EXPIRED.
       if (validityEndAt <= new Date()) throw validationFailed({ 'validity.endAt': ['has already passed'] });
+      // Grabbing ends with the validity (grabClosesAt): such a coupon could never be grabbed.
+      if (validityEndAt <= grabStartAt) throw validationFailed({ 'validity.endAt': ['must be after grabStartAt'] });
     } else if (v.startAt !== undefined || v.endAt !== undefined) {
       throw validationFailed({ validity: ['startAt and endAt are only for FIXED validity'] });
     }

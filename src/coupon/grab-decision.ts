@@ -1,5 +1,6 @@
 import { AppError } from '../common/errors.js';
 import type { UserCoupon } from '../ledger/user-coupon.entity.js';
+import type { Coupon } from './coupon.entity.js';
 
 export interface GrabRequest {
   userId: string;
@@ -17,6 +18,14 @@ export type GrabDecision =
   { outcome: 'granted' | 'replayed'; userCoupon: UserCoupon } | { outcome: 'refused'; error: AppError; keyChecked: boolean };
 
 export const refused = (error: AppError, keyChecked: boolean): GrabDecision => ({ outcome: 'refused', error, keyChecked });
+
+/** Grabbing `coupon` has ended by `now`: its window, or its fixed validity before that (grabClosesAt). */
+export function grabEnded(coupon: Coupon, now: Date): AppError {
+  return new AppError('GRAB_ENDED', 'Grabbing has ended', {
+    grabEndAt: coupon.grabEndAt.toISOString(),
+    ...(coupon.validityEndAt !== null && coupon.validityEndAt <= now ? { validityEndedAt: coupon.validityEndAt.toISOString() } : {}),
+  });
+}
 
 export function keyReused(couponId: string): AppError {
   return new AppError('IDEMPOTENCY_KEY_REUSED', 'This Idempotency-Key was already used for another coupon', { couponId });

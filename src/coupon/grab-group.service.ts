@@ -6,9 +6,9 @@ import { AppError } from '../common/errors.js';
 import { histogram } from '../common/metrics.js';
 import { currentDeadline, Deadline, hasTimeLeft, runWithDeadline } from '../database/deadline-pool.js';
 import { TransactionService } from '../database/transaction.service.js';
-import { Coupon } from './coupon.entity.js';
+import { Coupon, grabClosesAt } from './coupon.entity.js';
 import { CouponService } from './coupon.service.js';
-import { GrabDecision, GrabRequest, GroupKeyCollision, identity, keyReused, refused } from './grab-decision.js';
+import { GrabDecision, GrabRequest, grabEnded, GroupKeyCollision, identity, keyReused, refused } from './grab-decision.js';
 import { IssueService, soldOutError, userLimitReached } from '../ledger/issue.service.js';
 import { StockRow, StockService } from '../ledger/stock.service.js';
 import { UserCoupon } from '../ledger/user-coupon.entity.js';
@@ -133,6 +133,9 @@ export class GrabGroupService {
     group: GrabRequest[],
   ): Promise<{ decisions: GrabDecision[]; left: StockRow | null }> {
     const locked = await this.stock.lock(em, coupon.id);
+    // After the lock (a group may queue behind others): one admitted a moment before the end must not commit coupons born EXPIRED.
+    const now = new Date();
+    const ended = now >= grabClosesAt(coupon);
     let remaining = locked?.stock ?? 0;
     const earlier = await findByKeys(em, group);
     const byIdentity = new Map(earlier.map((uc) => [identity({ userId: uc.userId, key: uc.idempotencyKey as string }), uc]));
@@ -150,6 +153,8 @@ export class GrabGroupService {
         plan.push(prior.couponId === coupon.id ? 'REPLAY' : refused(keyReused(prior.couponId), true));
       } else if (seen.has(id)) {
         plan.push('REPLAY');
+      } else if (ended) {
+        plan.push(refused(grabEnded(coupon, now), true));
       } else if ((held.get(r.userId) ?? 0) >= coupon.perUserLimit) {
         plan.push(refused(userLimitReached(coupon.perUserLimit), true));
       } else if (remaining === 0) {
@@ -162,7 +167,7 @@ export class GrabGroupService {
         held.set(r.userId, (held.get(r.userId) ?? 0) + 1);
       }
     }
-    for (const uc of await this.issuer.issueGrabs(em, coupon, granted))
+    for (const uc of await this.issuer.issueGrabs(em, coupon, granted, now))
       byIdentity.set(identity({ userId: uc.userId, key: uc.idempotencyKey as string }), uc);
 
     const firstAnswer = new Set<string>();

@@ -10,7 +10,7 @@ import { RateLimitService } from '../rate-limit/rate-limit.service.js';
 import { Coupon, grabClosesAt } from './coupon.entity.js';
 import { AppConfig } from '../config/app-config.js';
 import { CouponService } from './coupon.service.js';
-import { GrabDecision, GrabRequest, GroupKeyCollision, identity, keyReused, refused } from './grab-decision.js';
+import { GrabDecision, GrabRequest, grabEnded, GroupKeyCollision, identity, keyReused, refused } from './grab-decision.js';
 import { GrabGroupService } from './grab-group.service.js';
 import { GrabSeries } from './grab-series.js';
 import { IssueService, soldOutError } from '../ledger/issue.service.js';
@@ -131,7 +131,14 @@ export class GrabService {
    */
   private async perRequest(coupon: Coupon, userId: string, key: string): Promise<GrabDecision> {
     try {
-      const userCoupon = await this.tx.inTransaction((em) => this.issuer.grab(em, coupon, userId, key));
+      const userCoupon = await this.tx.inTransaction(async (em) => {
+        const uc = await this.issuer.grab(em, coupon, userId, key);
+        // Checked again once the stock row's lock is held (a grab may queue for it): one admitted a moment
+        // before the end must not commit a coupon born EXPIRED.
+        const now = new Date();
+        if (now >= grabClosesAt(coupon)) throw grabEnded(coupon, now);
+        return uc;
+      });
       this.coupons.stockChanged(coupon.id);
       return { outcome: 'granted', userCoupon };
     } catch (err) {
@@ -141,7 +148,7 @@ export class GrabService {
           false,
         );
       }
-      if (err instanceof AppError && (err.code === 'SOLD_OUT' || err.code === 'USER_LIMIT_REACHED')) return refused(err, false);
+      if (err instanceof AppError && ['SOLD_OUT', 'USER_LIMIT_REACHED', 'GRAB_ENDED'].includes(err.code)) return refused(err, false);
       throw err;
     }
   }
@@ -151,12 +158,7 @@ export class GrabService {
     if (coupon.status !== 'ACTIVE') return new AppError('COUPON_PAUSED', 'This coupon is paused', { couponId: coupon.id });
     if (now < coupon.grabStartAt)
       return new AppError('GRAB_NOT_STARTED', 'Grabbing has not started', { grabStartAt: coupon.grabStartAt.toISOString() });
-    if (now >= grabClosesAt(coupon)) {
-      return new AppError('GRAB_ENDED', 'Grabbing has ended', {
-        grabEndAt: coupon.grabEndAt.toISOString(),
-        ...(coupon.validityEndAt !== null && coupon.validityEndAt <= now ? { validityEndedAt: coupon.validityEndAt.toISOString() } : {}),
-      });
-    }
+    if (now >= grabClosesAt(coupon)) return grabEnded(coupon, now);
     if (this.coupons.isSoldOut(coupon.id)) return soldOutError(coupon.id);
     return null;
   }
