@@ -32,9 +32,12 @@ describe('settings are refused at boot with the name of the setting', () => {
     ['PORT', ' 7'],
     ['PORT', '0'],
     ['DB_POOL_SIZE', '20.5'],
-    ['REDIS_URL', 'foo'],
     ['REDIS_URL', 'http://cache:6379'],
+    ['REDIS_URL', 'redis://'],
+    ['REDIS_URL', 'cache 6379'],
     ['WEBHOOK_ALLOWED_HOSTS', 'http://bad_host!!,,'],
+    ['WEBHOOK_ALLOWED_HOSTS', 'hooks.example.com/path'],
+    ['METRICS_TOKEN', ''],
     ['DB_HOST', ''],
     ['DB_HOST', ' '],
   ])('%s=%j', (name, value) => {
@@ -47,16 +50,21 @@ describe('settings are refused at boot with the name of the setting', () => {
   });
 
   it('takes an optional setting left empty (REDIS_URL= in a .env file) as unset, and accepts the usual forms', () => {
-    const empty = loadConfig({ REDIS_URL: '', METRICS_TOKEN: '', WEBHOOK_ALLOWED_HOSTS: '', CORS_ORIGINS: '' });
-    expect([empty.REDIS_URL, empty.METRICS_TOKEN, empty.WEBHOOK_ALLOWED_HOSTS, empty.CORS_ORIGINS]).toEqual([
-      undefined,
-      undefined,
-      undefined,
-      undefined,
-    ]);
-    for (const url of ['redis://127.0.0.1:6379', 'redis://:secret@cache:6379/2', 'rediss://user:pw@cache.example.com'])
+    const empty = loadConfig({ REDIS_URL: '', WEBHOOK_ALLOWED_HOSTS: '', CORS_ORIGINS: '' });
+    expect([empty.REDIS_URL, empty.WEBHOOK_ALLOWED_HOSTS, empty.CORS_ORIGINS]).toEqual([undefined, undefined, undefined]);
+    // Every form ioredis connects to.
+    for (const url of [
+      'redis://127.0.0.1:6379',
+      'redis://:secret@cache:6379/2',
+      'rediss://user:pw@cache.example.com',
+      'redis:6379',
+      'localhost',
+      '6379',
+      '/var/run/redis.sock',
+    ])
       expect(loadConfig({ REDIS_URL: url }).REDIS_URL).toBe(url);
-    expect(loadConfig({ WEBHOOK_ALLOWED_HOSTS: 'hooks.example.com, *.partner.test,10.0.0.5' }).WEBHOOK_ALLOWED_HOSTS).toBeDefined();
+    for (const hosts of ['hooks.example.com, *.partner.test,10.0.0.5', 'hooks_svc.internal,', '[::1],hooks.example.com.'])
+      expect(loadConfig({ WEBHOOK_ALLOWED_HOSTS: hosts }).WEBHOOK_ALLOWED_HOSTS).toBe(hosts);
     expect(loadConfig({ DB_HOST: 'db-1.internal', PORT: '8080' })).toMatchObject({ DB_HOST: 'db-1.internal', PORT: 8080 });
   });
 

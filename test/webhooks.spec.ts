@@ -1,7 +1,7 @@
 import { readFileSync } from 'node:fs';
 import { Ajv2020 } from 'ajv/dist/2020.js';
 import request from 'supertest';
-import { loadConfig, retryDelays } from '../src/config/app-config.js';
+import { loadConfig, parseAllowedHosts, retryDelays } from '../src/config/app-config.js';
 import { DataSource } from 'typeorm';
 import { dataSourceOptions } from '../src/database/data-source-options.js';
 import { TransactionService } from '../src/database/transaction.service.js';
@@ -9,7 +9,7 @@ import { ExpiryService } from '../src/state-machine/expiry.service.js';
 import { FanOut, readCursor } from '../src/webhooks/fan-out.js';
 import { WebhookRelay } from '../src/webhooks/relay.service.js';
 import { eventType } from '../src/webhooks/events.js';
-import { checkWebhookUrl, parseAllowedHosts } from '../src/webhooks/url-policy.js';
+import { checkWebhookUrl } from '../src/webhooks/url-policy.js';
 import { createCoupon, newKey } from './support/factories.js';
 import { adminToken, bearer, startTestApp, TestApp, tokenFor } from './support/harness.js';
 import { WebhookReceiver } from './support/webhook-receiver.js';

@@ -28,24 +28,53 @@ const IsListenHost = () =>
     },
   });
 
+/**
+ * What ioredis connects to: a redis:// or rediss:// URL with a host, or its shorter forms (host:port,
+ * a port, a socket path). Another scheme (http://cache:6379) or text with spaces it would misread.
+ */
 const IsRedisUrl = () =>
   ValidateBy({
     name: 'isRedisUrl',
     validator: {
       validate: (v: unknown) => {
+        const value = String(v);
+        if (!value.includes('://')) return /^[^\s:]*(:\d{1,5})?$|^\/\S+$/.test(value) && value !== '';
         try {
-          const url = new URL(String(v));
+          const url = new URL(value);
           return (url.protocol === 'redis:' || url.protocol === 'rediss:') && url.hostname !== '';
         } catch {
           return false;
         }
       },
-      defaultMessage: () => 'REDIS_URL must be redis://[:password@]host[:port][/db] (or rediss:// for TLS)',
+      defaultMessage: () => 'REDIS_URL must be redis://[:password@]host[:port][/db] (rediss:// for TLS), host:port or a socket path',
     },
   });
 
-/** One host name, IP address or `*.` wildcard of WEBHOOK_ALLOWED_HOSTS. */
-const ALLOWED_HOST = String.raw`\s*(\*\.)?[A-Za-z0-9-]+(\.[A-Za-z0-9-]+)*\s*`;
+/** WEBHOOK_ALLOWED_HOSTS as a list of lower-case entries; empty: every host is allowed. */
+export function parseAllowedHosts(value: string | undefined): string[] {
+  return (value ?? '')
+    .split(',')
+    .map((h) => h.trim().toLowerCase())
+    .filter((h) => h !== '');
+}
+
+/** Each entry of WEBHOOK_ALLOWED_HOSTS: what URL.hostname gives (names, IPv4, [IPv6]), optionally `*.`-prefixed; empty entries are skipped. */
+const IsHostList = () =>
+  ValidateBy({
+    name: 'isHostList',
+    validator: {
+      validate: (v: unknown) =>
+        parseAllowedHosts(String(v)).every((entry) => {
+          try {
+            return new URL(`http://${entry.replace(/^\*\./, 'x.')}`).hostname === entry.replace(/^\*\./, 'x.');
+          } catch {
+            return false;
+          }
+        }),
+      defaultMessage: () =>
+        'WEBHOOK_ALLOWED_HOSTS must be comma-separated host names or IP addresses, each optionally *.-prefixed (hooks.example.com,*.example.com)',
+    },
+  });
 
 export const DEFAULT_JWT_SECRET = 'dev-only-insecure-secret-change-me';
 /** Secrets copied from an example (compose files, docs) rather than generated. */
@@ -318,10 +347,7 @@ export class AppConfig {
   WEBHOOK_RELAY_ENABLED: boolean = true;
 
   /** Comma-separated hosts webhook URLs may name (`hooks.example.com`, `*.example.com`); unset: any host. */
-  @Matches(new RegExp(`^${ALLOWED_HOST}(,${ALLOWED_HOST})*$`), {
-    message:
-      'WEBHOOK_ALLOWED_HOSTS must be comma-separated host names or IP addresses, each optionally *.-prefixed (hooks.example.com,*.example.com)',
-  })
+  @IsHostList()
   @IsOptional()
   WEBHOOK_ALLOWED_HOSTS?: string = undefined;
 
@@ -409,8 +435,9 @@ export function readEnvFile(path = '.env'): void {
 
 export function loadConfig(env: Record<string, string | undefined> = process.env): AppConfig {
   const defaults = new AppConfig() as unknown as Record<string, unknown>;
-  // An optional setting left empty (`REDIS_URL=` in a .env or compose file) is unset; a required one left empty is refused.
-  const given = (k: string) => env[k] !== undefined && !(env[k] === '' && defaults[k] === undefined);
+  // An optional setting left empty (`REDIS_URL=` in a .env or compose file) is unset; a required one left
+  // empty is refused, and so is an empty METRICS_TOKEN: a secret missing from the environment must not open /metrics.
+  const given = (k: string) => env[k] !== undefined && !(env[k] === '' && defaults[k] === undefined && k !== 'METRICS_TOKEN');
   const raw = Object.fromEntries(
     Object.keys(defaults)
       .filter(given)

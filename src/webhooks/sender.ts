@@ -3,10 +3,10 @@ import { Webhook } from 'standardwebhooks';
 import { Agent, request } from 'undici';
 import type { DataSource, EntityManager } from 'typeorm';
 import { counter, gauge } from '../common/metrics.js';
-import { type AppConfig, retryDelays } from '../config/app-config.js';
+import { type AppConfig, parseAllowedHosts, retryDelays } from '../config/app-config.js';
 import { execute, type TransactionService } from '../database/transaction.service.js';
 import { eventId } from './events.js';
-import { hostAllowed, parseAllowedHosts } from './url-policy.js';
+import { hostAllowed } from './url-policy.js';
 import { type EndpointRow, enabledEndpoints } from './webhook.store.js';
 
 const delivered = counter('webhook_events_delivered_total', 'Deliveries answered 2xx', []);

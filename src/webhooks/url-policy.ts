@@ -3,14 +3,6 @@ import { validationFailed } from '../common/validation.js';
 
 export const URL_MAX_LENGTH = 2048;
 
-/** WEBHOOK_ALLOWED_HOSTS as a list of lower-case entries; empty: every host is allowed. */
-export function parseAllowedHosts(value: string | undefined): string[] {
-  return (value ?? '')
-    .split(',')
-    .map((h) => h.trim().toLowerCase())
-    .filter((h) => h !== '');
-}
-
 /** `*.example.com` matches every subdomain of example.com (not example.com itself); anything else matches exactly. */
 export function hostAllowed(hostname: string, allowed: readonly string[]): boolean {
   if (allowed.length === 0) return true;

@@ -2,10 +2,10 @@ import { randomBytes } from 'node:crypto';
 import { Injectable } from '@nestjs/common';
 import { DataSource } from 'typeorm';
 import { AppError } from '../common/errors.js';
-import { AppConfig } from '../config/app-config.js';
+import { AppConfig, parseAllowedHosts } from '../config/app-config.js';
 import { execute, TransactionService } from '../database/transaction.service.js';
 import { eventId } from './events.js';
-import { checkWebhookUrl, parseAllowedHosts } from './url-policy.js';
+import { checkWebhookUrl } from './url-policy.js';
 import type {
   AttemptView,
   CreatedWebhookView,
