@@ -7,6 +7,35 @@ import { adminToken, bearer, startTestApp, TestApp, tokenFor } from './support/h
 import { checkInvariantsAfterEach } from './support/scoped-invariants.js';
 import { startTcpProxy, type TcpProxy } from './support/tcp-proxy.js';
 
+/**
+ * A CSV upload of `t` left open after 2,500 lines, once its job row holds the first chunk: the
+ * request (to write the rest with `end`), its answer to come, and the job's id.
+ */
+async function startCsvUpload(t: TestApp, couponId: string, key: string, prefix: string) {
+  const url = new URL(`${t.url}/admin/coupons/${couponId}/issuances?reason=r&fromStock=false`);
+  const req = httpRequest(url, {
+    method: 'POST',
+    headers: { ...bearer(adminToken()), 'Idempotency-Key': key, 'Content-Type': 'text/csv' },
+  });
+  const answer = new Promise<{ status: number; body: { code?: string } }>((resolve, reject) => {
+    req.on('response', (res) => {
+      let text = '';
+      res.on('data', (c: Buffer) => (text += c.toString()));
+      res.on('end', () => resolve({ status: res.statusCode ?? 0, body: JSON.parse(text) as { code?: string } }));
+    });
+    req.on('error', reject);
+  });
+  req.write(Array.from({ length: 2500 }, (_, i) => `${prefix}-${i}\n`).join(''));
+  let jobId: string | undefined;
+  for (let i = 0; i < 200 && jobId === undefined; i++) {
+    const [row] = (await t.db.query(`SELECT id FROM issuance_job WHERE idempotency_key = ? AND total > 0`, [key])) as { id: string }[];
+    jobId = row?.id;
+    if (jobId === undefined) await new Promise((r) => setTimeout(r, 20));
+  }
+  expect(jobId).toBeDefined();
+  return { req, answer, jobId: jobId as string };
+}
+
 describe('bulk issuance', () => {
   let t: TestApp;
   const admin = () => bearer(adminToken());
@@ -337,24 +366,7 @@ describe('bulk issuance', () => {
   it('an upload discarded while it was still arriving (taken for dead) writes nothing more and answers 503, not 202 for a dead job', async () => {
     const coupon = await createCoupon(t.url);
     const key = newKey('stalled');
-    const url = new URL(`${t.url}/admin/coupons/${coupon.id}/issuances?reason=r&fromStock=false`);
-    const req = httpRequest(url, { method: 'POST', headers: { ...admin(), 'Idempotency-Key': key, 'Content-Type': 'text/csv' } });
-    const answer = new Promise<{ status: number; body: { code?: string } }>((resolve, reject) => {
-      req.on('response', (res) => {
-        let text = '';
-        res.on('data', (c: Buffer) => (text += c.toString()));
-        res.on('end', () => resolve({ status: res.statusCode ?? 0, body: JSON.parse(text) as { code?: string } }));
-      });
-      req.on('error', reject);
-    });
-    req.write(Array.from({ length: 2500 }, (_, i) => `s-${i}\n`).join(''));
-    let jobId: string | undefined;
-    for (let i = 0; i < 200 && jobId === undefined; i++) {
-      const [row] = (await t.db.query(`SELECT id FROM issuance_job WHERE idempotency_key = ? AND total > 0`, [key])) as { id: string }[];
-      jobId = row?.id;
-      if (jobId === undefined) await new Promise((r) => setTimeout(r, 20));
-    }
-    expect(jobId).toBeDefined();
+    const { req, answer, jobId } = await startCsvUpload(t, coupon.id, key, 's');
     // What a repeat of the key, or the runner, does to an upload still for STALE_UPLOAD_MS.
     await t.db.query(`UPDATE issuance_job SET status = 'DISCARDED', idempotency_key = CONCAT('discarded:', id) WHERE id = ?`, [jobId]);
     const [{ n: before }] = (await t.db.query(`SELECT COUNT(*) AS n FROM issuance_job_line WHERE job_id = ?`, [jobId])) as { n: string }[];
@@ -516,30 +528,11 @@ describe('bulk issuance through a database outage', () => {
   it('an upload broken by the outage frees its key as soon as the database is back, not 30 s later', async () => {
     const coupon = await createCoupon(t.url);
     const key = newKey('outage');
-    const url = new URL(`${t.url}/admin/coupons/${coupon.id}/issuances?reason=r&fromStock=false`);
-    const req = httpRequest(url, {
-      method: 'POST',
-      headers: { ...bearer(adminToken()), 'Idempotency-Key': key, 'Content-Type': 'text/csv' },
-    });
-    const answer = new Promise<number>((resolve, reject) => {
-      req.on('response', (res) => {
-        res.resume();
-        res.on('end', () => resolve(res.statusCode ?? 0));
-      });
-      req.on('error', reject);
-    });
-    req.write(Array.from({ length: 2500 }, (_, i) => `o-${i}\n`).join(''));
-    let jobId: string | undefined;
-    for (let i = 0; i < 200 && jobId === undefined; i++) {
-      const [row] = (await t.db.query(`SELECT id FROM issuance_job WHERE idempotency_key = ? AND total > 0`, [key])) as { id: string }[];
-      jobId = row?.id;
-      if (jobId === undefined) await new Promise((r) => setTimeout(r, 20));
-    }
-    expect(jobId).toBeDefined();
+    const { req, answer, jobId } = await startCsvUpload(t, coupon.id, key, 'o');
     // The database goes away with the rest of the list still to store: the upload breaks, and so does its discard.
     await proxy.close();
     req.end(Array.from({ length: 2500 }, (_, i) => `o-${2500 + i}\n`).join(''));
-    expect(await answer).toBe(503);
+    expect((await answer).status).toBe(503);
     proxy = await startTcpProxy(real, { port: proxy.port });
 
     const retry = () =>

@@ -1,5 +1,5 @@
 import { setTimeout as sleep } from 'node:timers/promises';
-import { Injectable } from '@nestjs/common';
+import { Injectable, type OnApplicationShutdown } from '@nestjs/common';
 import { DataSource } from 'typeorm';
 import { isDuplicateKey } from '../common/db-errors.js';
 import { AppError } from '../common/errors.js';
@@ -84,7 +84,9 @@ const shown = (text: string) => Array.from(text).slice(0, 64).join('');
  * runner issues it. The Idempotency-Key is unique per job in the database.
  */
 @Injectable()
-export class IssuanceService {
+export class IssuanceService implements OnApplicationShutdown {
+  private readonly closing = new AbortController();
+
   constructor(
     private readonly ds: DataSource,
     private readonly tx: TransactionService,
@@ -145,13 +147,19 @@ export class IssuanceService {
           () => false,
         );
     if (await attempt()) return;
-    // With a job's limits: the request is answered (503) long before the database is back.
+    // With a job's limits: the request is answered (503) long before the database is back. Stops at
+    // shutdown; the runner discards what is left once it has been still for STALE_UPLOAD_MS.
+    const { signal } = this.closing;
     void runWithDeadline({ at: 0, answered: true }, async () => {
-      for (const giveUpAt = Date.now() + STALE_UPLOAD_MS; Date.now() < giveUpAt;) {
-        await sleep(DISCARD_RETRY_MS, undefined, { ref: false });
-        if (await attempt()) return;
+      for (const giveUpAt = Date.now() + STALE_UPLOAD_MS; Date.now() < giveUpAt && !signal.aborted;) {
+        await sleep(DISCARD_RETRY_MS, undefined, { ref: false, signal }).catch(() => undefined);
+        if (!signal.aborted && (await attempt())) return;
       }
     });
+  }
+
+  onApplicationShutdown(): void {
+    this.closing.abort();
   }
 
   /**
