@@ -1251,7 +1251,7 @@ export interface components {
         /** @description User coupons of this template by the status clients see (an UNUSED coupon past expiry counts as expired, a timed-out hold as released) */
         CouponCounts: {
             issued: number;
-            /** @description Those that took a unit of stock: initStock == remainingStock + issuedFromStock (refund returns and reissues not from stock are not) */
+            /** @description Those that took a unit of stock: initStock == remainingStock + issuedFromStock while no grab is in flight (refund returns and reissues not from stock are not) */
             issuedFromStock: number;
             unused: number;
             locked: number;

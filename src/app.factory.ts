@@ -55,7 +55,8 @@ function clientErrorHandler(err: Error & { code?: string }, socket: Socket): voi
  * can replay a grab (Idempotency-Key) and read Retry-After and Idempotent-Replayed.
  */
 function allowBrowserOrigins(app: NestFastifyApplication, origins: string): void {
-  const allowed = new Set(origins.split(','));
+  // As browsers send them: `https://shop.example.com:443` arrives as `https://shop.example.com`.
+  const allowed = new Set(origins.split(',').map((o) => new URL(o).origin));
   app.enableCors({
     origin: (origin: string | undefined, cb: (err: Error | null, allow: string | false) => void) =>
       cb(null, origin !== undefined && allowed.has(origin) ? origin : false),

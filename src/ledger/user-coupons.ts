@@ -140,9 +140,9 @@ export async function countFromStock(em: Queryable, couponId: string): Promise<n
   return Number(n);
 }
 
-/** Counts by status as clients see it (effectiveStatus: a coupon past its expiry is expired, a timed-out hold released). */
 /**
- * A coupon's user coupons by the status clients see, all of them (`issued`), and those that took a
+ * A coupon's user coupons by the status clients see (effectiveStatus: a coupon past its expiry is
+ * expired, a timed-out hold released), all of them (`issued`), and those that took a
  * unit of stock (`issuedFromStock`: with the remaining stock it adds up to initStock, invariant 1;
  * refund returns and reissues not from stock are in `issued` only).
  */

@@ -123,7 +123,7 @@ export const RESPONSE_SCHEMAS: Record<string, JsonSchema> = {
       issued: int(0),
       issuedFromStock: int(
         0,
-        'Those that took a unit of stock: initStock == remainingStock + issuedFromStock (refund returns and reissues not from stock are not)',
+        'Those that took a unit of stock: initStock == remainingStock + issuedFromStock while no grab is in flight (refund returns and reissues not from stock are not)',
       ),
       unused: int(0),
       locked: int(0),
