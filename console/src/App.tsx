@@ -16,6 +16,7 @@ import 'dayjs/locale/zh-cn';
 import { Navigate, Route, Routes, useLocation, useNavigate } from 'react-router-dom';
 import { setUnauthenticatedListener } from './api';
 import { clearToken, readClaims, storedToken, storeToken, takeTokenFromLocation, tokenProblem } from './auth';
+import { ErrorBoundary } from './ErrorBoundary';
 import { useI18n, type Lang, type MessageKey } from './i18n';
 import { BulkJobs } from './pages/BulkJobs';
 import { CampaignLive } from './pages/CampaignLive';
@@ -118,17 +119,19 @@ export function App() {
           </Space>
         </Layout.Header>
         <Layout.Content style={{ padding: 24 }}>
-          <Routes>
-            <Route path="/campaigns" element={<Campaigns />} />
-            <Route path="/campaigns/:couponId" element={<CampaignLive />} />
-            <Route path="/users" element={<UserCoupons />} />
-            <Route path="/bulk" element={<BulkJobs />} />
-            <Route path="/reconciliation" element={<Reconciliation />} />
-            <Route path="/reconciliation/:runId" element={<Reconciliation />} />
-            <Route path="/compensations" element={<Compensations />} />
-            <Route path="/webhooks" element={<Webhooks />} />
-            <Route path="*" element={<Navigate to="/campaigns" replace />} />
-          </Routes>
+          <ErrorBoundary key={location.pathname} t={t} onBack={() => navigate('/campaigns')}>
+            <Routes>
+              <Route path="/campaigns" element={<Campaigns />} />
+              <Route path="/campaigns/:couponId" element={<CampaignLive />} />
+              <Route path="/users" element={<UserCoupons />} />
+              <Route path="/bulk" element={<BulkJobs />} />
+              <Route path="/reconciliation" element={<Reconciliation />} />
+              <Route path="/reconciliation/:runId" element={<Reconciliation />} />
+              <Route path="/compensations" element={<Compensations />} />
+              <Route path="/webhooks" element={<Webhooks />} />
+              <Route path="*" element={<Navigate to="/campaigns" replace />} />
+            </Routes>
+          </ErrorBoundary>
         </Layout.Content>
       </Layout>
     </Layout>

@@ -47,6 +47,15 @@ const session: Middleware = {
 export const client = createClient<paths>({ baseUrl: window.location.origin });
 client.use(session);
 
+/**
+ * A new Idempotency-Key. Not crypto.randomUUID: browsers give it only to secure contexts (HTTPS or
+ * localhost), and the console is also opened over plain HTTP by address; getRandomValues exists in both.
+ */
+export function newIdempotencyKey(): string {
+  const bytes = crypto.getRandomValues(new Uint8Array(16));
+  return `console-${Array.from(bytes, (b) => b.toString(16).padStart(2, '0')).join('')}`;
+}
+
 /** The answer's body, or an ApiError with the API's code, message and details. */
 export async function ok<T>(call: Promise<{ data?: T; error?: unknown; response: Response }>): Promise<T> {
   const { data, error, response } = await call;

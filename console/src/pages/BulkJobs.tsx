@@ -22,7 +22,7 @@ import {
 } from 'antd';
 import { PlusOutlined, StopOutlined, UploadOutlined } from '@ant-design/icons';
 import { Link, useSearchParams } from 'react-router-dom';
-import { client, ok, type IssuanceJob, type IssuanceJobPage, type SkippedLine, type SkippedPage } from '../api';
+import { client, newIdempotencyKey, ok, type IssuanceJob, type IssuanceJobPage, type SkippedLine, type SkippedPage } from '../api';
 import { showApiErrors } from '../apiForm';
 import { time } from '../format';
 import { usePoll } from '../hooks';
@@ -95,7 +95,7 @@ function CreateJob({
   const [busy, setBusy] = useState(false);
   const [refusal, setRefusal] = useState<string | null>(null);
   // One key per job being made: a retry after a lost answer gets the same job, not a second one.
-  const [key, setKey] = useState(() => `console-${crypto.randomUUID()}`);
+  const [key, setKey] = useState(newIdempotencyKey);
   const coupons = usePoll(couponOptions, [open]);
   const source = Form.useWatch('source', form);
   const pasted = Form.useWatch('userIds', form);
@@ -126,7 +126,7 @@ function CreateJob({
             }),
       );
       void message.success(t('jobCreated', { id: created.jobId }));
-      setKey(`console-${crypto.randomUUID()}`);
+      setKey(newIdempotencyKey());
       setFile(null);
       form.resetFields();
       onCreated(created.jobId);

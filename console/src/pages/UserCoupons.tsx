@@ -2,7 +2,7 @@ import { useState } from 'react';
 import { Alert, App, Button, Card, Descriptions, Drawer, Form, Input, Modal, Space, Switch, Table, Tag, Timeline, Typography } from 'antd';
 import { HistoryOutlined, SearchOutlined, StopOutlined, UndoOutlined } from '@ant-design/icons';
 import { useSearchParams } from 'react-router-dom';
-import { client, ok, type UserCoupon, type UserCouponStatus } from '../api';
+import { client, newIdempotencyKey, ok, type UserCoupon, type UserCouponStatus } from '../api';
 import { showApiErrors } from '../apiForm';
 import { time } from '../format';
 import { usePoll } from '../hooks';
@@ -130,7 +130,7 @@ function ActionModal({ action, userId, onClose, onDone }: { action: Action | nul
                     ...(action.coupon ? { replacesUserCouponId: action.coupon.id } : {}),
                   },
                   // A double click or a retried request reissues once.
-                  headers: { 'idempotency-key': `console-${crypto.randomUUID()}` },
+                  headers: { 'idempotency-key': newIdempotencyKey() },
                 }),
               );
               void message.success(t('reissued', { id: issued.id, user: userId }));
