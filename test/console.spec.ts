@@ -492,6 +492,35 @@ describe('admin console in a browser', () => {
     expect([coupon.body.initStock, coupon.body.remainingStock]).toEqual([55, 26]);
   });
 
+  it('shows a user’s coupons past the first 100 page by page, saying more exist', async () => {
+    for (let i = 0; i < 105; i += 15) {
+      const statuses = await Promise.all(
+        Array.from({ length: Math.min(15, 105 - i) }, async () => {
+          const res = await request(t.url)
+            .post('/admin/user-coupons/reissue')
+            .set(bearer(adminToken()))
+            .send({ couponId: percentCouponId, userId: 'many', reason: 'Loyalty', fromStock: false });
+          return res.status;
+        }),
+      );
+      expect(statuses.every((st) => st === 201)).toBe(true);
+    }
+    await page.getByRole('menuitem', { name: 'User coupons' }).click();
+    await page.getByTestId('user-search').locator('input').fill('many');
+    await page.getByTestId('user-search').locator('input').press('Enter');
+    await page.getByText('The first 100 shown; there are more').waitFor();
+    const rows = page.locator('.ant-table-row');
+    expect(await rows.count()).toBe(100);
+    await page.getByTestId('load-more').click();
+    await page.getByTestId('load-more').waitFor({ state: 'detached' });
+    expect(
+      await eventually(
+        () => rows.count(),
+        (n) => n === 105,
+      ),
+    ).toBe(105);
+  });
+
   it('bulk-issues and reissues where the browser has no crypto.randomUUID (plain HTTP by address)', async () => {
     // Over plain HTTP from an address other than localhost the page is no secure context, and the
     // browser gives it no crypto.randomUUID: what this tab's init script takes away.

@@ -66,7 +66,6 @@ export async function ok<T>(call: Promise<{ data?: T; error?: unknown; response:
 
 type Schemas = components['schemas'];
 export type Coupon = Schemas['AdminCoupon'];
-export type CouponPage = Schemas['AdminCouponPage'];
 export type CouponView = Schemas['Coupon'];
 export type Counts = Schemas['CouponCounts'];
 export type Series = Schemas['CouponSeriesView'];
@@ -80,6 +79,4 @@ export type Webhook = Schemas['WebhookView'];
 export type CreatedWebhook = Schemas['CreatedWebhookView'];
 export type Delivery = Schemas['DeliveryView'];
 export type IssuanceJob = Schemas['IssuanceJobView'];
-export type IssuanceJobPage = Schemas['IssuanceJobPage'];
 export type SkippedLine = Schemas['SkippedLineView'];
-export type SkippedPage = Schemas['SkippedPage'];

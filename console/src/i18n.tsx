@@ -59,6 +59,7 @@ const en = {
   PAUSED: 'Paused',
   noCampaigns: 'No campaigns yet',
   loadMore: 'Load more',
+  moreRows: 'The first {n} shown; there are more',
   // create form
   create: 'Create',
   cancel: 'Cancel',
@@ -307,6 +308,7 @@ const zhCN: Messages = {
   PAUSED: '已暂停',
   noCampaigns: '暂无活动',
   loadMore: '加载更多',
+  moreRows: '已显示前 {n} 条，还有更多',
   create: '创建',
   cancel: '取消',
   created: '活动 {name} 已创建',

@@ -5,8 +5,9 @@ import { useSearchParams } from 'react-router-dom';
 import { client, newIdempotencyKey, ok, type UserCoupon, type UserCouponStatus } from '../api';
 import { showApiErrors } from '../apiForm';
 import { time } from '../format';
-import { usePoll } from '../hooks';
+import { usePagedList, usePoll } from '../hooks';
 import { useI18n, type Translate } from '../i18n';
+import { LoadMore } from '../LoadMore';
 
 // LOCKED (a checkout hold) is named here before the API's document has it.
 const STATUS_COLOR: Record<UserCouponStatus | 'LOCKED', string> = {
@@ -173,8 +174,11 @@ export function UserCoupons() {
   const userId = params.get('userId') ?? '';
   const historyOf = params.get('history');
   const [action, setAction] = useState<Action | null>(null);
-  const list = usePoll(
-    async () => (userId ? ok(client.GET('/admin/users/{userId}/coupons', { params: { path: { userId }, query: { limit: 100 } } })) : null),
+  const list = usePagedList(
+    async (cursor) =>
+      userId
+        ? ok(client.GET('/admin/users/{userId}/coupons', { params: { path: { userId }, query: { limit: 100, cursor } } }))
+        : { items: [], nextCursor: null },
     [userId],
   );
   const setParam = (k: string, v: string | null) => {
@@ -216,7 +220,7 @@ export function UserCoupons() {
           rowKey="id"
           size="middle"
           loading={list.loading}
-          dataSource={list.data?.items}
+          dataSource={list.items}
           pagination={false}
           locale={{ emptyText: t('noUserCoupons') }}
           columns={[
@@ -260,6 +264,7 @@ export function UserCoupons() {
           ]}
         />
       )}
+      <LoadMore list={list} />
       <ActionModal
         action={action}
         userId={userId}
