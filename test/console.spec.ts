@@ -135,6 +135,17 @@ describe('admin console in a browser', () => {
     expect(await page.evaluate(`sessionStorage.getItem('coupon-console.token')`)).toBe(token);
   });
 
+  it('signs in from a #token opened in a tab already on the console, which leaves the address bar too', async () => {
+    const other = tokenFor('admin-2', ['admin'], 600);
+    // Only the fragment changes: the page does not load again.
+    await page.evaluate((token) => {
+      window.location.hash = `token=${token}`;
+    }, other);
+    await page.getByText('Signed in as admin-2').waitFor();
+    expect(page.url()).toBe(`${t.url}/console/campaigns`);
+    expect(await page.evaluate(`sessionStorage.getItem('coupon-console.token')`)).toBe(other);
+  });
+
   it('goes back to the sign-in page the moment a signed-in token expires', async () => {
     // Its own tab with a fake clock: the page's expiry timer fires when the clock passes `exp`.
     const tab = await browser.newPage({ viewport: { width: 1440, height: 900 } });

@@ -27,9 +27,13 @@ import { SignIn } from './pages/SignIn';
 import { UserCoupons } from './pages/UserCoupons';
 import { Webhooks } from './pages/Webhooks';
 
-/** The token from the address bar, else this tab's stored one; an unusable token signs out with its reason. */
-function initialSession(): { token: string | null; notice: MessageKey | null } {
-  const token = takeTokenFromLocation() ?? storedToken();
+type Session = { token: string | null; notice: MessageKey | null };
+
+/** The token from the address bar, else this tab's stored one. */
+const initialSession = (): Session => sessionOf(takeTokenFromLocation() ?? storedToken());
+
+/** Signed in with `token`, kept for the tab; an unusable token signs out with its reason. */
+function sessionOf(token: string | null): Session {
   if (token === null) return { token: null, notice: null };
   const problem = tokenProblem(token);
   if (problem) {
@@ -66,6 +70,17 @@ export function App() {
     setSession({ token: null, notice });
   };
   useEffect(() => setUnauthenticatedListener(() => setSession({ token: null, notice: 'sessionEnded' })), []);
+
+  // A #token opened in a tab already on the console changes only the fragment: no reload, so no
+  // initialSession. Taken here as at the start, and so removed from the address bar and history too.
+  useEffect(() => {
+    const onHashChange = () => {
+      const token = takeTokenFromLocation();
+      if (token !== null) setSession(sessionOf(token));
+    };
+    window.addEventListener('hashchange', onHashChange);
+    return () => window.removeEventListener('hashchange', onHashChange);
+  }, []);
 
   // Back to sign-in the moment the token expires, not at the next failed request.
   const exp = session.token ? readClaims(session.token)?.exp : undefined;
