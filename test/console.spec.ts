@@ -464,7 +464,7 @@ describe('admin console in a browser', () => {
     await shot('13-bulk-jobs');
   });
 
-  it('removes stock, refusing more than remains', async () => {
+  it('removes stock, refusing what is no whole number of units and more than remains', async () => {
     await page.getByRole('menuitem', { name: 'Campaigns' }).click();
     const row = page.locator('.ant-table-row', { has: page.getByTestId(`campaign-${couponId}`) });
     // 34 after the compensation, 3 of them issued by the bulk job.
@@ -483,7 +483,19 @@ describe('admin console in a browser', () => {
       await removing.waitFor({ timeout: 2000 }).catch(() => undefined);
     }
     await removing.waitFor();
+    expect(await page.getByTestId('stock-remaining').textContent()).toContain('31 of 60 left');
+    // What is not a whole number of units is refused as typed: not rounded, raised to 1 or ignored.
+    const notWhole = page.getByText('A whole number of units, 1 or more');
+    for (const typed of ['0', '2.5', 'abc']) {
+      await page.getByTestId('stock-amount').fill(typed);
+      await page.getByTestId('stock-submit').click();
+      await notWhole.waitFor();
+      expect(await page.getByTestId('stock-amount').inputValue()).toBe(typed);
+    }
     await page.getByTestId('stock-amount').fill('1000');
+    await notWhole.waitFor({ state: 'detached' });
+    const untouched = await request(t.url).get(`/admin/coupons/${couponId}`).set(bearer(adminToken()));
+    expect([untouched.body.initStock, untouched.body.remainingStock]).toEqual([60, 31]);
     await settle();
     await page.getByTestId('stock-submit').click();
     // Any message under the field, then its words: a different refusal fails here naming itself.

@@ -160,7 +160,12 @@ export function Campaigns() {
           void list.reload();
         }}
       />
-      <StockModal coupon={stockOf} onClose={() => setStockOf(null)} onDone={() => void list.reload()} />
+      {/* The row as last refreshed, for the remaining stock the dialog shows. */}
+      <StockModal
+        coupon={stockOf && (list.items?.find((c) => c.id === stockOf.id) ?? stockOf)}
+        onClose={() => setStockOf(null)}
+        onDone={() => void list.reload()}
+      />
     </Card>
   );
 }
