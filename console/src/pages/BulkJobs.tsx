@@ -60,8 +60,15 @@ export function JobProgress({ job }: { job: IssuanceJob }) {
   );
 }
 
-/** Splits a pasted list on line breaks, commas and spaces; the API judges each id (bad ones come back as INVALID_USER_ID). */
-const pastedIds = (text: string) => text.split(/[\s,]+/).filter((s) => s.length > 0);
+/**
+ * One id per line (LF, CRLF or CR), blank lines dropped. A line is sent as it is, spaces inside
+ * included, for the API to judge: split on spaces, "bad id!" would become a user "bad" who gets a coupon.
+ */
+const pastedIds = (text: string) =>
+  text
+    .split(/\r\n|\r|\n/)
+    .map((line) => line.trim())
+    .filter((line) => line.length > 0);
 
 /** Campaigns to pick one by name, newest first, 100 more per "load more" at the foot of the picker; read again when `deps` change. */
 function useCouponOptions(deps: unknown[]) {
