@@ -138,9 +138,7 @@ describe('admin console in a browser', () => {
   it('signs in from a #token opened in a tab already on the console, which leaves the address bar too', async () => {
     const other = tokenFor('admin-2', ['admin'], 600);
     // Only the fragment changes: the page does not load again.
-    await page.evaluate((token) => {
-      window.location.hash = `token=${token}`;
-    }, other);
+    await page.evaluate(`location.hash = 'token=${other}'`);
     await page.getByText('Signed in as admin-2').waitFor();
     expect(page.url()).toBe(`${t.url}/console/campaigns`);
     expect(await page.evaluate(`sessionStorage.getItem('coupon-console.token')`)).toBe(other);
