@@ -1,4 +1,5 @@
 import { useCallback, useEffect, useRef, useState } from 'react';
+import { newIdempotencyKey } from './api';
 
 /**
  * Loads with `load` now, again whenever `deps` change, and every `everyMs` if given. A poll never
@@ -98,4 +99,15 @@ export function usePagedList<T>(
     error: poll.error,
     reload: poll.reload,
   };
+}
+
+/**
+ * The Idempotency-Key for what a form is about to send: the same for every submit of the same values,
+ * so an operator's retry after a lost answer gets the first request's result instead of doing it again.
+ * `renew()` when the values change and after a success.
+ */
+export function useIdempotencyKey(): [string, () => void] {
+  const [key, setKey] = useState(newIdempotencyKey);
+  const renew = useCallback(() => setKey(newIdempotencyKey()), []);
+  return [key, renew];
 }

@@ -22,10 +22,10 @@ import {
 } from 'antd';
 import { PlusOutlined, StopOutlined, UploadOutlined } from '@ant-design/icons';
 import { Link, useSearchParams } from 'react-router-dom';
-import { client, newIdempotencyKey, ok, type IssuanceJob, type SkippedLine } from '../api';
+import { client, ok, type IssuanceJob, type SkippedLine } from '../api';
 import { showApiErrors } from '../apiForm';
 import { time } from '../format';
-import { usePagedList, usePoll } from '../hooks';
+import { useIdempotencyKey, usePagedList, usePoll } from '../hooks';
 import { LoadMore } from '../LoadMore';
 import { label, useI18n, type Translate } from '../i18n';
 
@@ -110,7 +110,7 @@ function CreateJob({
   const [busy, setBusy] = useState(false);
   const [refusal, setRefusal] = useState<string | null>(null);
   // One key per job being made: a retry after a lost answer gets the same job, not a second one.
-  const [key, setKey] = useState(newIdempotencyKey);
+  const [key, renewKey] = useIdempotencyKey();
   const coupons = useCouponOptions([open]);
   const source = Form.useWatch('source', form);
   const pasted = Form.useWatch('userIds', form);
@@ -141,7 +141,7 @@ function CreateJob({
             }),
       );
       void message.success(t('jobCreated', { id: created.jobId }));
-      setKey(newIdempotencyKey());
+      renewKey();
       setFile(null);
       form.resetFields();
       onCreated(created.jobId);
@@ -165,7 +165,13 @@ function CreateJob({
       width={600}
     >
       {refusal && <Alert type="error" showIcon title={refusal} style={{ marginBottom: 16 }} />}
-      <Form<CreateValues> form={form} layout="vertical" onFinish={submit} initialValues={{ couponId, source: 'paste', fromStock: true }}>
+      <Form<CreateValues>
+        form={form}
+        layout="vertical"
+        onFinish={submit}
+        onValuesChange={renewKey}
+        initialValues={{ couponId, source: 'paste', fromStock: true }}
+      >
         <Form.Item name="couponId" label={t('couponId')} rules={[{ required: true, message: t('required') }]}>
           <Select
             showSearch={{ optionFilterProp: 'label' }}
@@ -196,11 +202,15 @@ function CreateJob({
               maxCount={1}
               beforeUpload={(f) => {
                 setFile(f);
+                renewKey();
                 setFileError(null);
                 // Kept here and sent with the job, not uploaded on its own.
                 return false;
               }}
-              onRemove={() => setFile(null)}
+              onRemove={() => {
+                setFile(null);
+                renewKey();
+              }}
               fileList={file ? [{ uid: 'csv', name: file.name, size: file.size, status: 'done' }] : []}
             >
               <Button icon={<UploadOutlined />} data-testid="job-file">

@@ -2,10 +2,10 @@ import { useState } from 'react';
 import { Alert, App, Button, Card, Descriptions, Drawer, Form, Input, Modal, Space, Switch, Table, Tag, Timeline, Typography } from 'antd';
 import { HistoryOutlined, SearchOutlined, StopOutlined, UndoOutlined } from '@ant-design/icons';
 import { useSearchParams } from 'react-router-dom';
-import { client, newIdempotencyKey, ok, type UserCoupon, type UserCouponStatus } from '../api';
+import { client, ok, type UserCoupon, type UserCouponStatus } from '../api';
 import { showApiErrors } from '../apiForm';
 import { time } from '../format';
-import { usePagedList, usePoll } from '../hooks';
+import { useIdempotencyKey, usePagedList, usePoll } from '../hooks';
 import { useI18n, type Translate } from '../i18n';
 import { LoadMore } from '../LoadMore';
 
@@ -91,6 +91,7 @@ function ActionModal({ action, userId, onClose, onDone }: { action: Action | nul
   const [form] = Form.useForm<{ reason: string; couponId?: string; fromStock: boolean }>();
   const [busy, setBusy] = useState(false);
   const [refusal, setRefusal] = useState<string | null>(null);
+  const [key, renewKey] = useIdempotencyKey();
   if (!action) return null;
   const title = action.kind === 'void' ? t('confirmVoid', { id: action.coupon.id }) : t('reissue');
   return (
@@ -108,6 +109,7 @@ function ActionModal({ action, userId, onClose, onDone }: { action: Action | nul
         form={form}
         layout="vertical"
         initialValues={{ fromStock: false, couponId: action.coupon?.couponId }}
+        onValuesChange={renewKey}
         onFinish={async (v) => {
           setBusy(true);
           setRefusal(null);
@@ -131,10 +133,11 @@ function ActionModal({ action, userId, onClose, onDone }: { action: Action | nul
                     ...(action.coupon ? { replacesUserCouponId: action.coupon.id } : {}),
                   },
                   // A double click or a retried request reissues once.
-                  headers: { 'idempotency-key': newIdempotencyKey() },
+                  headers: { 'idempotency-key': key },
                 }),
               );
               void message.success(t('reissued', { id: issued.id, user: userId }));
+              renewKey();
             }
             onDone();
           } catch (err) {
@@ -265,7 +268,9 @@ export function UserCoupons() {
         />
       )}
       <LoadMore list={list} />
+      {/* A form per action (its own Idempotency-Key), not one kept across them. */}
       <ActionModal
+        key={action ? `${action.kind}-${action.coupon?.id ?? 'new'}` : 'none'}
         action={action}
         userId={userId}
         onClose={() => setAction(null)}
