@@ -201,6 +201,11 @@ describe('admin console in a browser', () => {
     expect(row.initStock).toBe(50);
     await page.getByTestId(`campaign-${couponId}`).waitFor();
     expect(await page.getByTestId('stock-bar').first().getAttribute('data-remaining')).toBe('50');
+    // The grab window names its years.
+    const listedRow = page.locator('.ant-table-row', { has: page.getByTestId(`campaign-${couponId}`) });
+    expect(await listedRow.getByText(/^Grab window:/).textContent()).toMatch(
+      /^Grab window: \d{4}-\d\d-\d\d \d\d:\d\d → \d{4}-\d\d-\d\d \d\d:\d\d$/,
+    );
   });
 
   it('creates a PERCENT campaign with a cap that stacks, the API judging the percentage', async () => {
