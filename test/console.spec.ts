@@ -478,18 +478,21 @@ describe('admin console in a browser', () => {
         .waitFor({ timeout: 3000 })
         .catch(() => undefined);
     }
-    await page
-      .locator('input[type=file]')
-      .setInputFiles({ name: 'segment.csv', mimeType: 'text/csv', buffer: Buffer.from('user_id\ncsv-1\ncsv-2\n') });
+    // 100,000 lines (1.1 MB): the server stores them as they arrive, for a few seconds in which the
+    // dialog shows how much went up.
+    const csv = `user_id\n${Array.from({ length: 100_000 }, (_, i) => `csv-${i}`).join('\n')}\n`;
+    await page.locator('input[type=file]').setInputFiles({ name: 'segment.csv', mimeType: 'text/csv', buffer: Buffer.from(csv) });
     await page.getByTestId('job-reason').fill('Partner list');
     await settle();
     await page.getByTestId('job-submit').click();
+    await page.locator('[data-testid="upload-progress"][data-percent="100"]').waitFor();
+    await page.getByText('Sent; the server is storing the list…').waitFor();
     await page.locator('[data-testid="job-detail"][data-status="QUEUED"]').waitFor();
     const jobs = (await request(t.url).get(`/admin/issuance-jobs?couponId=${couponId}`).set(bearer(adminToken()))).body.items as {
       id: string;
       total: number;
     }[];
-    expect(jobs.map((j) => j.total)).toEqual([2, 6]);
+    expect(jobs.map((j) => j.total)).toEqual([100_000, 6]);
     await detail.getByTestId(`cancel-job-${jobs[0].id}`).click();
     await page.getByTestId('cancel-job-confirm').click();
     await page.locator('[data-testid="job-detail"][data-status="CANCELLED"]').waitFor();

@@ -237,6 +237,8 @@ const en = {
   csvHelp: 'One user id per line, up to 1,000,000 lines and 64 MiB; a header line is fine',
   chooseFile: 'Choose a file',
   fileRequired: 'Choose a CSV file',
+  uploading: 'Sending the list…',
+  uploadStoring: 'Sent; the server is storing the list…',
   fromStockShort: 'From stock',
   fromStockHelp: 'On: each coupon comes out of the stock, and lines past it are skipped as sold out',
   // grab outcomes, as the series names them
@@ -480,6 +482,8 @@ const zhCN: Messages = {
   csvHelp: '每行一个用户 ID，最多 1,000,000 行、64 MiB；可带表头',
   chooseFile: '选择文件',
   fileRequired: '请选择 CSV 文件',
+  uploading: '正在发送名单…',
+  uploadStoring: '已发送，服务器正在保存名单…',
   fromStockShort: '扣库存',
   fromStockHelp: '开启：每张券从库存扣减，库存用完后的行记为已抢光并跳过',
   ISSUED: '发放成功',
