@@ -5,6 +5,7 @@ import type { Browser, Page } from 'playwright-core';
 import request from 'supertest';
 import { IssuanceRunner } from '../src/issuance/issuance-runner.js';
 import { launchChromium } from './support/browser.js';
+import { createCoupon } from './support/factories.js';
 import { adminToken, bearer, startTestApp, tokenFor, type TestApp } from './support/harness.js';
 import { WebhookReceiver } from './support/webhook-receiver.js';
 
@@ -639,5 +640,24 @@ describe('admin console in a browser', () => {
     await page.getByTestId('jobs').locator('.ant-tag', { hasText: '已取消' }).waitFor();
     await shot('14-bulk-jobs-zh');
     await page.getByTestId('language').getByText('English').click();
+  });
+
+  it('offers campaigns past the newest 100 in the bulk job’s picker', async () => {
+    for (let i = 0; i < 100; i += 20) {
+      await Promise.all(Array.from({ length: 20 }, (_, j) => createCoupon(t.url, { name: `Filler ${i + j}` })));
+    }
+    await page.getByRole('menuitem', { name: 'Bulk issuance' }).click();
+    await page.getByTestId('new-job').click();
+    await page.locator('.ant-modal').waitFor();
+    await settle();
+    // The first campaign is now the 103rd newest: not among the first page's options.
+    await page.locator('.ant-modal .ant-select input').fill('Double 11');
+    const first = page.locator('.ant-select-item-option', { hasText: 'Double 11' });
+    await page.getByText('The first 100 shown; there are more').waitFor();
+    expect(await first.count()).toBe(0);
+    await page.getByTestId('load-more').click();
+    await first.click();
+    await page.locator('.ant-modal .ant-select', { hasText: `#${couponId} Double 11` }).waitFor();
+    await page.keyboard.press('Escape');
   });
 });
