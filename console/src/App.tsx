@@ -16,6 +16,7 @@ import 'dayjs/locale/zh-cn';
 import { Navigate, Route, Routes, useLocation, useNavigate } from 'react-router-dom';
 import { setUnauthenticatedListener } from './api';
 import { clearToken, readClaims, storedToken, storeToken, takeTokenFromLocation, tokenProblem } from './auth';
+import { ErrorBoundary } from './ErrorBoundary';
 import { useI18n, type Lang, type MessageKey } from './i18n';
 import { BulkJobs } from './pages/BulkJobs';
 import { CampaignLive } from './pages/CampaignLive';
@@ -26,9 +27,13 @@ import { SignIn } from './pages/SignIn';
 import { UserCoupons } from './pages/UserCoupons';
 import { Webhooks } from './pages/Webhooks';
 
-/** The token from the address bar, else this tab's stored one; an unusable token signs out with its reason. */
-function initialSession(): { token: string | null; notice: MessageKey | null } {
-  const token = takeTokenFromLocation() ?? storedToken();
+type Session = { token: string | null; notice: MessageKey | null };
+
+/** The token from the address bar, else this tab's stored one. */
+const initialSession = (): Session => sessionOf(takeTokenFromLocation() ?? storedToken());
+
+/** Signed in with `token`, kept for the tab; an unusable token signs out with its reason. */
+function sessionOf(token: string | null): Session {
   if (token === null) return { token: null, notice: null };
   const problem = tokenProblem(token);
   if (problem) {
@@ -65,6 +70,17 @@ export function App() {
     setSession({ token: null, notice });
   };
   useEffect(() => setUnauthenticatedListener(() => setSession({ token: null, notice: 'sessionEnded' })), []);
+
+  // A #token opened in a tab already on the console changes only the fragment: no reload, so no
+  // initialSession. Taken here as at the start, and so removed from the address bar and history too.
+  useEffect(() => {
+    const onHashChange = () => {
+      const token = takeTokenFromLocation();
+      if (token !== null) setSession(sessionOf(token));
+    };
+    window.addEventListener('hashchange', onHashChange);
+    return () => window.removeEventListener('hashchange', onHashChange);
+  }, []);
 
   // Back to sign-in the moment the token expires, not at the next failed request.
   const exp = session.token ? readClaims(session.token)?.exp : undefined;
@@ -118,17 +134,19 @@ export function App() {
           </Space>
         </Layout.Header>
         <Layout.Content style={{ padding: 24 }}>
-          <Routes>
-            <Route path="/campaigns" element={<Campaigns />} />
-            <Route path="/campaigns/:couponId" element={<CampaignLive />} />
-            <Route path="/users" element={<UserCoupons />} />
-            <Route path="/bulk" element={<BulkJobs />} />
-            <Route path="/reconciliation" element={<Reconciliation />} />
-            <Route path="/reconciliation/:runId" element={<Reconciliation />} />
-            <Route path="/compensations" element={<Compensations />} />
-            <Route path="/webhooks" element={<Webhooks />} />
-            <Route path="*" element={<Navigate to="/campaigns" replace />} />
-          </Routes>
+          <ErrorBoundary key={location.pathname} t={t} onBack={() => navigate('/campaigns')}>
+            <Routes>
+              <Route path="/campaigns" element={<Campaigns />} />
+              <Route path="/campaigns/:couponId" element={<CampaignLive />} />
+              <Route path="/users" element={<UserCoupons />} />
+              <Route path="/bulk" element={<BulkJobs />} />
+              <Route path="/reconciliation" element={<Reconciliation />} />
+              <Route path="/reconciliation/:runId" element={<Reconciliation />} />
+              <Route path="/compensations" element={<Compensations />} />
+              <Route path="/webhooks" element={<Webhooks />} />
+              <Route path="*" element={<Navigate to="/campaigns" replace />} />
+            </Routes>
+          </ErrorBoundary>
         </Layout.Content>
       </Layout>
     </Layout>

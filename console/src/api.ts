@@ -47,6 +47,52 @@ const session: Middleware = {
 export const client = createClient<paths>({ baseUrl: window.location.origin });
 client.use(session);
 
+/**
+ * A new Idempotency-Key. Not crypto.randomUUID: browsers give it only to secure contexts (HTTPS or
+ * localhost), and the console is also opened over plain HTTP by address; getRandomValues exists in both.
+ */
+export function newIdempotencyKey(): string {
+  const bytes = crypto.getRandomValues(new Uint8Array(16));
+  return `console-${Array.from(bytes, (b) => b.toString(16).padStart(2, '0')).join('')}`;
+}
+
+/**
+ * A fetch for the typed client's `fetch` option that sends with XMLHttpRequest, the one browser API
+ * that reports how much of a request body went up: `onProgress(fraction)` as it goes. The request is
+ * the client's (URL, headers, body, after the middleware), and the answer a Response as fetch gives it,
+ * so ok() and the 401 handling treat it as any other; a network failure rejects as fetch's does.
+ */
+export function fetchWithUploadProgress(onProgress: (fraction: number) => void): (request: Request) => Promise<Response> {
+  return async (request) => {
+    const body = await request.blob();
+    return new Promise<Response>((resolve, reject) => {
+      const xhr = new XMLHttpRequest();
+      xhr.open(request.method, request.url);
+      request.headers.forEach((value, name) => xhr.setRequestHeader(name, value));
+      xhr.responseType = 'blob';
+      xhr.upload.onprogress = (e) => {
+        if (e.lengthComputable && e.total > 0) onProgress(e.loaded / e.total);
+      };
+      xhr.onload = () => {
+        const headers = new Headers();
+        for (const line of xhr
+          .getAllResponseHeaders()
+          .trim()
+          .split(/[\r\n]+/)) {
+          const colon = line.indexOf(':');
+          if (colon > 0) headers.append(line.slice(0, colon).trim(), line.slice(colon + 1).trim());
+        }
+        // A Response refuses a body with these statuses, even an empty one.
+        const body = [204, 205, 304].includes(xhr.status) ? null : (xhr.response as Blob);
+        resolve(new Response(body, { status: xhr.status, statusText: xhr.statusText, headers }));
+      };
+      xhr.onerror = () => reject(new TypeError('Failed to fetch'));
+      xhr.onabort = () => reject(new DOMException('The upload was aborted', 'AbortError'));
+      xhr.send(body);
+    });
+  };
+}
+
 /** The answer's body, or an ApiError with the API's code, message and details. */
 export async function ok<T>(call: Promise<{ data?: T; error?: unknown; response: Response }>): Promise<T> {
   const { data, error, response } = await call;
@@ -57,7 +103,6 @@ export async function ok<T>(call: Promise<{ data?: T; error?: unknown; response:
 
 type Schemas = components['schemas'];
 export type Coupon = Schemas['AdminCoupon'];
-export type CouponPage = Schemas['AdminCouponPage'];
 export type CouponView = Schemas['Coupon'];
 export type Counts = Schemas['CouponCounts'];
 export type Series = Schemas['CouponSeriesView'];
@@ -71,6 +116,4 @@ export type Webhook = Schemas['WebhookView'];
 export type CreatedWebhook = Schemas['CreatedWebhookView'];
 export type Delivery = Schemas['DeliveryView'];
 export type IssuanceJob = Schemas['IssuanceJobView'];
-export type IssuanceJobPage = Schemas['IssuanceJobPage'];
 export type SkippedLine = Schemas['SkippedLineView'];
-export type SkippedPage = Schemas['SkippedPage'];

@@ -2,7 +2,8 @@ import dayjs from 'dayjs';
 
 export const yuan = (cents: number) => (cents / 100).toFixed(cents % 100 === 0 ? 0 : 2);
 export const time = (iso: string | null | undefined) => (iso ? dayjs(iso).format('YYYY-MM-DD HH:mm:ss') : '—');
-export const shortTime = (iso: string) => dayjs(iso).format('MM-DD HH:mm');
+/** To the minute, with the year: a grab window can span years, and "01-01 00:00" alone could be any of them. */
+export const shortTime = (iso: string) => dayjs(iso).format('YYYY-MM-DD HH:mm');
 
 export type Phase = 'notStarted' | 'running' | 'ended' | 'soldOut';
 

@@ -1,4 +1,5 @@
 import { useCallback, useEffect, useRef, useState } from 'react';
+import { newIdempotencyKey } from './api';
 
 /**
  * Loads with `load` now, again whenever `deps` change, and every `everyMs` if given. A poll never
@@ -42,4 +43,71 @@ export function usePoll<T>(load: () => Promise<T>, deps: unknown[], everyMs?: nu
   }, [reload, everyMs]);
 
   return { data, error, loading, reload };
+}
+
+/** One page of a list the API pages with a cursor. */
+export interface Page<T> {
+  items: T[];
+  nextCursor: string | null;
+}
+
+export interface PagedList<T> {
+  items: T[] | undefined;
+  /** The API has rows past the ones shown. */
+  more: boolean;
+  loadMore(): void;
+  loading: boolean;
+  error: Error | undefined;
+  reload(): Promise<void>;
+}
+
+/**
+ * A list the API pages with `nextCursor`: the first page, and one more page per `loadMore()`. Every
+ * refresh (poll, reload) reads again as many pages as are shown, so no row drops off the end; a
+ * change of `deps` starts again from the first page. `everyMs` may depend on the rows read.
+ */
+export function usePagedList<T>(
+  loadPage: (cursor: string | undefined) => Promise<Page<T>>,
+  deps: unknown[],
+  everyMs?: number | ((items: T[]) => number),
+): PagedList<T> {
+  const depsKey = JSON.stringify(deps);
+  const [shown, setShown] = useState({ depsKey, pages: 1 });
+  const pages = shown.depsKey === depsKey ? shown.pages : 1;
+  const [every, setEvery] = useState(typeof everyMs === 'number' ? everyMs : undefined);
+  const poll = usePoll(
+    async () => {
+      const items: T[] = [];
+      let cursor: string | null = null;
+      for (let i = 0; i < pages; i++) {
+        const page: Page<T> = await loadPage(cursor ?? undefined);
+        items.push(...page.items);
+        cursor = page.nextCursor;
+        if (!cursor) break;
+      }
+      setEvery(typeof everyMs === 'function' ? everyMs(items) : everyMs);
+      return { items, more: cursor !== null };
+    },
+    [depsKey, pages],
+    every,
+  );
+  return {
+    items: poll.data?.items,
+    more: poll.data?.more ?? false,
+    loadMore: () => setShown({ depsKey, pages: pages + 1 }),
+    loading: poll.loading,
+    error: poll.error,
+    reload: poll.reload,
+  };
+}
+
+/**
+ * The Idempotency-Key for what a form is about to send: the same for every submit of the same values,
+ * so an operator's retry after a lost answer gets the first request's result instead of doing it again.
+ * `renew()` when the values change and after a success.
+ */
+export function useIdempotencyKey(): [string, () => void] {
+  const [key, setKey] = useState(newIdempotencyKey);
+  const renew = useCallback(() => setKey(newIdempotencyKey()), []);
+  return [key, renew];
 }

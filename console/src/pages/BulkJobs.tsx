@@ -1,4 +1,4 @@
-import { useState } from 'react';
+import { useMemo, useState, type ReactElement } from 'react';
 import {
   Alert,
   App,
@@ -22,10 +22,11 @@ import {
 } from 'antd';
 import { PlusOutlined, StopOutlined, UploadOutlined } from '@ant-design/icons';
 import { Link, useSearchParams } from 'react-router-dom';
-import { client, ok, type IssuanceJob, type IssuanceJobPage, type SkippedLine, type SkippedPage } from '../api';
+import { client, fetchWithUploadProgress, ok, type IssuanceJob, type SkippedLine } from '../api';
 import { showApiErrors } from '../apiForm';
 import { time } from '../format';
-import { usePoll } from '../hooks';
+import { useIdempotencyKey, usePagedList, usePoll } from '../hooks';
+import { LoadMore } from '../LoadMore';
 import { label, useI18n, type Translate } from '../i18n';
 
 const STATUS_COLOR = { QUEUED: 'default', RUNNING: 'processing', COMPLETED: 'green', FAILED: 'red', CANCELLED: 'orange' } as const;
@@ -35,7 +36,7 @@ const JSON_MAX_USER_IDS = 10_000;
 
 const unfinished = (j: IssuanceJob) => j.status === 'QUEUED' || j.status === 'RUNNING';
 /** Polled every second while a job runs; a finished list changes only when someone adds a job. */
-const refreshEvery = (jobs: IssuanceJob[] | undefined) => (jobs?.some(unfinished) ? 1000 : 10_000);
+const refreshEvery = (jobs: IssuanceJob[]) => (jobs.some(unfinished) ? 1000 : 10_000);
 
 export function JobStatus({ job, t }: { job: IssuanceJob; t: Translate }) {
   return <Tag color={STATUS_COLOR[job.status]}>{label(t, job.status)}</Tag>;
@@ -59,13 +60,39 @@ export function JobProgress({ job }: { job: IssuanceJob }) {
   );
 }
 
-/** Splits a pasted list on line breaks, commas and spaces; the API judges each id (bad ones come back as INVALID_USER_ID). */
-const pastedIds = (text: string) => text.split(/[\s,]+/).filter((s) => s.length > 0);
+/**
+ * One id per line (LF, CRLF or CR), blank lines dropped. A line is sent as it is, spaces inside
+ * included, for the API to judge: split on spaces, "bad id!" would become a user "bad" who gets a coupon.
+ */
+const pastedIds = (text: string) =>
+  text
+    .split(/\r\n|\r|\n/)
+    .map((line) => line.trim())
+    .filter((line) => line.length > 0);
 
-/** The newest 100 campaigns, to pick one by name. */
-async function couponOptions() {
-  const page = await ok(client.GET('/admin/coupons', { params: { query: { limit: 100 } } }));
-  return page.items.map((c) => ({ value: c.id, label: `#${c.id} ${c.name}` }));
+/** Campaigns to pick one by name, newest first, 100 more per "load more" at the foot of the picker; read again when `deps` change. */
+function useCouponOptions(deps: unknown[]) {
+  const list = usePagedList((cursor) => ok(client.GET('/admin/coupons', { params: { query: { limit: 100, cursor } } })), deps);
+  const options = useMemo(() => list.items?.map((c) => ({ value: c.id, label: `#${c.id} ${c.name}` })), [list.items]);
+  const popupRender = (menu: ReactElement) => (
+    <>
+      {menu}
+      <LoadMore list={list} />
+    </>
+  );
+  return { options, loading: list.loading, popupRender };
+}
+
+/** How much of the list went up; at 100 % the server is still storing it, and answers once it has. */
+function UploadProgress({ fraction }: { fraction: number }) {
+  const { t } = useI18n();
+  const percent = Math.floor(fraction * 100);
+  return (
+    <div data-testid="upload-progress" data-percent={percent} style={{ marginBottom: 16 }}>
+      <Progress percent={percent} status="active" />
+      <Typography.Text type="secondary">{t(percent < 100 ? 'uploading' : 'uploadStoring')}</Typography.Text>
+    </div>
+  );
 }
 
 interface CreateValues {
@@ -93,10 +120,12 @@ function CreateJob({
   const [file, setFile] = useState<File | null>(null);
   const [fileError, setFileError] = useState<string | null>(null);
   const [busy, setBusy] = useState(false);
+  // The part of a CSV body sent so far (0 to 1) while one goes up, else null.
+  const [uploaded, setUploaded] = useState<number | null>(null);
   const [refusal, setRefusal] = useState<string | null>(null);
   // One key per job being made: a retry after a lost answer gets the same job, not a second one.
-  const [key, setKey] = useState(() => `console-${crypto.randomUUID()}`);
-  const coupons = usePoll(couponOptions, [open]);
+  const [key, renewKey] = useIdempotencyKey();
+  const coupons = useCouponOptions([open]);
   const source = Form.useWatch('source', form);
   const pasted = Form.useWatch('userIds', form);
 
@@ -119,6 +148,8 @@ function CreateJob({
             })
           : client.POST('/admin/coupons/{couponId}/issuances', {
               params: { path, header, query: { reason: v.reason, fromStock: v.fromStock ? 'true' : 'false' } },
+              // Up to 64 MiB take a while: sent with a fetch that reports how much went up.
+              fetch: fetchWithUploadProgress(setUploaded),
               // The file goes up as it is, streamed by the browser; the server reads it line by line.
               body: (v.source === 'csv' ? file : ids.join('\n')) as unknown as string,
               bodySerializer: (b: unknown) => b as BodyInit,
@@ -126,7 +157,7 @@ function CreateJob({
             }),
       );
       void message.success(t('jobCreated', { id: created.jobId }));
-      setKey(`console-${crypto.randomUUID()}`);
+      renewKey();
       setFile(null);
       form.resetFields();
       onCreated(created.jobId);
@@ -135,6 +166,7 @@ function CreateJob({
       if (rest) setRefusal(rest);
     } finally {
       setBusy(false);
+      setUploaded(null);
     }
   };
 
@@ -150,9 +182,22 @@ function CreateJob({
       width={600}
     >
       {refusal && <Alert type="error" showIcon title={refusal} style={{ marginBottom: 16 }} />}
-      <Form<CreateValues> form={form} layout="vertical" onFinish={submit} initialValues={{ couponId, source: 'paste', fromStock: true }}>
+      {uploaded !== null && <UploadProgress fraction={uploaded} />}
+      <Form<CreateValues>
+        form={form}
+        layout="vertical"
+        onFinish={submit}
+        onValuesChange={renewKey}
+        initialValues={{ couponId, source: 'paste', fromStock: true }}
+      >
         <Form.Item name="couponId" label={t('couponId')} rules={[{ required: true, message: t('required') }]}>
-          <Select showSearch={{ optionFilterProp: 'label' }} options={coupons.data} loading={coupons.loading} data-testid="job-coupon" />
+          <Select
+            showSearch={{ optionFilterProp: 'label' }}
+            options={coupons.options}
+            loading={coupons.loading}
+            popupRender={coupons.popupRender}
+            data-testid="job-coupon"
+          />
         </Form.Item>
         <Form.Item name="source">
           <Segmented<CreateValues['source']>
@@ -175,11 +220,15 @@ function CreateJob({
               maxCount={1}
               beforeUpload={(f) => {
                 setFile(f);
+                renewKey();
                 setFileError(null);
                 // Kept here and sent with the job, not uploaded on its own.
                 return false;
               }}
-              onRemove={() => setFile(null)}
+              onRemove={() => {
+                setFile(null);
+                renewKey();
+              }}
               fileList={file ? [{ uid: 'csv', name: file.name, size: file.size, status: 'done' }] : []}
             >
               <Button icon={<UploadOutlined />} data-testid="job-file">
@@ -235,23 +284,11 @@ function CancelJob({ job, onDone }: { job: IssuanceJob; onDone(): void }) {
 
 function SkippedLines({ jobId, skipped }: { jobId: string; skipped: number }) {
   const { t } = useI18n();
-  const [pages, setPages] = useState(1);
   // Reloaded when the count grows: the list only ever gets longer while the job runs.
-  const lines = usePoll(async () => {
-    const items: SkippedLine[] = [];
-    let cursor: string | null = null;
-    for (let i = 0; i < pages; i++) {
-      const page: SkippedPage = await ok(
-        client.GET('/admin/issuance-jobs/{jobId}/skipped', {
-          params: { path: { jobId }, query: { limit: 100, cursor: cursor ?? undefined } },
-        }),
-      );
-      items.push(...page.items);
-      cursor = page.nextCursor;
-      if (!cursor) break;
-    }
-    return { items, more: cursor !== null };
-  }, [jobId, pages, skipped]);
+  const lines = usePagedList(
+    (cursor) => ok(client.GET('/admin/issuance-jobs/{jobId}/skipped', { params: { path: { jobId }, query: { limit: 100, cursor } } })),
+    [jobId, skipped],
+  );
   return (
     <>
       {lines.error && <Alert type="error" title={lines.error.message} />}
@@ -259,8 +296,8 @@ function SkippedLines({ jobId, skipped }: { jobId: string; skipped: number }) {
         rowKey="line"
         size="small"
         data-testid="skipped-lines"
-        loading={lines.loading && !lines.data}
-        dataSource={lines.data?.items}
+        loading={lines.loading && !lines.items}
+        dataSource={lines.items}
         pagination={false}
         locale={{ emptyText: t('noSkipped') }}
         columns={[
@@ -269,11 +306,7 @@ function SkippedLines({ jobId, skipped }: { jobId: string; skipped: number }) {
           { title: t('reason'), dataIndex: 'reason', render: (r: SkippedLine['reason']) => <Tag>{label(t, r)}</Tag> },
         ]}
       />
-      {lines.data?.more && (
-        <div style={{ textAlign: 'center', marginTop: 12 }}>
-          <Button onClick={() => setPages((p) => p + 1)}>{t('loadMore')}</Button>
-        </div>
-      )}
+      <LoadMore list={lines} />
     </>
   );
 }
@@ -351,33 +384,18 @@ export function BulkJobs() {
   const couponId = params.get('couponId') ?? undefined;
   const [creating, setCreating] = useState(params.get('new') !== null);
   const [detailOf, setDetailOf] = useState<string | null>(null);
-  const [pages, setPages] = useState(1);
-  const [every, setEvery] = useState(10_000);
-  const coupons = usePoll(couponOptions, []);
-  const list = usePoll(
-    async () => {
-      const items: IssuanceJob[] = [];
-      let cursor: string | null = null;
-      for (let i = 0; i < pages; i++) {
-        const page: IssuanceJobPage = await ok(
-          client.GET('/admin/issuance-jobs', { params: { query: { couponId, limit: 20, cursor: cursor ?? undefined } } }),
-        );
-        items.push(...page.items);
-        cursor = page.nextCursor;
-        if (!cursor) break;
-      }
-      setEvery(refreshEvery(items));
-      return { items, more: cursor !== null };
-    },
-    [couponId, pages],
-    every,
+  const coupons = useCouponOptions([]);
+  const list = usePagedList(
+    (cursor) => ok(client.GET('/admin/issuance-jobs', { params: { query: { couponId, limit: 20, cursor } } })),
+    [couponId],
+    refreshEvery,
   );
   // A campaign's "bulk issue" link opens the form (`new`); closed, the address no longer asks for it.
   const closeCreate = () => {
     setCreating(false);
     setParams(couponId ? { couponId } : {});
   };
-  const couponName = (id: string) => coupons.data?.find((c) => c.value === id)?.label ?? `#${id}`;
+  const couponName = (id: string) => coupons.options?.find((c) => c.value === id)?.label ?? `#${id}`;
 
   return (
     <Card
@@ -390,7 +408,9 @@ export function BulkJobs() {
             placeholder={t('allCampaigns')}
             style={{ width: 260 }}
             value={couponId}
-            options={coupons.data}
+            options={coupons.options}
+            loading={coupons.loading}
+            popupRender={coupons.popupRender}
             onChange={(id?: string) => setParams(id ? { couponId: id } : {})}
           />
           <Button type="primary" icon={<PlusOutlined />} onClick={() => setCreating(true)} data-testid="new-job">
@@ -404,8 +424,8 @@ export function BulkJobs() {
         rowKey="id"
         size="middle"
         data-testid="jobs"
-        loading={list.loading && !list.data}
-        dataSource={list.data?.items}
+        loading={list.loading && !list.items}
+        dataSource={list.items}
         pagination={false}
         locale={{ emptyText: t('noJobs') }}
         onRow={(j) => ({ onClick: () => setDetailOf(j.id), style: { cursor: 'pointer' } })}
@@ -443,11 +463,7 @@ export function BulkJobs() {
           },
         ]}
       />
-      {list.data?.more && (
-        <div style={{ textAlign: 'center', marginTop: 16 }}>
-          <Button onClick={() => setPages((p) => p + 1)}>{t('loadMore')}</Button>
-        </div>
-      )}
+      <LoadMore list={list} />
       <CreateJob
         open={creating}
         couponId={couponId}

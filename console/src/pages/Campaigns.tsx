@@ -2,9 +2,10 @@ import { useState } from 'react';
 import { App, Button, Card, Progress, Space, Table, Tag, Tooltip, Typography } from 'antd';
 import { LineChartOutlined, PauseCircleOutlined, PlayCircleOutlined, PlusOutlined, ReloadOutlined } from '@ant-design/icons';
 import { Link } from 'react-router-dom';
-import { client, ok, type Coupon, type CouponPage, type Counts, type CouponView } from '../api';
+import { client, ok, type Coupon, type Counts, type CouponView } from '../api';
 import { phase, shortTime } from '../format';
-import { usePoll } from '../hooks';
+import { usePagedList } from '../hooks';
+import { LoadMore } from '../LoadMore';
 import { useI18n, type Translate } from '../i18n';
 import { CreateCampaign } from './CreateCampaign';
 import { StockModal } from './StockModal';
@@ -80,20 +81,9 @@ export function Campaigns() {
   const { t } = useI18n();
   const [creating, setCreating] = useState(false);
   const [stockOf, setStockOf] = useState<Coupon | null>(null);
-  const [pages, setPages] = useState(1);
-  const list = usePoll(
-    async () => {
-      const items: Coupon[] = [];
-      let cursor: string | null = null;
-      for (let i = 0; i < pages; i++) {
-        const page: CouponPage = await ok(client.GET('/admin/coupons', { params: { query: { limit: 20, cursor: cursor ?? undefined } } }));
-        items.push(...page.items);
-        cursor = page.nextCursor;
-        if (!cursor) break;
-      }
-      return { items, more: cursor !== null };
-    },
-    [pages],
+  const list = usePagedList(
+    (cursor) => ok(client.GET('/admin/coupons', { params: { query: { limit: 20, cursor } } })),
+    [],
     LIST_REFRESH_MS,
   );
 
@@ -115,8 +105,8 @@ export function Campaigns() {
       <Table<Coupon>
         rowKey="id"
         size="middle"
-        dataSource={list.data?.items}
-        loading={list.loading && !list.data}
+        dataSource={list.items}
+        loading={list.loading && !list.items}
         pagination={false}
         locale={{ emptyText: t('noCampaigns') }}
         columns={[
@@ -161,11 +151,7 @@ export function Campaigns() {
           },
         ]}
       />
-      {list.data?.more && (
-        <div style={{ textAlign: 'center', marginTop: 16 }}>
-          <Button onClick={() => setPages((p) => p + 1)}>{t('loadMore')}</Button>
-        </div>
-      )}
+      <LoadMore list={list} />
       <CreateCampaign
         open={creating}
         onClose={() => setCreating(false)}
@@ -174,7 +160,12 @@ export function Campaigns() {
           void list.reload();
         }}
       />
-      <StockModal coupon={stockOf} onClose={() => setStockOf(null)} onDone={() => void list.reload()} />
+      {/* The row as last refreshed, for the remaining stock the dialog shows. */}
+      <StockModal
+        coupon={stockOf && (list.items?.find((c) => c.id === stockOf.id) ?? stockOf)}
+        onClose={() => setStockOf(null)}
+        onDone={() => void list.reload()}
+      />
     </Card>
   );
 }

@@ -5,7 +5,9 @@ import { Link } from 'react-router-dom';
 import { client, ok, type Compensation } from '../api';
 import { showApiErrors } from '../apiForm';
 import { time } from '../format';
+import type { PagedList } from '../hooks';
 import { label, useI18n } from '../i18n';
+import { LoadMore } from '../LoadMore';
 
 const STATUS_COLOR = { PENDING: 'gold', DONE: 'green', REJECTED: 'default' } as const;
 
@@ -99,15 +101,8 @@ function Decide({
   );
 }
 
-export function CompensationTable({
-  items,
-  loading,
-  onChanged,
-}: {
-  items: Compensation[] | undefined;
-  loading: boolean;
-  onChanged(): void;
-}) {
+/** The compensations `list` has read, a "load more" under them while the API has more. */
+export function CompensationTable({ list }: { list: PagedList<Compensation> }) {
   const { t } = useI18n();
   const [deciding, setDeciding] = useState<{ decision: 'approve' | 'reject'; compensation: Compensation } | null>(null);
   return (
@@ -115,8 +110,8 @@ export function CompensationTable({
       <Table<Compensation>
         rowKey="id"
         size="middle"
-        loading={loading && !items}
-        dataSource={items}
+        loading={list.loading && !list.items}
+        dataSource={list.items}
         pagination={false}
         locale={{ emptyText: t('noCompensations') }}
         expandable={{
@@ -213,10 +208,11 @@ export function CompensationTable({
           onClose={() => setDeciding(null)}
           onDone={() => {
             setDeciding(null);
-            onChanged();
+            void list.reload();
           }}
         />
       )}
+      <LoadMore list={list} />
     </>
   );
 }

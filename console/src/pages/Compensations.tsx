@@ -1,7 +1,7 @@
 import { Card, Segmented } from 'antd';
 import { useSearchParams } from 'react-router-dom';
 import { client, ok } from '../api';
-import { usePoll } from '../hooks';
+import { usePagedList } from '../hooks';
 import { useI18n } from '../i18n';
 import { CompensationTable } from './CompensationTable';
 
@@ -11,8 +11,9 @@ export function Compensations() {
   const { t } = useI18n();
   const [params, setParams] = useSearchParams();
   const status = (params.get('status') ?? 'PENDING') as (typeof FILTERS)[number];
-  const list = usePoll(
-    () => ok(client.GET('/admin/compensations', { params: { query: { status: status === 'ALL' ? undefined : status, limit: 100 } } })),
+  const list = usePagedList(
+    (cursor) =>
+      ok(client.GET('/admin/compensations', { params: { query: { status: status === 'ALL' ? undefined : status, limit: 100, cursor } } })),
     [status],
   );
   return (
@@ -26,7 +27,7 @@ export function Compensations() {
         />
       }
     >
-      <CompensationTable items={list.data?.items} loading={list.loading} onChanged={() => void list.reload()} />
+      <CompensationTable list={list} />
     </Card>
   );
 }

@@ -4,8 +4,9 @@ import { ArrowLeftOutlined, PlayCircleOutlined } from '@ant-design/icons';
 import { Link, useNavigate, useParams } from 'react-router-dom';
 import { client, ok, type Run } from '../api';
 import { time } from '../format';
-import { usePoll } from '../hooks';
+import { usePagedList, usePoll } from '../hooks';
 import { label, useI18n } from '../i18n';
+import { LoadMore } from '../LoadMore';
 import { CompensationTable } from './CompensationTable';
 
 const RUN_COLOR = { RUNNING: 'processing', COMPLETED: 'success', FAILED: 'error' } as const;
@@ -13,8 +14,8 @@ const RUN_COLOR = { RUNNING: 'processing', COMPLETED: 'success', FAILED: 'error'
 function RunDetail({ runId }: { runId: string }) {
   const { t } = useI18n();
   const run = usePoll(() => ok(client.GET('/admin/reconciliation/runs/{runId}', { params: { path: { runId } } })), [runId], 2000);
-  const compensations = usePoll(
-    () => ok(client.GET('/admin/compensations', { params: { query: { runId, limit: 100 } } })),
+  const compensations = usePagedList(
+    (cursor) => ok(client.GET('/admin/compensations', { params: { query: { runId, limit: 100, cursor } } })),
     [runId, run.data?.status],
   );
   const r = run.data;
@@ -70,11 +71,7 @@ function RunDetail({ runId }: { runId: string }) {
         </Card>
       )}
       <Card title={t('compensations')}>
-        <CompensationTable
-          items={compensations.data?.items}
-          loading={compensations.loading}
-          onChanged={() => void compensations.reload()}
-        />
+        <CompensationTable list={compensations} />
       </Card>
     </Space>
   );
@@ -86,7 +83,11 @@ function Runs() {
   const navigate = useNavigate();
   const [mode, setMode] = useState<Run['mode']>('FULL');
   const [starting, setStarting] = useState(false);
-  const runs = usePoll(() => ok(client.GET('/admin/reconciliation/runs', { params: { query: { limit: 50 } } })), [], 3000);
+  const runs = usePagedList(
+    (cursor) => ok(client.GET('/admin/reconciliation/runs', { params: { query: { limit: 50, cursor } } })),
+    [],
+    3000,
+  );
   return (
     <Card
       title={t('runs')}
@@ -128,8 +129,8 @@ function Runs() {
       <Table<Run>
         rowKey="id"
         size="middle"
-        loading={runs.loading && !runs.data}
-        dataSource={runs.data?.items}
+        loading={runs.loading && !runs.items}
+        dataSource={runs.items}
         pagination={false}
         locale={{ emptyText: <Empty /> }}
         onRow={(r) => ({ onClick: () => navigate(`/reconciliation/${r.id}`), style: { cursor: 'pointer' } })}
@@ -161,6 +162,7 @@ function Runs() {
           { title: t('triggeredBy'), dataIndex: 'triggeredBy' },
         ]}
       />
+      <LoadMore list={runs} />
     </Card>
   );
 }

@@ -1,14 +1,17 @@
 import { useState } from 'react';
-import { App, Form, InputNumber, Modal, Radio } from 'antd';
+import { App, Form, Input, Modal, Radio, Typography } from 'antd';
 import { client, ok, type CouponView } from '../api';
 import { showApiErrors } from '../apiForm';
 import { useI18n } from '../i18n';
+
+/** 1 or more units, written as digits only (spaces around them aside). */
+const isWholeUnits = (v: string) => /^[1-9][0-9]*$/.test(v) && Number.isSafeInteger(Number(v));
 
 /** Add or remove stock: `POST /admin/coupons/:id/stock` with a positive or negative delta. */
 export function StockModal({ coupon, onClose, onDone }: { coupon: CouponView | null; onClose(): void; onDone(c: CouponView): void }) {
   const { t } = useI18n();
   const { message } = App.useApp();
-  const [form] = Form.useForm<{ direction: 1 | -1; amount: number }>();
+  const [form] = Form.useForm<{ direction: 1 | -1; amount: string }>();
   const [busy, setBusy] = useState(false);
   return (
     <Modal
@@ -19,10 +22,15 @@ export function StockModal({ coupon, onClose, onDone }: { coupon: CouponView | n
       okButtonProps={{ loading: busy, 'data-testid': 'stock-submit' }}
       destroyOnHidden
     >
+      {coupon && (
+        <Typography.Paragraph data-testid="stock-remaining">
+          {t('stock')}: {t('remainingOf', { remaining: coupon.remainingStock, total: coupon.initStock })}
+        </Typography.Paragraph>
+      )}
       <Form
         form={form}
         layout="vertical"
-        initialValues={{ direction: 1, amount: 100 }}
+        initialValues={{ direction: 1, amount: '100' }}
         onFinish={async ({ direction, amount }) => {
           if (!coupon) return;
           setBusy(true);
@@ -30,7 +38,7 @@ export function StockModal({ coupon, onClose, onDone }: { coupon: CouponView | n
             const c = await ok(
               client.POST('/admin/coupons/{couponId}/stock', {
                 params: { path: { couponId: coupon.id } },
-                body: { delta: direction * amount },
+                body: { delta: direction * Number(amount) },
               }),
             );
             void message.success(t('stockChanged', { name: c.name, remaining: c.remainingStock, total: c.initStock }));
@@ -54,8 +62,21 @@ export function StockModal({ coupon, onClose, onDone }: { coupon: CouponView | n
             ]}
           />
         </Form.Item>
-        <Form.Item name="amount" label={t('amount')} rules={[{ required: true, message: t('required') }]}>
-          <InputNumber style={{ width: '100%' }} precision={0} min={1} data-testid="stock-amount" />
+        {/* A plain input judged as typed: a number input would round 2.5, raise 0 to its minimum or keep
+            its last value for "abc", and send a change the operator did not ask for. */}
+        <Form.Item
+          name="amount"
+          label={t('amount')}
+          rules={[
+            { required: true, message: t('required') },
+            {
+              validator: async (_, v: string | undefined) => {
+                if (v && !isWholeUnits(v.trim())) throw new Error(t('wholeUnits'));
+              },
+            },
+          ]}
+        >
+          <Input inputMode="numeric" autoComplete="off" data-testid="stock-amount" />
         </Form.Item>
       </Form>
     </Modal>

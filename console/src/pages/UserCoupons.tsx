@@ -5,8 +5,9 @@ import { useSearchParams } from 'react-router-dom';
 import { client, ok, type UserCoupon, type UserCouponStatus } from '../api';
 import { showApiErrors } from '../apiForm';
 import { time } from '../format';
-import { usePoll } from '../hooks';
+import { useIdempotencyKey, usePagedList, usePoll } from '../hooks';
 import { useI18n, type Translate } from '../i18n';
+import { LoadMore } from '../LoadMore';
 
 // LOCKED (a checkout hold) is named here before the API's document has it.
 const STATUS_COLOR: Record<UserCouponStatus | 'LOCKED', string> = {
@@ -90,6 +91,7 @@ function ActionModal({ action, userId, onClose, onDone }: { action: Action | nul
   const [form] = Form.useForm<{ reason: string; couponId?: string; fromStock: boolean }>();
   const [busy, setBusy] = useState(false);
   const [refusal, setRefusal] = useState<string | null>(null);
+  const [key, renewKey] = useIdempotencyKey();
   if (!action) return null;
   const title = action.kind === 'void' ? t('confirmVoid', { id: action.coupon.id }) : t('reissue');
   return (
@@ -107,6 +109,7 @@ function ActionModal({ action, userId, onClose, onDone }: { action: Action | nul
         form={form}
         layout="vertical"
         initialValues={{ fromStock: false, couponId: action.coupon?.couponId }}
+        onValuesChange={renewKey}
         onFinish={async (v) => {
           setBusy(true);
           setRefusal(null);
@@ -130,10 +133,11 @@ function ActionModal({ action, userId, onClose, onDone }: { action: Action | nul
                     ...(action.coupon ? { replacesUserCouponId: action.coupon.id } : {}),
                   },
                   // A double click or a retried request reissues once.
-                  headers: { 'idempotency-key': `console-${crypto.randomUUID()}` },
+                  headers: { 'idempotency-key': key },
                 }),
               );
               void message.success(t('reissued', { id: issued.id, user: userId }));
+              renewKey();
             }
             onDone();
           } catch (err) {
@@ -173,8 +177,11 @@ export function UserCoupons() {
   const userId = params.get('userId') ?? '';
   const historyOf = params.get('history');
   const [action, setAction] = useState<Action | null>(null);
-  const list = usePoll(
-    async () => (userId ? ok(client.GET('/admin/users/{userId}/coupons', { params: { path: { userId }, query: { limit: 100 } } })) : null),
+  const list = usePagedList(
+    async (cursor) =>
+      userId
+        ? ok(client.GET('/admin/users/{userId}/coupons', { params: { path: { userId }, query: { limit: 100, cursor } } }))
+        : { items: [], nextCursor: null },
     [userId],
   );
   const setParam = (k: string, v: string | null) => {
@@ -216,7 +223,7 @@ export function UserCoupons() {
           rowKey="id"
           size="middle"
           loading={list.loading}
-          dataSource={list.data?.items}
+          dataSource={list.items}
           pagination={false}
           locale={{ emptyText: t('noUserCoupons') }}
           columns={[
@@ -260,7 +267,10 @@ export function UserCoupons() {
           ]}
         />
       )}
+      <LoadMore list={list} />
+      {/* A form per action (its own Idempotency-Key), not one kept across them. */}
       <ActionModal
+        key={action ? `${action.kind}-${action.coupon?.id ?? 'new'}` : 'none'}
         action={action}
         userId={userId}
         onClose={() => setAction(null)}

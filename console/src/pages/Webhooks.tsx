@@ -22,7 +22,8 @@ import { client, ok, type CreatedWebhook, type Delivery, type Webhook } from '..
 import { showApiErrors } from '../apiForm';
 import { time } from '../format';
 import { label, useI18n } from '../i18n';
-import { usePoll } from '../hooks';
+import { usePagedList, usePoll } from '../hooks';
+import { LoadMore } from '../LoadMore';
 
 type EventType = Webhook['events'][number];
 const EVENT_TYPES: EventType[] = [
@@ -99,15 +100,15 @@ function CreateWebhook({ open, onClose, onCreated }: { open: boolean; onClose():
 function Deliveries({ webhook, onClose }: { webhook: Webhook | null; onClose(): void }) {
   const { t } = useI18n();
   const [status, setStatus] = useState<(typeof DELIVERY_FILTERS)[number]>('ALL');
-  const list = usePoll(
-    async () =>
+  const list = usePagedList(
+    async (cursor) =>
       webhook
         ? ok(
             client.GET('/admin/webhooks/{webhookId}/deliveries', {
-              params: { path: { webhookId: webhook.id }, query: { status: status === 'ALL' ? undefined : status, limit: 100 } },
+              params: { path: { webhookId: webhook.id }, query: { status: status === 'ALL' ? undefined : status, limit: 100, cursor } },
             }),
           )
-        : null,
+        : { items: [], nextCursor: null },
     [webhook?.id, status],
     2000,
   );
@@ -124,8 +125,8 @@ function Deliveries({ webhook, onClose }: { webhook: Webhook | null; onClose(): 
         rowKey="id"
         size="small"
         data-testid="deliveries"
-        loading={list.loading && !list.data}
-        dataSource={list.data?.items}
+        loading={list.loading && !list.items}
+        dataSource={list.items}
         pagination={false}
         locale={{ emptyText: t('noDeliveries') }}
         expandable={{
@@ -164,6 +165,7 @@ function Deliveries({ webhook, onClose }: { webhook: Webhook | null; onClose(): 
           { title: t('deliveredAt'), dataIndex: 'deliveredAt', render: time },
         ]}
       />
+      <LoadMore list={list} />
     </Drawer>
   );
 }
