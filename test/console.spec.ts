@@ -58,9 +58,9 @@ async function shot(name: string): Promise<void> {
   await page.screenshot({ path: `${SHOTS}/${name}.png`, fullPage: true });
 }
 
-async function grab(userId: string, key = `${userId}-1`): Promise<number> {
+async function grab(userId: string, key = `${userId}-1`, coupon = couponId): Promise<number> {
   const res = await request(t.url)
-    .post(`/coupons/${couponId}/grab`)
+    .post(`/coupons/${coupon}/grab`)
     .set(bearer(tokenFor(userId)))
     .set('Idempotency-Key', key);
   return res.status;
@@ -625,6 +625,20 @@ describe('admin console in a browser', () => {
     } finally {
       await tab.context().close();
     }
+  });
+
+  it('shows a campaign as ended once its fixed validity ends, before its grab window does', async () => {
+    const endAt = new Date(Date.now() + 3000);
+    const soon = await createCoupon(t.url, {
+      name: 'Valid briefly',
+      validity: { type: 'FIXED', startAt: new Date(Date.now() - 60_000).toISOString(), endAt: endAt.toISOString() },
+    });
+    await page.goto(`${t.url}/console/campaigns/${soon.id}`);
+    await page.locator('.ant-tag', { hasText: 'Running' }).waitFor();
+    await page.waitForTimeout(endAt.getTime() - Date.now() + 200);
+    await page.reload();
+    await page.locator('.ant-tag', { hasText: 'Ended' }).waitFor();
+    expect(await grab('after-validity', 'after-validity', soon.id)).toBe(409);
   });
 
   it('speaks Chinese after the switch', async () => {

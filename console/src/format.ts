@@ -7,9 +7,15 @@ export const shortTime = (iso: string) => dayjs(iso).format('YYYY-MM-DD HH:mm');
 
 export type Phase = 'notStarted' | 'running' | 'ended' | 'soldOut';
 
-/** Where a campaign stands for an operator: before, during or after its grab window, or out of stock. */
-export function phase(c: { grabStartAt: string; grabEndAt: string; remainingStock: number }, now = Date.now()): Phase {
+/**
+ * Where a campaign stands for an operator: before, during or after its grab window, or out of stock.
+ * Grabbing also ends when a fixed validity ends first (the server refuses grabs then: GRAB_ENDED).
+ */
+export function phase(
+  c: { grabStartAt: string; grabEndAt: string; remainingStock: number; validity: { type: string; endAt?: string } },
+  now = Date.now(),
+): Phase {
   if (now < Date.parse(c.grabStartAt)) return 'notStarted';
-  if (now >= Date.parse(c.grabEndAt)) return 'ended';
+  if (now >= Date.parse(c.grabEndAt) || (c.validity.endAt !== undefined && now >= Date.parse(c.validity.endAt))) return 'ended';
   return c.remainingStock === 0 ? 'soldOut' : 'running';
 }
