@@ -627,6 +627,25 @@ describe('admin console in a browser', () => {
     }
   });
 
+  it('stops polling a campaign that does not exist, after its 404', async () => {
+    let asked = 0;
+    const count = (req: { url(): string }) => {
+      if (req.url().includes('/admin/coupons/987654321')) asked++;
+    };
+    page.on('request', count);
+    try {
+      await page.goto(`${t.url}/console/campaigns/987654321`);
+      await page.waitForTimeout(1500);
+      const afterLoad = asked;
+      expect(afterLoad).toBeGreaterThan(0);
+      // The series was polled every second before: two more reads at least in this time.
+      await page.waitForTimeout(2500);
+      expect(asked).toBe(afterLoad);
+    } finally {
+      page.off('request', count);
+    }
+  });
+
   it('shows a campaign as ended once its fixed validity ends, before its grab window does', async () => {
     const endAt = new Date(Date.now() + 3000);
     const soon = await createCoupon(t.url, {

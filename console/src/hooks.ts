@@ -1,9 +1,11 @@
 import { useCallback, useEffect, useRef, useState } from 'react';
-import { newIdempotencyKey } from './api';
+import { ApiError, newIdempotencyKey } from './api';
 
 /**
  * Loads with `load` now, again whenever `deps` change, and every `everyMs` if given. A poll never
  * overlaps the previous one, and an answer that arrives after a newer request started is dropped.
+ * A 404 stops the polling (what it reads does not exist: asking every second will not change that);
+ * a change of `deps` or a reload() starts it again.
  */
 export function usePoll<T>(load: () => Promise<T>, deps: unknown[], everyMs?: number) {
   const [data, setData] = useState<T | undefined>(undefined);
@@ -11,6 +13,7 @@ export function usePoll<T>(load: () => Promise<T>, deps: unknown[], everyMs?: nu
   const [loading, setLoading] = useState(true);
   const generation = useRef(0);
   const busy = useRef(false);
+  const gone = useRef(false);
   const run = useCallback(load, deps);
 
   const reload = useCallback(async () => {
@@ -20,11 +23,15 @@ export function usePoll<T>(load: () => Promise<T>, deps: unknown[], everyMs?: nu
     try {
       const value = await run();
       if (mine === generation.current) {
+        gone.current = false;
         setData(value);
         setError(undefined);
       }
     } catch (err) {
-      if (mine === generation.current) setError(err as Error);
+      if (mine === generation.current) {
+        gone.current = err instanceof ApiError && err.status === 404;
+        setError(err as Error);
+      }
     } finally {
       if (mine === generation.current) {
         busy.current = false;
@@ -37,7 +44,7 @@ export function usePoll<T>(load: () => Promise<T>, deps: unknown[], everyMs?: nu
     void reload();
     if (!everyMs) return;
     const timer = setInterval(() => {
-      if (!busy.current) void reload();
+      if (!busy.current && !gone.current) void reload();
     }, everyMs);
     return () => clearInterval(timer);
   }, [reload, everyMs]);
