@@ -582,6 +582,13 @@ describe('admin console in a browser', () => {
     ).toBe(105);
   });
 
+  it('says what is wrong with a user id it cannot look up, not only that validation failed', async () => {
+    await page.getByRole('menuitem', { name: 'User coupons' }).click();
+    await page.getByTestId('user-search').locator('input').fill('bad id!');
+    await page.getByTestId('user-search').locator('input').press('Enter');
+    await page.locator('.ant-alert-error', { hasText: 'userId:' }).waitFor();
+  });
+
   it('bulk-issues and reissues where the browser has no crypto.randomUUID (plain HTTP by address)', async () => {
     // Over plain HTTP from an address other than localhost the page is no secure context, and the
     // browser gives it no crypto.randomUUID: what this tab's init script takes away.

@@ -93,12 +93,18 @@ export function fetchWithUploadProgress(onProgress: (fraction: number) => void):
   };
 }
 
-/** The answer's body, or an ApiError with the API's code, message and details. */
+/**
+ * The answer's body, or an ApiError with the API's code, message and details. Its message names the
+ * fields a validation error lists, so a page that shows only the message still says what was wrong
+ * ("Request validation failed" alone left an operator guessing at a bad user id).
+ */
 export async function ok<T>(call: Promise<{ data?: T; error?: unknown; response: Response }>): Promise<T> {
   const { data, error, response } = await call;
   if (response.ok) return data as T;
   const err = (error ?? {}) as { code?: string; message?: string; details?: ApiError['details'] };
-  throw new ApiError(response.status, err.code ?? `HTTP_${response.status}`, err.message ?? response.statusText, err.details);
+  const fields = Object.entries(err.details?.fields ?? {}).map(([name, problems]) => `${name}: ${problems.join(', ')}`);
+  const message = [err.message ?? response.statusText, ...fields].join(' · ');
+  throw new ApiError(response.status, err.code ?? `HTTP_${response.status}`, message, err.details);
 }
 
 type Schemas = components['schemas'];
