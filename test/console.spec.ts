@@ -5,8 +5,8 @@ import type { Browser, Page } from 'playwright-core';
 import request from 'supertest';
 import { IssuanceRunner } from '../src/issuance/issuance-runner.js';
 import { launchChromium } from './support/browser.js';
-import { createCoupon } from './support/factories.js';
-import { adminToken, bearer, startTestApp, tokenFor, type TestApp } from './support/harness.js';
+import { createCoupon, grabUserCoupon } from './support/factories.js';
+import { adminToken, bearer, serviceToken, startTestApp, tokenFor, type TestApp } from './support/harness.js';
 import { WebhookReceiver } from './support/webhook-receiver.js';
 
 /**
@@ -580,6 +580,20 @@ describe('admin console in a browser', () => {
         (n) => n === 105,
       ),
     ).toBe(105);
+  });
+
+  it('offers no Void for a coupon held for an order', async () => {
+    const held = await grabUserCoupon(t.url, (await createCoupon(t.url, { name: 'Held one' })).id, 'holder');
+    const hold = await request(t.url)
+      .post('/redemptions/holds')
+      .set(bearer(serviceToken()))
+      .send({ userCouponId: held.id, orderNo: 'CONSOLE-HOLD-1', orderAmountCents: 20_000, userId: 'holder' });
+    expect(hold.status).toBe(201);
+    await page.getByRole('menuitem', { name: 'User coupons' }).click();
+    await page.getByTestId('user-search').locator('input').fill('holder');
+    await page.getByTestId('user-search').locator('input').press('Enter');
+    await page.getByTestId(`void-${held.id}`).waitFor();
+    expect(await page.getByTestId(`void-${held.id}`).isDisabled()).toBe(true);
   });
 
   it('says what is wrong with a user id it cannot look up, not only that validation failed', async () => {

@@ -252,7 +252,8 @@ export function UserCoupons() {
                     size="small"
                     danger
                     icon={<StopOutlined />}
-                    disabled={uc.status === 'USED' || uc.status === 'VOID'}
+                    // A held (LOCKED) coupon cannot be voided either: the API answers COUPON_LOCKED until its order lets it go.
+                    disabled={uc.status === 'USED' || uc.status === 'VOID' || uc.status === 'LOCKED'}
                     onClick={() => setAction({ kind: 'void', coupon: uc })}
                     data-testid={`void-${uc.id}`}
                   >
