@@ -29,6 +29,16 @@ describe('userIdLines', () => {
     ]);
   });
 
+  it('takes a line in double quotes without them, as a spreadsheet exports a quoted column, a quoted header too', async () => {
+    expect(await lines('"user_id"\n"u-1"\n  " u-2 "\n"a"b"\n"\n""\n')).toEqual([
+      [2, 'u-1'],
+      [3, 'u-2'],
+      // Not one quoted field: left as it is, an invalid user id.
+      [4, '"a"b"'],
+      [5, '"'],
+    ]);
+  });
+
   it('a body that fails mid-way (the client reset the connection) is the client’s 400, not an outage', async () => {
     const body = new Readable({ read() {} });
     body.push('a\nb');

@@ -13,7 +13,8 @@ export const CSV_MAX_LINE_CHARS = 4096;
 
 /**
  * The user ids of a `text/csv` upload, one per line with its line number in the file, as they arrive: never the whole body in memory.
- * Blank lines are passed over and a header-like first line is dropped; CRLF, CR alone (old Mac
+ * Blank lines are passed over and a header-like first line is dropped; a line in double quotes is
+ * taken without them; CRLF, CR alone (old Mac
  * files) and a BOM are fine. The text is UTF-8 unless the Content-Type names another charset
  * (csvDecoder). Bytes that are not text in it are 400, more than 64 MiB or 1,000,000 ids 413. Each
  * chunk is scanned once: a line without an end costs no more than a short one.
@@ -53,7 +54,9 @@ export async function* userIdLines(body: Readable, decoder = csvDecoder(undefine
   const accept = (raw: string): { lineNo: number; text: string } | null => {
     lineNo++;
     // An overlong line stays invalid: trimmed, what was kept of it might look like a user id.
-    const line = raw.length > CSV_MAX_LINE_CHARS ? raw.slice(0, CSV_MAX_LINE_CHARS) : raw.trim();
+    const trimmed = raw.length > CSV_MAX_LINE_CHARS ? raw.slice(0, CSV_MAX_LINE_CHARS) : raw.trim();
+    // A spreadsheet may quote every field ("u-1"); a user id holds no quote, so one pair around the line is only quoting.
+    const line = /^"[^"]*"$/.test(trimmed) ? trimmed.slice(1, -1).trim() : trimmed;
     if (line === '') return null;
     const wasFirst = first;
     first = false;
