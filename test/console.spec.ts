@@ -589,17 +589,13 @@ describe('admin console in a browser', () => {
       .set(bearer(serviceToken()))
       .send({ userCouponId: held.id, orderNo: 'CONSOLE-HOLD-1', orderAmountCents: 20_000, userId: 'holder' });
     expect(hold.status).toBe(201);
-    await page.getByRole('menuitem', { name: 'User coupons' }).click();
-    await page.getByTestId('user-search').locator('input').fill('holder');
-    await page.getByTestId('user-search').locator('input').press('Enter');
+    await page.goto(`${t.url}/console/users?userId=holder`);
     await page.getByTestId(`void-${held.id}`).waitFor();
     expect(await page.getByTestId(`void-${held.id}`).isDisabled()).toBe(true);
   });
 
   it('says what is wrong with a user id it cannot look up, not only that validation failed', async () => {
-    await page.getByRole('menuitem', { name: 'User coupons' }).click();
-    await page.getByTestId('user-search').locator('input').fill('bad id!');
-    await page.getByTestId('user-search').locator('input').press('Enter');
+    await page.goto(`${t.url}/console/users?userId=${encodeURIComponent('bad id!')}`);
     await page.locator('.ant-alert-error', { hasText: 'userId:' }).waitFor();
   });
 
@@ -679,6 +675,20 @@ describe('admin console in a browser', () => {
     await page.reload();
     await page.locator('.ant-tag', { hasText: 'Ended' }).waitFor();
     expect(await grab('after-validity', 'after-validity', soon.id)).toBe(409);
+  });
+
+  it('names its controls for screen readers: the user search, the run mode, the campaign filter, each webhook switch', async () => {
+    await page.getByRole('menuitem', { name: 'User coupons' }).click();
+    await page.getByLabel('User id').first().waitFor();
+    await page.getByRole('menuitem', { name: 'Reconciliation' }).click();
+    await page.getByRole('combobox', { name: 'Mode' }).waitFor();
+    await page.getByRole('menuitem', { name: 'Bulk issuance' }).click();
+    await page.getByRole('combobox', { name: 'Campaigns' }).waitFor();
+    await page.getByRole('menuitem', { name: 'Webhooks' }).click();
+    await page
+      .getByRole('switch', { name: /^Enabled: http/ })
+      .first()
+      .waitFor();
   });
 
   it('speaks Chinese after the switch', async () => {

@@ -406,6 +406,7 @@ export function BulkJobs() {
             allowClear
             showSearch={{ optionFilterProp: 'label' }}
             placeholder={t('allCampaigns')}
+            aria-label={t('campaigns')}
             style={{ width: 260 }}
             value={couponId}
             options={coupons.options}

@@ -94,6 +94,7 @@ function Runs() {
       extra={
         <Space>
           <Select<Run['mode']>
+            aria-label={t('mode')}
             value={mode}
             onChange={setMode}
             style={{ width: 140 }}

@@ -206,6 +206,7 @@ export function UserCoupons() {
         key={userId}
         defaultValue={userId}
         placeholder={t('userId')}
+        aria-label={t('userId')}
         enterButton={
           <>
             <SearchOutlined /> {t('search')}

@@ -236,6 +236,7 @@ export function Webhooks() {
             render: (_, w) => (
               <Space orientation="vertical" size={0}>
                 <Switch
+                  aria-label={`${t('enabled')}: ${w.url}`}
                   checked={w.enabled}
                   onChange={(enabled) =>
                     void act(
