@@ -77,7 +77,10 @@ function useCouponOptions(deps: unknown[]) {
   const popupRender = (menu: ReactElement) => (
     <>
       {menu}
-      <LoadMore list={list} />
+      {/* The picker keeps the focus (and its search text) while Load more is pressed, so it stays open. */}
+      <div onMouseDown={(e) => e.preventDefault()}>
+        <LoadMore list={list} />
+      </div>
     </>
   );
   return { options, loading: list.loading, popupRender };
