@@ -664,16 +664,23 @@ describe('admin console in a browser', () => {
   });
 
   it('shows a campaign as ended once its fixed validity ends, before its grab window does', async () => {
-    const endAt = new Date(Date.now() + 3000);
     const soon = await createCoupon(t.url, {
       name: 'Valid briefly',
-      validity: { type: 'FIXED', startAt: new Date(Date.now() - 60_000).toISOString(), endAt: endAt.toISOString() },
+      validity: {
+        type: 'FIXED',
+        startAt: new Date(Date.now() - 60_000).toISOString(),
+        endAt: new Date(Date.now() + 3_600_000).toISOString(),
+      },
     });
     await page.goto(`${t.url}/console/campaigns/${soon.id}`);
     await page.locator('.ant-tag', { hasText: 'Running' }).waitFor();
-    await page.waitForTimeout(endAt.getTime() - Date.now() + 200);
+    // The validity ends now: moved in SQL rather than waited for, so a slow page load cannot miss "Running".
+    await t.db.query('UPDATE coupon SET validity_end_at = UTC_TIMESTAMP(3) - INTERVAL 1 SECOND WHERE id = ?', [soon.id]);
+    const ended = Date.now();
     await page.reload();
     await page.locator('.ant-tag', { hasText: 'Ended' }).waitFor();
+    // Grabs may use a template up to twice COUPON_CACHE_TTL_MS old.
+    await page.waitForTimeout(Math.max(0, ended + 2 * t.config.COUPON_CACHE_TTL_MS + 100 - Date.now()));
     expect(await grab('after-validity', 'after-validity', soon.id)).toBe(409);
   });
 

@@ -453,6 +453,26 @@ describe('reconciliation', () => {
     expect(metrics.text).toMatch(/reconciliation_run_checked_rows\{audit="user_coupon"\} [1-9]/);
   });
 
+  it('the cron runs once per tick across instances: a tick that fires after the run of the same tick has finished skips', async () => {
+    const due = new Date(Date.now() - 1);
+    const cronRuns = async () =>
+      Number((await one<{ n: string }>(`SELECT COUNT(*) AS n FROM reconciliation_run WHERE triggered_by = 'cron'`)).n);
+    const other = await startTestApp({}, t.config);
+    try {
+      const before = await cronRuns();
+      await svc.runScheduled(new AbortController().signal, due);
+      expect(await cronRuns()).toBe(before + 1);
+      // Another instance whose timer fired late, for the same tick, once the first run is over.
+      await other.app.get(ReconciliationService).runScheduled(new AbortController().signal, due);
+      expect(await cronRuns()).toBe(before + 1);
+      // The next tick runs again.
+      await other.app.get(ReconciliationService).runScheduled(new AbortController().signal, new Date());
+      expect(await cronRuns()).toBe(before + 2);
+    } finally {
+      await other.close();
+    }
+  });
+
   it('the cron (RECONCILE_CRON from config) starts runs, and two instances on one database never run two at once', async () => {
     const config = { ...t.config, SCHEDULER_ENABLED: true, RECONCILE_CRON: '* * * * * *', EXPIRE_CRON: '0 0 0 1 1 *' } as AppConfig;
     const [a, b] = [await startTestApp({}, config), await startTestApp({}, config)];

@@ -1,6 +1,6 @@
 import { OnApplicationBootstrap, OnModuleDestroy } from '@nestjs/common';
 import { SchedulerRegistry } from '@nestjs/schedule';
-import { CronJob } from 'cron';
+import { CronJob, CronTime } from 'cron';
 
 export interface CronJobSpec {
   /** Its name in the SchedulerRegistry. */
@@ -24,6 +24,21 @@ export function everySeconds(seconds: number): string {
 }
 
 /**
+ * The latest time `cronTime` fires at or before `now`, starting from `due`, a fire time at or before
+ * it: the time a tick is for. A timer fires late on a busy event loop, and waitForCompletion drops
+ * the ticks that come while a run is going, so the tick's own clock does not say which it is.
+ */
+export function dueAt(cronTime: CronTime, timeZone: string, due: Date, now: Date): Date {
+  for (
+    let next = cronTime.getNextDateFrom(due, timeZone).toJSDate();
+    next <= now;
+    next = cronTime.getNextDateFrom(next, timeZone).toJSDate()
+  )
+    due = next;
+  return due;
+}
+
+/**
  * A cron job whose schedule comes from the validated config, hence registered by hand rather than
  * with @Cron. Every job is registered and stopped the same way: registered at bootstrap; at
  * shutdown it stops firing, tells the run in progress to stop (the signal) and waits for it. A
@@ -38,8 +53,14 @@ export abstract class ScheduledCronJob implements OnApplicationBootstrap, OnModu
     private readonly spec: CronJobSpec,
   ) {}
 
-  /** One run. Must never reject, and must resolve soon after `signal` aborts. */
-  protected abstract run(signal: AbortSignal): Promise<void>;
+  /** The fire time of the next tick, or of one since: read when the job starts, moved on by each tick. */
+  private due = new Date();
+
+  /**
+   * One run, for the tick due at `due` (on every instance the same time, which a job can use to run
+   * once per tick across the cluster). Must never reject, and must resolve soon after `signal` aborts.
+   */
+  protected abstract run(signal: AbortSignal, due: Date): Promise<void>;
 
   onApplicationBootstrap(): void {
     if (!this.spec.enabled) return;
@@ -47,15 +68,19 @@ export abstract class ScheduledCronJob implements OnApplicationBootstrap, OnModu
       cronTime: this.spec.cronTime,
       timeZone: this.spec.timeZone,
       waitForCompletion: true,
-      onTick: () => this.tick(),
+      onTick: () => {
+        this.due = dueAt(job.cronTime, this.spec.timeZone, this.due, new Date());
+        return this.tick(this.due);
+      },
       start: false,
     });
     this.scheduler.addCronJob(this.spec.name, job);
     job.start();
+    this.due = job.nextDate().toJSDate();
   }
 
-  tick(): Promise<void> {
-    return (this.running = this.run(this.stopping.signal));
+  tick(due: Date): Promise<void> {
+    return (this.running = this.run(this.stopping.signal, due));
   }
 
   async onModuleDestroy(): Promise<void> {

@@ -22,7 +22,7 @@ export class ReconcileCronJob extends ScheduledCronJob {
     });
   }
 
-  protected run(signal: AbortSignal): Promise<void> {
-    return this.reconciliation.runScheduled(signal);
+  protected run(signal: AbortSignal, due: Date): Promise<void> {
+    return this.reconciliation.runScheduled(signal, due);
   }
 }

@@ -46,6 +46,11 @@ function openKeyOf(f: Finding): string {
   }
 }
 
+interface Started {
+  runId: string;
+  done: Promise<RunView>;
+}
+
 /** User coupon / redemption ids per chunk, and coupons per stock chunk (each counts its coupons' user coupons). */
 export const USER_COUPON_CHUNK = 5000;
 const COUPON_CHUNK = 200;
@@ -89,11 +94,16 @@ export class ReconciliationService implements BeforeApplicationShutdown {
    * Takes the lease and records a RUNNING run, then audits in the background. Resolves once the run
    * is recorded (its id is final); `done` resolves with the finished run and never rejects.
    */
-  async start(mode: RunMode, triggeredBy: string): Promise<{ runId: string; done: Promise<RunView> }> {
+  async start(mode: RunMode, triggeredBy: string): Promise<Started> {
+    return (await this.startUnlessRan(mode, triggeredBy))!;
+  }
+
+  /** start(), but none when `ranSince` is given and a cron run started at or after it. */
+  private startUnlessRan(mode: RunMode, triggeredBy: string, ranSince?: Date): Promise<Started | undefined> {
     if (this.closing) throw new AppError('SERVICE_UNAVAILABLE', 'This instance is shutting down');
-    const started = this.open(mode, triggeredBy);
+    const started = this.open(mode, triggeredBy, ranSince);
     const tracked = started.then(
-      (r) => r.done,
+      (r) => r?.done,
       () => undefined,
     );
     this.inFlight.add(tracked);
@@ -101,18 +111,32 @@ export class ReconciliationService implements BeforeApplicationShutdown {
     return started;
   }
 
-  private async open(mode: RunMode, triggeredBy: string): Promise<{ runId: string; done: Promise<RunView> }> {
+  private async open(mode: RunMode, triggeredBy: string, ranSince?: Date): Promise<Started | undefined> {
     const triedAt = new Date();
     const lease = await this.leases.tryAcquire(RECONCILIATION_LEASE);
     if (!lease) throw await this.alreadyRunning(triedAt);
-    let runId: string;
+    let runId: string | undefined;
     try {
-      runId = await this.tx.inTransaction((em) => this.recordStart(em, mode, triggeredBy));
+      runId = await this.tx.inTransaction(async (em) =>
+        ranSince && (await this.cronRanSince(em, ranSince)) ? undefined : this.recordStart(em, mode, triggeredBy),
+      );
     } catch (err) {
       await lease.release();
       throw err;
     }
+    if (runId === undefined) {
+      await lease.release();
+      return undefined;
+    }
     return { runId, done: this.execute(runId, lease, mode) };
+  }
+
+  /** Read under the lease, so no other instance's cron run can start in between. */
+  private async cronRanSince(em: EntityManager, since: Date): Promise<boolean> {
+    const rows: unknown[] = await em.query(`SELECT id FROM reconciliation_run WHERE triggered_by = 'cron' AND started_at >= ? LIMIT 1`, [
+      since,
+    ]);
+    return rows.length > 0;
   }
 
   /**
@@ -146,14 +170,20 @@ export class ReconciliationService implements BeforeApplicationShutdown {
   }
 
   /**
-   * The cron's entry point: never throws; a run already going elsewhere is not an error. Returns when
-   * the run is done or `signal` aborts (shutdown), whichever is first: at shutdown the run itself
-   * stops at its next chunk and beforeApplicationShutdown waits for it.
+   * The cron's entry point, for the tick due at `due`: never throws; a run already going elsewhere is
+   * not an error. Runs once per tick across the cluster: an instance whose timer fires after another
+   * instance's run for the same tick has finished (a busy event loop) finds that run and skips.
+   * Returns when the run is done or `signal` aborts (shutdown), whichever is first: at shutdown the
+   * run itself stops at its next chunk and beforeApplicationShutdown waits for it.
    */
-  async runScheduled(signal: AbortSignal): Promise<void> {
+  async runScheduled(signal: AbortSignal, due: Date): Promise<void> {
     try {
-      const { done } = await this.start('INCREMENTAL', 'cron');
-      await Promise.race([done, new Promise((resolve) => signal.addEventListener('abort', resolve, { once: true }))]);
+      const started = await this.startUnlessRan('INCREMENTAL', 'cron', due);
+      if (!started) {
+        this.logger.log(`Scheduled reconciliation skipped: the run due at ${due.toISOString()} has been done`);
+        return;
+      }
+      await Promise.race([started.done, new Promise((resolve) => signal.addEventListener('abort', resolve, { once: true }))]);
     } catch (err) {
       if (err instanceof AppError && err.code === 'RECONCILIATION_RUNNING')
         this.logger.log('Scheduled reconciliation skipped: another run is in progress');
