@@ -7,6 +7,7 @@ import { IssueService } from '../src/ledger/issue.service.js';
 import { createCoupon, newKey } from './support/factories.js';
 import { checkInvariantsAfterEach } from './support/scoped-invariants.js';
 import { startTestApp, TestApp } from './support/harness.js';
+import { waitForStatement } from './support/processlist.js';
 
 /**
  * How grouped grabs are gathered (issue 9): bounded by GRAB_GROUP_MAX, a burst in one event-loop
@@ -157,14 +158,7 @@ describe.each([
       await blocker.query(`SELECT stock FROM coupon_stock WHERE coupon_id = ? FOR UPDATE`, [coupon.id]);
       // Outside any request (no deadline), like the first grab of a queue whose request was answered long ago.
       const first = groups.submit(coupon, { userId: 'deadline-first', key: newKey() });
-      for (let i = 0; ; i++) {
-        const [{ n }] = (await t.db.query(
-          `SELECT COUNT(*) AS n FROM information_schema.PROCESSLIST WHERE DB = DATABASE() AND INFO LIKE '%FROM coupon_stock%FOR UPDATE%' AND ID <> CONNECTION_ID()`,
-        )) as { n: string }[];
-        if (Number(n) > 0) break;
-        if (i > 200) throw new Error('the first group never waited on the stock row');
-        await new Promise((r) => setTimeout(r, 20));
-      }
+      await waitForStatement(t.db, '%FROM coupon_stock%FOR UPDATE%');
       let late!: Promise<GrabDecision>;
       withDeadline({ at: Date.now() + 600, answered: false }, () => {
         late = groups.submit(coupon, { userId: 'deadline-late', key: newKey() });

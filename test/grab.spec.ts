@@ -2,6 +2,7 @@ import request from 'supertest';
 import { couponBody, createCoupon, grabRequest, newKey } from './support/factories.js';
 import { checkInvariantsAfterEach } from './support/scoped-invariants.js';
 import { adminToken, bearer, burstAgent, serviceToken, startTestApp, TestApp, tokenFor } from './support/harness.js';
+import { waitForStatement } from './support/processlist.js';
 
 const HOUR = 3600_000;
 
@@ -262,8 +263,8 @@ describe.each(['grouped', 'per-request'])('grab (GRAB_STRATEGY=%s)', (strategy) 
       { fields: { 'validity.endAt': ['must be after grabStartAt'] } },
     ]);
 
-    // Valid for a few seconds more, grabbable for an hour.
-    const validity = fixed(-HOUR, 4000);
+    // Valid for a few seconds more (room for the grabs before the end on a loaded machine), grabbable for an hour.
+    const validity = fixed(-HOUR, 8000);
     const endAt = validity.endAt;
     const coupon = await createCoupon(t.url, { grabEndAt: new Date(Date.now() + HOUR).toISOString(), validity });
     const listed = async () =>
@@ -273,10 +274,14 @@ describe.each(['grouped', 'per-request'])('grab (GRAB_STRATEGY=%s)', (strategy) 
     expect(await listed()).toBe(true);
 
     // A grab admitted before the end that reaches the stock row only after it: refused, not issued EXPIRED.
+    // The row is locked shortly before the end, so the wait stays under DB_LOCK_WAIT_TIMEOUT_SECONDS.
+    await new Promise((r) => setTimeout(r, Date.parse(endAt) - Date.now() - 1500));
     const blocker = t.db.createQueryRunner();
     await blocker.startTransaction();
     await blocker.query(`SELECT stock FROM coupon_stock WHERE coupon_id = ? FOR UPDATE`, [coupon.id]);
     const queued = grab(coupon.id, 'validity-queued').then((r) => r);
+    // Waiting on the row (grouped: its SELECT ... FOR UPDATE; per request: its UPDATE).
+    await waitForStatement(t.db, '%coupon_stock%');
     await new Promise((r) => setTimeout(r, Date.parse(endAt) - Date.now() + 100));
     await blocker.commitTransaction();
     await blocker.release();
