@@ -153,6 +153,15 @@ describe('authorization', () => {
     expect(res.status).toBe(200);
   });
 
+  it('takes the scheme in any case (RFC 7235: bearer, BEARER), and only with one space before the token', async () => {
+    for (const scheme of ['bearer', 'BEARER', 'bEaReR']) {
+      const res = await request(t.url).get(`/admin/coupons/${ids.couponId}`).set('Authorization', `${scheme} ${adminToken()}`);
+      expect([scheme, res.status]).toEqual([scheme, 200]);
+    }
+    const twoSpaces = await request(t.url).get(`/admin/coupons/${ids.couponId}`).set('Authorization', `Bearer  ${adminToken()}`);
+    expect(twoSpaces.status).toBe(401);
+  });
+
   it.each(Object.keys(BAD_TOKENS))(
     'a token that is %s gets 401 UNAUTHENTICATED on every protected route, and nothing changes',
     async (kind) => {

@@ -7,11 +7,12 @@ import { adminToken, bearer, serviceToken, startTestApp, TEST_SECRET, TestApp, t
 
 /** Issue 23: what an adversarial review found, one describe per item. */
 
-/** A GET with raw header lines (repeats included), which supertest would merge. */
+/** A GET with raw header lines (repeats included), which supertest would merge, and a body if given (fetch sends none). */
 function rawGet(
   base: string,
   path: string,
   headerLines: string[],
+  body?: string,
 ): Promise<{ status: number; headers: IncomingHttpHeaders; body: string }> {
   const url = new URL(base);
   return new Promise((resolve, reject) => {
@@ -27,7 +28,7 @@ function rawGet(
       res.on('end', () => resolve({ status: res.statusCode ?? 0, headers: res.headers, body }));
     });
     req.on('error', reject);
-    req.end();
+    req.end(body);
   });
 }
 
@@ -288,6 +289,25 @@ describe('hardening', () => {
         ).status,
       ).toBe(201);
     });
+  });
+
+  it('a body on a GET is 400 naming body (GET routes take none), whatever its type; without one the same GET answers', async () => {
+    const coupon = await createCoupon(t.url, { totalStock: 5 });
+    const auth = `Authorization: Bearer ${tokenFor('get-body')}`;
+    const refusal = async (path: string, headerLines: string[], body: string) => {
+      const res = await rawGet(t.url, path, [auth, ...headerLines], body);
+      return [path, res.status, JSON.parse(res.body).code, Object.keys(JSON.parse(res.body).details?.fields ?? {})];
+    };
+    const json = 'Content-Type: application/json';
+    for (const [path, headerLines, body] of [
+      ['/me/coupons', [json, 'Content-Length: 7'], '{"x":1}'],
+      ['/health', [json, 'Content-Length: 8'], 'not json'],
+      [`/coupons/${coupon.id}`, ['Content-Type: text/plain', 'Content-Length: 5'], 'hello'],
+      [`/coupons/${coupon.id}`, [json, 'Transfer-Encoding: chunked'], '7\r\n{"x":1}\r\n0\r\n\r\n'],
+    ] as const)
+      expect(await refusal(path, [...headerLines], body)).toEqual([path, 400, 'VALIDATION_FAILED', ['body']]);
+    expect((await rawGet(t.url, '/me/coupons', [auth])).status).toBe(200);
+    expect((await rawGet(t.url, `/coupons/${coupon.id}`, [auth, 'Content-Length: 0'])).status).toBe(200);
   });
 
   describe('times', () => {

@@ -10,14 +10,15 @@ import { Principal, PUBLIC_KEY, Role, ROLES_KEY } from './principal.js';
  * The token of the request's one `Authorization: Bearer` header, else null. Node keeps only the first
  * of two Authorization headers, so a second one (which a proxy or another hop may have read instead)
  * is looked for in the raw headers and refuses the request. The token is RFC 6750's b64token, so a
- * METRICS_TOKEN of standard base64 (`+`, `/`) is read whole; a JWT uses only a subset of it.
+ * METRICS_TOKEN of standard base64 (`+`, `/`) is read whole; a JWT uses only a subset of it. The
+ * scheme is case-insensitive (RFC 7235).
  */
 export function bearerToken(request: FastifyRequest): string | null {
   const raw = request.raw.rawHeaders;
   let seen = 0;
   for (let i = 0; i < raw.length; i += 2) if (raw[i].length === 13 && raw[i].toLowerCase() === 'authorization') seen++;
   if (seen !== 1) return null;
-  return /^Bearer ([A-Za-z0-9\-._~+/]+=*)$/.exec(request.headers.authorization ?? '')?.[1] ?? null;
+  return /^Bearer ([A-Za-z0-9\-._~+/]+=*)$/i.exec(request.headers.authorization ?? '')?.[1] ?? null;
 }
 
 @Injectable()

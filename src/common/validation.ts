@@ -87,6 +87,10 @@ export class StrictValidationPipe extends ValidationPipe {
   }
 }
 
+function announcesBody({ headers }: FastifyRequest): boolean {
+  return headers['transfer-encoding'] !== undefined || Number(headers['content-length'] ?? 0) > 0;
+}
+
 /** What a handler takes besides its path: read once per handler from its parameter decorators. */
 interface DeclaredInput {
   /** 'dto' when the handler validates its whole query with a DTO, else the names it reads one by one. */
@@ -110,9 +114,11 @@ export class UndeclaredInputGuard implements CanActivate {
   private readonly declared = new WeakMap<object, DeclaredInput>();
 
   canActivate(context: ExecutionContext): true {
-    const { query, body } = context.switchToHttp().getRequest<FastifyRequest>();
+    const request = context.switchToHttp().getRequest<FastifyRequest>();
+    const { query, body } = request;
     const names = typeof query === 'object' && query !== null ? Object.keys(query) : [];
-    const bodyGiven = body !== undefined && !isEmptyObject(body);
+    // Fastify parses no body on a GET: one sent is only seen in the headers that announce it.
+    const bodyGiven = body !== undefined ? !isEmptyObject(body) : announcesBody(request);
     if (names.length === 0 && !bodyGiven) return true;
     const declared = this.declaredInput(context);
     const reads = declared.query;
