@@ -52,6 +52,25 @@ describe('grab route behind the rate limiter, in-memory buckets', () => {
     expect(await issuedCount(t.db, coupon.id)).toBe(b.admitted);
   });
 
+  it('replays of a won grab are answered with its coupon, never 429, however fast they come; new keys still get 429', async () => {
+    const coupon = await createCoupon(t.url, { totalStock: 100, perUserLimit: 50, rateLimitPerSecond: 100 });
+    const grab = (key: string) =>
+      request(t.url)
+        .post(`/coupons/${coupon.id}/grab`)
+        .set(bearer(tokenFor('retrier')))
+        .set('Idempotency-Key', key);
+    const won = await grab('won-once');
+    expect(won.status).toBe(201);
+    // Twice the user's 5 per second at once: before, the limiter answered 429 to the replays past its bucket.
+    const replays = await Promise.all(Array.from({ length: 10 }, () => grab('won-once')));
+    expect(replays.map((r) => [r.status, r.headers['idempotent-replayed'], r.body.id])).toEqual(
+      Array.from({ length: 10 }, () => [201, 'true', won.body.id]),
+    );
+    const fresh = await Promise.all(Array.from({ length: 10 }, (_, i) => grab(`fresh-${i}`)));
+    expect(fresh.filter((r) => r.status === 429).length).toBeGreaterThan(0);
+    expect(await issuedCount(t.db, coupon.id)).toBe(1 + fresh.filter((r) => r.status === 201).length);
+  });
+
   it('an admin change of rateLimitPerSecond applies to the next grabs without a restart', async () => {
     const coupon = await createCoupon(t.url, { totalStock: 1000, rateLimitPerSecond: 500 });
     const patch = await request(t.url).patch(`/admin/coupons/${coupon.id}`).set(bearer(adminToken())).send({ rateLimitPerSecond: 10 });

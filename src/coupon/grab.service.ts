@@ -88,13 +88,20 @@ export class GrabService {
   /**
    * The happy path costs no read before the transaction: the transaction itself finds a key that
    * was used before (a duplicate key, or the group's lookup under the stock lock). A grab refused
-   * without that lookup (paused, outside the window, sold out) looks its key up, since a replay of
-   * a grab that succeeded earlier must still answer that coupon.
+   * without that lookup (rate limited, paused, outside the window, sold out) looks its key up, since
+   * a replay of a grab that succeeded earlier must still answer that coupon. The lookups of a flood
+   * are batched (one query per tick), so the limiter still keeps it from the grab transactions.
    */
   private async attempt(userId: string, couponId: string, key: string): Promise<GrabResult> {
     // A held template without a promise (the common case); template() is async even then.
     const coupon = this.coupons.heldTemplate(couponId) ?? (await this.coupons.template(couponId));
-    await this.rateLimit.admitGrab(couponId, userId, coupon.rateLimitPerSecond);
+    try {
+      await this.rateLimit.admitGrab(couponId, userId, coupon.rateLimitPerSecond);
+    } catch (err) {
+      // A client retrying a grab it won is answered its coupon, not 429 (API.md: a replay answers the same).
+      if (err instanceof AppError && err.code === 'RATE_LIMITED') return this.settle(refused(err, false), userId, key, couponId);
+      throw err;
+    }
     const refusal = this.precheck(coupon, new Date());
     if (refusal) return this.settle(refused(refusal, false), userId, key, couponId);
     try {
