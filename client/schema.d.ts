@@ -77,7 +77,9 @@ export interface paths {
         put?: never;
         /**
          * Issue a coupon to a user by hand (optionally idempotent by Idempotency-Key)
-         * @description Auth: Bearer token with the role `admin`.
+         * @description 409 COUPON_EXPIRED once the template's fixed validity has ended (the coupon would be born EXPIRED). A repeat of the Idempotency-Key with another couponId, fromStock, replacesUserCouponId or reason is 422.
+         *
+         *     Auth: Bearer token with the role `admin`.
          */
         post: operations["AdminUserCouponController_reissue"];
         delete?: never;
@@ -397,7 +399,7 @@ export interface paths {
         put?: never;
         /**
          * Record a refund of a redeemed order (idempotent by refundNo)
-         * @description When the template has `returnOnRefund`, a replacement coupon (source REFUND_RETURN) is issued; the original stays USED. Repeats of a refundNo, and another refundNo for an already refunded redemption, answer that refund with `Idempotent-Replayed: true`.
+         * @description When the template has `returnOnRefund`, a replacement coupon (source REFUND_RETURN) is issued; the original stays USED. Once the template's fixed validity has ended no replacement can be issued (it would be born EXPIRED): 409 COUPON_EXPIRED. Repeats of a refundNo, and another refundNo for an already refunded redemption, answer that refund with `Idempotent-Replayed: true`.
          *
          *     Auth: Bearer token with the role `service`.
          */
@@ -645,7 +647,7 @@ export interface paths {
         put?: never;
         /**
          * Issue the coupon to a list of users (bulk issuance job)
-         * @description A JSON body (up to 10,000 `userIds`) or a `text/csv` body of one user id per line (up to 1,000,000 lines, 64 MiB; blank lines and a header-like first line are passed over; `reason` and `fromStock` then go in the query). The list is stored as it streams in, then a job issues it in batches: 202 with the job id at once. A repeat of the Idempotency-Key answers the same job (`Idempotent-Replayed: true`). Each user gets at most one coupon from a job; invalid ids, repeats, users at perUserLimit (grabs and bulk together) and lines past the stock (fromStock) are skipped with their reason. See docs/bulk-issuance.md.
+         * @description A JSON body (up to 10,000 `userIds`) or a `text/csv` body of one user id per line (up to 1,000,000 lines, 64 MiB; blank lines and a header-like first line are passed over; `reason` and `fromStock` then go in the query). The list is stored as it streams in, then a job issues it in batches: 202 with the job id at once. A repeat of the Idempotency-Key answers the same job (`Idempotent-Replayed: true`). Each user gets at most one coupon from a job; invalid ids, repeats, users at perUserLimit (grabs and bulk together) and lines past the stock (fromStock) are skipped with their reason, as are the lines reached after the fixed validity ended (COUPON_EXPIRED); a coupon whose validity has already ended is refused (409 COUPON_EXPIRED). See docs/bulk-issuance.md.
          *
          *     Auth: Bearer token with the role `admin`.
          */
@@ -1139,6 +1141,8 @@ export interface components {
             SOLD_OUT: number;
             INVALID_USER_ID: number;
             DUPLICATE: number;
+            /** @description Lines reached after the coupon's fixed validity ended */
+            COUPON_EXPIRED: number;
         };
         IssuanceJobView: {
             /** @example 1 */
@@ -1171,7 +1175,7 @@ export interface components {
             /** @description The line as given (at most 64 characters of it) */
             userId: string;
             /** @enum {string} */
-            reason: "USER_LIMIT_REACHED" | "SOLD_OUT" | "INVALID_USER_ID" | "DUPLICATE";
+            reason: "USER_LIMIT_REACHED" | "SOLD_OUT" | "INVALID_USER_ID" | "DUPLICATE" | "COUPON_EXPIRED";
         };
         SkippedPage: {
             items: components["schemas"]["SkippedLineView"][];
@@ -2256,7 +2260,7 @@ export interface operations {
                     };
                 };
             };
-            /** @description SOLD_OUT */
+            /** @description COUPON_EXPIRED, SOLD_OUT */
             409: {
                 headers: {
                     /** @description The request's id: the client's `X-Request-Id` when it is 1-128 of [A-Za-z0-9._:-], else a generated UUID */
@@ -2268,13 +2272,13 @@ export interface operations {
                 content: {
                     /**
                      * @example {
-                     *       "code": "SOLD_OUT",
-                     *       "message": "sold out"
+                     *       "code": "COUPON_EXPIRED",
+                     *       "message": "coupon expired"
                      *     }
                      */
                     "application/json": components["schemas"]["Error"] & {
                         /** @enum {string} */
-                        code?: "SOLD_OUT";
+                        code?: "COUPON_EXPIRED" | "SOLD_OUT";
                     };
                 };
             };
@@ -5543,7 +5547,7 @@ export interface operations {
                     };
                 };
             };
-            /** @description NOT_REDEEMED, REFUND_RETURN_DISABLED */
+            /** @description NOT_REDEEMED, REFUND_RETURN_DISABLED, COUPON_EXPIRED */
             409: {
                 headers: {
                     /** @description The request's id: the client's `X-Request-Id` when it is 1-128 of [A-Za-z0-9._:-], else a generated UUID */
@@ -5561,7 +5565,7 @@ export interface operations {
                      */
                     "application/json": components["schemas"]["Error"] & {
                         /** @enum {string} */
-                        code?: "NOT_REDEEMED" | "REFUND_RETURN_DISABLED";
+                        code?: "NOT_REDEEMED" | "REFUND_RETURN_DISABLED" | "COUPON_EXPIRED";
                     };
                 };
             };
@@ -8865,7 +8869,7 @@ export interface operations {
                     };
                 };
             };
-            /** @description IDEMPOTENCY_IN_PROGRESS */
+            /** @description COUPON_EXPIRED, IDEMPOTENCY_IN_PROGRESS */
             409: {
                 headers: {
                     /** @description The request's id: the client's `X-Request-Id` when it is 1-128 of [A-Za-z0-9._:-], else a generated UUID */
@@ -8877,13 +8881,13 @@ export interface operations {
                 content: {
                     /**
                      * @example {
-                     *       "code": "IDEMPOTENCY_IN_PROGRESS",
-                     *       "message": "idempotency in progress"
+                     *       "code": "COUPON_EXPIRED",
+                     *       "message": "coupon expired"
                      *     }
                      */
                     "application/json": components["schemas"]["Error"] & {
                         /** @enum {string} */
-                        code?: "IDEMPOTENCY_IN_PROGRESS";
+                        code?: "COUPON_EXPIRED" | "IDEMPOTENCY_IN_PROGRESS";
                     };
                 };
             };

@@ -8,7 +8,7 @@ import { AppConfig } from '../config/app-config.js';
 import { Coupon } from '../coupon/coupon.entity.js';
 import { LeaseService } from '../database/lease.js';
 import { TransactionService } from '../database/transaction.service.js';
-import { IssueService } from '../ledger/issue.service.js';
+import { IssueService, validityEnded } from '../ledger/issue.service.js';
 import { StockService } from '../ledger/stock.service.js';
 import { TxIds } from '../ledger/tx-id.js';
 import { countTowardsLimit } from '../ledger/user-coupons.js';
@@ -187,16 +187,20 @@ export class IssuanceRunner implements OnApplicationBootstrap, OnModuleDestroy {
     const users = fresh.map((l) => l.userId);
     const held = users.length > 0 ? await countTowardsLimit(em, coupon.id, users) : new Map<string, number>();
 
+    // Checked once the stock row is locked, as a grab is: no line is issued a coupon born EXPIRED.
+    const ended = validityEnded(coupon, new Date()) !== null;
     const granted: { userId: string; key: string }[] = [];
     const skips: { lineNo: number; userId: string; reason: SkipReason }[] = [];
     for (const l of lines) {
       const reason: SkipReason | null = l.duplicate
         ? 'DUPLICATE'
-        : (held.get(l.userId) ?? 0) >= coupon.perUserLimit
-          ? 'USER_LIMIT_REACHED'
-          : remaining <= 0
-            ? 'SOLD_OUT'
-            : null;
+        : ended
+          ? 'COUPON_EXPIRED'
+          : (held.get(l.userId) ?? 0) >= coupon.perUserLimit
+            ? 'USER_LIMIT_REACHED'
+            : remaining <= 0
+              ? 'SOLD_OUT'
+              : null;
       if (reason) {
         skips.push({ lineNo: l.lineNo, userId: l.userId, reason });
       } else {

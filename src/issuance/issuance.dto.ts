@@ -66,6 +66,7 @@ export class SkippedByReasonView {
   @ApiProperty({ type: 'integer' }) SOLD_OUT!: number;
   @ApiProperty({ type: 'integer' }) INVALID_USER_ID!: number;
   @ApiProperty({ type: 'integer' }) DUPLICATE!: number;
+  @ApiProperty({ type: 'integer', description: "Lines reached after the coupon's fixed validity ended" }) COUPON_EXPIRED!: number;
 }
 
 export class IssuanceJobView {

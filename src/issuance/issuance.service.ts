@@ -8,6 +8,7 @@ import { toPage } from '../common/page.js';
 import { CouponService } from '../coupon/coupon.service.js';
 import { pollUntil, runWithDeadline } from '../database/deadline-pool.js';
 import { TransactionService } from '../database/transaction.service.js';
+import { validityEnded } from '../ledger/issue.service.js';
 import {
   discardUpload,
   findJob,
@@ -100,7 +101,8 @@ export class IssuanceService implements OnApplicationShutdown {
     // null: the earlier request's upload failed and was discarded, so the key is free again.
     const replayed = earlier && (await this.replay(earlier, req));
     if (replayed) return replayed;
-    await this.coupons.template(req.couponId);
+    const ended = validityEnded(await this.coupons.template(req.couponId), new Date());
+    if (ended) throw ended;
     let jobId: string;
     try {
       jobId = await this.tx.inTransaction((em) => insertJob(em, req, new Date()));

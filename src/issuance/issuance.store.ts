@@ -11,7 +11,7 @@ export const JOB_STATUSES = ['QUEUED', 'RUNNING', 'COMPLETED', 'FAILED', 'CANCEL
  * upload was refused or broke off; the runner deletes it (its key is free at once).
  */
 export type JobStatus = (typeof JOB_STATUSES)[number] | 'UPLOADING' | 'DISCARDED';
-export const SKIP_REASONS = ['USER_LIMIT_REACHED', 'SOLD_OUT', 'INVALID_USER_ID', 'DUPLICATE'] as const;
+export const SKIP_REASONS = ['USER_LIMIT_REACHED', 'SOLD_OUT', 'INVALID_USER_ID', 'DUPLICATE', 'COUPON_EXPIRED'] as const;
 export type SkipReason = (typeof SKIP_REASONS)[number];
 
 const SKIP_COLUMN: Record<SkipReason, string> = {
@@ -19,6 +19,7 @@ const SKIP_COLUMN: Record<SkipReason, string> = {
   SOLD_OUT: 'skipped_sold_out',
   INVALID_USER_ID: 'skipped_invalid',
   DUPLICATE: 'skipped_duplicate',
+  COUPON_EXPIRED: 'skipped_expired',
 };
 
 export interface Job {

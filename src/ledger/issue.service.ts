@@ -40,6 +40,17 @@ export function userLimitReached(perUserLimit: number): AppError {
   return new AppError('USER_LIMIT_REACHED', `At most ${perUserLimit} of this coupon per user`, { perUserLimit });
 }
 
+/**
+ * COUPON_EXPIRED when a coupon of `coupon` issued at `now` would be born EXPIRED (its fixed validity
+ * has ended): reissues, refund returns and bulk jobs refuse it, as grabs end (GRAB_ENDED).
+ */
+export function validityEnded(coupon: IssuableCoupon, now: Date): AppError | null {
+  if (coupon.validityType !== 'FIXED' || coupon.validityEndAt === null || coupon.validityEndAt > now) return null;
+  return new AppError('COUPON_EXPIRED', "This coupon's validity has ended: a coupon issued now would be born expired", {
+    validityEndedAt: coupon.validityEndAt.toISOString(),
+  });
+}
+
 export function validityWindow(coupon: IssueInput['coupon'], now: Date): { validFrom: Date; expiresAt: Date } {
   if (coupon.validityType === 'FIXED') return { validFrom: coupon.validityStartAt as Date, expiresAt: coupon.validityEndAt as Date };
   return { validFrom: now, expiresAt: new Date(now.getTime() + (coupon.validityDays as number) * DAY_MS) };

@@ -176,10 +176,11 @@ export const ROUTES: Record<string, RouteContract> = {
     summary: 'Record a refund of a redeemed order (idempotent by refundNo)',
     description:
       'When the template has `returnOnRefund`, a replacement coupon (source REFUND_RETURN) is issued; the original stays USED. ' +
+      "Once the template's fixed validity has ended no replacement can be issued (it would be born EXPIRED): 409 COUPON_EXPIRED. " +
       'Repeats of a refundNo, and another refundNo for an already refunded redemption, answer that refund with `Idempotent-Replayed: true`.',
     auth: ['service'],
     ok: { 201: { schema: 'Refund', description: 'The refund', headers: REPLAYED } },
-    errors: ['USER_COUPON_NOT_FOUND', 'NOT_REDEEMED', 'REFUND_RETURN_DISABLED', 'IDEMPOTENCY_KEY_REUSED'],
+    errors: ['USER_COUPON_NOT_FOUND', 'NOT_REDEEMED', 'REFUND_RETURN_DISABLED', 'COUPON_EXPIRED', 'IDEMPOTENCY_KEY_REUSED'],
     requestExample: { userCouponId: '1024', orderNo: 'ORD-20260101-0001', refundNo: 'RF-20260102-0001' },
   },
   'POST /admin/coupons': {
@@ -248,9 +249,12 @@ export const ROUTES: Record<string, RouteContract> = {
   },
   'POST /admin/user-coupons/reissue': {
     summary: 'Issue a coupon to a user by hand (optionally idempotent by Idempotency-Key)',
+    description:
+      "409 COUPON_EXPIRED once the template's fixed validity has ended (the coupon would be born EXPIRED). A repeat of the " +
+      'Idempotency-Key with another couponId, fromStock, replacesUserCouponId or reason is 422.',
     auth: ['admin'],
     ok: { 201: { schema: 'UserCoupon', description: 'The reissued coupon (source REISSUE)', headers: REPLAYED } },
-    errors: ['COUPON_NOT_FOUND', 'USER_COUPON_NOT_FOUND', 'SOLD_OUT', 'IDEMPOTENCY_KEY_REUSED'],
+    errors: ['COUPON_NOT_FOUND', 'USER_COUPON_NOT_FOUND', 'COUPON_EXPIRED', 'SOLD_OUT', 'IDEMPOTENCY_KEY_REUSED'],
     requestExample: { couponId: '1', userId: 'alice', reason: 'support ticket 4711', fromStock: false },
   },
   'GET /admin/user-coupons/{userCouponId}/history': {
@@ -308,10 +312,11 @@ export const ROUTES: Record<string, RouteContract> = {
       'header-like first line are passed over; `reason` and `fromStock` then go in the query). The list is stored as it streams in, then ' +
       'a job issues it in batches: 202 with the job id at once. A repeat of the Idempotency-Key answers the same job (`Idempotent-Replayed: true`). ' +
       'Each user gets at most one coupon from a job; invalid ids, repeats, users at perUserLimit (grabs and bulk together) and lines past the ' +
-      'stock (fromStock) are skipped with their reason. See docs/bulk-issuance.md.',
+      'stock (fromStock) are skipped with their reason, as are the lines reached after the fixed validity ended (COUPON_EXPIRED); a coupon ' +
+      'whose validity has already ended is refused (409 COUPON_EXPIRED). See docs/bulk-issuance.md.',
     auth: ['admin'],
     ok: { 202: { schema: 'JobCreatedView', description: 'The job, queued (or the one this key made before)', headers: REPLAYED } },
-    errors: ['COUPON_NOT_FOUND', 'IDEMPOTENCY_KEY_REUSED', 'IDEMPOTENCY_IN_PROGRESS'],
+    errors: ['COUPON_NOT_FOUND', 'COUPON_EXPIRED', 'IDEMPOTENCY_KEY_REUSED', 'IDEMPOTENCY_IN_PROGRESS'],
     requestExample: { userIds: ['alice', 'bob'], reason: 'VIP November', fromStock: false },
     otherRequestContent: {
       'text/csv': { schema: { type: 'string', description: 'One user id per line' }, example: 'user_id\nalice\nbob\n' },

@@ -6,7 +6,7 @@ import { isDuplicateKey } from '../common/db-errors.js';
 import { AppError } from '../common/errors.js';
 import { counter } from '../common/metrics.js';
 import { Coupon } from '../coupon/coupon.entity.js';
-import { IssueService } from '../ledger/issue.service.js';
+import { IssueService, validityEnded } from '../ledger/issue.service.js';
 import { toIssuedView, UserCoupon } from '../ledger/user-coupon.entity.js';
 import { findUserCoupon, lockUserCoupon } from '../ledger/user-coupons.js';
 import { withLookup } from '../database/outcome.js';
@@ -208,6 +208,8 @@ export class RedemptionService {
       if (sameRedemption) return this.replayRefund(sameRedemption, dto, em);
       const coupon = await em.findOneByOrFail(Coupon, { id: uc.couponId });
       if (!coupon.returnOnRefund) throw new AppError('REFUND_RETURN_DISABLED', 'This coupon is not returned on refund');
+      const ended = validityEnded(coupon, new Date());
+      if (ended) throw ended;
       const replacement = await this.issuer.issue(em, {
         coupon,
         userId: uc.userId,

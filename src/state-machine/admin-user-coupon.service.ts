@@ -3,7 +3,7 @@ import { EntityManager } from 'typeorm';
 import { isDuplicateKey } from '../common/db-errors.js';
 import { AppError } from '../common/errors.js';
 import { Coupon } from '../coupon/coupon.entity.js';
-import { IssueService } from '../ledger/issue.service.js';
+import { IssueService, validityEnded } from '../ledger/issue.service.js';
 import { effectiveStatus, toIssuedView, toUserCouponView, UserCoupon, UserCouponView } from '../ledger/user-coupon.entity.js';
 import { findByKeys, findUserCoupon, lockUserCoupon } from '../ledger/user-coupons.js';
 import { TransactionService } from '../database/transaction.service.js';
@@ -39,6 +39,7 @@ function replayReissue(earlier: UserCoupon, dto: ReissueUserCouponDto): ReissueR
   if (
     earlier.couponId !== dto.couponId ||
     earlier.fromStock !== dto.fromStock ||
+    earlier.reason !== dto.reason ||
     earlier.replacesUserCouponId !== (dto.replacesUserCouponId ?? null)
   ) {
     throw new AppError('IDEMPOTENCY_KEY_REUSED', 'This Idempotency-Key was already used for a different reissue to this user', {
@@ -101,6 +102,8 @@ export class AdminUserCouponService {
         if (replay) return replayReissue(replay, dto);
         const coupon = await em.findOneBy(Coupon, { id: dto.couponId });
         if (!coupon) throw new AppError('COUPON_NOT_FOUND', `Coupon ${dto.couponId} does not exist`, { couponId: dto.couponId });
+        const ended = validityEnded(coupon, new Date());
+        if (ended) throw ended;
         if (dto.replacesUserCouponId !== undefined) {
           const replaced = await findUserCoupon(em, dto.replacesUserCouponId);
           // Another user's coupon is "not found" for this user, as on GET /me/coupons/:id.

@@ -21,7 +21,7 @@ const EDGE_MS = 1000;
 /** The coupon templates the clients play with, each with a behaviour the model must predict. */
 /**
  * The coupon templates the clients play with, each with a behaviour the model must predict. `ended`:
- * its fixed validity has passed, so grabbing it has ended too, and its coupons (reissued) are born EXPIRED.
+ * its fixed validity has passed, so grabbing it has ended too, and reissuing it is refused (no coupon is born EXPIRED).
  */
 const TEMPLATES: { name: string; body: CouponInput; scarce: boolean; born: Status; notYetValid: boolean; ended?: boolean }[] = [
   {
@@ -533,14 +533,25 @@ describe('randomized model test: concurrent clients against an in-memory model',
         return null;
       }
       case 'reissue': {
-        // An operator's reissue still issues a coupon of an ended template: born EXPIRED, as the model's clients' only ones of it.
         const t = TEMPLATES[c.template];
-        const r = await send('POST', '/admin/user-coupons/reissue', adminToken(), {
-          couponId: templateIds[c.template],
-          userId: m.user,
-          reason: 'model test',
-          fromStock: false,
-        });
+        const reissue = (template: number) =>
+          send('POST', '/admin/user-coupons/reissue', adminToken(), {
+            couponId: templateIds[template],
+            userId: m.user,
+            reason: 'model test',
+            fromStock: false,
+          });
+        const r = await reissue(c.template);
+        if (t.ended) {
+          // No coupon is issued born EXPIRED. The client's expired coupon is one whose validity ran out after
+          // its issue: reissued of a valid template, its expiresAt then moved into the past as the clock would.
+          if (r.status !== 409 || r.body.code !== 'COUPON_EXPIRED') return check(r, false, `reissue of ${t.name}`);
+          const valid = await reissue(PLENTY);
+          if (valid.status !== 201 || valid.body.status !== 'UNUSED') return check(valid, false, `reissue of ${TEMPLATES[PLENTY].name}`);
+          await fdb.db.query(`UPDATE user_coupon SET expires_at = UTC_TIMESTAMP(3) - INTERVAL 1 SECOND WHERE id = ?`, [valid.body.id]);
+          m.coupons.push({ id: valid.body.id as string, template: PLENTY, status: 'EXPIRED', source: 'REISSUE' });
+          return null;
+        }
         if (r.status !== 201 || r.body.status !== t.born || r.body.source !== 'REISSUE') return check(r, false, `reissue of ${t.name}`);
         m.coupons.push({ id: r.body.id as string, template: c.template, status: t.born, source: 'REISSUE' });
         return null;
@@ -634,7 +645,8 @@ describe('randomized model test: concurrent clients against an in-memory model',
           await Promise.all(
             programs.map(async (program, i) => {
               // Each client starts with coupons it can hold, so the program's holds have something to hold, and
-              // tries the scarce one, which the clients together sell out; an operator reissues it an expired one.
+              // tries the scarce one, which the clients together sell out; an operator tries to reissue it one of the
+              // ended template (refused) and gives it one whose validity then runs out.
               const stocked: Command[] = [
                 ...[SCARCE, ...Array.from({ length: STARTING_COUPONS }, () => PLENTY)].map((template) => ({
                   t: 'grab' as const,

@@ -30,7 +30,7 @@ import { LoadMore } from '../LoadMore';
 import { label, useI18n, type Translate } from '../i18n';
 
 const STATUS_COLOR = { QUEUED: 'default', RUNNING: 'processing', COMPLETED: 'green', FAILED: 'red', CANCELLED: 'orange' } as const;
-const SKIP_REASONS = ['USER_LIMIT_REACHED', 'SOLD_OUT', 'INVALID_USER_ID', 'DUPLICATE'] as const;
+const SKIP_REASONS = ['USER_LIMIT_REACHED', 'SOLD_OUT', 'INVALID_USER_ID', 'DUPLICATE', 'COUPON_EXPIRED'] as const;
 /** The API takes at most this many ids as JSON; a longer pasted list goes up as a CSV body instead. */
 const JSON_MAX_USER_IDS = 10_000;
 

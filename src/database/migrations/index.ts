@@ -6,6 +6,7 @@ import { Webhooks1764806400000 } from './1764806400000-webhooks.js';
 import { BulkIssuance1764892800000 } from './1764892800000-bulk-issuance.js';
 import { ExactOrderNumbers1764979200000 } from './1764979200000-exact-order-numbers.js';
 import { HandEditsTouchUserCoupons1765065600000 } from './1765065600000-hand-edits-touch-user-coupons.js';
+import { BulkSkippedExpired1765152000000 } from './1765152000000-bulk-skipped-expired.js';
 
 /** Every migration, in order. The app, the CLI (ormconfig.ts) and the tests all use this list. */
 export const migrations = [
@@ -17,4 +18,5 @@ export const migrations = [
   BulkIssuance1764892800000,
   ExactOrderNumbers1764979200000,
   HandEditsTouchUserCoupons1765065600000,
+  BulkSkippedExpired1765152000000,
 ];

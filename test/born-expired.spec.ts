@@ -1,0 +1,93 @@
+import request from 'supertest';
+import { IssuanceRunner } from '../src/issuance/issuance-runner.js';
+import { createCoupon, grabUserCoupon, newKey, redeemUserCoupon } from './support/factories.js';
+import { checkInvariantsAfterEach } from './support/scoped-invariants.js';
+import { adminToken, bearer, serviceToken, startTestApp, TestApp } from './support/harness.js';
+
+const HOUR = 3600_000;
+
+/**
+ * No route hands out a coupon born EXPIRED. Grabs end with the validity (grab.spec); here the other
+ * ways a coupon is issued: a refund's replacement, a reissue, a bulk job. Each template is created
+ * valid and its fixed validity moved into the past in SQL, as the clock would.
+ */
+describe('no coupon is issued after its fixed validity ended', () => {
+  let t: TestApp;
+  const admin = () => bearer(adminToken());
+  beforeAll(async () => {
+    t = await startTestApp();
+  });
+  checkInvariantsAfterEach(() => t.db);
+  afterAll(() => t.close());
+
+  async function couponEndingSoon(): Promise<string> {
+    const start = new Date(Date.now() - HOUR).toISOString();
+    const end = new Date(Date.now() + HOUR).toISOString();
+    return (await createCoupon(t.url, { totalStock: 10, returnOnRefund: true, validity: { type: 'FIXED', startAt: start, endAt: end } }))
+      .id;
+  }
+  /** Ends the template's validity now and answers the time as the API writes it. */
+  async function endValidity(couponId: string): Promise<string> {
+    const endedAt = new Date(Math.floor(Date.now() / 1000) * 1000 - 1000);
+    await t.db.query(`UPDATE coupon SET validity_end_at = ? WHERE id = ?`, [endedAt, couponId]);
+    return endedAt.toISOString();
+  }
+  const issuedOf = async (couponId: string) =>
+    Number(((await t.db.query(`SELECT COUNT(*) AS n FROM user_coupon WHERE coupon_id = ?`, [couponId])) as { n: string }[])[0].n);
+
+  it('a refund whose replacement would be born expired is 409 COUPON_EXPIRED, recording nothing', async () => {
+    const couponId = await couponEndingSoon();
+    const uc = await grabUserCoupon(t.url, couponId, 'refunded');
+    const { orderNo } = await redeemUserCoupon(t.url, uc.id, 'refunded');
+    const endedAt = await endValidity(couponId);
+    const res = await request(t.url)
+      .post('/redemptions/refunds')
+      .set(bearer(serviceToken()))
+      .send({ userCouponId: uc.id, orderNo, refundNo: newKey('R') });
+    expect([res.status, res.body.code, res.body.details]).toEqual([409, 'COUPON_EXPIRED', { validityEndedAt: endedAt }]);
+    expect(await issuedOf(couponId)).toBe(1);
+    const [{ n }] = (await t.db.query(`SELECT COUNT(*) AS n FROM refund WHERE user_coupon_id = ?`, [uc.id])) as { n: string }[];
+    expect(Number(n)).toBe(0);
+  });
+
+  it('a reissue is 409 COUPON_EXPIRED; a repeat of its key with another reason is 422', async () => {
+    const couponId = await couponEndingSoon();
+    const reissue = (reason: string, key: string) =>
+      request(t.url)
+        .post('/admin/user-coupons/reissue')
+        .set(admin())
+        .set('Idempotency-Key', key)
+        .send({ couponId, userId: 'reissued', reason, fromStock: false });
+    const key = newKey('reissue');
+    expect((await reissue('sorry', key)).status).toBe(201);
+    const other = await reissue('another reason', key);
+    expect([other.status, other.body.code]).toEqual([422, 'IDEMPOTENCY_KEY_REUSED']);
+    const endedAt = await endValidity(couponId);
+    const late = await reissue('sorry', newKey('reissue'));
+    expect([late.status, late.body.code, late.body.details]).toEqual([409, 'COUPON_EXPIRED', { validityEndedAt: endedAt }]);
+    expect(await issuedOf(couponId)).toBe(1);
+  });
+
+  it('a bulk job skips the lines it reaches after the validity ended (COUPON_EXPIRED); a new job for the coupon is refused', async () => {
+    const couponId = await couponEndingSoon();
+    const post = () =>
+      request(t.url)
+        .post(`/admin/coupons/${couponId}/issuances`)
+        .set(admin())
+        .set('Idempotency-Key', newKey('bulk'))
+        .send({ userIds: ['late-1', 'late-2', 'late-3'], reason: 'r', fromStock: true });
+    const created = await post();
+    expect(created.status).toBe(202);
+    const endedAt = await endValidity(couponId);
+    await t.app.get(IssuanceRunner).runQueued();
+    const job = (await request(t.url).get(`/admin/issuance-jobs/${created.body.jobId}`).set(admin())).body;
+    expect(job).toMatchObject({ status: 'COMPLETED', issued: 0, skipped: 3, skippedByReason: { COUPON_EXPIRED: 3, SOLD_OUT: 0 } });
+    const skips = await request(t.url).get(`/admin/issuance-jobs/${created.body.jobId}/skipped`).set(admin());
+    expect(skips.body.items.map((s: { reason: string }) => s.reason)).toEqual(['COUPON_EXPIRED', 'COUPON_EXPIRED', 'COUPON_EXPIRED']);
+    expect(await issuedOf(couponId)).toBe(0);
+    // The template the route reads is cached for COUPON_CACHE_TTL_MS.
+    await new Promise((r) => setTimeout(r, t.config.COUPON_CACHE_TTL_MS + 100));
+    const refused = await post();
+    expect([refused.status, refused.body.code, refused.body.details]).toEqual([409, 'COUPON_EXPIRED', { validityEndedAt: endedAt }]);
+  });
+});
