@@ -1,6 +1,7 @@
 import { createHmac } from 'node:crypto';
 import { request as httpRequest, IncomingHttpHeaders } from 'node:http';
 import { connect } from 'node:net';
+import { gzipSync } from 'node:zlib';
 import request from 'supertest';
 import { couponBody, createCoupon, newKey } from './support/factories.js';
 import { adminToken, bearer, serviceToken, startTestApp, TEST_SECRET, TestApp, testConfig, tokenFor } from './support/harness.js';
@@ -363,6 +364,22 @@ describe('hardening', () => {
           'UNSUPPORTED_MEDIA_TYPE',
         );
     });
+  });
+
+  it('a compressed body (Content-Encoding gzip) is 415 UNSUPPORTED_MEDIA_TYPE, JSON or CSV; identity is taken', async () => {
+    const coupon = await createCoupon(t.url);
+    const post = (type: string, encoding: string, body: Buffer | string) =>
+      request(t.url)
+        .post(`/admin/coupons/${coupon.id}/issuances${type === 'text/csv' ? '?reason=r&fromStock=false' : ''}`)
+        .set(bearer(adminToken()))
+        .set('Idempotency-Key', newKey('gz'))
+        .set('Content-Type', type)
+        .set('Content-Encoding', encoding)
+        .send(body);
+    const json = Buffer.from(JSON.stringify({ userIds: ['gz-1'], reason: 'r', fromStock: false }));
+    expect((await post('application/json', 'gzip', gzipSync(json))).body.code).toBe('UNSUPPORTED_MEDIA_TYPE');
+    expect((await post('text/csv', 'gzip', gzipSync(Buffer.from('gz-2\n')))).body.code).toBe('UNSUPPORTED_MEDIA_TYPE');
+    expect((await post('application/json', 'identity', json.toString())).status).toBe(202);
   });
 
   describe('request ids (item 5)', () => {

@@ -162,7 +162,15 @@ describe('webhooks', () => {
     expect(patched.status).toBe(200);
     expect(patched.body).toMatchObject({ events: ['user_coupon.used'], enabled: false, url: 'https://hooks.example.com/x' });
 
-    for (const body of [{}, { url: 'ftp://x/' }, { events: [] }, { events: ['user_coupon.nope'] }, { enabled: 'yes' }, { secret: 'x' }]) {
+    for (const body of [
+      {},
+      { url: 'ftp://x/' },
+      { url: 'http://127.0.0.1:0/x' },
+      { events: [] },
+      { events: ['user_coupon.nope'] },
+      { enabled: 'yes' },
+      { secret: 'x' },
+    ]) {
       const res = await request(t.url).patch(`/admin/webhooks/${created.id}`).set(admin()).send(body);
       expect([JSON.stringify(body), res.status, res.body.code]).toEqual([JSON.stringify(body), 400, 'VALIDATION_FAILED']);
     }

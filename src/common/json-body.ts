@@ -1,5 +1,6 @@
 import { TextDecoder } from 'node:util';
 import type { FastifyInstance } from 'fastify';
+import { AppError } from './errors.js';
 import { validationFailed } from './validation.js';
 
 const utf8 = new TextDecoder('utf-8', { fatal: true });
@@ -12,6 +13,15 @@ const utf8 = new TextDecoder('utf-8', { fatal: true });
  * the input guard refuse naming them. An empty body is no body, as without the Content-Type.
  */
 export function strictJsonBodies(fastify: FastifyInstance): void {
+  // A compressed body is not decompressed: 415 says so, where its bytes read as "not UTF-8".
+  fastify.addHook('preParsing', async (req) => {
+    const encoding = req.headers['content-encoding']?.trim().toLowerCase();
+    if (encoding && encoding !== 'identity')
+      throw new AppError(
+        'UNSUPPORTED_MEDIA_TYPE',
+        `Content-Encoding ${encoding.slice(0, 64)} is not supported; send the body uncompressed`,
+      );
+  });
   fastify.removeContentTypeParser('application/json');
   fastify.addContentTypeParser('application/json', { parseAs: 'buffer' }, (_req, body, done) => {
     if (body.length === 0) return done(null, undefined);

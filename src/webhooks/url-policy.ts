@@ -25,6 +25,8 @@ export function checkWebhookUrl(raw: string, allowed: readonly string[]): string
   if (url.protocol !== 'http:' && url.protocol !== 'https:') throw validationFailed({ url: ['must use http or https'] });
   if (url.username !== '' || url.password !== '') throw validationFailed({ url: ['must not contain credentials'] });
   if (url.hostname === '') throw validationFailed({ url: ['must name a host'] });
+  // Port 0 parses, but nothing can be delivered to it.
+  if (url.port === '0') throw validationFailed({ url: ['must not use port 0'] });
   if (url.href.length > URL_MAX_LENGTH) throw validationFailed({ url: [`must be at most ${URL_MAX_LENGTH} characters`] });
   if (!hostAllowed(url.hostname, allowed)) {
     throw new AppError('WEBHOOK_URL_NOT_ALLOWED', `Host ${url.hostname} is not in WEBHOOK_ALLOWED_HOSTS`, { host: url.hostname });
