@@ -13,7 +13,6 @@ export const ERROR_STATUS = {
   WEBHOOK_NOT_FOUND: 404,
   HOLD_NOT_FOUND: 404,
   ISSUANCE_JOB_NOT_FOUND: 404,
-  METHOD_NOT_ALLOWED: 405,
   REQUEST_TIMEOUT: 408,
   GRAB_NOT_STARTED: 409,
   GRAB_ENDED: 409,
@@ -49,7 +48,6 @@ export const ERROR_STATUS = {
   ORDER_AMOUNT_MISMATCH: 422,
   RATE_LIMITED: 429,
   INTERNAL: 500,
-  NOT_IMPLEMENTED: 501,
   SERVICE_UNAVAILABLE: 503,
   /** The COMMIT's answer was lost and the database stayed unreachable: whether the change committed is not known; look it up. */
   OUTCOME_UNKNOWN: 503,

@@ -22,7 +22,6 @@ const ZH_CN: Record<ErrorCode, string> = {
   HOLD_NOT_FOUND: '没有找到这笔订单对这张券的锁定',
   WEBHOOK_NOT_FOUND: '没有找到这个 Webhook',
   ISSUANCE_JOB_NOT_FOUND: '没有找到这个批量发券任务',
-  METHOD_NOT_ALLOWED: '不支持这种请求方式',
   REQUEST_TIMEOUT: '请求超时，请重试',
   GRAB_NOT_STARTED: '活动还没开始，请稍后再来',
   GRAB_ENDED: '活动已结束',
@@ -58,7 +57,6 @@ const ZH_CN: Record<ErrorCode, string> = {
   THRESHOLD_NOT_MET: '订单金额未达到使用门槛',
   RATE_LIMITED: '手慢了，再试试',
   INTERNAL: '服务出了点问题，请稍后重试',
-  NOT_IMPLEMENTED: '暂不支持此功能',
   SERVICE_UNAVAILABLE: '系统繁忙，请稍后重试',
   OUTCOME_UNKNOWN: '暂时无法确认这次操作是否成功，请稍后查询结果后再重试',
 };
