@@ -1408,7 +1408,7 @@ export interface components {
              * @enum {string|null}
              */
             replayedStatus: "UNUSED" | "LOCKED" | "USED" | "EXPIRED" | "VOID" | null;
-            /** @description Every step legal and continuing from the previous one, ending at the stored status */
+            /** @description Every step legal and continuing from the previous one, ending at the stored status (a hold timed out but not yet swept is stored LOCKED while `userCoupon.status` shows it UNUSED) */
             consistent: boolean;
         };
         Redemption: {

@@ -288,6 +288,9 @@ describe('checkout holds', () => {
     const past = new Date(Date.now() - 1000);
     await t.db.query(`UPDATE redemption_hold SET expires_at = ? WHERE user_coupon_id IN (?)`, [past, [a.id, b.id]]);
     await t.db.query(`UPDATE user_coupon SET locked_until = ? WHERE id IN (?)`, [past, [a.id, b.id]]);
+    // Not swept yet: shown released, stored and logged LOCKED, which is consistent.
+    const history = await request(t.url).get(`/admin/user-coupons/${b.id}/history`).set(bearer(adminToken()));
+    expect([history.body.userCoupon.status, history.body.replayedStatus, history.body.consistent]).toEqual(['UNUSED', 'LOCKED', true]);
     expect((await redeem(tokenFor('gina'), { userCouponId: a.id, orderNo: order(), orderAmountCents: 20000 })).status).toBe(201);
     expect(await steps(a.id)).toEqual(['null>UNUSED', 'UNUSED>LOCKED', 'LOCKED>UNUSED', 'UNUSED>USED']);
     const voided = await request(t.url).post(`/admin/user-coupons/${b.id}/void`).set(bearer(adminToken())).send({ reason: 'fraud' });

@@ -205,7 +205,11 @@ export const RESPONSE_SCHEMAS: Record<string, JsonSchema> = {
       enum: [...USER_COUPON_STATUSES, null],
       description: 'Where replaying the log from issuance ends (or stops, at the first inconsistent step)',
     },
-    consistent: { type: 'boolean', description: 'Every step legal and continuing from the previous one, ending at the stored status' },
+    consistent: {
+      type: 'boolean',
+      description:
+        'Every step legal and continuing from the previous one, ending at the stored status (a hold timed out but not yet swept is stored LOCKED while `userCoupon.status` shows it UNUSED)',
+    },
   }),
   Redemption: object({
     redemptionId: id('Redemption id'),
