@@ -4,7 +4,7 @@ import request from 'supertest';
 import { AppError, ERROR_STATUS } from '../src/common/errors.js';
 import { loadConfig } from '../src/config/app-config.js';
 import { couponBody, createCoupon, grabRequest } from './support/factories.js';
-import { adminToken, bearer, startTestApp, TestApp } from './support/harness.js';
+import { adminToken, bearer, startTestApp, TestApp, tokenFor } from './support/harness.js';
 
 describe('error format and input limits', () => {
   let t: TestApp;
@@ -86,6 +86,27 @@ describe('error format and input limits', () => {
     expect(Object.keys(res.body.details.fields)).toEqual(
       expect.arrayContaining(['name', 'totalStock', 'unknownField', 'grabStartAt', 'validity', 'discount']),
     );
+  });
+
+  it('names only the type of a number that is not one, and only the range of one out of range', async () => {
+    const usable = (amount: string) =>
+      request(t.url)
+        .get(`/me/coupons/usable?orderAmountCents=${amount}`)
+        .set(bearer(tokenFor('errors-user')));
+    for (const amount of ['abc', '-1', '1.5']) {
+      expect((await usable(amount)).body.details.fields).toEqual({ orderAmountCents: ['orderAmountCents must be an integer number'] });
+    }
+    expect((await usable('99999999999999')).body.details.fields).toEqual({
+      orderAmountCents: ['orderAmountCents must not be greater than 1000000000000'],
+    });
+    const body = await request(t.url)
+      .post('/admin/coupons')
+      .set(bearer(adminToken()))
+      .send({ ...couponBody(), totalStock: -1, perUserLimit: 'x' });
+    expect(body.body.details.fields).toEqual({
+      totalStock: ['totalStock must not be less than 0'],
+      perUserLimit: ['perUserLimit must be an integer number'],
+    });
   });
 
   it('answers a body over 64 KiB with 413 PAYLOAD_TOO_LARGE', async () => {

@@ -16,11 +16,24 @@ import type { FastifyRequest } from 'fastify';
 import { ApiPropertyOptional } from '@nestjs/swagger';
 import { AppError } from './errors.js';
 
+/**
+ * A value that is not an integer fails the range checks too (they refuse non-numbers): beside the
+ * type's message they only mislead, as `orderAmountCents=abc` told 'must not be greater than 1e12'.
+ */
+const RANGE_CHECKS = ['min', 'max'];
+
+function messagesOf(constraints: Record<string, string>): string[] {
+  const wrongType = 'isInt' in constraints || 'isNumber' in constraints;
+  return Object.entries(constraints)
+    .filter(([name]) => !(wrongType && RANGE_CHECKS.includes(name)))
+    .map(([, message]) => message);
+}
+
 function flatten(errors: ValidationError[], prefix = ''): Record<string, string[]> {
   const out: Record<string, string[]> = {};
   for (const e of errors) {
     const path = prefix ? `${prefix}.${e.property}` : e.property;
-    if (e.constraints) out[path] = Object.values(e.constraints);
+    if (e.constraints) out[path] = messagesOf(e.constraints);
     Object.assign(out, flatten(e.children ?? [], path));
   }
   return out;
