@@ -684,6 +684,37 @@ describe('admin console in a browser', () => {
     expect(await grab('after-validity', 'after-validity', soon.id)).toBe(409);
   });
 
+  it('changes a campaign’s rate limit, and empties it back to the default', async () => {
+    const coupon = await createCoupon(t.url, { name: 'Rate limited' });
+    const stored = async () => (await request(t.url).get(`/admin/coupons/${coupon.id}`).set(bearer(adminToken()))).body.rateLimitPerSecond;
+    await page.goto(`${t.url}/console/campaigns/${coupon.id}`);
+    const shown = page.locator('.ant-descriptions-row', { hasText: 'Grab rate limit (per second)' });
+    await shown.getByText('Empty: the service default').waitFor();
+    await page.getByRole('button', { name: 'Rate limit', exact: true }).click();
+    const field = page.getByLabel('Grabs per second');
+    for (const typed of ['0', '2.5', '1000001']) {
+      await field.fill(typed);
+      await page.getByTestId('rate-submit').click();
+      await page.getByText('A whole number from 1 to 1,000,000, or empty').waitFor();
+    }
+    expect(await stored()).toBeNull();
+    await field.fill('250');
+    await page.getByTestId('rate-submit').click();
+    await shown.getByText('250', { exact: true }).waitFor();
+    expect(await stored()).toBe(250);
+    await page.getByRole('button', { name: 'Rate limit', exact: true }).click();
+    expect(
+      await eventually(
+        () => field.inputValue(),
+        (v) => v === '250',
+      ),
+    ).toBe('250');
+    await field.fill('');
+    await page.getByTestId('rate-submit').click();
+    await shown.getByText('Empty: the service default').waitFor();
+    expect(await stored()).toBeNull();
+  });
+
   it('names its controls for screen readers: the user search, the run mode, the campaign filter, each webhook switch', async () => {
     await page.getByRole('menuitem', { name: 'User coupons' }).click();
     await page.getByLabel('User id').first().waitFor();

@@ -10,6 +10,7 @@ import { time, yuan } from '../format';
 import { usePoll } from '../hooks';
 import { label, useI18n, type Translate } from '../i18n';
 import { lockedCount, PauseButton, StatusTags, StockBar } from './Campaigns';
+import { RateLimitModal } from './RateLimitModal';
 import { StockModal } from './StockModal';
 
 const POLL_MS = 1000;
@@ -84,6 +85,7 @@ export function CampaignLive() {
   const { couponId = '' } = useParams();
   const { t } = useI18n();
   const [stockOpen, setStockOpen] = useState(false);
+  const [rateOpen, setRateOpen] = useState(false);
   const [windowSeconds, setWindowSeconds] = useState(300);
   const path = { couponId };
   const detail = usePoll(() => ok(client.GET('/admin/coupons/{couponId}', { params: { path } })), [couponId], COUNTS_MS);
@@ -132,6 +134,11 @@ export function CampaignLive() {
         {current && (
           <Button size="small" onClick={() => setStockOpen(true)}>
             {t('adjustStock')}
+          </Button>
+        )}
+        {current && (
+          <Button size="small" onClick={() => setRateOpen(true)}>
+            {t('rateLimitButton')}
           </Button>
         )}
         <Link to={`/bulk?couponId=${couponId}&new`}>
@@ -219,6 +226,7 @@ export function CampaignLive() {
         </Card>
       )}
       <StockModal coupon={stockOpen && coupon ? coupon : null} onClose={() => setStockOpen(false)} onDone={() => void detail.reload()} />
+      <RateLimitModal coupon={rateOpen && coupon ? coupon : null} onClose={() => setRateOpen(false)} onDone={() => void detail.reload()} />
     </Space>
   );
 }
