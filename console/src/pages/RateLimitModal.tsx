@@ -1,7 +1,6 @@
-import { useState } from 'react';
-import { App, Form, Input, Modal, Typography } from 'antd';
+import { App, Form, Input, Typography } from 'antd';
 import { client, ok, type CouponView } from '../api';
-import { showApiErrors } from '../apiForm';
+import { FormModal } from '../FormModal';
 import { useI18n } from '../i18n';
 
 /** The range PATCH /admin/coupons/:id takes: 1..1,000,000 admissions per second. */
@@ -12,63 +11,48 @@ export function RateLimitModal({ coupon, onClose, onDone }: { coupon: CouponView
   const { t } = useI18n();
   const { message } = App.useApp();
   const [form] = Form.useForm<{ rate: string }>();
-  const [busy, setBusy] = useState(false);
   return (
-    <Modal
+    <FormModal
       title={coupon ? `${t('rateLimit')}: ${coupon.name}` : ''}
       open={coupon !== null}
-      onCancel={onClose}
-      onOk={() => form.submit()}
-      okButtonProps={{ loading: busy, 'data-testid': 'rate-submit' }}
-      destroyOnHidden
+      form={form}
+      initialValues={{ rate: coupon?.rateLimitPerSecond?.toString() ?? '' }}
+      errorField="rate"
+      submitTestId="rate-submit"
+      onClose={onClose}
+      onSubmit={async ({ rate }) => {
+        if (!coupon) return;
+        const typed = (rate ?? '').trim();
+        const c = await ok(
+          client.PATCH('/admin/coupons/{couponId}', {
+            params: { path: { couponId: coupon.id } },
+            body: { rateLimitPerSecond: typed === '' ? null : Number(typed) },
+          }),
+        );
+        void message.success(
+          c.rateLimitPerSecond === null
+            ? t('rateLimitDefaulted', { name: c.name })
+            : t('rateLimitSet', { name: c.name, rate: c.rateLimitPerSecond }),
+        );
+        onDone(c);
+      }}
     >
       <Typography.Paragraph type="secondary">{t('rateLimitNote')}</Typography.Paragraph>
-      <Form
-        form={form}
-        layout="vertical"
-        initialValues={{ rate: coupon?.rateLimitPerSecond?.toString() ?? '' }}
-        onFinish={async ({ rate }) => {
-          if (!coupon) return;
-          setBusy(true);
-          try {
-            const typed = (rate ?? '').trim();
-            const c = await ok(
-              client.PATCH('/admin/coupons/{couponId}', {
-                params: { path: { couponId: coupon.id } },
-                body: { rateLimitPerSecond: typed === '' ? null : Number(typed) },
-              }),
-            );
-            void message.success(
-              c.rateLimitPerSecond === null
-                ? t('rateLimitDefaulted', { name: c.name })
-                : t('rateLimitSet', { name: c.name, rate: c.rateLimitPerSecond }),
-            );
-            onDone(c);
-            onClose();
-          } catch (err) {
-            const rest = showApiErrors(form, err, []);
-            if (rest) form.setFields([{ name: 'rate', errors: [rest] }]);
-          } finally {
-            setBusy(false);
-          }
-        }}
-      >
-        {/* A plain input judged as typed, as the stock modal's: a number input would round or clamp what was typed. */}
-        <Form.Item
-          name="rate"
-          label={t('rateLimitPerSecondLabel')}
-          extra={t('rateLimitHelp')}
-          rules={[
-            {
-              validator: async (_, v: string | undefined) => {
-                if (v && v.trim() !== '' && !isRate(v.trim())) throw new Error(t('rateLimitRange'));
-              },
+      {/* A plain input judged as typed, as the stock dialog's: a number input would round or clamp what was typed. */}
+      <Form.Item
+        name="rate"
+        label={t('rateLimitPerSecondLabel')}
+        extra={t('rateLimitHelp')}
+        rules={[
+          {
+            validator: async (_, v: string | undefined) => {
+              if (v && v.trim() !== '' && !isRate(v.trim())) throw new Error(t('rateLimitRange'));
             },
-          ]}
-        >
-          <Input inputMode="numeric" autoComplete="off" />
-        </Form.Item>
-      </Form>
-    </Modal>
+          },
+        ]}
+      >
+        <Input inputMode="numeric" autoComplete="off" />
+      </Form.Item>
+    </FormModal>
   );
 }

@@ -1,84 +1,70 @@
-import { useState } from 'react';
-import { App, Form, Input, Modal, Radio, Typography } from 'antd';
+import { App, Form, Input, Radio, Typography } from 'antd';
 import { client, ok, type CouponView } from '../api';
-import { showApiErrors } from '../apiForm';
+import { FormModal } from '../FormModal';
 import { useI18n } from '../i18n';
 
 /** 1 or more units, written as digits only (spaces around them aside). */
 const isWholeUnits = (v: string) => /^[1-9][0-9]*$/.test(v) && Number.isSafeInteger(Number(v));
 
+type StockForm = { direction: 1 | -1; amount: string };
+
 /** Add or remove stock: `POST /admin/coupons/:id/stock` with a positive or negative delta. */
 export function StockModal({ coupon, onClose, onDone }: { coupon: CouponView | null; onClose(): void; onDone(c: CouponView): void }) {
   const { t } = useI18n();
   const { message } = App.useApp();
-  const [form] = Form.useForm<{ direction: 1 | -1; amount: string }>();
-  const [busy, setBusy] = useState(false);
+  const [form] = Form.useForm<StockForm>();
   return (
-    <Modal
+    <FormModal<StockForm>
       title={coupon ? `${t('adjustStock')}: ${coupon.name}` : ''}
       open={coupon !== null}
-      onCancel={onClose}
-      onOk={() => form.submit()}
-      okButtonProps={{ loading: busy, 'data-testid': 'stock-submit' }}
-      destroyOnHidden
+      form={form}
+      initialValues={{ direction: 1, amount: '100' }}
+      errorField="amount"
+      submitTestId="stock-submit"
+      onClose={onClose}
+      onSubmit={async ({ direction, amount }) => {
+        if (!coupon) return;
+        const c = await ok(
+          client.POST('/admin/coupons/{couponId}/stock', {
+            params: { path: { couponId: coupon.id } },
+            body: { delta: direction * Number(amount) },
+          }),
+        );
+        void message.success(t('stockChanged', { name: c.name, remaining: c.remainingStock, total: c.initStock }));
+        onDone(c);
+      }}
     >
       {coupon && (
         <Typography.Paragraph data-testid="stock-remaining">
           {t('stock')}: {t('remainingOf', { remaining: coupon.remainingStock, total: coupon.initStock })}
         </Typography.Paragraph>
       )}
-      <Form
-        form={form}
-        layout="vertical"
-        initialValues={{ direction: 1, amount: '100' }}
-        onFinish={async ({ direction, amount }) => {
-          if (!coupon) return;
-          setBusy(true);
-          try {
-            const c = await ok(
-              client.POST('/admin/coupons/{couponId}/stock', {
-                params: { path: { couponId: coupon.id } },
-                body: { delta: direction * Number(amount) },
-              }),
-            );
-            void message.success(t('stockChanged', { name: c.name, remaining: c.remainingStock, total: c.initStock }));
-            onDone(c);
-            onClose();
-          } catch (err) {
-            const rest = showApiErrors(form, err, []);
-            if (rest) form.setFields([{ name: 'amount', errors: [rest] }]);
-          } finally {
-            setBusy(false);
-          }
-        }}
-      >
-        <Form.Item name="direction">
-          <Radio.Group
-            optionType="button"
-            buttonStyle="solid"
-            options={[
-              { label: t('addStock'), value: 1 },
-              { label: t('removeStock'), value: -1 },
-            ]}
-          />
-        </Form.Item>
-        {/* A plain input judged as typed: a number input would round 2.5, raise 0 to its minimum or keep
-            its last value for "abc", and send a change the operator did not ask for. */}
-        <Form.Item
-          name="amount"
-          label={t('amount')}
-          rules={[
-            { required: true, message: t('required') },
-            {
-              validator: async (_, v: string | undefined) => {
-                if (v && !isWholeUnits(v.trim())) throw new Error(t('wholeUnits'));
-              },
-            },
+      <Form.Item name="direction">
+        <Radio.Group
+          optionType="button"
+          buttonStyle="solid"
+          options={[
+            { label: t('addStock'), value: 1 },
+            { label: t('removeStock'), value: -1 },
           ]}
-        >
-          <Input inputMode="numeric" autoComplete="off" data-testid="stock-amount" />
-        </Form.Item>
-      </Form>
-    </Modal>
+        />
+      </Form.Item>
+      {/* A plain input judged as typed: a number input would round 2.5, raise 0 to its minimum or keep
+          its last value for "abc", and send a change the operator did not ask for. */}
+      <Form.Item
+        name="amount"
+        label={t('amount')}
+        rules={[
+          { required: true, message: t('required') },
+          {
+            validator: async (_, v: string | undefined) => {
+              if (v && !isWholeUnits(v.trim())) throw new Error(t('wholeUnits'));
+            },
+          },
+        ]}
+      >
+        <Input inputMode="numeric" autoComplete="off" data-testid="stock-amount" />
+      </Form.Item>
+    </FormModal>
   );
 }
