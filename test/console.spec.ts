@@ -715,6 +715,20 @@ describe('admin console in a browser', () => {
     expect(await stored()).toBeNull();
   });
 
+  it('writes counts with thousands separators', async () => {
+    const big = await createCoupon(t.url, { name: 'Big stock', totalStock: 1_234_567 });
+    await page.goto(`${t.url}/console/campaigns/${big.id}`);
+    await page.getByTestId('stock-bar').getByText('1,234,567 / 1,234,567').waitFor();
+    await page.getByRole('button', { name: 'Stock', exact: true }).click();
+    expect(
+      await eventually(
+        () => page.getByTestId('stock-remaining').textContent(),
+        (v) => v?.includes('1,234,567 of 1,234,567') ?? false,
+      ),
+    ).toContain('1,234,567 of 1,234,567 left');
+    await page.keyboard.press('Escape');
+  });
+
   it('names its controls for screen readers: the user search, the run mode, the campaign filter, each webhook switch', async () => {
     await page.getByRole('menuitem', { name: 'User coupons' }).click();
     await page.getByLabel('User id').first().waitFor();

@@ -1,5 +1,10 @@
 import dayjs from 'dayjs';
 
+/**
+ * A count with thousands separators: 5,000 in either language, and not the browser's own grouping
+ * (a German browser's 5.000 beside amounts in yuan such as 12.50 reads as five).
+ */
+export const count = (n: number) => n.toLocaleString('en-US');
 export const yuan = (cents: number) => (cents / 100).toFixed(cents % 100 === 0 ? 0 : 2);
 export const time = (iso: string | null | undefined) => (iso ? dayjs(iso).format('YYYY-MM-DD HH:mm:ss') : '—');
 /** To the minute, with the year: a grab window can span years, and "01-01 00:00" alone could be any of them. */

@@ -24,7 +24,7 @@ import { PlusOutlined, StopOutlined, UploadOutlined } from '@ant-design/icons';
 import { Link, useSearchParams } from 'react-router-dom';
 import { client, fetchWithUploadProgress, ok, type IssuanceJob, type SkippedLine } from '../api';
 import { showApiErrors } from '../apiForm';
-import { time } from '../format';
+import { count, time } from '../format';
 import { useIdempotencyKey, usePagedList, usePoll } from '../hooks';
 import { LoadMore } from '../LoadMore';
 import { label, useI18n, type Translate } from '../i18n';
@@ -54,7 +54,7 @@ export function JobProgress({ job }: { job: IssuanceJob }) {
         status={
           job.status === 'FAILED' ? 'exception' : job.status === 'RUNNING' ? 'active' : job.status === 'CANCELLED' ? 'normal' : undefined
         }
-        format={() => `${done.toLocaleString()} / ${job.total.toLocaleString()}`}
+        format={() => `${count(done)} / ${count(job.total)}`}
       />
     </div>
   );
@@ -349,12 +349,12 @@ function JobDetail({ jobId, onClose, onChanged }: { jobId: string | null; onClos
               <Link to={`/campaigns/${j.couponId}`}>#{j.couponId}</Link>
             </Descriptions.Item>
             <Descriptions.Item label={t('reason')}>{j.reason}</Descriptions.Item>
-            <Descriptions.Item label={t('total')}>{j.total}</Descriptions.Item>
+            <Descriptions.Item label={t('total')}>{count(j.total)}</Descriptions.Item>
             <Descriptions.Item label={t('fromStock')}>{j.fromStock ? '✓' : '—'}</Descriptions.Item>
             <Descriptions.Item label={t('issued')}>
-              <span data-testid="job-issued">{j.issued}</span>
+              <span data-testid="job-issued">{count(j.issued)}</span>
             </Descriptions.Item>
-            <Descriptions.Item label={t('skipped')}>{j.skipped}</Descriptions.Item>
+            <Descriptions.Item label={t('skipped')}>{count(j.skipped)}</Descriptions.Item>
             <Descriptions.Item label={t('createdAt')}>{time(j.createdAt)}</Descriptions.Item>
             <Descriptions.Item label={t('startedAt')}>{time(j.startedAt)}</Descriptions.Item>
             <Descriptions.Item label={t('finishedAt')} span={2}>
@@ -366,7 +366,7 @@ function JobDetail({ jobId, onClose, onChanged }: { jobId: string | null; onClos
             <Space size={[8, 8]} wrap data-testid="skipped-by-reason">
               {SKIP_REASONS.map((r) => (
                 <Tag key={r} color={j.skippedByReason[r] > 0 ? 'volcano' : undefined}>
-                  {label(t, r)}: {j.skippedByReason[r]}
+                  {label(t, r)}: {count(j.skippedByReason[r])}
                 </Tag>
               ))}
             </Space>
@@ -451,8 +451,8 @@ export function BulkJobs() {
           },
           { title: t('status'), key: 'status', width: 110, render: (_, j) => <JobStatus job={j} t={t} /> },
           { title: t('progress'), key: 'progress', width: 220, render: (_, j) => <JobProgress job={j} /> },
-          { title: t('issued'), dataIndex: 'issued', align: 'right', width: 80 },
-          { title: t('skipped'), dataIndex: 'skipped', align: 'right', width: 80 },
+          { title: t('issued'), dataIndex: 'issued', align: 'right', width: 80, render: count },
+          { title: t('skipped'), dataIndex: 'skipped', align: 'right', width: 80, render: count },
           { title: t('fromStockShort'), dataIndex: 'fromStock', width: 100, align: 'center', render: (f: boolean) => (f ? '✓' : '—') },
           { title: t('createdAt'), dataIndex: 'createdAt', width: 170, render: time },
           {

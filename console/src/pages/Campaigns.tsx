@@ -3,7 +3,7 @@ import { App, Button, Card, Progress, Space, Table, Tag, Tooltip, Typography } f
 import { LineChartOutlined, PauseCircleOutlined, PlayCircleOutlined, PlusOutlined, ReloadOutlined } from '@ant-design/icons';
 import { Link } from 'react-router-dom';
 import { client, ok, type Coupon, type Counts, type CouponView } from '../api';
-import { phase, shortTime } from '../format';
+import { count, phase, shortTime } from '../format';
 import { usePagedList } from '../hooks';
 import { LoadMore } from '../LoadMore';
 import { useI18n, type Translate } from '../i18n';
@@ -30,12 +30,12 @@ export function StatusTags({ coupon, t }: { coupon: CouponView; t: Translate }) 
 export function StockBar({ coupon, t }: { coupon: Pick<CouponView, 'initStock' | 'remainingStock'>; t: Translate }) {
   const percent = coupon.initStock === 0 ? 0 : (coupon.remainingStock / coupon.initStock) * 100;
   return (
-    <Tooltip title={t('remainingOf', { remaining: coupon.remainingStock, total: coupon.initStock })}>
+    <Tooltip title={t('remainingOf', { remaining: count(coupon.remainingStock), total: count(coupon.initStock) })}>
       <div data-testid="stock-bar" data-remaining={coupon.remainingStock}>
         <Progress
           percent={Math.round(percent * 10) / 10}
           strokeColor={percent > 50 ? '#52c41a' : percent > 15 ? '#faad14' : '#f5222d'}
-          format={() => `${coupon.remainingStock.toLocaleString()} / ${coupon.initStock.toLocaleString()}`}
+          format={() => `${count(coupon.remainingStock)} / ${count(coupon.initStock)}`}
           size="small"
         />
       </div>
@@ -128,9 +128,9 @@ export function Campaigns() {
           },
           { title: t('status'), key: 'status', width: 100, render: (_, c) => <StatusTags coupon={c} t={t} /> },
           { title: t('stock'), key: 'stock', width: 220, render: (_, c) => <StockBar coupon={c} t={t} /> },
-          { title: t('issued'), key: 'issued', align: 'right', width: 80, render: (_, c) => c.counts.issued },
-          { title: t('used'), key: 'used', align: 'right', width: 70, render: (_, c) => c.counts.used },
-          { title: t('locked'), key: 'locked', align: 'right', width: 70, render: (_, c) => lockedCount(c.counts) },
+          { title: t('issued'), key: 'issued', align: 'right', width: 80, render: (_, c) => count(c.counts.issued) },
+          { title: t('used'), key: 'used', align: 'right', width: 70, render: (_, c) => count(c.counts.used) },
+          { title: t('locked'), key: 'locked', align: 'right', width: 70, render: (_, c) => count(lockedCount(c.counts)) },
           {
             title: t('actions'),
             key: 'actions',

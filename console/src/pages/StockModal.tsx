@@ -1,5 +1,6 @@
 import { App, Form, Input, Radio, Typography } from 'antd';
 import { client, ok, type CouponView } from '../api';
+import { count } from '../format';
 import { FormModal } from '../FormModal';
 import { useI18n } from '../i18n';
 
@@ -30,13 +31,13 @@ export function StockModal({ coupon, onClose, onDone }: { coupon: CouponView | n
             body: { delta: direction * Number(amount) },
           }),
         );
-        void message.success(t('stockChanged', { name: c.name, remaining: c.remainingStock, total: c.initStock }));
+        void message.success(t('stockChanged', { name: c.name, remaining: count(c.remainingStock), total: count(c.initStock) }));
         onDone(c);
       }}
     >
       {coupon && (
         <Typography.Paragraph data-testid="stock-remaining">
-          {t('stock')}: {t('remainingOf', { remaining: coupon.remainingStock, total: coupon.initStock })}
+          {t('stock')}: {t('remainingOf', { remaining: count(coupon.remainingStock), total: count(coupon.initStock) })}
         </Typography.Paragraph>
       )}
       <Form.Item name="direction">
