@@ -182,10 +182,14 @@ describe('admin console in a browser', () => {
     await page.getByTestId('field-name').fill('Double 11: spend ¥100 save ¥10');
     await page.getByTestId('field-totalStock').fill('50');
     await page.getByTestId('field-validity-days').fill('0');
+    await page.getByLabel('Discount (¥)').fill('0');
     await settle();
     await page.getByTestId('create-submit').click();
-    // The message is the API's (class-validator's wording), placed under the field it names.
+    // The message is the API's (class-validator's wording), placed under the field it names;
+    // one on money in the yuan the form takes, not the API's cents.
     await page.getByText('days must not be less than 1').waitFor();
+    await page.getByText('Must not be less than ¥0.01').waitFor();
+    await page.getByLabel('Discount (¥)').fill('10');
     await shot('02-create-validation');
     await page.getByTestId('field-validity-days').fill('7');
     await settle();

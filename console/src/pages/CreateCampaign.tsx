@@ -2,8 +2,9 @@ import { useState } from 'react';
 import { Alert, App, Button, Col, DatePicker, Drawer, Form, Input, InputNumber, Radio, Row, Space, Switch } from 'antd';
 import dayjs, { type Dayjs } from 'dayjs';
 import type { components } from '../../../client/schema';
-import { client, ok, type CouponView } from '../api';
+import { ApiError, client, ok, type CouponView } from '../api';
 import { showApiErrors } from '../apiForm';
+import { yuan } from '../format';
 import { useI18n } from '../i18n';
 
 interface Values {
@@ -47,7 +48,29 @@ const FIELDS = [
 ];
 
 /** The form shows yuan; the API takes cents. */
-const cents = (yuan: number) => Math.round(yuan * 100);
+const cents = (amount: number) => Math.round(amount * 100);
+
+/**
+ * The API's messages on money speak of cents ("amountCents must not be less than 1") under a field
+ * the operator filled in yuan: said again in yuan ("Must not be less than ¥0.01"), the field's own
+ * label naming it.
+ */
+function inYuan(err: unknown): unknown {
+  if (!(err instanceof ApiError) || !err.details?.fields) return err;
+  const fields = Object.fromEntries(
+    Object.entries(err.details.fields).map(([path, messages]) => [
+      path,
+      path.endsWith('Cents')
+        ? messages.map((m) =>
+            m
+              .replace(/^\w+Cents (\w)/, (_, first: string) => first.toUpperCase())
+              .replace(/than (\d+)\b/g, (_, n: string) => `than ¥${yuan(Number(n))}`),
+          )
+        : messages,
+    ]),
+  );
+  return new ApiError(err.status, err.code, err.message, { ...err.details, fields });
+}
 
 /** Only the fields of the chosen type: the API refuses the other type's fields. */
 function discountBody(d: Values['discount']): components['schemas']['DiscountDto'] {
@@ -103,7 +126,7 @@ export function CreateCampaign({ open, onClose, onCreated }: { open: boolean; on
       form.resetFields();
       onCreated(created);
     } catch (err) {
-      const rest = showApiErrors(form, err, FIELDS);
+      const rest = showApiErrors(form, inYuan(err), FIELDS);
       if (rest) setRefusal(t('apiRefused', { message: rest }));
     } finally {
       setBusy(false);
