@@ -412,6 +412,11 @@ describe('admin console in a browser', () => {
     expect(Number(stock.stock)).toBe(34);
     await page.locator('.ant-table-row', { hasText: 'RESTORE_STOCK' }).click();
     await page.getByText('What was done').waitFor();
+    // What reconciliation wrote, its keys in words: the details', the action's and the result's.
+    const labels = page.locator('.ant-table-expanded-row .ant-descriptions-item-label');
+    for (const named of ['Issued from stock', 'Difference', 'Units', 'Action performed'])
+      await labels.getByText(named, { exact: true }).first().waitFor();
+    expect(await labels.allTextContents()).not.toContain('issuedFromStock');
     await shot('08-compensation-done');
   });
 

@@ -6,19 +6,20 @@ import { client, ok, type Compensation } from '../api';
 import { showApiErrors } from '../apiForm';
 import { time } from '../format';
 import type { PagedList } from '../hooks';
-import { label, useI18n } from '../i18n';
+import { keyLabel, label, useI18n } from '../i18n';
 import { LoadMore } from '../LoadMore';
 
 const STATUS_COLOR = { PENDING: 'gold', DONE: 'green', REJECTED: 'default' } as const;
 
 /** JSON the reconciliation wrote (details, params, results) as readable key/value lines. */
 export function JsonView({ value }: { value: unknown }) {
+  const { t } = useI18n();
   if (value === null || value === undefined) return <Typography.Text type="secondary">—</Typography.Text>;
   if (typeof value !== 'object') return <span>{String(value)}</span>;
   return (
     <Descriptions size="small" column={1} bordered styles={{ label: { width: 150 } }}>
       {Object.entries(value as Record<string, unknown>).map(([k, v]) => (
-        <Descriptions.Item key={k} label={k}>
+        <Descriptions.Item key={k} label={keyLabel(t, k)}>
           {typeof v === 'object' && v !== null ? (
             <pre style={{ margin: 0, fontSize: 12, whiteSpace: 'pre-wrap' }}>{JSON.stringify(v, null, 1)}</pre>
           ) : (
