@@ -698,7 +698,7 @@ describe('admin console in a browser', () => {
     const stored = async () => (await request(t.url).get(`/admin/coupons/${coupon.id}`).set(bearer(adminToken()))).body.rateLimitPerSecond;
     await page.goto(`${t.url}/console/campaigns/${coupon.id}`);
     const shown = page.locator('.ant-descriptions-row', { hasText: 'Grab rate limit (per second)' });
-    await shown.getByText('Empty: the service default').waitFor();
+    await shown.getByText('The service default (RATE_LIMIT_PER_SECOND)').waitFor();
     await page.getByRole('button', { name: 'Rate limit', exact: true }).click();
     const field = page.getByLabel('Grabs per second');
     for (const typed of ['0', '2.5', '1000001']) {
@@ -707,20 +707,20 @@ describe('admin console in a browser', () => {
       await page.getByText('A whole number from 1 to 1,000,000, or empty').waitFor();
     }
     expect(await stored()).toBeNull();
-    await field.fill('250');
+    await field.fill('2500');
     await page.getByTestId('rate-submit').click();
-    await shown.getByText('250', { exact: true }).waitFor();
-    expect(await stored()).toBe(250);
+    await shown.getByText('2,500', { exact: true }).waitFor();
+    expect(await stored()).toBe(2500);
     await page.getByRole('button', { name: 'Rate limit', exact: true }).click();
     expect(
       await eventually(
         () => field.inputValue(),
-        (v) => v === '250',
+        (v) => v === '2500',
       ),
-    ).toBe('250');
+    ).toBe('2500');
     await field.fill('');
     await page.getByTestId('rate-submit').click();
-    await shown.getByText('Empty: the service default').waitFor();
+    await shown.getByText('The service default (RATE_LIMIT_PER_SECOND)').waitFor();
     expect(await stored()).toBeNull();
   });
 

@@ -6,7 +6,7 @@ import dayjs from 'dayjs';
 import { Link, useParams } from 'react-router-dom';
 import { client, ok, type CouponView, type Series } from '../api';
 import { Chart } from '../chart';
-import { time, yuan } from '../format';
+import { count, time, yuan } from '../format';
 import { usePoll } from '../hooks';
 import { label, useI18n, type Translate } from '../i18n';
 import { lockedCount, PauseButton, StatusTags, StockBar } from './Campaigns';
@@ -219,7 +219,9 @@ export function CampaignLive() {
                 ? t('validityRelativeDesc', { days: coupon.validity.days })
                 : t('validityFixedDesc', { start: time(coupon.validity.startAt), end: time(coupon.validity.endAt) })}
             </Descriptions.Item>
-            <Descriptions.Item label={t('rateLimit')}>{coupon.rateLimitPerSecond ?? t('rateLimitHelp')}</Descriptions.Item>
+            <Descriptions.Item label={t('rateLimit')}>
+              {coupon.rateLimitPerSecond === null ? t('rateLimitDefault') : count(coupon.rateLimitPerSecond)}
+            </Descriptions.Item>
             <Descriptions.Item label={t('returnOnRefund')}>{coupon.returnOnRefund ? '✓' : '—'}</Descriptions.Item>
             <Descriptions.Item label={t('stackable')}>{coupon.stackable ? '✓' : '—'}</Descriptions.Item>
           </Descriptions>
