@@ -752,6 +752,32 @@ describe('admin console in a browser', () => {
       .waitFor();
   });
 
+  it('fits a window 800 pixels wide: the menu behind a button, wide tables scrolling inside their cards', async () => {
+    const tab = await newTab();
+    watchErrors(tab);
+    try {
+      await tab.setViewportSize({ width: 800, height: 900 });
+      await tab.goto(`${t.url}/console/campaigns#token=${adminToken()}`);
+      await tab.getByTestId(`campaign-${couponId}`).waitFor();
+      await tab.waitForTimeout(400);
+      await tab.screenshot({ path: `${SHOTS}/15-campaigns-800px.png` });
+      // The page itself never scrolls sideways, and the campaign's name keeps room to be read.
+      expect(await tab.evaluate(() => document.documentElement.scrollWidth)).toBeLessThanOrEqual(800);
+      expect((await tab.getByRole('columnheader', { name: 'Name' }).boundingBox())?.width).toBeGreaterThanOrEqual(120);
+      const sider = tab.locator('.ant-layout-sider');
+      expect((await sider.boundingBox())?.width).toBe(0);
+      const toggle = tab.getByTestId('menu-toggle');
+      await toggle.click();
+      await tab.getByRole('menuitem', { name: 'Webhooks' }).click();
+      await tab.getByRole('button', { name: 'New webhook' }).waitFor();
+      expect(await toggle.getAttribute('aria-expanded')).toBe('false');
+      expect((await sider.boundingBox())?.width).toBe(0);
+      expect(await tab.evaluate(() => document.documentElement.scrollWidth)).toBeLessThanOrEqual(800);
+    } finally {
+      await tab.context().close();
+    }
+  });
+
   it('speaks Chinese after the switch', async () => {
     // A toast of the tests before, in English, would otherwise sit in the screenshots.
     await noToasts();

@@ -4,6 +4,7 @@ import {
   ApiOutlined,
   AuditOutlined,
   LogoutOutlined,
+  MenuOutlined,
   SafetyCertificateOutlined,
   ShopOutlined,
   UsergroupAddOutlined,
@@ -56,6 +57,9 @@ const NAV: { key: string; icon: ReactNode; label: MessageKey }[] = [
 export function App() {
   const { lang, setLang, t } = useI18n();
   const [session, setSession] = useState(initialSession);
+  // Below Ant Design's lg breakpoint the menu is hidden behind a button in the header, so no control floats over the page.
+  const [narrow, setNarrow] = useState(false);
+  const [menuOpen, setMenuOpen] = useState(false);
   const navigate = useNavigate();
   const location = useLocation();
 
@@ -113,18 +117,43 @@ export function App() {
     />
   ) : (
     <Layout style={{ minHeight: '100vh' }}>
-      <Layout.Sider breakpoint="lg" collapsedWidth={0} width={220} theme="dark">
+      <Layout.Sider
+        breakpoint="lg"
+        onBreakpoint={setNarrow}
+        collapsible
+        collapsed={narrow && !menuOpen}
+        trigger={null}
+        collapsedWidth={0}
+        width={220}
+        theme="dark"
+      >
         <div style={{ color: '#fff', fontSize: 18, fontWeight: 600, padding: '18px 24px' }}>{t('appTitle')}</div>
         <Menu
           theme="dark"
           mode="inline"
           selectedKeys={NAV.filter((n) => location.pathname.startsWith(n.key)).map((n) => n.key)}
           items={NAV.map((n) => ({ key: n.key, icon: n.icon, label: t(n.label) }))}
-          onClick={(e) => navigate(e.key)}
+          onClick={(e) => {
+            navigate(e.key);
+            setMenuOpen(false);
+          }}
         />
       </Layout.Sider>
       <Layout>
-        <Layout.Header style={{ background: '#fff', padding: '0 24px', display: 'flex', justifyContent: 'flex-end', alignItems: 'center' }}>
+        <Layout.Header
+          style={{ background: '#fff', padding: '0 24px', display: 'flex', justifyContent: 'space-between', alignItems: 'center' }}
+        >
+          {narrow ? (
+            <Button
+              data-testid="menu-toggle"
+              aria-label={t('menu')}
+              aria-expanded={menuOpen}
+              icon={<MenuOutlined />}
+              onClick={() => setMenuOpen(!menuOpen)}
+            />
+          ) : (
+            <span />
+          )}
           <Space size="large">
             <Typography.Text type="secondary">{t('signedInAs', { user: readClaims(session.token)?.sub ?? '?' })}</Typography.Text>
             {languageSwitch}

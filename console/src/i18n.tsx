@@ -8,6 +8,7 @@ const en = {
   navReconciliation: 'Reconciliation',
   navCompensations: 'Compensations',
   signOut: 'Sign out',
+  menu: 'Menu',
   signedInAs: 'Signed in as {user}',
   language: 'Language',
   // sign-in
@@ -303,6 +304,7 @@ const zhCN: Messages = {
   navReconciliation: '对账',
   navCompensations: '补偿',
   signOut: '退出',
+  menu: '菜单',
   signedInAs: '当前用户 {user}',
   language: '语言',
   signInTitle: '登录',

@@ -426,6 +426,7 @@ export function BulkJobs() {
       {list.error && <Alert type="error" title={list.error.message} style={{ marginBottom: 16 }} />}
       <Table<IssuanceJob>
         rowKey="id"
+        scroll={{ x: 1080 }}
         size="middle"
         data-testid="jobs"
         loading={list.loading && !list.items}

@@ -104,6 +104,7 @@ export function Campaigns() {
       {list.error && <Typography.Text type="danger">{list.error.message}</Typography.Text>}
       <Table<Coupon>
         rowKey="id"
+        scroll={{ x: 960 }}
         size="middle"
         dataSource={list.items}
         loading={list.loading && !list.items}

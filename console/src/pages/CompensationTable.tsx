@@ -110,6 +110,7 @@ export function CompensationTable({ list }: { list: PagedList<Compensation> }) {
     <>
       <Table<Compensation>
         rowKey="id"
+        scroll={{ x: 900 }}
         size="middle"
         loading={list.loading && !list.items}
         dataSource={list.items}

@@ -129,6 +129,7 @@ function Runs() {
       {runs.error && <Alert type="error" title={runs.error.message} />}
       <Table<Run>
         rowKey="id"
+        scroll={{ x: 960 }}
         size="middle"
         loading={runs.loading && !runs.items}
         dataSource={runs.items}

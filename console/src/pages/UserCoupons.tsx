@@ -222,6 +222,7 @@ export function UserCoupons() {
       ) : (
         <Table<UserCoupon>
           rowKey="id"
+          scroll={{ x: 1100 }}
           size="middle"
           loading={list.loading}
           dataSource={list.items}

@@ -123,6 +123,7 @@ function Deliveries({ webhook, onClose }: { webhook: Webhook | null; onClose(): 
       {list.error && <Alert type="error" title={list.error.message} />}
       <Table<Delivery>
         rowKey="id"
+        scroll={{ x: 800 }}
         size="small"
         data-testid="deliveries"
         loading={list.loading && !list.items}
@@ -198,6 +199,7 @@ export function Webhooks() {
       {list.error && <Alert type="error" title={list.error.message} style={{ marginBottom: 16 }} />}
       <Table<Webhook>
         rowKey="id"
+        scroll={{ x: 900 }}
         size="middle"
         loading={list.loading && !list.data}
         dataSource={list.data}
