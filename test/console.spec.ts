@@ -762,7 +762,7 @@ describe('admin console in a browser', () => {
       await tab.waitForTimeout(400);
       await tab.screenshot({ path: `${SHOTS}/15-campaigns-800px.png` });
       // The page itself never scrolls sideways, and the campaign's name keeps room to be read.
-      expect(await tab.evaluate(() => document.documentElement.scrollWidth)).toBeLessThanOrEqual(800);
+      expect(await tab.evaluate<number>('document.documentElement.scrollWidth')).toBeLessThanOrEqual(800);
       expect((await tab.getByRole('columnheader', { name: 'Name' }).boundingBox())?.width).toBeGreaterThanOrEqual(120);
       const sider = tab.locator('.ant-layout-sider');
       expect((await sider.boundingBox())?.width).toBe(0);
@@ -772,7 +772,7 @@ describe('admin console in a browser', () => {
       await tab.getByRole('button', { name: 'New webhook' }).waitFor();
       expect(await toggle.getAttribute('aria-expanded')).toBe('false');
       expect((await sider.boundingBox())?.width).toBe(0);
-      expect(await tab.evaluate(() => document.documentElement.scrollWidth)).toBeLessThanOrEqual(800);
+      expect(await tab.evaluate<number>('document.documentElement.scrollWidth')).toBeLessThanOrEqual(800);
     } finally {
       await tab.context().close();
     }
