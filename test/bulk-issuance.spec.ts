@@ -514,6 +514,49 @@ describe('bulk issuance', () => {
     )) as { n: string }[];
     expect(Number(orphans[0].n)).toBe(0);
   }, 120_000);
+
+  it('takes a JSON list of 10,000 ids of 64 characters, and refuses a JSON body over 1 MiB with 413, with or without a length', async () => {
+    const coupon = await createCoupon(t.url, { totalStock: 0 });
+    const ids = Array.from({ length: 10_000 }, (_, i) => `u${String(i).padStart(63, '0')}`);
+    const fits = JSON.stringify({ userIds: ids, reason: 'x'.repeat(200), fromStock: false }, null, 2);
+    expect(Buffer.byteLength(fits)).toBeGreaterThan(64 * 1024);
+    const accepted = await request(t.url)
+      .post(`/admin/coupons/${coupon.id}/issuances`)
+      .set(admin())
+      .set('Idempotency-Key', newKey('bulk'))
+      .set('Content-Type', 'application/json')
+      .send(fits);
+    expect(accepted.status).toBe(202);
+    // Its 10,000 lines are not for the runner of the tests after this one.
+    expect((await request(t.url).post(`/admin/issuance-jobs/${accepted.body.jobId}/cancel`).set(admin())).status).toBe(200);
+
+    const over = JSON.stringify({ userIds: ['u-1'], reason: 'r', fromStock: false, pad: 'x'.repeat(1024 * 1024) });
+    const withLength = await request(t.url)
+      .post(`/admin/coupons/${coupon.id}/issuances`)
+      .set(admin())
+      .set('Idempotency-Key', newKey('bulk'))
+      .set('Content-Type', 'application/json')
+      .send(over);
+    expect([withLength.status, withLength.body.code]).toEqual([413, 'PAYLOAD_TOO_LARGE']);
+    const chunked = await new Promise<{ status: number; body: string }>((resolve, reject) => {
+      const req = httpRequest(`${t.url}/admin/coupons/${coupon.id}/issuances`, {
+        method: 'POST',
+        headers: { ...admin(), 'Idempotency-Key': newKey('bulk'), 'Content-Type': 'application/json', 'Transfer-Encoding': 'chunked' },
+      });
+      req.on('response', (res) => {
+        let body = '';
+        res.on('data', (c: Buffer) => (body += c.toString()));
+        res.on('end', () => resolve({ status: res.statusCode ?? 0, body }));
+      });
+      // The server may answer and close before the last chunk is written.
+      req.on('error', reject);
+      for (let i = 0; i < over.length; i += 64 * 1024) req.write(over.slice(i, i + 64 * 1024));
+      req.end();
+    });
+    expect([chunked.status, (JSON.parse(chunked.body) as { code: string }).code]).toEqual([413, 'PAYLOAD_TOO_LARGE']);
+    const jobs = (await t.db.query(`SELECT COUNT(*) AS n FROM issuance_job WHERE coupon_id = ?`, [coupon.id])) as { n: string }[];
+    expect(Number(jobs[0].n)).toBe(1);
+  });
 });
 
 describe('bulk issuance through a database outage', () => {

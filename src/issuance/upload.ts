@@ -1,4 +1,6 @@
+import { pipeline, Transform } from 'node:stream';
 import type { FastifyInstance, FastifyRequest } from 'fastify';
+import { AppError } from '../common/errors.js';
 import { CSV_MAX_BYTES } from './user-id-lines.js';
 
 /** The one route that takes a list of users, as Fastify spells it. */
@@ -7,8 +9,20 @@ export const ISSUANCE_ROUTE = '/admin/coupons/:couponId/issuances';
 export const isCsv = (req: FastifyRequest) => /^text\/csv\s*(;|$)/i.test(req.headers['content-type'] ?? '');
 
 /**
+ * The most a JSON list may take: 10,000 ids of 64 characters, quoted, one per indented line, and a
+ * reason come to under 800 KB. The route's own limit is the CSV's 64 MiB, which JSON.parse would
+ * hold the event loop for, for a second, in one piece.
+ */
+export const JSON_LIST_MAX_BYTES = 1024 * 1024;
+
+const jsonListTooLarge = () =>
+  new AppError('PAYLOAD_TOO_LARGE', `A JSON list of users may take ${JSON_LIST_MAX_BYTES} bytes; send a longer one as text/csv`, {
+    maxBytes: JSON_LIST_MAX_BYTES,
+  });
+
+/**
  * Lets the issuance route take what no other route takes: a JSON list larger than the 64 KiB every
- * other body is held to, a text/csv body handed over as a stream (user-id-lines.ts counts its
+ * other body is held to (up to JSON_LIST_MAX_BYTES), a text/csv body handed over as a stream (user-id-lines.ts counts its
  * 64 MiB), and a deadline long enough for a million lines to arrive and be stored
  * (BULK_UPLOAD_TIMEOUT_MS instead of REQUEST_TIMEOUT_MS). Must run before the routes are
  * registered (app.init()).
@@ -18,6 +32,22 @@ export function acceptIssuanceUploads(fastify: FastifyInstance, uploadTimeoutMs:
     if (route.url !== ISSUANCE_ROUTE) return;
     route.bodyLimit = CSV_MAX_BYTES;
     route.handlerTimeout = uploadTimeoutMs;
+  });
+  fastify.addHook('preParsing', (req, _reply, payload, done) => {
+    if (req.routeOptions.url !== ISSUANCE_ROUTE || isCsv(req)) return done(null, payload);
+    if (Number(req.headers['content-length']) > JSON_LIST_MAX_BYTES) return done(jsonListTooLarge());
+    // A body without a length (chunked) is counted as it arrives.
+    let received = 0;
+    const counted = new Transform({
+      transform(chunk: Buffer, _encoding, next) {
+        received += chunk.length;
+        next(received > JSON_LIST_MAX_BYTES ? jsonListTooLarge() : null, chunk);
+      },
+    });
+    done(
+      null,
+      pipeline(payload, counted, () => undefined),
+    );
   });
   fastify.addContentTypeParser('text/csv', (req, payload, done) => {
     if (req.routeOptions.url !== ISSUANCE_ROUTE) {
