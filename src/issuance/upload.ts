@@ -1,5 +1,5 @@
 import { pipeline, Transform } from 'node:stream';
-import type { FastifyInstance, FastifyRequest } from 'fastify';
+import type { FastifyInstance, FastifyRequest, preParsingHookHandler } from 'fastify';
 import { AppError } from '../common/errors.js';
 import { CSV_MAX_BYTES } from './user-id-lines.js';
 
@@ -32,22 +32,9 @@ export function acceptIssuanceUploads(fastify: FastifyInstance, uploadTimeoutMs:
     if (route.url !== ISSUANCE_ROUTE) return;
     route.bodyLimit = CSV_MAX_BYTES;
     route.handlerTimeout = uploadTimeoutMs;
-  });
-  fastify.addHook('preParsing', (req, _reply, payload, done) => {
-    if (req.routeOptions.url !== ISSUANCE_ROUTE || isCsv(req)) return done(null, payload);
-    if (Number(req.headers['content-length']) > JSON_LIST_MAX_BYTES) return done(jsonListTooLarge());
-    // A body without a length (chunked) is counted as it arrives.
-    let received = 0;
-    const counted = new Transform({
-      transform(chunk: Buffer, _encoding, next) {
-        received += chunk.length;
-        next(received > JSON_LIST_MAX_BYTES ? jsonListTooLarge() : null, chunk);
-      },
-    });
-    done(
-      null,
-      pipeline(payload, counted, () => undefined),
-    );
+    // This route's own hook: no other request pays for it.
+    const hooks = route.preParsing;
+    route.preParsing = [...(hooks === undefined ? [] : Array.isArray(hooks) ? hooks : [hooks]), capJsonList];
   });
   fastify.addContentTypeParser('text/csv', (req, payload, done) => {
     if (req.routeOptions.url !== ISSUANCE_ROUTE) {
@@ -60,3 +47,20 @@ export function acceptIssuanceUploads(fastify: FastifyInstance, uploadTimeoutMs:
     done(null, payload);
   });
 }
+
+/** Holds a JSON body to JSON_LIST_MAX_BYTES, by its length before it is read, else as it arrives (chunked). */
+const capJsonList: preParsingHookHandler = (req, _reply, payload, done) => {
+  if (isCsv(req)) return done(null, payload);
+  if (Number(req.headers['content-length']) > JSON_LIST_MAX_BYTES) return done(jsonListTooLarge());
+  let received = 0;
+  const counted = new Transform({
+    transform(chunk: Buffer, _encoding, next) {
+      received += chunk.length;
+      next(received > JSON_LIST_MAX_BYTES ? jsonListTooLarge() : null, chunk);
+    },
+  });
+  done(
+    null,
+    pipeline(payload, counted, () => undefined),
+  );
+};
