@@ -1,5 +1,5 @@
 import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
-import { request as httpRequest } from 'node:http';
+import { Agent, request as httpRequest } from 'node:http';
 import request from 'supertest';
 import { IssuanceRunner, MAX_PAUSES } from '../src/issuance/issuance-runner.js';
 import { createCoupon, newKey } from './support/factories.js';
@@ -515,47 +515,77 @@ describe('bulk issuance', () => {
     expect(Number(orphans[0].n)).toBe(0);
   }, 120_000);
 
+  /**
+   * One request on `agent`'s connection: `body` written in 64 KiB chunks, without a length when
+   * `chunked`, until written or the server closes the connection under it.
+   */
+  const send = (agent: Agent, couponId: string, contentType: string, body: string, chunked: boolean) =>
+    new Promise<{ status: number; connection?: string; body: string }>((resolve, reject) => {
+      const req = httpRequest(`${t.url}/admin/coupons/${couponId}/issuances`, {
+        method: 'POST',
+        agent,
+        headers: {
+          ...admin(),
+          'Idempotency-Key': newKey('bulk'),
+          'Content-Type': contentType,
+          ...(chunked ? { 'Transfer-Encoding': 'chunked' } : { 'Content-Length': Buffer.byteLength(body) }),
+        },
+      });
+      let answered = false;
+      req.on('response', (res) => {
+        answered = true;
+        let text = '';
+        res.on('data', (c: Buffer) => (text += c.toString()));
+        res.on('end', () => resolve({ status: res.statusCode ?? 0, connection: res.headers.connection, body: text }));
+      });
+      req.on('error', (err) => {
+        if (!answered) reject(err);
+      });
+      void (async () => {
+        for (let i = 0; i < body.length && !req.destroyed; i += 64 * 1024) {
+          if (!req.write(body.slice(i, i + 64 * 1024))) await new Promise((r) => req.once('drain', r));
+          await new Promise((r) => setImmediate(r));
+        }
+        if (!req.destroyed) req.end();
+      })();
+    });
+
   it('takes a JSON list of 10,000 ids of 64 characters, and refuses a JSON body over 1 MiB with 413, with or without a length', async () => {
     const coupon = await createCoupon(t.url, { totalStock: 0 });
-    const ids = Array.from({ length: 10_000 }, (_, i) => `u${String(i).padStart(63, '0')}`);
-    const fits = JSON.stringify({ userIds: ids, reason: 'x'.repeat(200), fromStock: false }, null, 2);
-    expect(Buffer.byteLength(fits)).toBeGreaterThan(64 * 1024);
-    const accepted = await request(t.url)
-      .post(`/admin/coupons/${coupon.id}/issuances`)
-      .set(admin())
-      .set('Idempotency-Key', newKey('bulk'))
-      .set('Content-Type', 'application/json')
-      .send(fits);
-    expect(accepted.status).toBe(202);
-    // Its 10,000 lines are not for the runner of the tests after this one.
-    expect((await request(t.url).post(`/admin/issuance-jobs/${accepted.body.jobId}/cancel`).set(admin())).status).toBe(200);
+    const agent = new Agent({ keepAlive: true, maxSockets: 1 });
+    try {
+      const ids = Array.from({ length: 10_000 }, (_, i) => `u${String(i).padStart(63, '0')}`);
+      const fits = JSON.stringify({ userIds: ids, reason: 'x'.repeat(200), fromStock: false }, null, 2);
+      expect(Buffer.byteLength(fits)).toBeGreaterThan(64 * 1024);
+      const accepted = await send(agent, coupon.id, 'application/json', fits, false);
+      expect(accepted.status).toBe(202);
+      // Its 10,000 lines are not for the runner of the tests after this one.
+      const jobId = (JSON.parse(accepted.body) as { jobId: string }).jobId;
+      expect((await request(t.url).post(`/admin/issuance-jobs/${jobId}/cancel`).set(admin())).status).toBe(200);
 
-    const over = JSON.stringify({ userIds: ['u-1'], reason: 'r', fromStock: false, pad: 'x'.repeat(1024 * 1024) });
-    const withLength = await request(t.url)
-      .post(`/admin/coupons/${coupon.id}/issuances`)
-      .set(admin())
-      .set('Idempotency-Key', newKey('bulk'))
-      .set('Content-Type', 'application/json')
-      .send(over);
-    expect([withLength.status, withLength.body.code]).toEqual([413, 'PAYLOAD_TOO_LARGE']);
-    const chunked = await new Promise<{ status: number; body: string }>((resolve, reject) => {
-      const req = httpRequest(`${t.url}/admin/coupons/${coupon.id}/issuances`, {
-        method: 'POST',
-        headers: { ...admin(), 'Idempotency-Key': newKey('bulk'), 'Content-Type': 'application/json', 'Transfer-Encoding': 'chunked' },
-      });
-      req.on('response', (res) => {
-        let body = '';
-        res.on('data', (c: Buffer) => (body += c.toString()));
-        res.on('end', () => resolve({ status: res.statusCode ?? 0, body }));
-      });
-      // The server may answer and close before the last chunk is written.
-      req.on('error', reject);
-      for (let i = 0; i < over.length; i += 64 * 1024) req.write(over.slice(i, i + 64 * 1024));
-      req.end();
-    });
-    expect([chunked.status, (JSON.parse(chunked.body) as { code: string }).code]).toEqual([413, 'PAYLOAD_TOO_LARGE']);
-    const jobs = (await t.db.query(`SELECT COUNT(*) AS n FROM issuance_job WHERE coupon_id = ?`, [coupon.id])) as { n: string }[];
-    expect(Number(jobs[0].n)).toBe(1);
+      const over = JSON.stringify({ userIds: ['u-1'], reason: 'r', fromStock: false, pad: 'x'.repeat(4 * 1024 * 1024) });
+      for (const chunked of [false, true]) {
+        const refused = await send(agent, coupon.id, 'application/json; charset=utf-8', over, chunked);
+        expect([refused.status, (JSON.parse(refused.body) as { code: string }).code, refused.connection]).toEqual([
+          413,
+          'PAYLOAD_TOO_LARGE',
+          'close',
+        ]);
+      }
+      const jobs = (await t.db.query(`SELECT COUNT(*) AS n FROM issuance_job WHERE coupon_id = ?`, [coupon.id])) as { n: string }[];
+      expect(Number(jobs[0].n)).toBe(1);
+
+      // A body of another type is 415 as on any route, not 413 for a JSON list.
+      const plain = await request(t.url)
+        .post(`/admin/coupons/${coupon.id}/issuances`)
+        .set(admin())
+        .set('Idempotency-Key', newKey('bulk'))
+        .set('Content-Type', 'text/plain')
+        .send('x'.repeat(2 * 1024 * 1024));
+      expect([plain.status, plain.body.code]).toEqual([415, 'UNSUPPORTED_MEDIA_TYPE']);
+    } finally {
+      agent.destroy();
+    }
   });
 });
 
