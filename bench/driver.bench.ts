@@ -1,6 +1,7 @@
 // npm run bench:driver [-- --statements 20000 --rounds 3]
 // What mysql2's `trace` option costs this process per statement, through TypeORM as the service
-// uses it (its data source options, a pool of DB_POOL_SIZE, that many statements in flight). With
+// uses it (its data source options, a pool of DB_POOL_SIZE, that many statements in flight; not the
+// request-deadline wrapper database.module.ts adds, the same for both settings). With
 // `trace` on (mysql2's default) every statement captures a stack trace before it is sent; the service
 // turns it off (data-source-options.ts). Rounds alternate the two settings; CPU is this process's.
 import { parseArgs } from 'node:util';

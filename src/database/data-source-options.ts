@@ -37,7 +37,8 @@ export function dataSourceOptions(c: DbConfig): MysqlDataSourceOptions {
       maxIdle: c.DB_POOL_SIZE,
       idleTimeout: 60_000,
       // mysql2 otherwise captures a stack trace on every statement, for errors it rarely has (3.6 % of
-      // the server's CPU under the mixed sale load); an await-ed failure keeps its async stack anyway.
+      // the server's CPU under the mixed sale load). TypeORM's QueryFailedError still carries the
+      // awaiting code's async stack; only its driverError's stack is mysql2's own frames.
       trace: false,
     },
   };
