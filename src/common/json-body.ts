@@ -13,10 +13,7 @@ const utf8 = new TextDecoder('utf-8', { fatal: true });
  * the input guard refuse naming them. An empty body is no body, as without the Content-Type.
  */
 export function strictJsonBodies(fastify: FastifyInstance): void {
-  // A compressed body is not decompressed: 415 says so, where its bytes read as "not UTF-8". An
-  // async hook on purpose: with a callback one, a 415 for a large text/plain body on the bulk
-  // route was sent before the body was read, Node never drained it, and the keep-alive connection
-  // took no further request (seen once with a script against a production build, 2026-12-04).
+  // A compressed body is not decompressed: 415 says so, where its bytes read as "not UTF-8".
   fastify.addHook('preParsing', async (req) => {
     const encoding = req.headers['content-encoding']?.trim().toLowerCase();
     if (encoding && encoding !== 'identity')
