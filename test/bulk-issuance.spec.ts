@@ -587,6 +587,27 @@ describe('bulk issuance', () => {
       agent.destroy();
     }
   });
+
+  it('a body refused before it is read (415) closes its connection, so the next request on the agent is answered', async () => {
+    const coupon = await createCoupon(t.url);
+    const agent = new Agent({ keepAlive: true, maxSockets: 1 });
+    try {
+      const refused = await send(agent, coupon.id, 'text/plain', 'x'.repeat(512 * 1024), false);
+      expect([refused.status, refused.connection]).toEqual([415, 'close']);
+      const next = await new Promise<number>((resolve, reject) => {
+        const req = httpRequest(`${t.url}/health`, { agent, timeout: 5000 }, (res) => {
+          res.resume();
+          resolve(res.statusCode ?? 0);
+        });
+        req.on('timeout', () => req.destroy(new Error('no answer: the connection is still behind the unread body')));
+        req.on('error', reject);
+        req.end();
+      });
+      expect(next).toBe(200);
+    } finally {
+      agent.destroy();
+    }
+  }, 30_000);
 });
 
 describe('bulk issuance through a database outage', () => {

@@ -1,5 +1,5 @@
 import { pipeline, Transform } from 'node:stream';
-import type { FastifyInstance, FastifyRequest, preParsingHookHandler } from 'fastify';
+import type { FastifyInstance, FastifyRequest, onSendHookHandler, preParsingHookHandler } from 'fastify';
 import { AppError } from '../common/errors.js';
 import { CSV_MAX_BYTES } from './user-id-lines.js';
 
@@ -39,8 +39,8 @@ export function acceptIssuanceUploads(fastify: FastifyInstance, uploadTimeoutMs:
     route.bodyLimit = CSV_MAX_BYTES;
     route.handlerTimeout = uploadTimeoutMs;
     // This route's own hook: no other request pays for it.
-    const hooks = route.preParsing;
-    route.preParsing = [...(hooks === undefined ? [] : Array.isArray(hooks) ? hooks : [hooks]), capJsonList];
+    route.preParsing = [...asList(route.preParsing), capJsonList];
+    route.onSend = [...asList(route.onSend), closeIfUnread];
   });
   fastify.addContentTypeParser('text/csv', (req, payload, done) => {
     if (req.routeOptions.url !== ISSUANCE_ROUTE) {
@@ -73,4 +73,16 @@ const capJsonList: preParsingHookHandler = (req, _reply, payload, done) => {
     null,
     pipeline(payload, counted, () => undefined),
   );
+};
+
+const asList = <T>(hooks: T | T[] | undefined): T[] => (hooks === undefined ? [] : Array.isArray(hooks) ? hooks : [hooks]);
+
+/**
+ * An answer sent before the body was read (a 415 for a body of another type) closes the
+ * connection: Node does not drain what is left of a body this route allows up to 64 MiB, and the
+ * next request on a kept-alive connection waited for the request timeout behind it.
+ */
+const closeIfUnread: onSendHookHandler = (req, reply, payload, done) => {
+  if (!req.raw.complete) void reply.header('Connection', 'close');
+  done(null, payload);
 };
