@@ -17,14 +17,10 @@ export const JSON_LIST_MAX_BYTES = 1024 * 1024;
 
 const isJson = (req: FastifyRequest) => /^application\/json\s*(;|$)/i.test(req.headers['content-type'] ?? '');
 
-// Connection: close, or Node would read (and drop) the rest of a body of up to 64 MiB before the next request.
 const jsonListTooLarge = () =>
-  new AppError(
-    'PAYLOAD_TOO_LARGE',
-    `A JSON list of users may take ${JSON_LIST_MAX_BYTES} bytes; send a longer one as text/csv`,
-    { maxBytes: JSON_LIST_MAX_BYTES },
-    { Connection: 'close' },
-  );
+  new AppError('PAYLOAD_TOO_LARGE', `A JSON list of users may take ${JSON_LIST_MAX_BYTES} bytes; send a longer one as text/csv`, {
+    maxBytes: JSON_LIST_MAX_BYTES,
+  });
 
 /**
  * Lets the issuance route take what no other route takes: a JSON list larger than the 64 KiB every
@@ -38,7 +34,7 @@ export function acceptIssuanceUploads(fastify: FastifyInstance, uploadTimeoutMs:
     if (route.url !== ISSUANCE_ROUTE) return;
     route.bodyLimit = CSV_MAX_BYTES;
     route.handlerTimeout = uploadTimeoutMs;
-    // This route's own hook: no other request pays for it.
+    // Hooks of this route only: no other request pays for them.
     route.preParsing = [...asList(route.preParsing), capJsonList];
     route.onSend = [...asList(route.onSend), closeIfUnread];
   });
@@ -56,8 +52,7 @@ export function acceptIssuanceUploads(fastify: FastifyInstance, uploadTimeoutMs:
 
 /**
  * Holds a JSON body to JSON_LIST_MAX_BYTES, by its length before it is read, else as it arrives
- * (chunked). Only JSON: a body of a type no parser takes is answered 415 without being read, and
- * Node drops it only while nothing else has started reading it.
+ * (chunked). Only JSON: a body of another type is 415 as on every route, not a JSON list's 413.
  */
 const capJsonList: preParsingHookHandler = (req, _reply, payload, done) => {
   if (!isJson(req)) return done(null, payload);
@@ -78,9 +73,10 @@ const capJsonList: preParsingHookHandler = (req, _reply, payload, done) => {
 const asList = <T>(hooks: T | T[] | undefined): T[] => (hooks === undefined ? [] : Array.isArray(hooks) ? hooks : [hooks]);
 
 /**
- * An answer sent before the body was read (a 415 for a body of another type) closes the
- * connection: Node does not drain what is left of a body this route allows up to 64 MiB, and the
- * next request on a kept-alive connection waited for the request timeout behind it.
+ * An answer sent before the body was read (a 415 for a body of another type, the JSON list's 413,
+ * a 503 mid-upload) closes the connection: Node does not drain what is left of a body this route
+ * allows up to 64 MiB, and the next request on a kept-alive connection waited for the request
+ * timeout behind it.
  */
 const closeIfUnread: onSendHookHandler = (req, reply, payload, done) => {
   if (!req.raw.complete) void reply.header('Connection', 'close');
