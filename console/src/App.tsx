@@ -57,8 +57,8 @@ const NAV: { key: string; icon: ReactNode; label: MessageKey }[] = [
 export function App() {
   const { lang, setLang, t } = useI18n();
   const [session, setSession] = useState(initialSession);
-  // Below Ant Design's lg breakpoint the menu is hidden behind a button in the header, so no control floats over the page.
-  // Read at once (Ant Design's lg breakpoint), or a narrow window would paint the menu open first.
+  // Below Ant Design's lg breakpoint the menu hides behind a header button, so nothing floats over the
+  // page; read before the first paint, or a narrow window would paint the menu open first.
   const [narrow, setNarrow] = useState(() => window.matchMedia('screen and (max-width: 991.98px)').matches);
   const [menuOpen, setMenuOpen] = useState(false);
   const navigate = useNavigate();

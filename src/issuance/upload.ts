@@ -6,7 +6,11 @@ import { CSV_MAX_BYTES } from './user-id-lines.js';
 /** The one route that takes a list of users, as Fastify spells it. */
 export const ISSUANCE_ROUTE = '/admin/coupons/:couponId/issuances';
 
-export const isCsv = (req: FastifyRequest) => /^text\/csv\s*(;|$)/i.test(req.headers['content-type'] ?? '');
+/** Whether the request's Content-Type is `type` (lower case), parameters aside. */
+const mediaTypeIs = (req: FastifyRequest, type: string) =>
+  (req.headers['content-type'] ?? '').split(';')[0].trimEnd().toLowerCase() === type;
+
+export const isCsv = (req: FastifyRequest) => mediaTypeIs(req, 'text/csv');
 
 /**
  * The most a JSON list may take: 10,000 ids of 64 characters, quoted, one per indented line, and a
@@ -15,8 +19,6 @@ export const isCsv = (req: FastifyRequest) => /^text\/csv\s*(;|$)/i.test(req.hea
  */
 export const JSON_LIST_MAX_BYTES = 1024 * 1024;
 
-const isJson = (req: FastifyRequest) => /^application\/json\s*(;|$)/i.test(req.headers['content-type'] ?? '');
-
 const jsonListTooLarge = () =>
   new AppError('PAYLOAD_TOO_LARGE', `A JSON list of users may take ${JSON_LIST_MAX_BYTES} bytes; send a longer one as text/csv`, {
     maxBytes: JSON_LIST_MAX_BYTES,
@@ -24,9 +26,9 @@ const jsonListTooLarge = () =>
 
 /**
  * Lets the issuance route take what no other route takes: a JSON list larger than the 64 KiB every
- * other body is held to (up to JSON_LIST_MAX_BYTES), a text/csv body handed over as a stream (user-id-lines.ts counts its
- * 64 MiB), and a deadline long enough for a million lines to arrive and be stored
- * (BULK_UPLOAD_TIMEOUT_MS instead of REQUEST_TIMEOUT_MS). Must run before the routes are
+ * other body is held to (up to JSON_LIST_MAX_BYTES), a text/csv body handed over as a stream
+ * (user-id-lines.ts counts its 64 MiB), and a deadline long enough for a million lines to arrive and
+ * be stored (BULK_UPLOAD_TIMEOUT_MS instead of REQUEST_TIMEOUT_MS). Must run before the routes are
  * registered (app.init()).
  */
 export function acceptIssuanceUploads(fastify: FastifyInstance, uploadTimeoutMs: number): void {
@@ -55,7 +57,7 @@ export function acceptIssuanceUploads(fastify: FastifyInstance, uploadTimeoutMs:
  * (chunked). Only JSON: a body of another type is 415 as on every route, not a JSON list's 413.
  */
 const capJsonList: preParsingHookHandler = (req, _reply, payload, done) => {
-  if (!isJson(req)) return done(null, payload);
+  if (!mediaTypeIs(req, 'application/json')) return done(null, payload);
   if (Number(req.headers['content-length']) > JSON_LIST_MAX_BYTES) return done(jsonListTooLarge());
   let received = 0;
   const counted = new Transform({
