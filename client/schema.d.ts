@@ -2594,6 +2594,8 @@ export interface operations {
                 headers: {
                     /** @description The request's id: the client's `X-Request-Id` when it is 1-128 of [A-Za-z0-9._:-], else a generated UUID */
                     "x-request-id": string;
+                    /** @description `gzip` when the request's Accept-Encoding takes gzip and the JSON is 1 KiB or more; absent otherwise. These answers carry `Vary: Accept-Encoding` */
+                    "Content-Encoding"?: "gzip";
                     [name: string]: unknown;
                 };
                 content: {
@@ -2708,6 +2710,8 @@ export interface operations {
                 headers: {
                     /** @description The request's id: the client's `X-Request-Id` when it is 1-128 of [A-Za-z0-9._:-], else a generated UUID */
                     "x-request-id": string;
+                    /** @description `gzip` when the request's Accept-Encoding takes gzip and the JSON is 1 KiB or more; absent otherwise. These answers carry `Vary: Accept-Encoding` */
+                    "Content-Encoding"?: "gzip";
                     [name: string]: unknown;
                 };
                 content: {

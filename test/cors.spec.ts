@@ -91,6 +91,13 @@ describe('any other origin, or none', () => {
     },
   );
 
+  it('reads the coupon page, which varies by Origin and by Accept-Encoding for the caches between', async () => {
+    const res = await request(t.url).get(`/coupons/${couponId}`).set('Origin', shop).set('Accept-Encoding', 'gzip');
+    expect(res.status).toBe(200);
+    expect(res.headers['access-control-allow-origin']).toBe(shop);
+    expect(res.headers.vary.toLowerCase().split(', ')).toEqual(['origin', 'accept-encoding']);
+  });
+
   it('a server-to-server caller (no Origin) is answered as before', async () => {
     const res = await request(t.url).get(`/coupons/${couponId}`);
     expect(res.status).toBe(200);

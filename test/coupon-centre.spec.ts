@@ -1,7 +1,10 @@
 import { jest } from '@jest/globals';
+import { gunzipSync } from 'node:zlib';
 import request from 'supertest';
+import * as undici from 'undici';
 import { EntityManager, Repository } from 'typeorm';
-import { createCoupon, couponBody, CouponInput, newKey, newUserCoupon } from './support/factories.js';
+import { createCoupon, couponBody, CouponInput, grabUserCoupon, newKey, newUserCoupon } from './support/factories.js';
+import { MIN_GZIP_BYTES } from '../src/common/shared-json.js';
 import { adminToken, bearer, serviceToken, startTestApp, TestApp, tokenFor } from './support/harness.js';
 import { checkInvariants } from '../src/ledger/invariants.js';
 import { databaseFingerprint } from './support/fingerprint.js';
@@ -252,6 +255,53 @@ describe('discount types, usable coupons and the public coupon list', () => {
       await new Promise((r) => setTimeout(r, 100));
       const later = (await request(t.url).get('/coupons?limit=100')).body.items.map((c: { id: string }) => c.id);
       expect(later).not.toContain(fresh.id);
+    });
+
+    it('answers gzip to a client that accepts it: the same JSON, made again when the stock moves, and Vary: Accept-Encoding', async () => {
+      const coupons: { id: string }[] = [];
+      for (let i = 0; i < 4; i++) coupons.push(await createCoupon(t.url, { name: `centre-gzip-${i}`, totalStock: 10 }));
+      // Raw bytes: supertest's client asks for gzip and decodes it.
+      const get = async (path: string, acceptEncoding?: string) => {
+        const res = await undici.request(`${t.url}${path}`, {
+          headers: acceptEncoding === undefined ? {} : { 'accept-encoding': acceptEncoding },
+        });
+        const bytes = Buffer.from(await res.body.arrayBuffer());
+        return { status: res.statusCode, headers: res.headers, bytes };
+      };
+      const json = (a: { headers: Record<string, unknown>; bytes: Buffer }) =>
+        JSON.parse((a.headers['content-encoding'] === 'gzip' ? gunzipSync(a.bytes) : a.bytes).toString()) as {
+          items: { id: string; remainingStock: number }[];
+        };
+
+      const plain = await get('/coupons?limit=100');
+      expect(plain.bytes.length).toBeGreaterThan(MIN_GZIP_BYTES);
+      expect(plain.headers['content-encoding']).toBeUndefined();
+      expect(plain.headers.vary).toBe('Accept-Encoding');
+      const gz = await get('/coupons?limit=100', 'gzip, deflate, br, zstd');
+      expect([gz.status, gz.headers['content-encoding'], gz.headers.vary]).toEqual([200, 'gzip', 'Accept-Encoding']);
+      expect(gz.headers['content-type']).toBe('application/json; charset=utf-8');
+      expect(Number(gz.headers['content-length'])).toBe(gz.bytes.length);
+      expect(gunzipSync(gz.bytes).toString()).toBe(plain.bytes.toString());
+      expect(gz.bytes.length).toBeLessThan(plain.bytes.length / 3);
+      // What the client refuses, or does not name, it does not get.
+      for (const refused of ['gzip;q=0', 'identity', 'br', ''])
+        expect([refused, (await get('/coupons?limit=100', refused)).headers['content-encoding']]).toEqual([refused, undefined]);
+      expect((await get('/coupons?limit=100', '*')).headers['content-encoding']).toBe('gzip');
+
+      // A grab through this instance shows at once in the gzip'd list too.
+      await grabUserCoupon(t.url, coupons[2].id, 'centre-gzip-user');
+      const after = json(await get('/coupons?limit=100', 'gzip'));
+      expect(after.items.find((c) => c.id === coupons[2].id)?.remainingStock).toBe(9);
+      expect(after.items.find((c) => c.id === coupons[1].id)?.remainingStock).toBe(10);
+
+      // One coupon is a few hundred bytes: not worth compressing, but the answer still varies by encoding.
+      const page = await get(`/coupons/${coupons[2].id}`, 'gzip');
+      expect(page.bytes.length).toBeLessThan(MIN_GZIP_BYTES);
+      expect([page.headers['content-encoding'], page.headers.vary, json(page)]).toEqual([
+        undefined,
+        'Accept-Encoding',
+        expect.objectContaining({ id: coupons[2].id, remainingStock: 9 }),
+      ]);
     });
 
     it('refuses bad queries with 400 naming the field', async () => {

@@ -2,7 +2,7 @@ import { execFile, spawnSync } from 'node:child_process';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import type { Shot } from './load.js';
+import { BROWSER_ACCEPT_ENCODING, type Shot } from './load.js';
 
 /** What one wrk run measured; latency is over every answer (wrk does not split it by class). */
 export interface WrkResult {
@@ -63,6 +63,7 @@ export async function runWrk(opts: {
       lines,
       opts.authorization ?? '',
       String(THREADS),
+      BROWSER_ACCEPT_ENCODING,
     ];
     const stdout = await new Promise<string>((resolve, reject) =>
       execFile('wrk', args, { maxBuffer: 16 * 1024 * 1024 }, (err, out, errOut) =>

@@ -1,5 +1,5 @@
 -- The flash-sale benchmark's script for wrk (bench/flash-sale/wrk.ts runs it):
---   wrk ... -s bench/wrk/load.lua <url> -- <method> <path> <lines file or ""> <authorization or ""> <threads>
+--   wrk ... -s bench/wrk/load.lua <url> -- <method> <path> <lines file or ""> <authorization or ""> <threads> <accept-encoding>
 -- With a lines file (one "<authorization>\t<idempotency key>" per line, pre-signed: Lua has no
 -- HMAC), each request is a grab by the next user of this thread's share of the lines; without one,
 -- the same request every time. Answers are counted by class (SUCCESS, SOLD_OUT, HTTP_<status>) and
@@ -12,7 +12,7 @@ function setup(thread)
 end
 
 function init(args)
-  local method, path, file, auth, nthreads = args[1], args[2], args[3], args[4], tonumber(args[5])
+  local method, path, file, auth, nthreads, encodings = args[1], args[2], args[3], args[4], tonumber(args[5]), args[6]
   classes = {}
   wrapped = false
   users = {}
@@ -30,6 +30,8 @@ function init(args)
   else
     local headers = {}
     if auth ~= "" then headers["Authorization"] = auth end
+    -- A read asks for gzip as the Node generator's does (a browser's header).
+    if method == "GET" then headers["Accept-Encoding"] = encodings end
     if method == "POST" then headers["Content-Length"] = "0" end
     fixed = wrk.format(method, path, headers)
   end

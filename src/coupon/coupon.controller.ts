@@ -1,5 +1,6 @@
-import { Body, Controller, Get, Header, HttpCode, Param, Patch, Post, Query } from '@nestjs/common';
+import { Body, Controller, Get, Header, HttpCode, Param, Patch, Post, Query, Req, Res } from '@nestjs/common';
 import { ApiBearerAuth, ApiNotFoundResponse, ApiOkResponse, ApiOperation, ApiTags } from '@nestjs/swagger';
+import type { FastifyReply, FastifyRequest } from 'fastify';
 import { Public, RequireRoles } from '../auth/principal.js';
 import { IdPipe } from '../common/validation.js';
 import { PageQuery } from '../common/page.js';
@@ -15,19 +16,26 @@ const JSON_TYPE = 'application/json; charset=utf-8';
 export class CouponController {
   constructor(private readonly coupons: CouponService) {}
 
-  /** Live coupons (not paused, grab window not ended), soonest grab start first; served from memory, already serialised. */
+  /**
+   * Live coupons (not paused, grab window not ended), soonest grab start first; served from memory,
+   * already serialised, and gzip'd once for the clients that accept it.
+   */
   @Get('coupons')
   @Public()
   @Header('Content-Type', JSON_TYPE)
-  list(@Query() q: PublicCouponsQuery): Promise<string> {
-    return this.coupons.liveCouponsJson(q.limit ?? 20, q.cursor);
+  async list(@Query() q: PublicCouponsQuery, @Req() req: FastifyRequest, @Res({ passthrough: true }) reply: FastifyReply): Promise<Buffer> {
+    return (await this.coupons.liveCouponsJson(q.limit ?? 20, q.cursor)).body(req, reply);
   }
 
   @Get('coupons/:couponId')
   @Public()
   @Header('Content-Type', JSON_TYPE)
-  view(@Param('couponId', IdPipe) id: string): Promise<string> {
-    return this.coupons.publicViewJson(id);
+  async view(
+    @Param('couponId', IdPipe) id: string,
+    @Req() req: FastifyRequest,
+    @Res({ passthrough: true }) reply: FastifyReply,
+  ): Promise<Buffer> {
+    return (await this.coupons.publicViewJson(id)).body(req, reply);
   }
 }
 

@@ -3,6 +3,7 @@ import { InjectRepository } from '@nestjs/typeorm';
 import { LessThan, MoreThan, Repository } from 'typeorm';
 import { AppConfig } from '../config/app-config.js';
 import { AppError } from '../common/errors.js';
+import { SharedJson } from '../common/shared-json.js';
 import { validationFailed } from '../common/validation.js';
 import { Page, toPage } from '../common/page.js';
 import { TransactionService } from '../database/transaction.service.js';
@@ -62,13 +63,13 @@ interface LiveItem {
 interface PublicPage {
   coupon: Coupon;
   stock: StockRow;
-  json: string;
+  json: SharedJson;
 }
 
 interface PublicListPage {
   items: CouponView[];
   nextCursor: string | null;
-  json: string;
+  json: SharedJson;
 }
 
 function existing(id: string, coupon: Coupon | null): Coupon {
@@ -201,7 +202,7 @@ export class CouponService {
   }
 
   /** GET /coupons/:id as JSON: the template and the stock row from memory (class comment). */
-  async publicViewJson(id: string): Promise<string> {
+  async publicViewJson(id: string): Promise<SharedJson> {
     const t = this.templates.fresh(id);
     const s = this.stocks.fresh(id);
     const [{ value: coupon }, { value: stock }] =
@@ -210,19 +211,19 @@ export class CouponService {
     const last = this.pages.get(id);
     if (last && last.coupon === coupon && last.stock === stock) return last.json;
     if (this.pages.size >= 10_000) this.pages.clear();
-    const json = JSON.stringify(toCouponView(coupon, stock));
+    const json = new SharedJson(JSON.stringify(toCouponView(coupon, stock)));
     this.pages.set(id, { coupon, stock, json });
     return json;
   }
 
   /** GET /coupons as JSON (liveCoupons), serialised again only when the page shows other objects. */
-  async liveCouponsJson(limit: number, cursor?: string): Promise<string> {
+  async liveCouponsJson(limit: number, cursor?: string): Promise<SharedJson> {
     const page = await this.liveCoupons(limit, cursor);
     const key = `${limit}_${cursor ?? ''}`;
     const last = this.listPages.get(key);
     if (last && last.nextCursor === page.nextCursor && sameItems(last.items, page.items)) return last.json;
     if (this.listPages.size >= 1000) this.listPages.clear();
-    const json = JSON.stringify(page);
+    const json = new SharedJson(JSON.stringify(page));
     this.listPages.set(key, { ...page, json });
     return json;
   }

@@ -46,18 +46,19 @@ export interface RouteContract {
 }
 
 const REPLAYED: HeaderName[] = ['Idempotent-Replayed'];
+const GZIPPED: HeaderName[] = ['Content-Encoding'];
 
 export const ROUTES: Record<string, RouteContract> = {
   'GET /coupons': {
     summary: 'The coupon centre: live coupons, soonest grab start first (served from memory)',
     auth: 'public',
-    ok: { 200: { schema: 'CouponPage', description: 'One page' } },
+    ok: { 200: { schema: 'CouponPage', description: 'One page', headers: GZIPPED } },
     errors: [],
   },
   'GET /coupons/{couponId}': {
     summary: 'A coupon template with its remaining stock',
     auth: 'public',
-    ok: { 200: { schema: 'Coupon', description: 'The coupon' } },
+    ok: { 200: { schema: 'Coupon', description: 'The coupon', headers: GZIPPED } },
     errors: ['COUPON_NOT_FOUND'],
   },
   'POST /coupons/{couponId}/grab': {

@@ -297,6 +297,11 @@ export const HEADERS = {
     description: 'Seconds to wait before retrying',
     schema: { type: 'string', pattern: '^[0-9]+$' },
   },
+  'Content-Encoding': {
+    description:
+      "`gzip` when the request's Accept-Encoding takes gzip and the JSON is 1 KiB or more; absent otherwise. These answers carry `Vary: Accept-Encoding`",
+    schema: { type: 'string', const: 'gzip' },
+  },
   'Content-Language': {
     description:
       "The language of `message` when it is not English: the request's Accept-Language chose it (zh-CN, zh, zh-TW all give zh-CN)",
