@@ -1,6 +1,6 @@
 import { gzipSync } from 'node:zlib';
 import negotiate from '@fastify/accept-negotiator';
-import type { FastifyReply, FastifyRequest } from 'fastify';
+import type { FastifyReply } from 'fastify';
 
 /** Smaller answers go as they are: gzip's own header and trailer would take much of what it saves. */
 export const MIN_GZIP_BYTES = 1024;
@@ -20,10 +20,11 @@ export class SharedJson {
   }
 
   /** The body for this request, gzip'd when the client accepts gzip and the answer is large enough. */
-  body(req: FastifyRequest, reply: FastifyReply): Buffer {
+  body(reply: FastifyReply): Buffer {
     // Both forms of the answer say so, so a shared cache keeps them apart.
     varyOn(reply, 'Accept-Encoding');
-    if (this.bytes.length < MIN_GZIP_BYTES || negotiate(req.headers['accept-encoding'] ?? '', ['gzip']) !== 'gzip') return this.bytes;
+    if (this.bytes.length < MIN_GZIP_BYTES || negotiate(reply.request.headers['accept-encoding'] ?? '', ['gzip']) !== 'gzip')
+      return this.bytes;
     void reply.header('Content-Encoding', 'gzip');
     return (this.gzipped ??= gzipSync(this.bytes));
   }

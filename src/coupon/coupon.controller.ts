@@ -1,6 +1,6 @@
-import { Body, Controller, Get, Header, HttpCode, Param, Patch, Post, Query, Req, Res } from '@nestjs/common';
+import { Body, Controller, Get, Header, HttpCode, Param, Patch, Post, Query, Res } from '@nestjs/common';
 import { ApiBearerAuth, ApiNotFoundResponse, ApiOkResponse, ApiOperation, ApiTags } from '@nestjs/swagger';
-import type { FastifyReply, FastifyRequest } from 'fastify';
+import type { FastifyReply } from 'fastify';
 import { Public, RequireRoles } from '../auth/principal.js';
 import { IdPipe } from '../common/validation.js';
 import { PageQuery } from '../common/page.js';
@@ -18,24 +18,21 @@ export class CouponController {
 
   /**
    * Live coupons (not paused, grab window not ended), soonest grab start first; served from memory,
-   * already serialised, and gzip'd once for the clients that accept it.
+   * already serialised, and gzip'd once for the clients that accept it. The reply, not @Req(): a
+   * handler that takes the request is taken to read a body (UndeclaredInputGuard).
    */
   @Get('coupons')
   @Public()
   @Header('Content-Type', JSON_TYPE)
-  async list(@Query() q: PublicCouponsQuery, @Req() req: FastifyRequest, @Res({ passthrough: true }) reply: FastifyReply): Promise<Buffer> {
-    return (await this.coupons.liveCouponsJson(q.limit ?? 20, q.cursor)).body(req, reply);
+  async list(@Query() q: PublicCouponsQuery, @Res({ passthrough: true }) reply: FastifyReply): Promise<Buffer> {
+    return (await this.coupons.liveCouponsJson(q.limit ?? 20, q.cursor)).body(reply);
   }
 
   @Get('coupons/:couponId')
   @Public()
   @Header('Content-Type', JSON_TYPE)
-  async view(
-    @Param('couponId', IdPipe) id: string,
-    @Req() req: FastifyRequest,
-    @Res({ passthrough: true }) reply: FastifyReply,
-  ): Promise<Buffer> {
-    return (await this.coupons.publicViewJson(id)).body(req, reply);
+  async view(@Param('couponId', IdPipe) id: string, @Res({ passthrough: true }) reply: FastifyReply): Promise<Buffer> {
+    return (await this.coupons.publicViewJson(id)).body(reply);
   }
 }
 
