@@ -1,8 +1,10 @@
 import { execFileSync } from 'node:child_process';
 import { mkdirSync } from 'node:fs';
+import { brotliDecompressSync, gunzipSync } from 'node:zlib';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from '@jest/globals';
 import type { Browser, Page } from 'playwright-core';
 import request from 'supertest';
+import * as undici from 'undici';
 import { IssuanceRunner } from '../src/issuance/issuance-runner.js';
 import { launchChromium } from './support/browser.js';
 import { createCoupon, grabUserCoupon } from './support/factories.js';
@@ -124,6 +126,20 @@ describe('admin console in a browser', () => {
     const js = await request(t.url).get(asset as string);
     expect(js.status).toBe(200);
     expect(js.headers['cache-control']).toContain('immutable');
+    // The build's compressed copies go to the browsers that take them (supertest would decode them).
+    const raw = async (acceptEncoding: string) => {
+      const r = await undici.request(`${t.url}${asset as string}`, { headers: { 'accept-encoding': acceptEncoding } });
+      return { encoding: r.headers['content-encoding'], vary: r.headers.vary, bytes: Buffer.from(await r.body.arrayBuffer()) };
+    };
+    const plain = await raw('identity');
+    expect([plain.encoding, plain.vary]).toEqual([undefined, 'accept-encoding']);
+    const br = await raw('gzip, deflate, br, zstd');
+    expect([br.encoding, br.vary]).toEqual(['br', 'accept-encoding']);
+    expect(brotliDecompressSync(br.bytes).equals(plain.bytes)).toBe(true);
+    expect(br.bytes.length).toBeLessThan(plain.bytes.length / 3);
+    const gz = await raw('gzip');
+    expect(gz.encoding).toBe('gzip');
+    expect(gunzipSync(gz.bytes).equals(plain.bytes)).toBe(true);
     expect((await request(t.url).get('/console/campaigns/7')).text).toBe(res.text);
     expect((await request(t.url).get('/console/assets/missing.js')).status).toBe(404);
   });

@@ -54,6 +54,8 @@ export async function serveConsole(app: NestFastifyApplication, root = consoleDi
     prefix: '/console/',
     wildcard: false,
     index: false,
+    // The build's .br and .gz copies (console/vite.config.ts), chosen by Accept-Encoding, with Vary.
+    preCompressed: true,
     cacheControl: false,
     setHeaders: (reply, path) => {
       securityHeaders(reply);
