@@ -140,6 +140,7 @@ describe('admin console in a browser', () => {
     const gz = await raw('gzip');
     expect(gz.encoding).toBe('gzip');
     expect(gunzipSync(gz.bytes).equals(plain.bytes)).toBe(true);
+    for (const copy of ['br', 'gz']) expect((await request(t.url).get(`${asset as string}.${copy}`)).status).toBe(404);
     expect((await request(t.url).get('/console/campaigns/7')).text).toBe(res.text);
     expect((await request(t.url).get('/console/assets/missing.js')).status).toBe(404);
   });

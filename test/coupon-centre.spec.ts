@@ -284,9 +284,17 @@ describe('discount types, usable coupons and the public coupon list', () => {
       expect(gunzipSync(gz.bytes).toString()).toBe(plain.bytes.toString());
       expect(gz.bytes.length).toBeLessThan(plain.bytes.length / 3);
       // What the client refuses, or does not name, it does not get.
-      for (const refused of ['gzip;q=0', 'identity', 'br', ''])
+      for (const refused of ['gzip;q=0', 'gzip;q=0, *', 'GZIP ; Q=0.0, br', 'identity', 'br', ''])
         expect([refused, (await get('/coupons?limit=100', refused)).headers['content-encoding']]).toEqual([refused, undefined]);
       expect((await get('/coupons?limit=100', '*')).headers['content-encoding']).toBe('gzip');
+
+      const head = await undici.request(`${t.url}/coupons?limit=100`, { method: 'HEAD', headers: { 'accept-encoding': 'gzip' } });
+      expect([head.statusCode, head.headers['content-encoding'], Number(head.headers['content-length'])]).toEqual([
+        200,
+        'gzip',
+        gz.bytes.length,
+      ]);
+      expect((await head.body.arrayBuffer()).byteLength).toBe(0);
 
       // A grab through this instance shows at once in the gzip'd list too.
       await grabUserCoupon(t.url, coupons[2].id, 'centre-gzip-user');
@@ -302,6 +310,21 @@ describe('discount types, usable coupons and the public coupon list', () => {
         'Accept-Encoding',
         expect.objectContaining({ id: coupons[2].id, remainingStock: 9 }),
       ]);
+    });
+
+    it('keeps one answer per page shown: a cursor made up per request does not serialise the page again', async () => {
+      await request(t.url).get('/coupons?limit=100&cursor=0_1');
+      // Every cursor before the first coupon shows the same page; the snapshot itself is read again
+      // every half COUPON_CACHE_TTL_MS, which makes new objects to serialise.
+      const stringify = jest.spyOn(JSON, 'stringify');
+      const reads = jest.spyOn(Repository.prototype, 'find');
+      for (let n = 2; n <= 40; n++) expect((await request(t.url).get(`/coupons?limit=100&cursor=0_${n}`)).status).toBe(200);
+      const pages = stringify.mock.calls.filter(([v]) => typeof v === 'object' && v !== null && 'items' in v && 'nextCursor' in v);
+      const snapshots = reads.mock.calls.length;
+      stringify.mockRestore();
+      reads.mockRestore();
+      expect(pages.length).toBeLessThanOrEqual(snapshots + 1);
+      expect(pages.length).toBeLessThan(20);
     });
 
     it('refuses bad queries with 400 naming the field', async () => {

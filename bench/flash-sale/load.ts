@@ -133,7 +133,7 @@ export class LoadGenerator {
         res.headers['content-encoding'] === 'gzip'
           ? gunzipSync(Buffer.from(await res.body.arrayBuffer())).toString()
           : await res.body.text();
-      // A read's answer (a page of 20 coupons is 10 KB) is not parsed: parsing it cost the shared CPU
+      // A read's answer (a page of 20 coupons is 8 KB of JSON) is not parsed: parsing it cost the shared CPU
       // more than the server spent answering it. A Coupon body starts with its id.
       if (method === 'GET' && status === 200) return { status, code: null, id: /^\{"id":"([^"]+)"/.exec(text)?.[1] ?? null };
       let body: { id?: unknown; holdId?: unknown; redemptionId?: unknown; code?: unknown } = {};

@@ -6,6 +6,16 @@ import type { FastifyReply } from 'fastify';
 export const MIN_GZIP_BYTES = 1024;
 
 /**
+ * An explicit `gzip;q=0`, which refuses gzip even beside a `*` (RFC 9110, 12.5.3): the negotiator
+ * reads `*` as its first choice whatever else the header says.
+ */
+const REFUSES_GZIP = /(?:^|,)\s*gzip\s*;\s*q\s*=\s*0(?:\.0{0,3})?\s*(?:,|$)/i;
+
+function takesGzip(acceptEncoding: string): boolean {
+  return negotiate(acceptEncoding, ['gzip']) === 'gzip' && !REFUSES_GZIP.test(acceptEncoding);
+}
+
+/**
  * A JSON answer serialised once and sent to many clients (the public coupon page and list during a
  * sale): its UTF-8 bytes, and the same gzip'd, made on the first request that accepts gzip. A page
  * of 20 coupons is about 8 KB of JSON and under 1 KB gzip'd; writing its 8 KB was the largest share of
@@ -23,8 +33,7 @@ export class SharedJson {
   body(reply: FastifyReply): Buffer {
     // Both forms of the answer say so, so a shared cache keeps them apart.
     varyOn(reply, 'Accept-Encoding');
-    if (this.bytes.length < MIN_GZIP_BYTES || negotiate(reply.request.headers['accept-encoding'] ?? '', ['gzip']) !== 'gzip')
-      return this.bytes;
+    if (this.bytes.length < MIN_GZIP_BYTES || !takesGzip(reply.request.headers['accept-encoding'] ?? '')) return this.bytes;
     void reply.header('Content-Encoding', 'gzip');
     return (this.gzipped ??= gzipSync(this.bytes));
   }

@@ -54,8 +54,10 @@ export async function serveConsole(app: NestFastifyApplication, root = consoleDi
     prefix: '/console/',
     wildcard: false,
     index: false,
-    // The build's .br and .gz copies (console/vite.config.ts), chosen by Accept-Encoding, with Vary.
+    // The build's .br and .gz copies (console/vite.config.ts), chosen by Accept-Encoding, with Vary;
+    // not files of their own at their own addresses.
     preCompressed: true,
+    globIgnore: ['**/*.br', '**/*.gz'],
     cacheControl: false,
     setHeaders: (reply, path) => {
       securityHeaders(reply);
