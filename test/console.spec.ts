@@ -1,11 +1,12 @@
 import { execFileSync } from 'node:child_process';
-import { mkdirSync } from 'node:fs';
+import { mkdirSync, rmSync, truncateSync, writeFileSync } from 'node:fs';
 import { brotliDecompressSync, gunzipSync } from 'node:zlib';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from '@jest/globals';
 import type { Browser, Page } from 'playwright-core';
 import request from 'supertest';
 import * as undici from 'undici';
 import { IssuanceRunner } from '../src/issuance/issuance-runner.js';
+import { CSV_MAX_BYTES } from '../src/issuance/user-id-lines.js';
 import { launchChromium } from './support/browser.js';
 import { createCoupon, grabUserCoupon } from './support/factories.js';
 import { adminToken, bearer, serviceToken, startTestApp, tokenFor, type TestApp } from './support/harness.js';
@@ -505,6 +506,23 @@ describe('admin console in a browser', () => {
         .waitFor({ timeout: 3000 })
         .catch(() => undefined);
     }
+    // A file over the 64 MiB one job takes is refused as it is chosen, before anything goes up.
+    const tooLarge = `${SHOTS}/too-large.csv`;
+    writeFileSync(tooLarge, '');
+    truncateSync(tooLarge, CSV_MAX_BYTES + 1);
+    const uploads: string[] = [];
+    const seen = (r: { url(): string }) => {
+      if (r.url().includes('/issuances')) uploads.push(r.url());
+    };
+    page.on('request', seen);
+    await page.locator('input[type=file]').setInputFiles(tooLarge);
+    await page.getByText('This file is over 64 MiB').waitFor();
+    await page.getByTestId('job-reason').fill('Partner list');
+    await page.getByTestId('job-submit').click();
+    await page.getByText('Choose a CSV file').waitFor();
+    page.off('request', seen);
+    rmSync(tooLarge);
+    expect(uploads).toEqual([]);
     // 100,000 lines (1.1 MB): the server stores them as they arrive, for a few seconds in which the
     // dialog shows how much went up.
     const csv = `user_id\n${Array.from({ length: 100_000 }, (_, i) => `csv-${i}`).join('\n')}\n`;
