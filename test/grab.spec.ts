@@ -1,4 +1,7 @@
+import { jest } from '@jest/globals';
 import request from 'supertest';
+import { GrabService } from '../src/coupon/grab.service.js';
+import { checkInvariants } from '../src/ledger/invariants.js';
 import { couponBody, createCoupon, grabRequest, newKey } from './support/factories.js';
 import { checkInvariantsAfterEach } from './support/scoped-invariants.js';
 import { adminToken, bearer, burstAgent, serviceToken, startTestApp, TestApp, tokenFor } from './support/harness.js';
@@ -339,5 +342,32 @@ describe.each(['grouped', 'per-request'])('grab (GRAB_STRATEGY=%s)', (strategy) 
     expect((await request(t.url).get(`/me/coupons/${mine[0]}`).set(me)).status).toBe(200);
     const hidden = await request(t.url).get(`/me/coupons/${theirs}`).set(me);
     expect([hidden.status, hidden.body.code]).toEqual([404, 'USER_COUPON_NOT_FOUND']);
+  });
+});
+
+describe('a duplicate key whose first grab the lookup does not see yet', () => {
+  // One node never answers this: a duplicate key is reported only once the first grab committed, and
+  // the lookup after it then finds the row. A read that lags the write (a replica behind its primary)
+  // does not, and is simulated here by that one lookup answering nothing; the database is the real one.
+  it('is 409 IDEMPOTENCY_IN_PROGRESS, takes no stock, and the retry is the replay', async () => {
+    const t = await startTestApp({ GRAB_STRATEGY: 'per-request' });
+    try {
+      const coupon = await createCoupon(t.url, { totalStock: 5 });
+      const key = newKey('lagging');
+      const first = await grabRequest(t.url, coupon.id, 'lagging-user', key);
+      expect(first.status).toBe(201);
+      const lookup = jest.spyOn(GrabService.prototype, 'byKey').mockResolvedValueOnce(null);
+      const second = await grabRequest(t.url, coupon.id, 'lagging-user', key);
+      expect(lookup).toHaveBeenCalledTimes(1);
+      lookup.mockRestore();
+      expect([second.status, second.body.code, second.body.details]).toEqual([409, 'IDEMPOTENCY_IN_PROGRESS', { idempotencyKey: key }]);
+      const rows = (await t.db.query(`SELECT stock FROM coupon_stock WHERE coupon_id = ?`, [coupon.id])) as { stock: string }[];
+      expect(rows[0].stock).toBe('4');
+      expect(await checkInvariants(t.db)).toEqual([]);
+      const retry = await grabRequest(t.url, coupon.id, 'lagging-user', key);
+      expect([retry.status, retry.headers['idempotent-replayed'], retry.body]).toEqual([201, 'true', first.body]);
+    } finally {
+      await t.close();
+    }
   });
 });
