@@ -84,10 +84,15 @@ export async function* userIdLines(body: Readable, decoder = csvDecoder(undefine
   }
 }
 
-/** The body's chunks; the stream failing (the client reset the connection mid-upload) is the client's doing, not an outage. */
+/**
+ * The body's chunks; the stream failing (the client reset the connection mid-upload) is the client's
+ * doing, not an outage. A refusal before the end (bytes that are not text, too many lines) leaves
+ * the rest unread, not destroyed: the route reads and drops it (upload.ts), so a client still
+ * sending gets the answer rather than a broken pipe.
+ */
 async function* chunksOf(body: Readable): AsyncGenerator<Buffer> {
   try {
-    for await (const chunk of body as AsyncIterable<Buffer>) yield chunk;
+    for await (const chunk of body.iterator({ destroyOnReturn: false }) as AsyncIterable<Buffer>) yield chunk;
   } catch (err) {
     throw validationFailed({ body: ['was cut off before its end'] }, `The upload was cut off: ${(err as Error).message}`);
   }
