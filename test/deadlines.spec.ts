@@ -3,7 +3,16 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import mysql2 from 'mysql2';
 import request from 'supertest';
 import { createCoupon, newKey } from './support/factories.js';
-import { bearer, createTestDatabase, dropTestDatabase, startTestApp, TestApp, testConfig, tokenFor } from './support/harness.js';
+import {
+  adminToken,
+  bearer,
+  createTestDatabase,
+  dropTestDatabase,
+  startTestApp,
+  TestApp,
+  testConfig,
+  tokenFor,
+} from './support/harness.js';
 import { loadConfig } from '../src/config/app-config.js';
 import { checkInvariants } from '../src/ledger/invariants.js';
 import { deadlineDriver } from '../src/database/deadline-pool.js';
@@ -104,6 +113,43 @@ describe('deadlines: slow clients', () => {
     expect(answer.elapsedMs).toBeLessThan(DEADLINE_MS + 1000 + SLACK_MS);
     expect(answer.closed).toBe(true);
   });
+
+  it('a bulk upload cut off by its deadline frees its Idempotency-Key at once: the same key then makes the job', async () => {
+    const bulk = await startTestApp({ ...LIMITS, BULK_UPLOAD_TIMEOUT_MS: '2000' });
+    try {
+      const coupon = await createCoupon(bulk.url, { totalStock: 10 });
+      const key = newKey('slow-upload');
+      const path = `/admin/coupons/${coupon.id}/issuances?reason=r&fromStock=false`;
+      const head = [
+        `POST ${path} HTTP/1.1`,
+        'Host: localhost',
+        `Authorization: Bearer ${adminToken()}`,
+        'Content-Type: text/csv',
+        `Idempotency-Key: ${key}`,
+        'Content-Length: 10000',
+        '',
+        'u-1\n',
+      ].join('\r\n');
+      const drip = Array.from({ length: 20 }, (_, i) => `u-${i + 2}\n`);
+      const answer = await trickle(bulk.url, head, drip, 500, 10_000);
+      expect(answer.text).toMatch(/^HTTP\/1\.1 (408|503) /);
+      expect(answer.closed).toBe(true);
+      // The upload is discarded once the connection is gone, so the key is free for the client's retry.
+      let retry: request.Response | undefined;
+      for (const started = Date.now(); Date.now() - started < 5000; await sleep(250)) {
+        retry = await request(bulk.url)
+          .post(path)
+          .set(bearer(adminToken()))
+          .set('Idempotency-Key', key)
+          .set('Content-Type', 'text/csv')
+          .send('u-1\nu-2\n');
+        if (retry.status !== 409) break;
+      }
+      expect([retry?.status, retry?.body.code]).toEqual([202, undefined]);
+    } finally {
+      await bulk.close();
+    }
+  }, 30_000);
 
   it('a connection that sends nothing is closed by the deadline', async () => {
     const answer = await trickle(t.url, '', [], 1000, DEADLINE_MS * 4);

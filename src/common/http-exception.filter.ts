@@ -56,11 +56,15 @@ export class HttpExceptionFilter implements ExceptionFilter {
   catch(exception: unknown, host: ArgumentsHost): void {
     const http = host.switchToHttp();
     const request = http.getRequest<FastifyRequest>();
+    const reply = http.getResponse<FastifyReply>();
+    // A handler that fails after its deadline was answered (an upload whose client was cut off) has
+    // no one left to tell.
+    if (reply.sent) return;
     const e =
       (exception as { code?: unknown } | null)?.code === 'FST_ERR_HANDLER_TIMEOUT'
         ? deadlineError(request)
         : toAppError(exception, request.log);
-    sendError(request, http.getResponse<FastifyReply>(), e);
+    sendError(request, reply, e);
   }
 }
 

@@ -81,14 +81,22 @@ const asList = <T>(hooks: T | T[] | undefined): T[] => (hooks === undefined ? []
  * the request timeout behind it. Closing the connection instead (Fastify closes it after any body
  * it could not parse) made a client still sending see EPIPE or a reset rather than the answer: 11
  * of 20 Node fetches of a 4 MiB text/plain body, 3 of 10 of a chunked JSON one. Node's
- * requestTimeout bounds how long the rest may take. A body still being read (a 503 mid-upload)
- * is left to its reader, and the connection closes after the answer.
+ * requestTimeout bounds how long the rest may take.
+ *
+ * A body still being read (an upload cut off by its deadline), one longer than the route takes, or
+ * a 408 closes the connection after the answer. Its reader must then hear of the close: Node ends
+ * no body whose answer has gone, so the reader waited forever, its upload kept alive by its
+ * heartbeat and its Idempotency-Key taken for good.
  */
 const drainUnread: onSendHookHandler = (req, reply, payload, done) => {
   const body = req.raw;
   if (body.complete) return done(null, payload);
-  if (body.destroyed || body.listenerCount('data') + body.listenerCount('readable') > 0) {
+  const reading = body.listenerCount('data') + body.listenerCount('readable') > 0;
+  if (body.destroyed || reading || reply.statusCode === 408 || Number(req.headers['content-length']) > CSV_MAX_BYTES) {
     void reply.header('Connection', 'close');
+    body.socket?.once('close', () => {
+      if (!body.complete) body.destroy(new Error('The connection closed before the body ended'));
+    });
     return done(null, payload);
   }
   reply.removeHeader('connection');
