@@ -218,13 +218,13 @@ export class CouponService {
 
   /**
    * GET /coupons as JSON (liveCoupons), serialised again only when the page shows other objects.
-   * Kept per page shown (a run of the ordered list: its first coupon and length), not per query: any
-   * cursor of the right form is valid, and one made up per request had a page serialised and gzip'd
-   * per request.
+   * Kept per page shown (a run of the ordered list: its first coupon, length and next cursor), not
+   * per query: any cursor of the right form is valid, and one made up per request had a page
+   * serialised and gzip'd per request.
    */
   async liveCouponsJson(limit: number, cursor?: string): Promise<SharedJson> {
     const page = await this.liveCoupons(limit, cursor);
-    const key = `${page.items[0]?.id ?? ''}_${page.items.length}`;
+    const key = `${page.items[0]?.id ?? ''}_${page.items.length}_${page.nextCursor ?? ''}`;
     const last = this.listPages.get(key);
     if (last && last.nextCursor === page.nextCursor && sameItems(last.items, page.items)) return last.json;
     if (this.listPages.size >= 1000) this.listPages.clear();
