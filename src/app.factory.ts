@@ -10,6 +10,7 @@ import type { FastifyError, FastifyReply, FastifyRequest } from 'fastify';
 import { AppModule } from './app.module.js';
 import { AppConfig } from './config/app-config.js';
 import { HttpExceptionFilter, sendError } from './common/http-exception.filter.js';
+import { settleUnreadBody } from './common/unread-body.js';
 import { strictJsonBodies } from './common/json-body.js';
 import { createPino, PinoNestLogger } from './common/logger.js';
 import { onResponse } from './common/request-log.js';
@@ -135,6 +136,7 @@ export async function createApp(
   });
   fastify.addHook('onSend', (req, reply, payload, done) => {
     void reply.header('x-request-id', req.id);
+    settleUnreadBody(req, reply);
     done(null, payload);
   });
   // The deadline counts from routing (reply.elapsedTime), body upload included.

@@ -1,8 +1,8 @@
 import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
 import { Agent, request as httpRequest } from 'node:http';
-import type { Socket } from 'node:net';
 import request from 'supertest';
 import { IssuanceRunner, MAX_PAUSES } from '../src/issuance/issuance-runner.js';
+import { healthOnAgent, sendOnAgent } from './support/early-answer.js';
 import { createCoupon, newKey } from './support/factories.js';
 import { adminToken, bearer, startTestApp, TestApp, tokenFor } from './support/harness.js';
 import { checkInvariantsAfterEach } from './support/scoped-invariants.js';
@@ -516,69 +516,16 @@ describe('bulk issuance', () => {
     expect(Number(orphans[0].n)).toBe(0);
   }, 120_000);
 
-  /**
-   * One request on `agent`'s connection: `body` written in 64 KiB chunks, without a length when
-   * `chunked`, until written or the server closes the connection under it; settled once both the
-   * answer and the writing are done.
-   */
   const send = (agent: Agent, couponId: string, contentType: string, body: string | Buffer, chunked: boolean, query = '') =>
-    new Promise<{ status: number; connection?: string; body: string; sentAll: boolean; socket: Socket | null }>((resolve, reject) => {
-      const req = httpRequest(`${t.url}/admin/coupons/${couponId}/issuances${query}`, {
-        method: 'POST',
-        agent,
-        headers: {
-          ...admin(),
-          'Idempotency-Key': newKey('bulk'),
-          'Content-Type': contentType,
-          ...(chunked ? { 'Transfer-Encoding': 'chunked' } : { 'Content-Length': Buffer.byteLength(body) }),
-        },
-      });
-      let answer: { status: number; connection?: string; body: string } | undefined;
-      let sentAll: boolean | undefined;
-      let answered = () => {};
-      const settle = () => {
-        if (answer && sentAll !== undefined) resolve({ ...answer, sentAll, socket: req.socket });
-      };
-      req.on('response', (res) => {
-        let text = '';
-        res.on('data', (c: Buffer) => (text += c.toString()));
-        res.on('end', () => {
-          answer = { status: res.statusCode ?? 0, connection: res.headers.connection, body: text };
-          answered();
-          settle();
-        });
-      });
-      req.on('error', (err) => {
-        if (!answer) reject(err);
-      });
-      void (async () => {
-        for (let i = 0; i < body.length && !req.destroyed; i += 64 * 1024) {
-          // Node's client stops passing 'drain' on once the answer is complete: then it just writes on.
-          const piece = typeof body === 'string' ? body.slice(i, i + 64 * 1024) : body.subarray(i, i + 64 * 1024);
-          if (!req.write(piece) && !answer)
-            await new Promise<void>((r) => {
-              req.once('drain', r);
-              answered = r;
-            });
-          await new Promise((r) => setImmediate(r));
-        }
-        sentAll = !req.destroyed;
-        if (sentAll) req.end();
-        settle();
-      })();
-    });
-
-  /** GET /health on `agent`'s connection, and the socket it went on. */
-  const health = (agent: Agent) =>
-    new Promise<{ status: number; socket: Socket }>((resolve, reject) => {
-      const req = httpRequest(`${t.url}/health`, { agent, timeout: 5000 }, (res) => {
-        res.resume();
-        resolve({ status: res.statusCode ?? 0, socket: res.socket });
-      });
-      req.on('timeout', () => req.destroy(new Error('no answer: the connection is still behind the unread body')));
-      req.on('error', reject);
-      req.end();
-    });
+    sendOnAgent(
+      agent,
+      'POST',
+      `${t.url}/admin/coupons/${couponId}/issuances${query}`,
+      { ...admin(), 'Idempotency-Key': newKey('bulk'), 'Content-Type': contentType },
+      body,
+      chunked,
+    );
+  const health = (agent: Agent) => healthOnAgent(agent, t.url);
 
   it('takes a JSON list of 10,000 ids of 64 characters, and refuses a JSON body over 1 MiB with 413, with or without a length', async () => {
     const coupon = await createCoupon(t.url, { totalStock: 0 });

@@ -1,8 +1,9 @@
 import { createHmac } from 'node:crypto';
-import { request as httpRequest, IncomingHttpHeaders } from 'node:http';
+import { Agent, request as httpRequest, IncomingHttpHeaders } from 'node:http';
 import { connect } from 'node:net';
 import { gzipSync } from 'node:zlib';
 import request from 'supertest';
+import { healthOnAgent, sendOnAgent } from './support/early-answer.js';
 import { couponBody, createCoupon, newKey } from './support/factories.js';
 import { adminToken, bearer, serviceToken, startTestApp, TEST_SECRET, TestApp, testConfig, tokenFor } from './support/harness.js';
 
@@ -365,6 +366,38 @@ describe('hardening', () => {
         );
     });
   });
+
+  it('a body refused before its end (413 over the limit, 415 of another type or compressed) is read and dropped, with a length or chunked: the client still sending gets the answer, and the connection the next request', async () => {
+    const coupon = await createCoupon(t.url);
+    const agent = new Agent({ keepAlive: true, maxSockets: 1 });
+    const big = JSON.stringify({ pad: 'x'.repeat(4 * 1024 * 1024) });
+    const json = { 'Content-Type': 'application/json' };
+    try {
+      for (const [path, headers, code] of [
+        ['/admin/coupons', { ...bearer(adminToken()), ...json }, 'PAYLOAD_TOO_LARGE'],
+        ['/redemptions', { ...bearer(serviceToken()), ...json }, 'PAYLOAD_TOO_LARGE'],
+        [`/coupons/${coupon.id}/grab`, { ...bearer(tokenFor('early-1')), ...json, 'Idempotency-Key': newKey() }, 'PAYLOAD_TOO_LARGE'],
+        ['/redemptions', { ...bearer(serviceToken()), 'Content-Type': 'text/plain' }, 'UNSUPPORTED_MEDIA_TYPE'],
+        ['/admin/coupons', { ...bearer(adminToken()), ...json, 'Content-Encoding': 'gzip' }, 'UNSUPPORTED_MEDIA_TYPE'],
+      ] as const)
+        for (const chunked of [false, true]) {
+          const refused = await sendOnAgent(agent, 'POST', `${t.url}${path}`, headers, big, chunked);
+          const answer = [
+            path,
+            chunked,
+            refused.status,
+            (JSON.parse(refused.body) as { code: string }).code,
+            refused.connection,
+            refused.sentAll,
+          ];
+          expect(answer).toEqual([path, chunked, code === 'PAYLOAD_TOO_LARGE' ? 413 : 415, code, undefined, true]);
+          const next = await healthOnAgent(agent, t.url);
+          expect([next.status, next.socket === refused.socket]).toEqual([200, true]);
+        }
+    } finally {
+      agent.destroy();
+    }
+  }, 30_000);
 
   it('a compressed body (Content-Encoding gzip) is 415 UNSUPPORTED_MEDIA_TYPE, JSON or CSV; identity is taken', async () => {
     const coupon = await createCoupon(t.url);

@@ -1,5 +1,5 @@
 import { Transform } from 'node:stream';
-import type { FastifyInstance, FastifyRequest, onSendHookHandler, preParsingHookHandler } from 'fastify';
+import type { FastifyInstance, FastifyRequest, preParsingHookHandler } from 'fastify';
 import { AppError } from '../common/errors.js';
 import { CSV_MAX_BYTES } from './user-id-lines.js';
 
@@ -38,7 +38,6 @@ export function acceptIssuanceUploads(fastify: FastifyInstance, uploadTimeoutMs:
     route.handlerTimeout = uploadTimeoutMs;
     // Hooks of this route only: no other request pays for them.
     route.preParsing = [...asList(route.preParsing), capJsonList];
-    route.onSend = [...asList(route.onSend), drainUnread];
   });
   fastify.addContentTypeParser('text/csv', (req, payload, done) => {
     if (req.routeOptions.url !== ISSUANCE_ROUTE) {
@@ -66,47 +65,10 @@ const capJsonList: preParsingHookHandler = (req, _reply, payload, done) => {
       next(received > JSON_LIST_MAX_BYTES ? jsonListTooLarge() : null, chunk);
     },
   });
-  // pipe, not pipeline: a body over the cap is left unread for drainUnread to drop, where pipeline
-  // destroyed it, and with it the connection under a client still sending.
+  // pipe, not pipeline: a body over the cap is left unread for settleUnreadBody (common/unread-body.ts)
+  // to drop, where pipeline destroyed it, and with it the connection under a client still sending.
   payload.on('error', (err) => counted.destroy(err));
   done(null, payload.pipe(counted));
 };
 
 const asList = <T>(hooks: T | T[] | undefined): T[] => (hooks === undefined ? [] : Array.isArray(hooks) ? hooks : [hooks]);
-
-/**
- * An answer sent before the body was read (a 415 for a body of another type, the JSON list's 413)
- * reads and drops the rest of the body, up to the route's 64 MiB, and keeps the connection. Node
- * does not drain a body it has started on: the next request on a kept-alive connection waited for
- * the request timeout behind it. Closing the connection instead (Fastify closes it after any body
- * it could not parse) made a client still sending see EPIPE or a reset rather than the answer: 11
- * of 20 Node fetches of a 4 MiB text/plain body, 3 of 10 of a chunked JSON one. Node's
- * requestTimeout bounds how long the rest may take.
- *
- * A body still being read (an upload cut off by its deadline), one longer than the route takes, or
- * a 408 closes the connection after the answer. Its reader must then hear of the close: Node ends
- * no body whose answer has gone, so the reader waited forever, its upload kept alive by its
- * heartbeat and its Idempotency-Key taken for good. Destroyed without an error, which the CSV
- * reader still hears as a premature close: Fastify's own JSON reader answers an error with a
- * second reply, and logged a warning for every JSON list cut off by its deadline.
- */
-const drainUnread: onSendHookHandler = (req, reply, payload, done) => {
-  const body = req.raw;
-  if (body.complete) return done(null, payload);
-  const reading = body.listenerCount('data') + body.listenerCount('readable') > 0;
-  if (body.destroyed || reading || reply.statusCode === 408 || Number(req.headers['content-length']) > CSV_MAX_BYTES) {
-    void reply.header('Connection', 'close');
-    body.socket?.once('close', () => {
-      if (!body.complete) body.destroy();
-    });
-    return done(null, payload);
-  }
-  reply.removeHeader('connection');
-  let dropped = 0;
-  body.on('data', (chunk: Buffer) => {
-    dropped += chunk.length;
-    if (dropped > CSV_MAX_BYTES) body.destroy();
-  });
-  body.resume();
-  done(null, payload);
-};
