@@ -136,7 +136,7 @@ export async function createApp(
   });
   fastify.addHook('onSend', (req, reply, payload, done) => {
     void reply.header('x-request-id', req.id);
-    settleUnreadBody(req, reply);
+    settleUnreadBody(req, reply, req.routeOptions.handlerTimeout || config.REQUEST_TIMEOUT_MS);
     done(null, payload);
   });
   // The deadline counts from routing (reply.elapsedTime), body upload included.

@@ -106,6 +106,25 @@ describe('deadlines: slow clients', () => {
     expect(answer.closed).toBe(true);
   });
 
+  it('a body refused on its length gets its 413 at once, and the rest, sent one piece a second, is cut off at the deadline', async () => {
+    const head = [
+      'POST /admin/coupons HTTP/1.1',
+      'Host: localhost',
+      `Authorization: Bearer ${adminToken()}`,
+      'Content-Type: application/json',
+      `Content-Length: ${1024 * 1024}`,
+      '',
+      '{"name":"',
+    ].join('\r\n');
+    const started = Date.now();
+    const answer = await trickle(t.url, head, Array(30).fill('x'.repeat(100)), 1000, DEADLINE_MS * 4);
+    expect(answer.text).toMatch(/^HTTP\/1\.1 413 /);
+    expect(answer.elapsedMs).toBeLessThan(SLACK_MS);
+    // Read and dropped, for as long again as the route gives a request: not Node's requestTimeout.
+    expect(answer.closed).toBe(true);
+    expect(Date.now() - started).toBeLessThan(DEADLINE_MS + SLACK_MS);
+  });
+
   it('headers sent one line a second are cut off with 408 REQUEST_TIMEOUT', async () => {
     const drip = Array.from({ length: 30 }, (_, i) => `X-Slow-${i}: 1\r\n`);
     const answer = await trickle(t.url, 'GET /coupons/1 HTTP/1.1\r\nHost: localhost\r\n', drip, 1000, DEADLINE_MS * 4);

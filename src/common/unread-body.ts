@@ -10,8 +10,8 @@ export const DRAIN_MAX_BYTES = 64 * 1024 * 1024;
  * made a client still sending see EPIPE or a reset rather than the answer: Python's http.client
  * 5 of 5 times for a 4 MB body to POST /admin/coupons, Node fetch 11 of 20 for a 4 MiB text/plain
  * one to the bulk route. And Node does not drain a body it has started on: the next request on a
- * kept-alive connection waited for the request timeout behind it. Node's requestTimeout bounds how
- * long the rest may take.
+ * kept-alive connection waited for the request timeout behind it. The rest must arrive within
+ * `withinMs` (the route's deadline) of the answer, else the connection is closed.
  *
  * A body still being read (an upload cut off by its deadline), one longer than DRAIN_MAX_BYTES, or
  * a 408 closes the connection after the answer. Its reader must then hear of the close: Node ends
@@ -20,7 +20,7 @@ export const DRAIN_MAX_BYTES = 64 * 1024 * 1024;
  * hears as a premature close: Fastify's own JSON reader answers an error with a second reply, and
  * logged a warning for every JSON body cut off by its deadline.
  */
-export function settleUnreadBody(req: FastifyRequest, reply: FastifyReply): void {
+export function settleUnreadBody(req: FastifyRequest, reply: FastifyReply, withinMs: number): void {
   const body = req.raw;
   if (body.complete) return;
   const reading = body.listenerCount('data') + body.listenerCount('readable') > 0;
@@ -37,5 +37,10 @@ export function settleUnreadBody(req: FastifyRequest, reply: FastifyReply): void
     dropped += chunk.length;
     if (dropped > DRAIN_MAX_BYTES) body.destroy();
   });
+  // As long again as the route gives a request to arrive: else a client trickling the rest held the
+  // connection for Node's requestTimeout (601 s), where a slow body that is not refused gets 10 s.
+  const giveUp = setTimeout(() => body.destroy(), withinMs).unref();
+  const done = () => clearTimeout(giveUp);
+  body.once('end', done).once('close', done);
   body.resume();
 }
