@@ -10,7 +10,7 @@ import type { FastifyError, FastifyReply, FastifyRequest } from 'fastify';
 import { AppModule } from './app.module.js';
 import { AppConfig } from './config/app-config.js';
 import { HttpExceptionFilter, sendError } from './common/http-exception.filter.js';
-import { settleUnreadBody } from './common/unread-body.js';
+import { isDraining, settleUnreadBody } from './common/unread-body.js';
 import { strictJsonBodies } from './common/json-body.js';
 import { createPino, PinoNestLogger } from './common/logger.js';
 import { onResponse } from './common/request-log.js';
@@ -41,7 +41,8 @@ function clientErrorHandler(err: Error & { code?: string }, socket: Socket): voi
         ? [431, 'HEADERS_TOO_LARGE', 'Request headers are too large']
         : [400, 'VALIDATION_FAILED', 'Malformed HTTP request'];
   const body = JSON.stringify({ code, message });
-  if (socket.writable) {
+  // A request whose answer already went (its refused body still arriving) gets no second one.
+  if (socket.writable && !isDraining(socket)) {
     socket.write(
       `HTTP/1.1 ${status} ${STATUS_CODES[status]}\r\nContent-Length: ${Buffer.byteLength(body)}\r\nContent-Type: application/json; charset=utf-8\r\nX-Request-Id: ${randomUUID()}\r\nConnection: close\r\n\r\n${body}`,
     );

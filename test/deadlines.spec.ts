@@ -125,6 +125,22 @@ describe('deadlines: slow clients', () => {
     expect(Date.now() - started).toBeLessThan(DEADLINE_MS + SLACK_MS);
   });
 
+  it('a refused body whose rest breaks the chunked framing gets its one answer, then the connection closes', async () => {
+    const head = [
+      'POST /admin/coupons HTTP/1.1',
+      'Host: localhost',
+      `Authorization: Bearer ${adminToken()}`,
+      'Content-Type: application/json',
+      'Transfer-Encoding: chunked',
+      '',
+      `${(70 * 1024).toString(16)}\r\n${'x'.repeat(70 * 1024)}\r\n`,
+    ].join('\r\n');
+    const answer = await trickle(t.url, head, ['not a chunk size\r\n'], 500, DEADLINE_MS * 2);
+    expect(answer.text).toMatch(/^HTTP\/1\.1 413 /);
+    expect(answer.text.match(/HTTP\/1\.1 /g)).toHaveLength(1);
+    expect(answer.closed).toBe(true);
+  });
+
   it('headers sent one line a second are cut off with 408 REQUEST_TIMEOUT', async () => {
     const drip = Array.from({ length: 30 }, (_, i) => `X-Slow-${i}: 1\r\n`);
     const answer = await trickle(t.url, 'GET /coupons/1 HTTP/1.1\r\nHost: localhost\r\n', drip, 1000, DEADLINE_MS * 4);

@@ -1,7 +1,13 @@
+import type { Socket } from 'node:net';
 import type { FastifyReply, FastifyRequest } from 'fastify';
 
 /** The most of a refused body read and dropped: the largest body any route takes (a bulk upload's CSV). */
 export const DRAIN_MAX_BYTES = 64 * 1024 * 1024;
+
+const draining = new WeakSet<Socket>();
+
+/** The socket carries the rest of a body whose answer went: a client error on it (bad chunk framing) gets no answer of its own. */
+export const isDraining = (socket: Socket) => draining.has(socket);
 
 /**
  * An answer sent before the body was read (413 on its length, 415 for another type, 401 for a
@@ -40,7 +46,12 @@ export function settleUnreadBody(req: FastifyRequest, reply: FastifyReply, withi
   // As long again as the route gives a request to arrive: else a client trickling the rest held the
   // connection for Node's requestTimeout (601 s), where a slow body that is not refused gets 10 s.
   const giveUp = setTimeout(() => body.destroy(), withinMs).unref();
-  const done = () => clearTimeout(giveUp);
+  const socket = body.socket;
+  draining.add(socket);
+  const done = () => {
+    clearTimeout(giveUp);
+    draining.delete(socket);
+  };
   body.once('end', done).once('close', done);
   body.resume();
 }
