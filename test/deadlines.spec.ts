@@ -74,6 +74,18 @@ function trickle(url: string, head: string, drip: string[], everyMs: number, max
   });
 }
 
+/** The head of a POST /admin/coupons framed by `framing` (a length or chunked), and the start of its body. */
+const adminPost = (framing: string, first: string) =>
+  [
+    'POST /admin/coupons HTTP/1.1',
+    'Host: localhost',
+    `Authorization: Bearer ${adminToken()}`,
+    'Content-Type: application/json',
+    framing,
+    '',
+    first,
+  ].join('\r\n');
+
 const bodyOf = (raw: string) => JSON.parse(raw.slice(raw.indexOf('\r\n\r\n') + 4).replace(/^[0-9a-f]+\r\n/, '')) as { code: string };
 
 describe('deadlines: slow clients', () => {
@@ -107,15 +119,7 @@ describe('deadlines: slow clients', () => {
   });
 
   it('a body refused on its length gets its 413 at once, and the rest, sent one piece a second, is cut off at the deadline', async () => {
-    const head = [
-      'POST /admin/coupons HTTP/1.1',
-      'Host: localhost',
-      `Authorization: Bearer ${adminToken()}`,
-      'Content-Type: application/json',
-      `Content-Length: ${1024 * 1024}`,
-      '',
-      '{"name":"',
-    ].join('\r\n');
+    const head = adminPost(`Content-Length: ${1024 * 1024}`, '{"name":"');
     const started = Date.now();
     const answer = await trickle(t.url, head, Array(30).fill('x'.repeat(100)), 1000, DEADLINE_MS * 4);
     expect(answer.text).toMatch(/^HTTP\/1\.1 413 /);
@@ -126,15 +130,7 @@ describe('deadlines: slow clients', () => {
   });
 
   it('a refused body whose rest breaks the chunked framing gets its one answer, then the connection closes', async () => {
-    const head = [
-      'POST /admin/coupons HTTP/1.1',
-      'Host: localhost',
-      `Authorization: Bearer ${adminToken()}`,
-      'Content-Type: application/json',
-      'Transfer-Encoding: chunked',
-      '',
-      `${(70 * 1024).toString(16)}\r\n${'x'.repeat(70 * 1024)}\r\n`,
-    ].join('\r\n');
+    const head = adminPost('Transfer-Encoding: chunked', `${(70 * 1024).toString(16)}\r\n${'x'.repeat(70 * 1024)}\r\n`);
     const answer = await trickle(t.url, head, ['not a chunk size\r\n'], 500, DEADLINE_MS * 2);
     expect(answer.text).toMatch(/^HTTP\/1\.1 413 /);
     expect(answer.text.match(/HTTP\/1\.1 /g)).toHaveLength(1);
