@@ -10,7 +10,7 @@ import type { FastifyError, FastifyReply, FastifyRequest } from 'fastify';
 import { AppModule } from './app.module.js';
 import { AppConfig } from './config/app-config.js';
 import { HttpExceptionFilter, sendError } from './common/http-exception.filter.js';
-import { isDraining, settleUnreadBody } from './common/unread-body.js';
+import { UnreadBodies } from './common/unread-body.js';
 import { strictJsonBodies } from './common/json-body.js';
 import { createPino, PinoNestLogger } from './common/logger.js';
 import { onResponse } from './common/request-log.js';
@@ -32,7 +32,7 @@ function requestIdOf(req: IncomingMessage): string {
 }
 
 /** Requests too broken to reach the router (garbled request line, oversized headers) still get the one error body. */
-function clientErrorHandler(err: Error & { code?: string }, socket: Socket): void {
+function clientErrorHandler(err: Error & { code?: string }, socket: Socket, unread: UnreadBodies): void {
   if (err.code === 'ECONNRESET' || socket.destroyed) return;
   const [status, code, message] =
     err.code === 'ERR_HTTP_REQUEST_TIMEOUT'
@@ -42,7 +42,7 @@ function clientErrorHandler(err: Error & { code?: string }, socket: Socket): voi
         : [400, 'VALIDATION_FAILED', 'Malformed HTTP request'];
   const body = JSON.stringify({ code, message });
   // A request whose answer already went (its refused body still arriving) gets no second one.
-  if (socket.writable && !isDraining(socket)) {
+  if (socket.writable && !unread.isDraining(socket)) {
     socket.write(
       `HTTP/1.1 ${status} ${STATUS_CODES[status]}\r\nContent-Length: ${Buffer.byteLength(body)}\r\nContent-Type: application/json; charset=utf-8\r\nX-Request-Id: ${randomUUID()}\r\nConnection: close\r\n\r\n${body}`,
     );
@@ -78,6 +78,7 @@ export async function createApp(
   extraModules: Parameters<typeof AppModule.forRoot>[1] = [],
 ): Promise<NestFastifyApplication> {
   const pino = createPino(config);
+  const unread = new UnreadBodies();
   const adapter = new FastifyAdapter({
     bodyLimit: BODY_LIMIT_BYTES,
     // The deadline (REQUEST_TIMEOUT_MS) from routing to answer, body upload included: the filter
@@ -101,7 +102,7 @@ export async function createApp(
     // JSON bodies go through json-body.ts; these keep Fastify's own checks of them out of the way too.
     onProtoPoisoning: 'ignore',
     onConstructorPoisoning: 'ignore',
-    clientErrorHandler,
+    clientErrorHandler: (err: Error & { code?: string }, socket: Socket) => clientErrorHandler(err, socket, unread),
     // The router's own refusals (bad percent-encoding, a path parameter over 512 characters) are
     // malformed paths: answered like every other validation error (request id, language, log line),
     // though they come before the hooks that do that for routed requests.
@@ -137,8 +138,12 @@ export async function createApp(
   });
   fastify.addHook('onSend', (req, reply, payload, done) => {
     void reply.header('x-request-id', req.id);
-    settleUnreadBody(req, reply, req.routeOptions.handlerTimeout || config.REQUEST_TIMEOUT_MS);
+    unread.settle(req, reply, req.routeOptions.handlerTimeout || config.REQUEST_TIMEOUT_MS);
     done(null, payload);
+  });
+  fastify.addHook('preClose', (done) => {
+    unread.close();
+    done();
   });
   // The deadline counts from routing (reply.elapsedTime), body upload included.
   const deadlines = new WeakMap<FastifyRequest, Deadline>();

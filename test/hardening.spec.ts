@@ -390,7 +390,7 @@ describe('hardening', () => {
             refused.connection,
             refused.sentAll,
           ];
-          expect(answer).toEqual([path, chunked, code === 'PAYLOAD_TOO_LARGE' ? 413 : 415, code, undefined, true]);
+          expect(answer).toEqual([path, chunked, code === 'PAYLOAD_TOO_LARGE' ? 413 : 415, code, 'keep-alive', true]);
           const next = await healthOnAgent(agent, t.url);
           expect([next.status, next.socket === refused.socket]).toEqual([200, true]);
         }

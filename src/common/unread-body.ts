@@ -1,57 +1,78 @@
+import type { IncomingMessage } from 'node:http';
 import type { Socket } from 'node:net';
 import type { FastifyReply, FastifyRequest } from 'fastify';
 
 /** The most of a refused body read and dropped: the largest body any route takes (a bulk upload's CSV). */
 export const DRAIN_MAX_BYTES = 64 * 1024 * 1024;
 
-const draining = new WeakSet<Socket>();
-
-/** The socket carries the rest of a body whose answer went: a client error on it (bad chunk framing) gets no answer of its own. */
-export const isDraining = (socket: Socket) => draining.has(socket);
-
 /**
- * An answer sent before the body was read (413 on its length, 415 for another type, 401 for a
- * bulk upload without a token) reads and drops the rest of the body, up to DRAIN_MAX_BYTES, and
- * keeps the connection. Closing it instead (Fastify closes it after any body it could not parse)
- * made a client still sending see EPIPE or a reset rather than the answer: Python's http.client
- * 5 of 5 times for a 4 MB body to POST /admin/coupons, Node fetch 11 of 20 for a 4 MiB text/plain
- * one to the bulk route. And Node does not drain a body it has started on: the next request on a
- * kept-alive connection waited for the request timeout behind it. The rest must arrive within
- * `withinMs` (the route's deadline) of the answer, else the connection is closed.
+ * Bodies whose answer went before they had all arrived, one set per server. An answer sent before
+ * the body was read (413 on its length, 415 for another type, 401 for a bulk upload without a
+ * token) reads and drops the rest, up to DRAIN_MAX_BYTES, and keeps the connection. Closing it
+ * instead (Fastify closes it after any body it could not parse) made a client still sending see
+ * EPIPE or a reset rather than the answer: Python's http.client 5 of 5 times for a 4 MB body to
+ * POST /admin/coupons, Node fetch 11 of 20 for a 4 MiB text/plain one to the bulk route. And Node
+ * does not drain a body it has started on: the next request on a kept-alive connection waited for
+ * the request timeout behind it. The rest must arrive within the route's deadline of the answer.
  *
- * A body still being read (an upload cut off by its deadline), one longer than DRAIN_MAX_BYTES, or
- * a 408 closes the connection after the answer. Its reader must then hear of the close: Node ends
- * no body whose answer has gone, so the reader waited forever (a bulk upload's heartbeat kept it
- * alive and its Idempotency-Key taken for good). Destroyed without an error, which a stream reader
- * hears as a premature close: Fastify's own JSON reader answers an error with a second reply, and
- * logged a warning for every JSON body cut off by its deadline.
+ * A body still being read (an upload cut off by its deadline), one longer than DRAIN_MAX_BYTES, a
+ * 408, a connection the client asked to close, or a server shutting down closes the connection
+ * after the answer. A body's reader must hear when its connection closes: Node ends no body whose
+ * answer has gone, so the reader waited forever (a bulk upload's heartbeat kept it alive and its
+ * Idempotency-Key taken for good). Destroyed without an error, which a stream reader hears as a
+ * premature close: Fastify's own JSON reader answers an error with a second reply, and logged a
+ * warning for every JSON body cut off by its deadline.
  */
-export function settleUnreadBody(req: FastifyRequest, reply: FastifyReply, withinMs: number): void {
-  const body = req.raw;
-  if (body.complete) return;
-  const reading = body.listenerCount('data') + body.listenerCount('readable') > 0;
-  if (body.destroyed || reading || reply.statusCode === 408 || Number(req.headers['content-length']) > DRAIN_MAX_BYTES) {
-    void reply.header('Connection', 'close');
-    body.socket?.once('close', () => {
+export class UnreadBodies {
+  private readonly draining = new Map<Socket, IncomingMessage>();
+  private closing = false;
+
+  /** The socket carries the rest of a body whose answer went: a client error on it (bad chunk framing) gets no answer of its own. */
+  isDraining(socket: Socket): boolean {
+    return this.draining.has(socket);
+  }
+
+  /** In onSend: keeps or closes the connection of an answer whose body has not all arrived. */
+  settle(req: FastifyRequest, reply: FastifyReply, withinMs: number): void {
+    const body = req.raw;
+    if (body.complete) return;
+    const socket = body.socket;
+    socket.once('close', () => {
       if (!body.complete) body.destroy();
     });
-    return;
+    const reading = body.listenerCount('data') + body.listenerCount('readable') > 0;
+    if (
+      this.closing ||
+      !reply.raw.shouldKeepAlive ||
+      body.destroyed ||
+      reading ||
+      reply.statusCode === 408 ||
+      Number(req.headers['content-length']) > DRAIN_MAX_BYTES
+    ) {
+      void reply.header('connection', 'close');
+      return;
+    }
+    void reply.header('connection', 'keep-alive');
+    let dropped = 0;
+    body.on('data', (chunk: Buffer) => {
+      dropped += chunk.length;
+      if (dropped > DRAIN_MAX_BYTES) body.destroy();
+    });
+    // Else a client trickling the rest held the connection for Node's requestTimeout (601 s), where
+    // a slow body that is not refused gets the route's deadline.
+    const giveUp = setTimeout(() => body.destroy(), withinMs).unref();
+    this.draining.set(socket, body);
+    const done = () => {
+      clearTimeout(giveUp);
+      this.draining.delete(socket);
+    };
+    body.once('end', done).once('close', done);
+    body.resume();
   }
-  reply.removeHeader('connection');
-  let dropped = 0;
-  body.on('data', (chunk: Buffer) => {
-    dropped += chunk.length;
-    if (dropped > DRAIN_MAX_BYTES) body.destroy();
-  });
-  // As long again as the route gives a request to arrive: else a client trickling the rest held the
-  // connection for Node's requestTimeout (601 s), where a slow body that is not refused gets 10 s.
-  const giveUp = setTimeout(() => body.destroy(), withinMs).unref();
-  const socket = body.socket;
-  draining.add(socket);
-  const done = () => {
-    clearTimeout(giveUp);
-    draining.delete(socket);
-  };
-  body.once('end', done).once('close', done);
-  body.resume();
+
+  /** The server is closing: what is still arriving is dropped with its connection, which would otherwise hold the close up to the route's deadline. */
+  close(): void {
+    this.closing = true;
+    for (const body of this.draining.values()) body.destroy();
+  }
 }
