@@ -492,18 +492,26 @@ describe('bulk issuance', () => {
     ).toBe(0);
   });
 
-  it('refuses a CSV over 64 MiB with 413 and keeps nothing of it', async () => {
+  it('refuses a CSV over 64 MiB with 413 and keeps nothing of it: by its length before it is read, else (chunked) as it arrives', async () => {
     const coupon = await createCoupon(t.url);
     const line = Buffer.from('abcdefghij-abcdefghij-abcdefghij-abcdefghij-abcdefghij-abcdefghi\n');
     const body = Buffer.concat([Buffer.alloc(64 * 1024 * 1024 + 1 - line.length, 'a'.charCodeAt(0)).fill(line), line]);
     expect(body.length).toBe(64 * 1024 * 1024 + 1);
-    const res = await postCsv(coupon.id, body);
-    expect([res.status, res.body.code]).toEqual([413, 'PAYLOAD_TOO_LARGE']);
     const jobs = async () =>
       (await t.db.query(`SELECT status, idempotency_key FROM issuance_job WHERE coupon_id = ?`, [coupon.id])) as {
         status: string;
         idempotency_key: string;
       }[];
+    const declared = await postCsv(coupon.id, body);
+    expect([declared.status, declared.body.code]).toEqual([413, 'PAYLOAD_TOO_LARGE']);
+    expect(await jobs()).toEqual([]);
+    const agent = new Agent({ keepAlive: true, maxSockets: 1 });
+    try {
+      const chunked = await send(agent, coupon.id, 'text/csv', body, true, '?reason=csv&fromStock=false');
+      expect([chunked.status, (JSON.parse(chunked.body) as { code: string }).code]).toEqual([413, 'PAYLOAD_TOO_LARGE']);
+    } finally {
+      agent.destroy();
+    }
     // Out of sight and its key free at once; its lines go with the runner's next pass.
     const [discarded] = await jobs();
     expect(discarded.status).toBe('DISCARDED');

@@ -208,6 +208,62 @@ describe('deadlines: slow clients', () => {
     30_000,
   );
 
+  it.each([
+    ['text/csv', 'u-1\nu-2'],
+    ['application/json', '{"reason":"r","fromStock":false,"userIds":["u-1"'],
+  ])(
+    'a bulk upload (%s) that stops arriving is answered 408 when its connection has been silent twice the deadline, not closed without a word; its key is then free',
+    async (type, first) => {
+      const coupon = await createCoupon(t.url, { totalStock: 10 });
+      const key = newKey('stalled-upload');
+      const path = `/admin/coupons/${coupon.id}/issuances?reason=r&fromStock=false`;
+      const head = [
+        `POST ${path} HTTP/1.1`,
+        'Host: localhost',
+        `Authorization: Bearer ${adminToken()}`,
+        `Content-Type: ${type}`,
+        `Idempotency-Key: ${key}`,
+        'Content-Length: 10000',
+        '',
+        first,
+      ].join('\r\n');
+      const answer = await trickle(t.url, head, [], 1000, DEADLINE_MS * 4);
+      expect(answer.text).toMatch(/^HTTP\/1\.1 408 /);
+      expect(bodyOf(answer.text).code).toBe('REQUEST_TIMEOUT');
+      expect(answer.closed).toBe(true);
+      // Node's connectionTimeout (twice REQUEST_TIMEOUT_MS of silence), long before the route's 600 s.
+      expect(answer.elapsedMs).toBeGreaterThanOrEqual(2 * DEADLINE_MS - 100);
+      expect(answer.elapsedMs).toBeLessThan(2 * DEADLINE_MS + SLACK_MS);
+      const retry = await request(t.url)
+        .post(path)
+        .set(bearer(adminToken()))
+        .set('Idempotency-Key', key)
+        .set('Content-Type', 'text/csv')
+        .send('u-1\nu-2\n');
+      expect([retry.status, retry.body.code]).toEqual([202, undefined]);
+    },
+    30_000,
+  );
+
+  it('a CSV declaring more than 64 MiB is 413 before a byte of it is read', async () => {
+    const coupon = await createCoupon(t.url, { totalStock: 10 });
+    const head = [
+      `POST /admin/coupons/${coupon.id}/issuances?reason=r&fromStock=false HTTP/1.1`,
+      'Host: localhost',
+      `Authorization: Bearer ${adminToken()}`,
+      'Content-Type: text/csv',
+      `Idempotency-Key: ${newKey('huge')}`,
+      `Content-Length: ${100_000_000}`,
+      '',
+      'u-1\n',
+    ].join('\r\n');
+    const answer = await trickle(t.url, head, [], 1000, DEADLINE_MS * 4);
+    expect(answer.text).toMatch(/^HTTP\/1\.1 413 /);
+    expect(bodyOf(answer.text).code).toBe('PAYLOAD_TOO_LARGE');
+    expect(answer.elapsedMs).toBeLessThan(SLACK_MS);
+    expect(answer.closed).toBe(true);
+  });
+
   it('a server closing drops the refused bodies still arriving at once, rather than waiting up to their deadline (the bulk route: 600 s)', async () => {
     const closing = await startTestApp(LIMITS);
     let closedIn: number | undefined;

@@ -1,7 +1,7 @@
 import { Transform } from 'node:stream';
 import type { FastifyInstance, FastifyRequest, preParsingHookHandler } from 'fastify';
 import { AppError } from '../common/errors.js';
-import { CSV_MAX_BYTES } from './user-id-lines.js';
+import { CSV_MAX_BYTES, csvTooLarge, uploadStalled } from './user-id-lines.js';
 
 /** The one route that takes a list of users, as Fastify spells it. */
 export const ISSUANCE_ROUTE = '/admin/coupons/:couponId/issuances';
@@ -37,7 +37,7 @@ export function acceptIssuanceUploads(fastify: FastifyInstance, uploadTimeoutMs:
     route.bodyLimit = CSV_MAX_BYTES;
     route.handlerTimeout = uploadTimeoutMs;
     // Hooks of this route only: no other request pays for them.
-    route.preParsing = [...asList(route.preParsing), capJsonList];
+    route.preParsing = [...asList(route.preParsing), capUpload];
   });
   fastify.addContentTypeParser('text/csv', (req, payload, done) => {
     if (req.routeOptions.url !== ISSUANCE_ROUTE) {
@@ -53,9 +53,11 @@ export function acceptIssuanceUploads(fastify: FastifyInstance, uploadTimeoutMs:
 
 /**
  * Holds a JSON body to JSON_LIST_MAX_BYTES, by its length before it is read, else as it arrives
- * (chunked). Only JSON: a body of another type is 415 as on every route, not a JSON list's 413.
+ * (chunked), and a CSV to CSV_MAX_BYTES by its length. Only these two: a body of another type is
+ * 415 as on every route, not a list's 413. A JSON list that stops arriving is 408 (uploadStalled).
  */
-const capJsonList: preParsingHookHandler = (req, _reply, payload, done) => {
+const capUpload: preParsingHookHandler = (req, _reply, payload, done) => {
+  if (isCsv(req) && Number(req.headers['content-length']) > CSV_MAX_BYTES) return done(csvTooLarge());
   if (!mediaTypeIs(req, 'application/json')) return done(null, payload);
   if (Number(req.headers['content-length']) > JSON_LIST_MAX_BYTES) return done(jsonListTooLarge());
   let received = 0;
@@ -65,6 +67,9 @@ const capJsonList: preParsingHookHandler = (req, _reply, payload, done) => {
       next(received > JSON_LIST_MAX_BYTES ? jsonListTooLarge() : null, chunk);
     },
   });
+  const stalled = () => counted.destroy(uploadStalled());
+  req.raw.once('timeout', stalled);
+  counted.once('close', () => req.raw.off('timeout', stalled));
   // pipe, not pipeline: a body over the cap is left unread for settleUnreadBody (common/unread-body.ts)
   // to drop, where pipeline destroyed it, and with it the connection under a client still sending.
   payload.on('error', (err) => counted.destroy(err));

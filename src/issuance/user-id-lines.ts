@@ -6,6 +6,15 @@ import { validationFailed } from '../common/validation.js';
 export const CSV_MAX_BYTES = 64 * 1024 * 1024;
 export const CSV_MAX_LINES = 1_000_000;
 
+export const csvTooLarge = () => new AppError('PAYLOAD_TOO_LARGE', 'The upload is over 64 MiB', { maxBytes: CSV_MAX_BYTES });
+
+/**
+ * An upload that stopped arriving, when Node's socket timeout (connectionTimeout: twice
+ * REQUEST_TIMEOUT_MS of silence) fires on its request: Node closed the connection then without a
+ * word, since the route's own deadline (BULK_UPLOAD_TIMEOUT_MS) is far longer.
+ */
+export const uploadStalled = () => new AppError('REQUEST_TIMEOUT', 'The upload stopped arriving', undefined, { Connection: 'close' });
+
 /** A first line naming the column rather than a user. */
 const HEADER = /^(user_?id|userid|user|uid|id)$/i;
 /** Longer lines are kept to this many characters: an invalid user id whatever they hold. */
@@ -67,7 +76,7 @@ export async function* userIdLines(body: Readable, decoder = csvDecoder(undefine
   };
   for await (const chunk of chunksOf(body)) {
     bytes += chunk.length;
-    if (bytes > CSV_MAX_BYTES) throw new AppError('PAYLOAD_TOO_LARGE', 'The upload is over 64 MiB', { maxBytes: CSV_MAX_BYTES });
+    if (bytes > CSV_MAX_BYTES) throw csvTooLarge();
     for (const raw of take(decoder.write(chunk))) {
       const line = accept(raw);
       if (line !== null) yield line;
@@ -91,10 +100,32 @@ export async function* userIdLines(body: Readable, decoder = csvDecoder(undefine
  * sending gets the answer rather than a broken pipe.
  */
 async function* chunksOf(body: Readable): AsyncGenerator<Buffer> {
+  const chunks = body.iterator({ destroyOnReturn: false }) as AsyncIterator<Buffer>;
+  // The request's 'timeout' (an IncomingMessage's): the next chunk is not awaited past it.
+  let stalled = false;
+  let onStall = (): void => undefined;
+  const stall = new Promise<never>((_, reject) => {
+    onStall = () => {
+      stalled = true;
+      reject(uploadStalled());
+    };
+  });
+  stall.catch(() => undefined);
+  body.once('timeout', onStall);
   try {
-    for await (const chunk of body.iterator({ destroyOnReturn: false }) as AsyncIterable<Buffer>) yield chunk;
+    for (;;) {
+      const next = await Promise.race([chunks.next(), stall]);
+      if (next.done) return;
+      yield next.value;
+    }
   } catch (err) {
+    if (err instanceof AppError) throw err;
     throw validationFailed({ body: ['was cut off before its end'] }, `The upload was cut off: ${(err as Error).message}`);
+  } finally {
+    body.off('timeout', onStall);
+    // Stops listening, so the rest can be read and dropped; not after a stall, where the chunk
+    // still awaited would hold the return up until the connection closes.
+    if (!stalled) await chunks.return?.();
   }
 }
 
