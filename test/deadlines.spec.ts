@@ -297,7 +297,8 @@ describe('deadlines: slow clients', () => {
       await closing.db.destroy();
       await dropTestDatabase(closing.config);
     }
-    expect(closedIn).toBeLessThan(SLACK_MS);
+    // Its drain would have lasted the bulk route's deadline (600 s); the rest is the app's own close.
+    expect(closedIn).toBeLessThan(5_000);
   }, 30_000);
 
   it('a connection that sends nothing is closed by the deadline', async () => {
