@@ -86,6 +86,26 @@ const adminPost = (framing: string, first: string) =>
     first,
   ].join('\r\n');
 
+/** A bulk upload's path, and a head declaring 10,000 bytes of `type` followed by the first of them. */
+function bulkUpload(couponId: string, type: string, key: string, first: string) {
+  const path = `/admin/coupons/${couponId}/issuances?reason=r&fromStock=false`;
+  const head = [
+    `POST ${path} HTTP/1.1`,
+    'Host: localhost',
+    `Authorization: Bearer ${adminToken()}`,
+    `Content-Type: ${type}`,
+    `Idempotency-Key: ${key}`,
+    'Content-Length: 10000',
+    '',
+    first,
+  ].join('\r\n');
+  return { path, head };
+}
+
+/** The upload of `key` sent again, whole: a CSV of two users. */
+const sendAgain = (url: string, path: string, key: string) =>
+  request(url).post(path).set(bearer(adminToken())).set('Idempotency-Key', key).set('Content-Type', 'text/csv').send('u-1\nu-2\n');
+
 const bodyOf = (raw: string) => JSON.parse(raw.slice(raw.indexOf('\r\n\r\n') + 4).replace(/^[0-9a-f]+\r\n/, '')) as { code: string };
 
 describe('deadlines: slow clients', () => {
@@ -164,17 +184,7 @@ describe('deadlines: slow clients', () => {
       try {
         const coupon = await createCoupon(bulk.url, { totalStock: 10 });
         const key = newKey('slow-upload');
-        const path = `/admin/coupons/${coupon.id}/issuances?reason=r&fromStock=false`;
-        const head = [
-          `POST ${path} HTTP/1.1`,
-          'Host: localhost',
-          `Authorization: Bearer ${adminToken()}`,
-          `Content-Type: ${type}`,
-          `Idempotency-Key: ${key}`,
-          'Content-Length: 10000',
-          '',
-          first,
-        ].join('\r\n');
+        const { path, head } = bulkUpload(coupon.id, type, key, first);
         const answer = await trickle(
           bulk.url,
           head,
@@ -188,12 +198,7 @@ describe('deadlines: slow clients', () => {
         // The upload is discarded once the connection is gone, so the key is free for the client's retry.
         let retry: request.Response | undefined;
         for (const started = Date.now(); Date.now() - started < 5000; await sleep(250)) {
-          retry = await request(bulk.url)
-            .post(path)
-            .set(bearer(adminToken()))
-            .set('Idempotency-Key', key)
-            .set('Content-Type', 'text/csv')
-            .send('u-1\nu-2\n');
+          retry = await sendAgain(bulk.url, path, key);
           if (retry.status !== 409) break;
         }
         expect([retry?.status, retry?.body.code]).toEqual([202, undefined]);
@@ -216,17 +221,7 @@ describe('deadlines: slow clients', () => {
     async (type, first) => {
       const coupon = await createCoupon(t.url, { totalStock: 10 });
       const key = newKey('stalled-upload');
-      const path = `/admin/coupons/${coupon.id}/issuances?reason=r&fromStock=false`;
-      const head = [
-        `POST ${path} HTTP/1.1`,
-        'Host: localhost',
-        `Authorization: Bearer ${adminToken()}`,
-        `Content-Type: ${type}`,
-        `Idempotency-Key: ${key}`,
-        'Content-Length: 10000',
-        '',
-        first,
-      ].join('\r\n');
+      const { path, head } = bulkUpload(coupon.id, type, key, first);
       const answer = await trickle(t.url, head, [], 1000, DEADLINE_MS * 4);
       expect(answer.text).toMatch(/^HTTP\/1\.1 408 /);
       expect(bodyOf(answer.text).code).toBe('REQUEST_TIMEOUT');
@@ -234,12 +229,7 @@ describe('deadlines: slow clients', () => {
       // Node's connectionTimeout (twice REQUEST_TIMEOUT_MS of silence), long before the route's 600 s.
       expect(answer.elapsedMs).toBeGreaterThanOrEqual(2 * DEADLINE_MS - 100);
       expect(answer.elapsedMs).toBeLessThan(2 * DEADLINE_MS + SLACK_MS);
-      const retry = await request(t.url)
-        .post(path)
-        .set(bearer(adminToken()))
-        .set('Idempotency-Key', key)
-        .set('Content-Type', 'text/csv')
-        .send('u-1\nu-2\n');
+      const retry = await sendAgain(t.url, path, key);
       expect([retry.status, retry.body.code]).toEqual([202, undefined]);
     },
     30_000,
