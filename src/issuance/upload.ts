@@ -70,7 +70,7 @@ const capUpload: preParsingHookHandler = (req, _reply, payload, done) => {
   const stalled = () => counted.destroy(uploadStalled());
   req.raw.once('timeout', stalled);
   counted.once('close', () => req.raw.off('timeout', stalled));
-  // pipe, not pipeline: a body over the cap is left unread for settleUnreadBody (common/unread-body.ts)
+  // pipe, not pipeline: a body over the cap is left unread for UnreadBodies (common/unread-body.ts)
   // to drop, where pipeline destroyed it, and with it the connection under a client still sending.
   payload.on('error', (err) => counted.destroy(err));
   done(null, payload.pipe(counted));

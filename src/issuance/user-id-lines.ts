@@ -96,8 +96,8 @@ export async function* userIdLines(body: Readable, decoder = csvDecoder(undefine
 /**
  * The body's chunks; the stream failing (the client reset the connection mid-upload) is the client's
  * doing, not an outage. A refusal before the end (bytes that are not text, too many lines) leaves
- * the rest unread, not destroyed: the route reads and drops it (upload.ts), so a client still
- * sending gets the answer rather than a broken pipe.
+ * the rest unread, not destroyed: every route reads and drops it (common/unread-body.ts), so a
+ * client still sending gets the answer rather than a broken pipe.
  */
 async function* chunksOf(body: Readable): AsyncGenerator<Buffer> {
   const chunks = body.iterator({ destroyOnReturn: false }) as AsyncIterator<Buffer>;
