@@ -3,7 +3,7 @@ import type { Socket } from 'node:net';
 import type { FastifyReply, FastifyRequest } from 'fastify';
 
 /** The most of a refused body read and dropped: the largest body any route takes (a bulk upload's CSV). */
-export const DRAIN_MAX_BYTES = 64 * 1024 * 1024;
+const DRAIN_MAX_BYTES = 64 * 1024 * 1024;
 
 /**
  * Bodies whose answer went before they had all arrived, one set per server. An answer sent before

@@ -226,7 +226,7 @@ export class CouponService {
     const page = await this.liveCoupons(limit, cursor);
     const key = `${page.items[0]?.id ?? ''}_${page.items.length}_${page.nextCursor ?? ''}`;
     const last = this.listPages.get(key);
-    if (last && last.nextCursor === page.nextCursor && sameItems(last.items, page.items)) return last.json;
+    if (last && sameItems(last.items, page.items)) return last.json;
     if (this.listPages.size >= 1000) this.listPages.clear();
     const json = new SharedJson(JSON.stringify(page));
     this.listPages.set(key, { ...page, json });
