@@ -18,6 +18,8 @@ import { StrictValidationPipe, UndeclaredInputGuard, validationFailed } from './
 import { type Deadline, withDeadline } from './database/deadline-pool.js';
 import { serveConsole } from './console/serve-console.js';
 import { acceptIssuanceUploads } from './issuance/upload.js';
+import { CouponService } from './coupon/coupon.service.js';
+import { servePublicReadsFromMemory } from './coupon/public-reads.js';
 import { buildOpenApiDocument } from './openapi/document.js';
 import { HEADERS } from './openapi/schemas.js';
 
@@ -128,6 +130,7 @@ export async function createApp(
   fastify.removeContentTypeParser('text/plain');
   strictJsonBodies(fastify);
   acceptIssuanceUploads(fastify, config.BULK_UPLOAD_TIMEOUT_MS);
+  servePublicReadsFromMemory(fastify, app.get(CouponService));
   // Callback hooks: an async hook costs every request two more promises.
   fastify.addHook('onRequest', (req, reply, done) => {
     if (req.raw.httpVersion === '1.1' && req.headers.host === undefined) {

@@ -2,6 +2,7 @@ import { jest } from '@jest/globals';
 import request from 'supertest';
 import { EntityManager, Repository } from 'typeorm';
 import type { AppConfig } from '../src/config/app-config.js';
+import { CouponService } from '../src/coupon/coupon.service.js';
 import { checkInvariants } from '../src/ledger/invariants.js';
 import { createCoupon, grabRequest } from './support/factories.js';
 import { adminToken, bearer, startTestApp, TestApp } from './support/harness.js';
@@ -182,5 +183,71 @@ describe('public coupon page and list, short COUPON_CACHE_TTL_MS: changes throug
     expect([late.status, late.body.code]).toEqual([409, 'COUPON_PAUSED']);
     const issued = (await shown.db.query(`SELECT COUNT(*) AS n FROM user_coupon WHERE coupon_id = ?`, [coupon.id])) as { n: string }[];
     expect(Number(issued[0].n)).toBe(1);
+  });
+});
+
+describe('public coupon page and list answered from memory ahead of the controller (public-reads.ts)', () => {
+  const SHOP = 'https://shop.example.com';
+  let t: TestApp;
+  let coupons: CouponService;
+  beforeAll(async () => {
+    t = await startTestApp({ COUPON_CACHE_TTL_MS: '60000', CORS_ORIGINS: SHOP });
+    coupons = t.app.get(CouponService);
+    // Enough coupons for the list to be gzip'd (SharedJson's 1 KiB), so both forms are compared.
+    for (let i = 0; i < 4; i++) await createCoupon(t.url, { totalStock: 10 });
+  });
+  afterEach(async () => {
+    jest.restoreAllMocks();
+    expect(await checkInvariants(t.db)).toEqual([]);
+  });
+  afterAll(() => t?.close());
+
+  /** What a browser on the shop's site sends; the answer without what differs per answer. */
+  const fetchAs = async (path: string, encoding: string) => {
+    const res = await request(t.url).get(path).set('Origin', SHOP).set('Accept-Encoding', encoding);
+    const { date: _date, 'x-request-id': requestId, ...headers } = res.headers;
+    expect(requestId).toMatch(/./);
+    return { status: res.status, headers, body: res.body as unknown };
+  };
+
+  it.each([
+    ['the page', 'publicViewJson', (id: string) => `/coupons/${id}`],
+    ['the list', 'liveCouponsJson', () => '/coupons'],
+  ] as const)('%s: once in memory, the same status, headers and body without the controller, gzip or not', async (_, method, path) => {
+    const coupon = await createCoupon(t.url, { totalStock: 10 });
+    const controller = jest.spyOn(coupons, method);
+    for (const encoding of ['gzip, deflate, br, zstd', 'identity']) {
+      // Nothing in memory: the first read goes through the controller, the second is answered from memory.
+      coupons.invalidate(coupon.id);
+      controller.mockClear();
+      const first = await fetchAs(path(coupon.id), encoding);
+      const again = await fetchAs(path(coupon.id), encoding);
+      expect(first.status).toBe(200);
+      expect(first.headers['access-control-allow-origin']).toBe(SHOP);
+      expect(again).toEqual(first);
+      expect(controller).toHaveBeenCalledTimes(1);
+      controller.mockClear();
+    }
+    // A grab through this instance shows at once on the page answered from memory.
+    await grab(t, coupon.id);
+    expect((await page(t, coupon.id)).remainingStock).toBe(9);
+    expect(controller).not.toHaveBeenCalled();
+  });
+
+  it('leaves to the controller what it would refuse or read: a query, a body, another method, a malformed or unknown id', async () => {
+    const coupon = await createCoupon(t.url, { totalStock: 10 });
+    await page(t, coupon.id);
+    await request(t.url).get('/coupons').expect(200);
+    const unknown = await request(t.url).get(`/coupons/${coupon.id}?debug=1`);
+    expect([unknown.status, unknown.body.details]).toEqual([400, { fields: { debug: ['property debug should not exist'] } }]);
+    const listQuery = await request(t.url).get('/coupons?limit=0');
+    expect([listQuery.status, listQuery.body.code]).toEqual([400, 'VALIDATION_FAILED']);
+    const withBody = await request(t.url).get(`/coupons/${coupon.id}`).set('Content-Type', 'application/json').send('{"a":1}');
+    expect([withBody.status, withBody.body.code]).toEqual([400, 'VALIDATION_FAILED']);
+    const head = await request(t.url).head(`/coupons/${coupon.id}`);
+    expect([head.status, head.headers['content-type']]).toEqual([200, 'application/json; charset=utf-8']);
+    const notFound = await request(t.url).get('/coupons/987654321');
+    expect([notFound.status, notFound.body.code]).toEqual([404, 'COUPON_NOT_FOUND']);
+    expect((await request(t.url).get('/coupons/12x')).status).toBe(400);
   });
 });

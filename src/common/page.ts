@@ -16,9 +16,12 @@ export function toPage<R extends { id: string }, V>(rows: readonly R[], limit: n
   return { items: page.map(view), nextCursor: rows.length > limit ? page[page.length - 1].id : null };
 }
 
-/** `limit` (1-100, default 20) of a cursor-paginated list; each list's cursor has its own form. */
+/** A list's page size when the query names none. */
+export const DEFAULT_PAGE_LIMIT = 20;
+
+/** `limit` (1-100, default DEFAULT_PAGE_LIMIT) of a cursor-paginated list; each list's cursor has its own form. */
 export class PageLimitQuery {
-  @ApiPropertyOptional({ minimum: 1, maximum: 100, default: 20 })
+  @ApiPropertyOptional({ minimum: 1, maximum: 100, default: DEFAULT_PAGE_LIMIT })
   @IsOmittable()
   @QueryInt()
   @IsInt()

@@ -100,7 +100,8 @@ export class StrictValidationPipe extends ValidationPipe {
   }
 }
 
-function announcesBody({ headers }: FastifyRequest): boolean {
+/** Whether the request says a body follows (on a GET, where Fastify parses none, the only sign of one). */
+export function announcesBody({ headers }: FastifyRequest): boolean {
   return headers['transfer-encoding'] !== undefined || Number(headers['content-length'] ?? 0) > 0;
 }
 

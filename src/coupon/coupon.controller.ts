@@ -3,13 +3,11 @@ import { ApiBearerAuth, ApiNotFoundResponse, ApiOkResponse, ApiOperation, ApiTag
 import type { FastifyReply } from 'fastify';
 import { Public, RequireRoles } from '../auth/principal.js';
 import { IdPipe } from '../common/validation.js';
-import { PageQuery } from '../common/page.js';
+import { PageQuery, DEFAULT_PAGE_LIMIT } from '../common/page.js';
 import { CouponSeriesView, CreateCouponDto, PatchCouponDto, PublicCouponsQuery, SeriesQuery, StockDeltaDto } from './coupon.dto.js';
 import { CouponService, CouponView } from './coupon.service.js';
 import { GrabSeries, SERIES_SECONDS } from './grab-series.js';
-
-/** What Fastify sends for an object: the same header for the answers these routes serialise themselves. */
-const JSON_TYPE = 'application/json; charset=utf-8';
+import { JSON_TYPE } from './public-reads.js';
 
 @ApiTags('coupons')
 @Controller()
@@ -19,13 +17,14 @@ export class CouponController {
   /**
    * Live coupons (not paused, grab window not ended), soonest grab start first; served from memory,
    * already serialised, and gzip'd once for the clients that accept it. The reply, not @Req(): a
-   * handler that takes the request is taken to read a body (UndeclaredInputGuard).
+   * handler that takes the request is taken to read a body (UndeclaredInputGuard). This route and the
+   * next are the fallback: when memory holds the answer, public-reads.ts sends it before they run.
    */
   @Get('coupons')
   @Public()
   @Header('Content-Type', JSON_TYPE)
   async list(@Query() q: PublicCouponsQuery, @Res({ passthrough: true }) reply: FastifyReply): Promise<Buffer> {
-    return (await this.coupons.liveCouponsJson(q.limit ?? 20, q.cursor)).body(reply);
+    return (await this.coupons.liveCouponsJson(q.limit ?? DEFAULT_PAGE_LIMIT, q.cursor)).body(reply);
   }
 
   @Get('coupons/:couponId')
@@ -60,7 +59,7 @@ export class AdminCouponController {
     },
   })
   async list(@Query() query: PageQuery) {
-    const { items, nextCursor } = await this.coupons.list(query.limit ?? 20, query.cursor);
+    const { items, nextCursor } = await this.coupons.list(query.limit ?? DEFAULT_PAGE_LIMIT, query.cursor);
     return { items: await Promise.all(items.map(async (c) => ({ ...c, counts: await this.coupons.counts(c.id) }))), nextCursor };
   }
 

@@ -11,7 +11,7 @@ import { StockRow, StockService } from '../ledger/stock.service.js';
 import { countByStatus } from '../ledger/user-coupons.js';
 import { Coupon, grabClosesAt } from './coupon.entity.js';
 import { discountOf } from './discount.js';
-import { FreshCache } from './fresh-cache.js';
+import { FreshCache, Observation } from './fresh-cache.js';
 import { CreateCouponDto, PatchCouponDto } from './coupon.dto.js';
 
 /** The public list is one cached value. */
@@ -203,11 +203,21 @@ export class CouponService {
 
   /** GET /coupons/:id as JSON: the template and the stock row from memory (class comment). */
   async publicViewJson(id: string): Promise<SharedJson> {
-    const t = this.templates.fresh(id);
-    const s = this.stocks.fresh(id);
-    const [{ value: coupon }, { value: stock }] =
-      t && s ? [t, s] : await Promise.all([t ?? this.templates.get(id), s ?? this.stocks.get(id)]);
+    const held = this.heldPublicViewJson(id);
+    if (held) return held;
+    const [{ value: coupon }, { value: stock }] = await Promise.all([this.templates.get(id), this.stocks.get(id)]);
     if (!coupon || !stock) throw new AppError('COUPON_NOT_FOUND', `Coupon ${id} does not exist`);
+    return this.pageJson(id, coupon, stock);
+  }
+
+  /** publicViewJson's answer when memory holds a fresh template and stock row of the coupon, else undefined (nothing awaited). */
+  heldPublicViewJson(id: string): SharedJson | undefined {
+    const coupon = this.templates.fresh(id)?.value;
+    const stock = this.stocks.fresh(id)?.value;
+    return coupon && stock ? this.pageJson(id, coupon, stock) : undefined;
+  }
+
+  private pageJson(id: string, coupon: Coupon, stock: StockRow): SharedJson {
     const last = this.pages.get(id);
     if (last && last.coupon === coupon && last.stock === stock) return last.json;
     if (this.pages.size >= 10_000) this.pages.clear();
@@ -217,13 +227,22 @@ export class CouponService {
   }
 
   /**
-   * GET /coupons as JSON (liveCoupons), serialised again only when the page shows other objects.
+   * GET /coupons as JSON (livePage), serialised again only when the page shows other objects.
    * Kept per page shown (a run of the ordered list: its first coupon, length and next cursor), not
    * per query: any cursor of the right form is valid, and one made up per request had a page
    * serialised and gzip'd per request.
    */
   async liveCouponsJson(limit: number, cursor?: string): Promise<SharedJson> {
-    const page = await this.liveCoupons(limit, cursor);
+    return this.heldLiveCouponsJson(limit, cursor) ?? this.listJson(this.livePage(await this.liveList.get(LIVE), limit, cursor));
+  }
+
+  /** liveCouponsJson's answer when memory holds a fresh list, else undefined (nothing awaited). */
+  heldLiveCouponsJson(limit: number, cursor?: string): SharedJson | undefined {
+    const snapshot = this.liveList.fresh(LIVE);
+    return snapshot && this.listJson(this.livePage(snapshot, limit, cursor));
+  }
+
+  private listJson(page: Page<CouponView>): SharedJson {
     const key = `${page.items[0]?.id ?? ''}_${page.items.length}_${page.nextCursor ?? ''}`;
     const last = this.listPages.get(key);
     if (last && sameItems(last.items, page.items)) return last.json;
@@ -238,8 +257,7 @@ export class CouponService {
    * first (then id), cursor-paginated, from one snapshot of the whole list (class comment). A coupon
    * whose stock this instance knows more recently than the snapshot (its own grabs) shows that stock.
    */
-  private async liveCoupons(limit: number, cursor?: string): Promise<{ items: CouponView[]; nextCursor: string | null }> {
-    const snapshot = this.liveList.fresh(LIVE) ?? (await this.liveList.get(LIVE));
+  private livePage(snapshot: Observation<LiveItem[]>, limit: number, cursor?: string): Page<CouponView> {
     const now = Date.now();
     const [startMs, id] = cursor ? cursor.split('_').map(Number) : [-Infinity, 0];
     const items = snapshot.value;

@@ -3,7 +3,7 @@ import { ApiBearerAuth, ApiOperation, ApiTags } from '@nestjs/swagger';
 import { DataSource } from 'typeorm';
 import { actingFor, CurrentUser, RequireRoles, type Principal } from '../auth/principal.js';
 import { AppError } from '../common/errors.js';
-import { Page, toPage } from '../common/page.js';
+import { Page, toPage, DEFAULT_PAGE_LIMIT } from '../common/page.js';
 import { IdPipe, USER_ID_PATTERN, validationFailed } from '../common/validation.js';
 import { toUserCouponView, UserCouponView } from '../ledger/user-coupon.entity.js';
 import { findUserCoupon, listForUser, listUsableForUser } from '../ledger/user-coupons.js';
@@ -21,7 +21,7 @@ type UserCouponPage = Page<UserCouponView>;
 
 /** Newest first. `status` filters by the status clients see (effectiveStatus: an UNUSED coupon past expiry is EXPIRED, a timed-out hold released). */
 async function pageOfUserCoupons(dataSource: DataSource, userId: string, q: MyCouponsQuery): Promise<UserCouponPage> {
-  const limit = q.limit ?? 20;
+  const limit = q.limit ?? DEFAULT_PAGE_LIMIT;
   const now = new Date();
   const rows = await listForUser(dataSource.manager, userId, { status: q.status, beforeId: q.cursor, limit: limit + 1 }, now);
   return toPage(rows, limit, (uc) => toUserCouponView(uc, now));

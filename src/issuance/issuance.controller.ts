@@ -5,6 +5,7 @@ import type { Readable } from 'node:stream';
 import { CurrentUser, RequireRoles } from '../auth/principal.js';
 import type { Principal } from '../auth/principal.js';
 import { checkIdempotencyKey, IdPipe, StrictValidationPipe, validationFailed } from '../common/validation.js';
+import { DEFAULT_PAGE_LIMIT } from '../common/page.js';
 import {
   CsvIssuanceQuery,
   IssuanceJobPage,
@@ -76,7 +77,7 @@ export class IssuanceController {
   @Get('issuance-jobs')
   @ApiOkResponse({ type: IssuanceJobPage })
   list(@Query() q: JobListQuery): Promise<IssuanceJobPage> {
-    return this.issuance.list(q.couponId, q.cursor, q.limit ?? 20);
+    return this.issuance.list(q.couponId, q.cursor, q.limit ?? DEFAULT_PAGE_LIMIT);
   }
 
   @Get('issuance-jobs/:jobId')
@@ -88,7 +89,7 @@ export class IssuanceController {
   @Get('issuance-jobs/:jobId/skipped')
   @ApiOkResponse({ type: SkippedPage })
   skipped(@Param('jobId', IdPipe) jobId: string, @Query() q: SkippedQuery): Promise<SkippedPage> {
-    return this.issuance.skipped(jobId, Number(q.cursor ?? 0), q.limit ?? 20);
+    return this.issuance.skipped(jobId, Number(q.cursor ?? 0), q.limit ?? DEFAULT_PAGE_LIMIT);
   }
 
   @Post('issuance-jobs/:jobId/cancel')

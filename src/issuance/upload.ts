@@ -1,6 +1,7 @@
 import { Transform } from 'node:stream';
 import type { FastifyInstance, FastifyRequest, preParsingHookHandler } from 'fastify';
 import { AppError } from '../common/errors.js';
+import { asList } from '../common/route-hooks.js';
 import { CSV_MAX_BYTES, csvTooLarge, uploadStalled } from './user-id-lines.js';
 
 /** The one route that takes a list of users, as Fastify spells it. */
@@ -75,5 +76,3 @@ const capUpload: preParsingHookHandler = (req, _reply, payload, done) => {
   payload.on('error', (err) => counted.destroy(err));
   done(null, payload.pipe(counted));
 };
-
-const asList = <T>(hooks: T | T[] | undefined): T[] => (hooks === undefined ? [] : Array.isArray(hooks) ? hooks : [hooks]);

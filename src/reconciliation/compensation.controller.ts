@@ -3,6 +3,7 @@ import { ApiBearerAuth, ApiTags } from '@nestjs/swagger';
 import { CurrentUser, RequireRoles } from '../auth/principal.js';
 import type { Principal } from '../auth/principal.js';
 import { IdPipe } from '../common/validation.js';
+import { DEFAULT_PAGE_LIMIT } from '../common/page.js';
 import { CompensationService } from './compensation.service.js';
 import { DecisionDto, ListCompensationsQuery } from './reconciliation.dto.js';
 
@@ -15,7 +16,7 @@ export class CompensationController {
 
   @Get()
   list(@Query() query: ListCompensationsQuery) {
-    return this.compensations.list({ status: query.status, runId: query.runId }, query.limit ?? 20, query.cursor);
+    return this.compensations.list({ status: query.status, runId: query.runId }, query.limit ?? DEFAULT_PAGE_LIMIT, query.cursor);
   }
 
   @Post(':id/approve')

@@ -4,7 +4,7 @@ import { CurrentUser, RequireRoles } from '../auth/principal.js';
 import type { Principal } from '../auth/principal.js';
 import { IdPipe } from '../common/validation.js';
 import type { RunMode } from './reconciliation-run.entity.js';
-import { PageQuery } from '../common/page.js';
+import { PageQuery, DEFAULT_PAGE_LIMIT } from '../common/page.js';
 import { OptionalBodyPipe, StartRunDto } from './reconciliation.dto.js';
 import { ReconciliationService } from './reconciliation.service.js';
 
@@ -29,7 +29,7 @@ export class ReconciliationController {
 
   @Get()
   list(@Query() query: PageQuery) {
-    return this.reconciliation.list(query.limit ?? 20, query.cursor);
+    return this.reconciliation.list(query.limit ?? DEFAULT_PAGE_LIMIT, query.cursor);
   }
 
   @Get(':runId')

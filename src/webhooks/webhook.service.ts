@@ -2,6 +2,7 @@ import { randomBytes } from 'node:crypto';
 import { Injectable } from '@nestjs/common';
 import { DataSource } from 'typeorm';
 import { AppError } from '../common/errors.js';
+import { DEFAULT_PAGE_LIMIT } from '../common/page.js';
 import { AppConfig, parseAllowedHosts } from '../config/app-config.js';
 import { execute, TransactionService } from '../database/transaction.service.js';
 import { eventId } from './events.js';
@@ -94,7 +95,7 @@ export class WebhookService {
   /** Newest first; each delivery with every attempt it has had. */
   async deliveries(id: string, q: ListDeliveriesQuery): Promise<DeliveryPage> {
     if (!(await findEndpoint(this.dataSource, id))) throw notFound(id);
-    const limit = q.limit ?? 20;
+    const limit = q.limit ?? DEFAULT_PAGE_LIMIT;
     const rows = (await this.dataSource.query(
       `SELECT id, log_id, user_coupon_id, event_type, status, attempts, next_attempt_at, last_status_code, last_error, created_at, delivered_at
        FROM webhook_delivery WHERE endpoint_id = ? AND (? IS NULL OR status = ?) AND (? IS NULL OR id < ?) ORDER BY id DESC LIMIT ?`,
