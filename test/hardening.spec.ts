@@ -367,6 +367,33 @@ describe('hardening', () => {
     });
   });
 
+  it('an empty body is no body whatever its Content-Type: a grab goes through, a route that needs a body says so; a non-empty one is 415 naming its type', async () => {
+    const coupon = await createCoupon(t.url, { totalStock: 5, perUserLimit: 5 });
+    const user = bearer(tokenFor('empty-body-user'));
+    for (const type of ['text/plain;charset=UTF-8', 'application/x-www-form-urlencoded', 'application/octet-stream']) {
+      const grab = await request(t.url)
+        .post(`/coupons/${coupon.id}/grab`)
+        .set(user)
+        .set('Idempotency-Key', newKey())
+        .set('Content-Type', type)
+        .send('');
+      expect([type, grab.status, grab.body.couponId]).toEqual([type, 201, coupon.id]);
+      const redeem = await request(t.url).post('/redemptions').set(bearer(serviceToken())).set('Content-Type', type).send('');
+      expect([type, redeem.status, redeem.body.details?.fields]).toEqual([type, 400, { body: ['a JSON object body is required'] }]);
+    }
+    const plain = await request(t.url)
+      .post(`/coupons/${coupon.id}/grab`)
+      .set(user)
+      .set('Idempotency-Key', newKey())
+      .set('Content-Type', 'text/plain')
+      .send('x');
+    expect([plain.status, plain.body.code, plain.body.message]).toEqual([
+      415,
+      'UNSUPPORTED_MEDIA_TYPE',
+      'Content-Type text/plain is not accepted on this route',
+    ]);
+  });
+
   it('a body refused before its end (413 over the limit, 415 of another type or compressed) is read and dropped, with a length or chunked: the client still sending gets the answer, and the connection the next request', async () => {
     const coupon = await createCoupon(t.url);
     const agent = new Agent({ keepAlive: true, maxSockets: 1 });

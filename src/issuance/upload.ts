@@ -1,6 +1,7 @@
 import { Transform } from 'node:stream';
 import type { FastifyInstance, FastifyRequest, preParsingHookHandler } from 'fastify';
 import { AppError } from '../common/errors.js';
+import { unsupportedMediaType } from '../common/json-body.js';
 import { asList } from '../common/route-hooks.js';
 import { CSV_MAX_BYTES, csvTooLarge, uploadStalled } from './user-id-lines.js';
 
@@ -41,13 +42,7 @@ export function acceptIssuanceUploads(fastify: FastifyInstance, uploadTimeoutMs:
     route.preParsing = [...asList(route.preParsing), capUpload];
   });
   fastify.addContentTypeParser('text/csv', (req, payload, done) => {
-    if (req.routeOptions.url !== ISSUANCE_ROUTE) {
-      done(
-        Object.assign(new Error(`Unsupported Media Type: text/csv`), { statusCode: 415, code: 'FST_ERR_CTP_INVALID_MEDIA_TYPE' }),
-        undefined,
-      );
-      return;
-    }
+    if (req.routeOptions.url !== ISSUANCE_ROUTE) return done(unsupportedMediaType(req), undefined);
     done(null, payload);
   });
 }
