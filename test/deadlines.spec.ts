@@ -432,3 +432,75 @@ describe('deadlines: a connection lost under a statement', () => {
     }
   });
 });
+
+describe('deadlines: a bulk upload held up by the database', () => {
+  const REQUEST_MS = 1000;
+  let t: TestApp;
+  beforeAll(async () => {
+    // Node's connectionTimeout is twice REQUEST_TIMEOUT_MS: 2 s of a connection nobody reads.
+    t = await startTestApp({ REQUEST_TIMEOUT_MS: String(REQUEST_MS), DB_STATEMENT_TIMEOUT_MS: '20000' });
+  });
+  afterAll(() => t.close());
+
+  it('a CSV whose lines wait longer than the connection timeout for the database is stored, not answered 408: the silence was the server not reading', async () => {
+    const coupon = await createCoupon(t.url, { totalStock: 10 });
+    // A first batch of lines (the service writes 2,000 at a time), then enough blank lines that the
+    // rest waits in the socket while that batch waits for the table.
+    const ids = Array.from({ length: 2500 }, (_, i) => `held-${i}`);
+    const body = Buffer.from(`${ids.join('\n')}\n${'\n'.repeat(2 * 1024 * 1024)}`);
+    const lock = await t.db.createQueryRunner();
+    await lock.connect();
+    await lock.query('LOCK TABLES issuance_job_line WRITE');
+    const held = 3 * REQUEST_MS;
+    const unlock = sleep(held).then(() => lock.query('UNLOCK TABLES'));
+    try {
+      const started = Date.now();
+      const res = await request(t.url)
+        .post(`/admin/coupons/${coupon.id}/issuances?reason=r&fromStock=false`)
+        .set(bearer(adminToken()))
+        .set('Idempotency-Key', newKey('held-upload'))
+        .set('Content-Type', 'text/csv')
+        .send(body);
+      expect([res.status, res.body.code]).toEqual([202, undefined]);
+      expect(Date.now() - started).toBeGreaterThanOrEqual(held - 100);
+      const [{ n }] = (await t.db.query('SELECT COUNT(*) AS n FROM issuance_job_line WHERE job_id = ?', [res.body.jobId])) as {
+        n: string;
+      }[];
+      expect(Number(n)).toBe(ids.length);
+    } finally {
+      await unlock;
+      await lock.release();
+    }
+  }, 30_000);
+
+  it('and one that stops arriving after such a wait is still answered 408 once its connection is silent again', async () => {
+    const coupon = await createCoupon(t.url, { totalStock: 10 });
+    const ids = Array.from({ length: 2500 }, (_, i) => `cut-${i}`);
+    const sent = `${ids.join('\n')}\n${'\n'.repeat(1024 * 1024)}`;
+    const key = newKey('held-then-stalled');
+    const head = [
+      `POST /admin/coupons/${coupon.id}/issuances?reason=r&fromStock=false HTTP/1.1`,
+      'Host: localhost',
+      `Authorization: Bearer ${adminToken()}`,
+      'Content-Type: text/csv',
+      `Idempotency-Key: ${key}`,
+      `Content-Length: ${sent.length + 1000}`,
+      '',
+      sent,
+    ].join('\r\n');
+    const lock = await t.db.createQueryRunner();
+    await lock.connect();
+    await lock.query('LOCK TABLES issuance_job_line WRITE');
+    const unlock = sleep(3 * REQUEST_MS).then(() => lock.query('UNLOCK TABLES'));
+    try {
+      const answer = await trickle(t.url, head, [], 1000, 15_000);
+      expect(answer.text).toMatch(/^HTTP\/1\.1 408 /);
+      expect(bodyOf(answer.text).code).toBe('REQUEST_TIMEOUT');
+      // The wait for the table (3 s), then a new silence of twice REQUEST_TIMEOUT_MS.
+      expect(answer.elapsedMs).toBeGreaterThanOrEqual(5 * REQUEST_MS - 100);
+    } finally {
+      await unlock;
+      await lock.release();
+    }
+  }, 30_000);
+});

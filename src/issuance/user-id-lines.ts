@@ -101,20 +101,27 @@ export async function* userIdLines(body: Readable, decoder = csvDecoder(undefine
  */
 async function* chunksOf(body: Readable): AsyncGenerator<Buffer> {
   const chunks = body.iterator({ destroyOnReturn: false }) as AsyncIterator<Buffer>;
-  // The request's 'timeout' (an IncomingMessage's): the next chunk is not awaited past it.
+  // The request's 'timeout' (an IncomingMessage's): Node found the connection silent for its
+  // connectionTimeout. The client's slowness only while a chunk is awaited: while the caller is
+  // still storing the last one (a slow database), nothing reads the socket, so the silence is ours
+  // and the upload goes on (bound by the route's deadline); Node waits for a new silence then.
+  let awaiting = false;
   let stalled = false;
   let onStall = (): void => undefined;
   const stall = new Promise<never>((_, reject) => {
     onStall = () => {
+      if (!awaiting) return;
       stalled = true;
       reject(uploadStalled());
     };
   });
   stall.catch(() => undefined);
-  body.once('timeout', onStall);
+  body.on('timeout', onStall);
   try {
     for (;;) {
+      awaiting = true;
       const next = await Promise.race([chunks.next(), stall]);
+      awaiting = false;
       if (next.done) return;
       yield next.value;
     }
