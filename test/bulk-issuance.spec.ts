@@ -471,6 +471,12 @@ describe('bulk issuance', () => {
         'UNSUPPORTED_MEDIA_TYPE',
       ],
       ['unknown job', () => request(t.url).get('/admin/issuance-jobs/999999999').set(admin()), 404, 'ISSUANCE_JOB_NOT_FOUND'],
+      [
+        "an unknown job's skipped lines",
+        () => request(t.url).get('/admin/issuance-jobs/999999999/skipped').set(admin()),
+        404,
+        'ISSUANCE_JOB_NOT_FOUND',
+      ],
       ['bad job id', () => request(t.url).get('/admin/issuance-jobs/abc').set(admin()), 400, 'VALIDATION_FAILED'],
     ];
     for (const [name, send, status, code] of cases) {
