@@ -1,4 +1,6 @@
+import { setTimeout as sleep } from 'node:timers/promises';
 import { DataSource } from 'typeorm';
+import { ensureDatabase } from '../src/database/bootstrap-database.js';
 import { dataSourceOptions } from '../src/database/data-source-options.js';
 import { migrations } from '../src/database/migrations/index.js';
 import { ExactOrderNumbers1764979200000 } from '../src/database/migrations/1764979200000-exact-order-numbers.js';
@@ -20,7 +22,7 @@ describe('migrations', () => {
   const tables = async () =>
     (
       (await ds.query(
-        `SELECT table_name AS t FROM information_schema.tables WHERE table_schema = ? AND table_name NOT IN ('migrations', 'job_lease') ORDER BY 1`,
+        `SELECT table_name AS t FROM information_schema.tables WHERE table_schema = ? AND table_name NOT IN ('migrations', 'migration_progress', 'job_lease') ORDER BY 1`,
         [config.DB_NAME],
       )) as { t: string }[]
     ).map((r) => r.t);
@@ -108,4 +110,79 @@ describe('migrations', () => {
       for (const table of ['refund', 'redemption', 'coupon_order']) await ds.query(`DELETE FROM ${table}`);
     }
   });
+});
+
+describe('migrations stopped halfway (MySQL and MariaDB commit each DDL statement on its own)', () => {
+  const reference = testConfig();
+  let admin: DataSource;
+  beforeAll(async () => {
+    await createTestDatabase(reference);
+    admin = new DataSource({ ...dataSourceOptions(reference), poolSize: 2 });
+    await admin.initialize();
+  });
+  afterAll(async () => {
+    await admin.destroy();
+    await dropTestDatabase(reference);
+  });
+
+  /** Every table's definition (its AUTO_INCREMENT counter aside), and the migrations recorded. */
+  const schemaOf = async (db: string) => {
+    const names = (await admin.query(
+      `SELECT table_name AS t FROM information_schema.tables WHERE table_schema = ? AND table_name <> 'job_lease' ORDER BY 1`,
+      [db],
+    )) as {
+      t: string;
+    }[];
+    const tables: Record<string, string> = {};
+    for (const { t } of names) {
+      const [row] = (await admin.query(`SHOW CREATE TABLE \`${db}\`.\`${t}\``)) as Record<string, string>[];
+      tables[t] = row['Create Table'].replace(/ AUTO_INCREMENT=\d+/, '');
+    }
+    const ran = ((await admin.query(`SELECT name FROM \`${db}\`.migrations ORDER BY id`)) as { name: string }[]).map((r) => r.name);
+    return { tables, ran };
+  };
+
+  it.each([2, 9, 15])(
+    'a run whose connection is killed once %i tables exist is finished by the next run, to the same schema',
+    async (tablesAtKill) => {
+      const config = testConfig();
+      await ensureDatabase(config);
+      const first = new DataSource({ ...dataSourceOptions(config), poolSize: 1 });
+      await first.initialize();
+      try {
+        const run = first.runMigrations({ transaction: 'each' });
+        let stopped = false;
+        void run.catch(() => undefined).finally(() => (stopped = true));
+        // What a crash or a lost connection does to the migrating session: the DDL it ran stays, the rest is rolled back.
+        for (;;) {
+          const [{ n }] = (await admin.query(`SELECT COUNT(*) AS n FROM information_schema.tables WHERE table_schema = ?`, [
+            config.DB_NAME,
+          ])) as { n: string }[];
+          if (Number(n) >= tablesAtKill || stopped) break;
+          await sleep(1);
+        }
+        const sessions = (await admin.query(`SELECT id FROM information_schema.processlist WHERE db = ?`, [config.DB_NAME])) as {
+          id: string;
+        }[];
+        for (const { id } of sessions) await admin.query(`KILL ${Number(id)}`).catch(() => undefined);
+        await expect(run).rejects.toThrow();
+      } finally {
+        await first.destroy().catch(() => undefined);
+      }
+      const halfway = await schemaOf(config.DB_NAME);
+      expect(halfway.ran.length).toBeLessThan(migrations.length);
+
+      const second = new DataSource({ ...dataSourceOptions(config), poolSize: 1 });
+      await second.initialize();
+      try {
+        await second.runMigrations({ transaction: 'each' });
+        expect(await second.showMigrations()).toBe(false);
+      } finally {
+        await second.destroy();
+      }
+      expect(await schemaOf(config.DB_NAME)).toEqual(await schemaOf(reference.DB_NAME));
+      await dropTestDatabase(config);
+    },
+    60_000,
+  );
 });

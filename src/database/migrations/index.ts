@@ -1,3 +1,4 @@
+import { resumable } from '../resumable-migration.js';
 import { InitialSchema1764460800000 } from './1764460800000-initial-schema.js';
 import { CaseSensitiveKeys1764547200000 } from './1764547200000-case-sensitive-keys.js';
 import { CheckoutHolds1764633600000 } from './1764633600000-checkout-holds.js';
@@ -8,7 +9,7 @@ import { ExactOrderNumbers1764979200000 } from './1764979200000-exact-order-numb
 import { HandEditsTouchUserCoupons1765065600000 } from './1765065600000-hand-edits-touch-user-coupons.js';
 import { BulkSkippedExpired1765152000000 } from './1765152000000-bulk-skipped-expired.js';
 
-/** Every migration, in order. The app, the CLI (ormconfig.ts) and the tests all use this list. */
+/** Every migration, in order, each resumable where it stopped (resumable-migration.ts). The app, the CLI (ormconfig.ts) and the tests all use this list. */
 export const migrations = [
   InitialSchema1764460800000,
   CaseSensitiveKeys1764547200000,
@@ -19,4 +20,4 @@ export const migrations = [
   ExactOrderNumbers1764979200000,
   HandEditsTouchUserCoupons1765065600000,
   BulkSkippedExpired1765152000000,
-];
+].map(resumable);
