@@ -213,6 +213,7 @@ describe('public coupon page and list answered from memory ahead of the controll
   it.each([
     ['the page', 'publicViewJson', (id: string) => `/coupons/${id}`],
     ['the list', 'liveCouponsJson', () => '/coupons'],
+    ['a page of the list', 'liveCouponsJson', () => '/coupons?limit=2'],
   ] as const)('%s: once in memory, the same status, headers and body without the controller, gzip or not', async (_, method, path) => {
     const coupon = await createCoupon(t.url, { totalStock: 10 });
     const controller = jest.spyOn(coupons, method);

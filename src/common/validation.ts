@@ -55,6 +55,11 @@ export const SharedQuery = (): ClassDecorator => (target) => {
   sharedQueries.set(target, new Map());
 };
 
+/** The validated instance of a @SharedQuery() class for this query, if the pipe has made one; else undefined. */
+export function validatedSharedQuery<T>(type: new () => T, query: unknown): Readonly<T> | undefined {
+  return sharedQueries.get(type)?.get(JSON.stringify(query)) as Readonly<T> | undefined;
+}
+
 /**
  * The global pipe: DTO classes validate bodies and queries, unknown fields are refused, and a body
  * that is not a JSON object (array, string, missing) is refused before class-transformer sees it.
