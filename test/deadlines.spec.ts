@@ -504,3 +504,48 @@ describe('deadlines: a bulk upload held up by the database', () => {
     }
   }, 30_000);
 });
+
+describe('deadlines: a session cut off by a network partition', () => {
+  it('on MariaDB, its transaction is closed by the server after DB_IDLE_TRANSACTION_TIMEOUT_SECONDS, releasing its row locks', async () => {
+    const c = testConfig({ DB_IDLE_TRANSACTION_TIMEOUT_SECONDS: '2' });
+    await createTestDatabase(c);
+    const server = { host: c.DB_HOST, port: c.DB_PORT, user: c.DB_USER, password: c.DB_PASSWORD, database: c.DB_NAME };
+    const direct = mysql2.createConnection(server).promise();
+    const proxy = await startStallProxy({ host: c.DB_HOST, port: c.DB_PORT });
+    const pool = deadlineDriver(mysql2, c).createPool({ ...server, host: '127.0.0.1', port: proxy.port, connectionLimit: 1 });
+    try {
+      await direct.query('CREATE TABLE held (id INT PRIMARY KEY)');
+      await direct.query('INSERT INTO held VALUES (1)');
+      const conn = await new Promise<mysql2.PoolConnection>((resolve, reject) =>
+        pool.getConnection((err, got) => (err ? reject(err) : resolve(got))),
+      );
+      conn.on('error', () => undefined);
+      const send = (sql: string) => new Promise<void>((resolve, reject) => conn.query(sql, (err) => (err ? reject(err) : resolve())));
+      await send('START TRANSACTION');
+      await send('SELECT id FROM held WHERE id = 1 FOR UPDATE');
+      // The partition: the service's side gives up on the connection, the server hears nothing.
+      proxy.stall();
+      const lockable = async () => {
+        await direct.query('START TRANSACTION');
+        try {
+          await direct.query('SELECT id FROM held WHERE id = 1 FOR UPDATE NOWAIT');
+          return true;
+        } catch {
+          return false;
+        } finally {
+          await direct.query('ROLLBACK');
+        }
+      };
+      expect(await lockable()).toBe(false);
+      await sleep(3500);
+      expect(await lockable()).toBe(true);
+      conn.destroy();
+    } finally {
+      proxy.resume();
+      await new Promise((resolve) => pool.end(resolve));
+      await proxy.close();
+      await direct.end();
+      await dropTestDatabase(c);
+    }
+  }, 20_000);
+});

@@ -189,6 +189,19 @@ export class AppConfig {
   @Max(3600)
   DB_LOCK_WAIT_TIMEOUT_SECONDS: number = 5;
 
+  /**
+   * MariaDB's idle_transaction_timeout on the service's connections: a session left inside a
+   * transaction this long is closed by the server, its locks released. The service never leaves a
+   * transaction idle by design; a session whose client was cut off by a network partition does,
+   * and held its row locks (every retry of those orders 503) until wait_timeout, 8 hours by
+   * default. MySQL has no such setting and ignores it.
+   */
+  @Transform(toInt)
+  @IsInt()
+  @Min(1)
+  @Max(3600)
+  DB_IDLE_TRANSACTION_TIMEOUT_SECONDS: number = 10;
+
   /** How many times inTransaction() retries a deadlock or lock-wait timeout in a fresh transaction. */
   @Transform(toInt)
   @IsInt()

@@ -2,7 +2,10 @@ import { AsyncLocalStorage } from 'node:async_hooks';
 import mysql2 from 'mysql2';
 import type { AppConfig } from '../config/app-config.js';
 
-type Limits = Pick<AppConfig, 'DB_STATEMENT_TIMEOUT_MS' | 'DB_LOCK_WAIT_TIMEOUT_SECONDS' | 'DB_ACQUIRE_TIMEOUT_MS'>;
+type Limits = Pick<
+  AppConfig,
+  'DB_STATEMENT_TIMEOUT_MS' | 'DB_LOCK_WAIT_TIMEOUT_SECONDS' | 'DB_IDLE_TRANSACTION_TIMEOUT_SECONDS' | 'DB_ACQUIRE_TIMEOUT_MS'
+>;
 type Callback = (err: unknown, ...rest: unknown[]) => void;
 type GetConnection = (cb: (err: NodeJS.ErrnoException | null, conn?: mysql2.PoolConnection) => void) => void;
 
@@ -87,7 +90,10 @@ function timeoutError(code: string, message: string): NodeJS.ErrnoException {
  *   ROLLBACK queued behind it would hang too); the server rolls back the open transaction when it
  *   sees the connection gone;
  * - row-lock waits end after DB_LOCK_WAIT_TIMEOUT_SECONDS (innodb_lock_wait_timeout, 50 s by
- *   default), set once per connection, so the retries of a lock-wait timeout fit in a request's deadline.
+ *   default), set once per connection, so the retries of a lock-wait timeout fit in a request's deadline;
+ * - on MariaDB, a session idle inside a transaction for DB_IDLE_TRANSACTION_TIMEOUT_SECONDS is
+ *   closed by the server: a destroyed connection the server never heard of (a network partition)
+ *   would otherwise keep its transaction's row locks.
  * TypeORM's own query timeout (enableQueryTimeout) does only the middle part's first half, and logs
  * the text of every timed-out statement to the console.
  */
@@ -120,7 +126,9 @@ export function deadlineDriver(base: typeof mysql2, limits: Limits): typeof mysq
           if (err || !conn) return hand(err);
           if (prepared.has(conn)) return hand(null, conn);
           withStatementTimeout(conn, limits.DB_STATEMENT_TIMEOUT_MS);
-          conn.query(`SET SESSION innodb_lock_wait_timeout = ${limits.DB_LOCK_WAIT_TIMEOUT_SECONDS}`, (setErr) => {
+          // `/*M! … */` is run by MariaDB only: MySQL has no idle_transaction_timeout.
+          const set = `SET SESSION innodb_lock_wait_timeout = ${limits.DB_LOCK_WAIT_TIMEOUT_SECONDS} /*M!, idle_transaction_timeout = ${limits.DB_IDLE_TRANSACTION_TIMEOUT_SECONDS} */`;
+          conn.query(set, (setErr) => {
             if (setErr) {
               conn.destroy();
               return hand(setErr);
