@@ -139,12 +139,17 @@ export async function createApp(
       done();
     }
   });
+  let closing = false;
   fastify.addHook('onSend', (req, reply, payload, done) => {
     void reply.header('x-request-id', req.id);
+    // An answer sent while the server closes says so: a client that reused the connection would
+    // have its next request reset, unanswered, when the server closes it a moment later.
+    if (closing) void reply.header('Connection', 'close');
     unread.settle(req, reply, req.routeOptions.handlerTimeout || config.REQUEST_TIMEOUT_MS);
     done(null, payload);
   });
   fastify.addHook('preClose', (done) => {
+    closing = true;
     unread.close();
     done();
   });

@@ -4,7 +4,7 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import mysql2 from 'mysql2';
 import pino from 'pino';
 import request from 'supertest';
-import { createCoupon, newKey } from './support/factories.js';
+import { couponBody, createCoupon, newKey } from './support/factories.js';
 import {
   adminToken,
   bearer,
@@ -289,6 +289,41 @@ describe('deadlines: slow clients', () => {
     }
     // Its drain would have lasted the bulk route's deadline (600 s); the rest is the app's own close.
     expect(closedIn).toBeLessThan(5_000);
+  }, 30_000);
+
+  it('a request answered while the server closes gets Connection: close, so its client does not send the next one on it', async () => {
+    const closing = await startTestApp(LIMITS);
+    const socket = connect(Number(new URL(closing.url).port), '127.0.0.1');
+    socket.on('error', () => undefined);
+    let closed: Promise<void> | undefined;
+    try {
+      const body = JSON.stringify(couponBody());
+      socket.write(
+        [
+          'POST /admin/coupons HTTP/1.1',
+          'Host: localhost',
+          `Authorization: Bearer ${adminToken()}`,
+          'Content-Type: application/json',
+          `Content-Length: ${body.length}`,
+          '',
+          body.slice(0, 10),
+        ].join('\r\n'),
+      );
+      await sleep(200);
+      // The request is in flight (its body still arriving) when the close begins.
+      closed = closing.app.close();
+      await sleep(200);
+      const answered = new Promise<string>((resolve) => socket.once('data', (c: Buffer) => resolve(c.toString())));
+      socket.write(body.slice(10));
+      const answer = await answered;
+      expect(answer).toMatch(/^HTTP\/1\.1 201 /);
+      expect(answer).toMatch(/\r\nconnection: close\r\n/i);
+    } finally {
+      socket.destroy();
+      await (closed ?? closing.app.close());
+      await closing.db.destroy();
+      await dropTestDatabase(closing.config);
+    }
   }, 30_000);
 
   it('a connection that sends nothing is closed by the deadline', async () => {
