@@ -1,6 +1,7 @@
 import { jest } from '@jest/globals';
 import request from 'supertest';
-import { DataSource } from 'typeorm';
+import { DataSource, EntityManager } from 'typeorm';
+import { TransactionService } from '../src/database/transaction.service.js';
 import { AppConfig } from '../src/config/app-config.js';
 import { RECONCILIATION_LEASE, ReconciliationService } from '../src/reconciliation/reconciliation.service.js';
 import { createCoupon, CouponInput, newKey } from './support/factories.js';
@@ -241,6 +242,44 @@ describe('reconciliation', () => {
     }
     throw new Error(`run ${runId} did not finish`);
   }
+
+  it('a run whose end meets a database blip records it once the database answers, holding the lease till then', async () => {
+    const txs = t.app.get(TransactionService);
+    const inTransaction = txs.inTransaction.bind(txs);
+    let failuresLeft = 2;
+    // The blip: the run's end, and its first retry, lose their connection.
+    const blip = jest.spyOn(txs, 'inTransaction').mockImplementation(((fn: (em: EntityManager) => Promise<unknown>) =>
+      inTransaction((em) =>
+        fn(
+          new Proxy(em, {
+            get: (target, prop) =>
+              prop === 'query'
+                ? (q: string, params?: unknown[]) => {
+                    if (q.startsWith('UPDATE reconciliation_run SET status = ?, finished_at') && failuresLeft-- > 0)
+                      return Promise.reject(Object.assign(new Error('Connection lost'), { code: 'PROTOCOL_CONNECTION_LOST' }));
+                    return target.query(q, params);
+                  }
+                : Reflect.get(target, prop, target),
+          }),
+        ),
+      )) as typeof txs.inTransaction);
+    try {
+      const first = await request(t.url).post('/admin/reconciliation/runs').set(admin());
+      expect(first.status).toBe(202);
+      for (let i = 0; i < 100 && failuresLeft > 1; i++) await new Promise((r) => setTimeout(r, 20));
+      // Its end not yet written: a trigger is refused naming it.
+      const during = await request(t.url).post('/admin/reconciliation/runs').set(admin());
+      expect([during.status, during.body.details?.runId]).toEqual([409, first.body.runId]);
+      expect(await waitForRun(first.body.runId)).toMatchObject({ status: 'COMPLETED', finishedAt: expect.any(String) });
+      expect(failuresLeft).toBeLessThan(0);
+    } finally {
+      blip.mockRestore();
+    }
+    // The lease went with the end: the next trigger starts a run at once.
+    const next = await request(t.url).post('/admin/reconciliation/runs').set(admin());
+    expect(next.status).toBe(202);
+    await waitForRun(next.body.runId);
+  });
 
   it('a trigger refused by a run that ended before the refusal could read it still names that run', async () => {
     const other = await tryAcquireLease(t.db, RECONCILIATION_LEASE, { ttlMs: 60_000, retries: 2 });

@@ -65,6 +65,8 @@ export const RECONCILIATION_LEASE = 'reconcile';
 /** How long a refused trigger waits for the running run's row, and how often it looks. */
 const RUN_ROW_WAIT_MS = 2000;
 const RUN_ROW_POLL_MS = 25;
+/** How often a run retries writing its end while the database is away. */
+const END_RETRY_MS = 250;
 
 /**
  * Runs the audits. One run at a time across every instance (and every Galera node): the run holds
@@ -162,6 +164,28 @@ export class ReconciliationService implements BeforeApplicationShutdown {
         );
       await sleep(RUN_ROW_POLL_MS);
     }
+  }
+
+  /**
+   * A run whose end could not be written (the database away for a moment as it ended) writes it
+   * once the database answers again, and only then releases the lease: meanwhile a trigger is
+   * refused naming this run, then the next one starts at once. Before, the run stayed RUNNING and
+   * its lease held (its release failed too), refusing every trigger until the lease ran out. Gives up
+   * at shutdown or after LEASE_TTL_MS; the next run then marks it FAILED.
+   */
+  private async recordEndLater(runId: string, recordEnd: () => Promise<unknown>, lease: Lease): Promise<void> {
+    const until = Date.now() + this.config.LEASE_TTL_MS;
+    while (!this.closing && Date.now() < until) {
+      await sleep(END_RETRY_MS);
+      try {
+        await recordEnd();
+        this.logger.log(`Reconciliation run ${runId} recorded its end`);
+        break;
+      } catch {
+        // Still unreachable: the next try, or the next run, settles it.
+      }
+    }
+    await lease.release();
   }
 
   /** Starts a run and waits for it to finish. */
@@ -300,8 +324,8 @@ export class ReconciliationService implements BeforeApplicationShutdown {
       error = (err as Error).message.slice(0, 1000);
       this.logger.error(`Reconciliation run ${runId} failed: ${error}`);
     }
-    try {
-      await this.tx.inTransaction((em) =>
+    const recordEnd = () =>
+      this.tx.inTransaction((em) =>
         em.query(`UPDATE reconciliation_run SET status = ?, finished_at = ?, checked = ?, discrepancies = ?, error = ? WHERE id = ?`, [
           status,
           new Date(),
@@ -311,15 +335,18 @@ export class ReconciliationService implements BeforeApplicationShutdown {
           runId,
         ]),
       );
+    let recorded = true;
+    try {
+      await recordEnd();
     } catch (err) {
-      this.logger.error(
-        `Reconciliation run ${runId} could not record its end (${(err as Error).message}); the next run will mark it FAILED`,
-      );
+      recorded = false;
+      this.logger.error(`Reconciliation run ${runId} could not record its end (${(err as Error).message}); trying again`);
     } finally {
       await this.releaseConnection(q);
-      await lease.release();
       inProgress.set(0);
     }
+    if (recorded) await lease.release();
+    else void this.recordEndLater(runId, recordEnd, lease);
     const seconds = (Date.now() - started) / 1000;
     runsTotal.inc({ status, mode });
     runDuration.observe({ status }, seconds);
