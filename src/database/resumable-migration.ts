@@ -1,5 +1,5 @@
 import type { MigrationInterface, QueryRunner } from 'typeorm';
-import { errnoOf } from '../common/db-errors.js';
+import { errnoOf, isDatabaseOutage } from '../common/db-errors.js';
 
 /**
  * How far a migration got: the number of its changing statements that took effect. MySQL and
@@ -11,7 +11,8 @@ import { errnoOf } from '../common/db-errors.js';
  */
 const PROGRESS_DDL = `CREATE TABLE IF NOT EXISTS migration_progress (
   name VARCHAR(255) NOT NULL PRIMARY KEY,
-  steps INT UNSIGNED NOT NULL
+  steps INT UNSIGNED NOT NULL,
+  in_doubt TINYINT(1) NOT NULL DEFAULT 0
 ) ENGINE=InnoDB`;
 
 /** What a DDL statement that already took effect answers when it is sent again. */
@@ -36,17 +37,22 @@ const DDL = /^\s*(CREATE|ALTER|DROP|RENAME|TRUNCATE)\b/i;
  * The migration, resumable where it stopped. Its changing statements are counted in
  * migration_progress, the count written after each one: a DML statement and its count in one
  * transaction of their own, so both or neither took effect; a DDL statement commits itself, so a
- * stop can fall between it and its count. That can only be the first statement not counted, so on
- * the next run the counted ones are skipped and that one alone may answer "already applied"
- * (ALREADY_APPLIED), which then counts as done. A migration never started before gets no such
- * leniency. The count is dropped in the transaction that records the migration as run.
+ * stop can fall between it and its count. Such a DDL is marked in doubt before it is sent, and the
+ * mark cleared with its count, or when the server refuses it (DDL is atomic on MariaDB 10.6+ and
+ * MySQL 8: refused is not applied). Only a statement still in doubt on the next run, the first one
+ * not counted, may answer "already applied" (ALREADY_APPLIED), which then counts as done; a real
+ * error (a column a drifted schema lacks) fails every run alike. The counted ones are skipped. The
+ * count is dropped in the transaction that records the migration as run.
  */
 export function resumable<M extends MigrationInterface>(Migration: new () => M): new () => M {
   const Resumable = class extends (Migration as new () => MigrationInterface) {
     override async up(q: QueryRunner): Promise<void> {
       const name = this.name ?? Migration.name;
       await q.query(PROGRESS_DDL);
-      const [row] = (await q.query('SELECT steps FROM migration_progress WHERE name = ?', [name])) as { steps: number }[];
+      const [row] = (await q.query('SELECT steps, in_doubt FROM migration_progress WHERE name = ?', [name])) as {
+        steps: number;
+        in_doubt: number;
+      }[];
       const done = row ? Number(row.steps) : 0;
       if (!row) await q.query('INSERT INTO migration_progress (name, steps) VALUES (?, 0)', [name]);
       let step = 0;
@@ -54,7 +60,7 @@ export function resumable<M extends MigrationInterface>(Migration: new () => M):
         if (READ.test(sql)) return q.query(sql, params);
         const current = step++;
         if (current < done) return [];
-        const count = () => q.query('UPDATE migration_progress SET steps = ? WHERE name = ?', [current + 1, name]);
+        const count = () => q.query('UPDATE migration_progress SET steps = ?, in_doubt = 0 WHERE name = ?', [current + 1, name]);
         if (!DDL.test(sql)) {
           // After a DDL statement the session is back in autocommit: the transaction is opened here.
           await q.query('START TRANSACTION');
@@ -63,11 +69,18 @@ export function resumable<M extends MigrationInterface>(Migration: new () => M):
           await q.query('COMMIT');
           return result;
         }
+        // Outside a DML step the session is in autocommit: the mark is committed before the DDL is sent.
+        await q.query('UPDATE migration_progress SET in_doubt = 1 WHERE name = ?', [name]);
         let result: unknown = [];
         try {
           result = await q.query(sql, params);
         } catch (err) {
-          if (!(row && current === done && ALREADY_APPLIED.has(errnoOf(err) ?? 0))) throw err;
+          const inDoubt = row && Number(row.in_doubt) === 1 && current === done;
+          if (!(inDoubt && ALREADY_APPLIED.has(errnoOf(err) ?? 0))) {
+            // Refused by the server, so not applied; a lost connection leaves the mark.
+            if (!isDatabaseOutage(err)) await q.query('UPDATE migration_progress SET in_doubt = 0 WHERE name = ?', [name]);
+            throw err;
+          }
         }
         await count();
         return result;
