@@ -149,7 +149,13 @@ export async function createApp(
     done(null, payload);
   });
   fastify.addHook('preClose', (done) => {
+    // From here, not from the signal: while Nest's shutdown hooks run (jobs finishing a batch) the
+    // server still serves keep-alive connections as usual. The server closes the connections idle
+    // when it starts closing, not those that become idle once their request in flight is answered;
+    // without this they would hold the close up for the keep-alive timeout (72 s).
     closing = true;
+    const idle = setInterval(() => fastify.server.closeIdleConnections(), 100).unref();
+    fastify.server.once('close', () => clearInterval(idle));
     unread.close();
     done();
   });

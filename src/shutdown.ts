@@ -1,4 +1,3 @@
-import type { Server } from 'node:http';
 import { Logger } from '@nestjs/common';
 import type { INestApplication } from '@nestjs/common';
 
@@ -16,11 +15,6 @@ export function closeOnSignals(app: INestApplication): void {
     if (closing) return;
     closing = true;
     logger.log(`${signal} received: finishing requests in flight, stopping jobs, closing the database pool`);
-    // The server closes the keep-alive connections idle when it starts closing, not those that
-    // become idle once their request in flight is answered; without this they would hold the
-    // close up for the keep-alive timeout (72 s).
-    const server = app.getHttpServer() as Server;
-    setInterval(() => server.closeIdleConnections(), 100).unref();
     app.close().then(
       () => {
         logger.log('Stopped gracefully');
