@@ -1,3 +1,4 @@
+import type { Socket } from 'node:net';
 import type { Readable } from 'node:stream';
 import { TextDecoder } from 'node:util';
 import { AppError } from '../common/errors.js';
@@ -104,13 +105,19 @@ async function* chunksOf(body: Readable): AsyncGenerator<Buffer> {
   // The request's 'timeout' (an IncomingMessage's): Node found the connection silent for its
   // connectionTimeout. The client's slowness only while a chunk is awaited: while the caller is
   // still storing the last one (a slow database), nothing reads the socket, so the silence is ours
-  // and the upload goes on (bound by the route's deadline); Node waits for a new silence then.
+  // and the upload goes on (bound by the route's deadline). Node arms the timer again only on the
+  // socket's next activity, which may never come (the rest was already read): so it is re-armed
+  // when the next chunk is awaited.
   let awaiting = false;
+  let missed = false;
   let stalled = false;
   let onStall = (): void => undefined;
   const stall = new Promise<never>((_, reject) => {
     onStall = () => {
-      if (!awaiting) return;
+      if (!awaiting) {
+        missed = true;
+        return;
+      }
       stalled = true;
       reject(uploadStalled());
     };
@@ -120,6 +127,11 @@ async function* chunksOf(body: Readable): AsyncGenerator<Buffer> {
   try {
     for (;;) {
       awaiting = true;
+      if (missed) {
+        missed = false;
+        const socket = (body as Readable & { socket?: Socket }).socket;
+        if (socket?.timeout) socket.setTimeout(socket.timeout);
+      }
       const next = await Promise.race([chunks.next(), stall]);
       awaiting = false;
       if (next.done) return;
