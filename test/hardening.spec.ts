@@ -387,6 +387,8 @@ describe('hardening', () => {
       .set('Idempotency-Key', newKey())
       .set('Content-Type', 'text/plain')
       .send('x');
+    const unknownRoute = await request(t.url).post('/admin/coupns').set(bearer(adminToken())).type('form').send('x=1');
+    expect([unknownRoute.status, unknownRoute.body.code]).toEqual([404, 'NOT_FOUND']);
     expect([plain.status, plain.body.code, plain.body.message]).toEqual([
       415,
       'UNSUPPORTED_MEDIA_TYPE',

@@ -9,7 +9,7 @@ const utf8 = new TextDecoder('utf-8', { fatal: true });
 export const unsupportedMediaType = (req: FastifyRequest) =>
   new AppError(
     'UNSUPPORTED_MEDIA_TYPE',
-    `Content-Type ${(req.headers['content-type'] ?? '').split(';')[0].trim().slice(0, 64)} is not accepted on this route`,
+    `Content-Type ${(req.headers['content-type'] ?? '').split(';')[0].trim().slice(0, 64) || '(none)'} is not accepted on this route`,
   );
 
 /**
@@ -33,7 +33,8 @@ export function strictJsonBodies(fastify: FastifyInstance): void {
   // Every other type is refused unread, except an empty body: Content-Length 0 is no body whatever
   // it is labelled (fetch labels `body: ''` text/plain, curl labels `-d ''` a form).
   fastify.addContentTypeParser('*', (req, _payload, done) => {
-    if (req.headers['content-length'] === '0') return done(null, undefined);
+    // An unknown route is 404 whatever its body, as when no parser matched.
+    if (req.is404 || req.headers['content-length'] === '0') return done(null, undefined);
     done(unsupportedMediaType(req), undefined);
   });
   fastify.removeContentTypeParser('application/json');
