@@ -170,21 +170,25 @@ export class ReconciliationService implements BeforeApplicationShutdown {
    * A run whose end could not be written (the database away for a moment as it ended) writes it
    * once the database answers again, and only then releases the lease: meanwhile a trigger is
    * refused naming this run, then the next one starts at once. Before, the run stayed RUNNING and
-   * its lease held (its release failed too), refusing every trigger until the lease ran out. Gives up
-   * at shutdown or after LEASE_TTL_MS; the next run then marks it FAILED.
+   * its lease held (its release failed too), refusing every trigger until the lease ran out. At
+   * shutdown it tries once more (beforeApplicationShutdown waits for it, the pool still open); it
+   * stops once the lease is lost (another holder may have marked the run FAILED) or after
+   * LEASE_TTL_MS, and the next run then marks it FAILED.
    */
   private async recordEndLater(runId: string, recordEnd: () => Promise<unknown>, lease: Lease): Promise<void> {
     const until = Date.now() + this.config.LEASE_TTL_MS;
-    while (!this.closing && Date.now() < until) {
-      await sleep(END_RETRY_MS);
-      try {
-        await recordEnd();
-        this.logger.log(`Reconciliation run ${runId} recorded its end`);
-        break;
-      } catch {
-        // Still unreachable: the next try, or the next run, settles it.
-      }
+    let recorded = false;
+    while (!recorded && !lease.signal.aborted && Date.now() < until) {
+      const last = this.closing;
+      if (!last) await sleep(END_RETRY_MS);
+      recorded = await recordEnd().then(
+        () => true,
+        () => false,
+      );
+      if (last) break;
     }
+    if (recorded) this.logger.log(`Reconciliation run ${runId} recorded its end`);
+    else this.logger.warn(`Reconciliation run ${runId} could not record its end; the next run will mark it FAILED`);
     await lease.release();
   }
 
@@ -346,7 +350,11 @@ export class ReconciliationService implements BeforeApplicationShutdown {
       inProgress.set(0);
     }
     if (recorded) await lease.release();
-    else void this.recordEndLater(runId, recordEnd, lease);
+    else {
+      const later = this.recordEndLater(runId, recordEnd, lease);
+      this.inFlight.add(later);
+      void later.finally(() => this.inFlight.delete(later));
+    }
     const seconds = (Date.now() - started) / 1000;
     runsTotal.inc({ status, mode });
     runDuration.observe({ status }, seconds);
