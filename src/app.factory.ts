@@ -139,12 +139,8 @@ export async function createApp(
       done();
     }
   });
-  let closing = false;
   fastify.addHook('onSend', (req, reply, payload, done) => {
     void reply.header('x-request-id', req.id);
-    // An answer sent while the server closes says so: a client that reused the connection would
-    // have its next request reset, unanswered, when the server closes it a moment later.
-    if (closing) void reply.header('Connection', 'close');
     unread.settle(req, reply, req.routeOptions.handlerTimeout || config.REQUEST_TIMEOUT_MS);
     done(null, payload);
   });
@@ -153,7 +149,6 @@ export async function createApp(
     // server still serves keep-alive connections as usual. The server closes the connections idle
     // when it starts closing, not those that become idle once their request in flight is answered;
     // without this they would hold the close up for the keep-alive timeout (72 s).
-    closing = true;
     const idle = setInterval(() => fastify.server.closeIdleConnections(), 100).unref();
     fastify.server.once('close', () => clearInterval(idle));
     unread.close();

@@ -32,8 +32,11 @@ export class UnreadBodies {
     return this.draining.has(socket);
   }
 
-  /** In onSend: keeps or closes the connection of an answer whose body has not all arrived. */
+  /** In onSend: keeps or closes the connection of an answer whose body has not all arrived, or of any answer once the server is closing. */
   settle(req: FastifyRequest, reply: FastifyReply, withinMs: number): void {
+    // A client that reused the connection would have its next request reset, unanswered, when the
+    // closing server closes it a moment later.
+    if (this.closing) void reply.header('connection', 'close');
     const body = req.raw;
     if (body.complete) return;
     const socket = body.socket;
