@@ -120,6 +120,9 @@ export async function createApp(
     // JSON only (Fastify's own parser), so a form or plain-text body is 415 like any other type,
     // not a body of odd fields: Nest would add a urlencoded parser, and Fastify has a text/plain one.
     bodyParser: false,
+    // A failure while the modules start (a database lost after the migrations) is thrown to the caller, whose message
+    // names the host; by default Nest logs it with a stack and exits on its own.
+    abortOnError: false,
   });
   app.useGlobalPipes(new StrictValidationPipe());
   app.useGlobalGuards(new UndeclaredInputGuard());

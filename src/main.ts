@@ -2,7 +2,7 @@ import { Logger } from '@nestjs/common';
 import { SchedulerRegistry } from '@nestjs/schedule';
 import { createApp } from './app.factory.js';
 import { ConfigError, databaseHosts, loadConfig, readEnvFile } from './config/app-config.js';
-import { DatabaseUnreachableError, prepareDatabase } from './database/bootstrap-database.js';
+import { DatabaseUnreachableError, lostWhileStarting, prepareDatabase } from './database/bootstrap-database.js';
 import { closeOnSignals } from './shutdown.js';
 
 const LISTEN_BACKLOG = 8192;
@@ -18,8 +18,10 @@ const LISTEN_ERRORS: Record<string, string> = {
 async function main(): Promise<void> {
   readEnvFile();
   const config = loadConfig();
-  const applied = await prepareDatabase(config);
-  const app = await createApp(config);
+  const applied = await prepareDatabase(config).catch(lostWhileStarting(config));
+  const app = await createApp(config).catch(lostWhileStarting(config));
+  // Here rather than in listen(), so that the lifecycle hooks' statements (the pool's warm-up among them) are covered too.
+  await app.init().catch(lostWhileStarting(config));
   closeOnSignals(app);
   const logger = new Logger('Bootstrap');
   logger.log(

@@ -11,6 +11,8 @@ import { verifyToken } from '../src/auth/jwt.js';
 import { AppConfig, ConfigError, loadConfig, readEnvFile } from '../src/config/app-config.js';
 import { DatabaseUnreachableError, ensureDatabase } from '../src/database/bootstrap-database.js';
 import { dropTestDatabase, testConfig } from './support/harness.js';
+import { freePort } from './support/net.js';
+import { startTcpProxy } from './support/tcp-proxy.js';
 
 const ROOT = fileURLToPath(new URL('..', import.meta.url));
 
@@ -162,6 +164,40 @@ describe('database errors at start say what happened', () => {
     const err = await ensureDatabase(testConfig({ DB_HOST: '127.0.0.1', DB_PORT: '1' })).catch((e: unknown) => e);
     expect((err as Error).message).toMatch(/Cannot reach MySQL at 127\.0\.0\.1:1 .*ECONNREFUSED/);
   });
+
+  // The host is lost after the start's first connections: 1 is ensureDatabase's (lost while migrating), 2 adds the migrations'
+  // (lost while the app's data source connects), 5 is within the pool's warm-up (a lifecycle hook).
+  it.each([1, 2, 5])(
+    'the database lost after %i connection(s) of a start: one line naming the host, exit 1',
+    async (acceptAtMost) => {
+      const c = testConfig();
+      const proxy = await startTcpProxy({ host: c.DB_HOST, port: c.DB_PORT }, { acceptAtMost });
+      try {
+        await promisify(execFile)(process.execPath, ['scripts/ensure-built.mjs'], { cwd: ROOT });
+        const r = await promisify(execFile)(process.execPath, ['dist/src/main.js'], {
+          cwd: ROOT,
+          env: {
+            ...process.env,
+            DB_NAME: c.DB_NAME,
+            DB_HOST: '127.0.0.1',
+            DB_PORT: String(proxy.port),
+            PORT: String(await freePort()),
+            LOG_LEVEL: 'silent',
+          },
+        }).then(
+          () => ({ code: 0, stderr: '' }),
+          (err: { code: number; stderr: string }) => err,
+        );
+        expect(r.code).toBe(1);
+        expect(r.stderr).toMatch(new RegExp(`^coupon-engine: Lost MySQL at 127\\.0\\.0\\.1:${proxy.port} while starting \\(`));
+        expect(r.stderr).not.toMatch(/\n\s+at /);
+      } finally {
+        await proxy.close();
+        await dropTestDatabase(c);
+      }
+    },
+    120_000,
+  );
 
   it('an account allowed only into its existing database needs no CREATE privilege', async () => {
     const c = testConfig();

@@ -1,5 +1,6 @@
 import mysql from 'mysql2/promise';
 import { DataSource } from 'typeorm';
+import { isDatabaseOutage } from '../common/db-errors.js';
 import { type AppConfig, databaseHosts } from '../config/app-config.js';
 import { dataSourceOptions } from './data-source-options.js';
 import { acquireLease, ensureLeaseTable } from './lease.js';
@@ -84,6 +85,23 @@ export async function migrate(c: DbConfig & Pick<AppConfig, 'LEASE_TTL_MS' | 'DB
   } finally {
     await ds.destroy();
   }
+}
+
+/**
+ * For a start's steps after ensureDatabase reached the server (migrating, opening the pool): a
+ * database lost meanwhile is one line like ensureDatabase's, not a driver stack trace.
+ */
+export function lostWhileStarting(c: DbConfig): (err: unknown) => never {
+  return (err) => {
+    if (!isDatabaseOutage(err)) throw err;
+    const e = err as DriverError;
+    const hosts = databaseHosts(c)
+      .map((h) => `${h.host}:${h.port}`)
+      .join(', ');
+    throw new DatabaseUnreachableError(
+      `Lost MySQL at ${hosts} while starting (${e.code ?? e.errno}: ${e.message}). Nothing is left half-done: migrations resume where they stopped. Start again once it answers.`,
+    );
+  };
 }
 
 /** Creates the database if missing and migrates it; returns the names of the migrations applied now. */

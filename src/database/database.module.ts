@@ -17,7 +17,8 @@ import { TransactionService } from './transaction.service.js';
         const options = dataSourceOptions(config);
         // Only the serving pool gets the deadlines: migrations and scripts may take as long as they need.
         const driver = deadlineDriver((options.driver as typeof mysql2 | undefined) ?? mysql2, config);
-        return { ...options, driver, autoLoadEntities: true, retryAttempts: 0 };
+        // No retry, and toRetry says so: with retryAttempts 0 alone, @nestjs/typeorm still logs "Retrying (1)..." with a stack.
+        return { ...options, driver, autoLoadEntities: true, retryAttempts: 0, toRetry: () => false };
       },
     }),
   ],

@@ -12,6 +12,8 @@ export interface TcpProxyOptions {
   onCommit?: () => CommitFate;
   /** Listen on this port (to bring a "host" back where it was); a free one by default. */
   port?: number;
+  /** Connections after this many are cut as soon as they are accepted (a host lost at a chosen point of a start). */
+  acceptAtMost?: number;
 }
 
 export interface TcpProxy {
@@ -39,7 +41,7 @@ export function startTcpProxy(target: { host: string; port: number }, opts: TcpP
   let accepted = 0;
   const state = { refusing: false };
   const server = createServer((client) => {
-    if (state.refusing) return void client.destroy();
+    if (state.refusing || accepted >= (opts.acceptAtMost ?? Infinity)) return void client.destroy();
     accepted++;
     const upstream = connect(target.port, target.host);
     for (const s of [client, upstream]) {
