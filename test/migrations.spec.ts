@@ -167,6 +167,114 @@ describe('migrations stopped halfway (MySQL and MariaDB commit each DDL statemen
     }
   });
 
+  /** One run of these migrations on a connection of its own (a new session: its variables start unset). */
+  async function runOn(config: ReturnType<typeof testConfig>, ...list: (new () => MigrationInterface)[]): Promise<string[]> {
+    const ds = new DataSource({ ...dataSourceOptions(config), migrations: list.map((m) => resumable(m)), poolSize: 1 });
+    await ds.initialize();
+    try {
+      return (await ds.runMigrations({ transaction: 'each' })).map((m) => m.name);
+    } finally {
+      await ds.destroy();
+    }
+  }
+
+  /** A migration named `name` sending `statements` in turn. */
+  const migrationOf = (name: string, statements: string[]) =>
+    class implements MigrationInterface {
+      name = name;
+      async up(q: QueryRunner): Promise<void> {
+        for (const sql of statements) await q.query(sql);
+      }
+      async down(): Promise<void> {}
+    };
+
+  it('resumes a migration whose failing statement was fixed, and refuses one edited before the statement it stopped at', async () => {
+    const config = testConfig();
+    await ensureDatabase(config);
+    const name = 'Edited1799999999998';
+    const create = 'CREATE TABLE edited (id INT PRIMARY KEY)';
+    const insert = 'INSERT INTO edited (id) VALUES (1)';
+    try {
+      await expect(runOn(config, migrationOf(name, [create, insert, 'ALTER TABLE edited ADD COLUMN b INT AFTER missing']))).rejects.toThrow(
+        /Unknown column 'missing'/,
+      );
+      const refused =
+        /Migration Edited1799999999998 stopped after 2 of its changing statements, and those are not the first 2 of its text now/;
+      for (const edited of [
+        [create.replace('INT', 'BIGINT'), insert, 'ALTER TABLE edited ADD COLUMN b INT'],
+        [create, 'INSERT INTO edited (id) VALUES (2)', 'ALTER TABLE edited ADD COLUMN b INT'],
+        [create],
+      ])
+        await expect(runOn(config, migrationOf(name, edited))).rejects.toThrow(refused);
+      expect(await runOn(config, migrationOf(name, [create, insert, 'ALTER TABLE edited ADD COLUMN b INT']))).toEqual([name]);
+      const rows = (await admin.query(`SELECT * FROM \`${config.DB_NAME}\`.edited`)) as Record<string, unknown>[];
+      expect(rows).toEqual([{ id: 1, b: null }]);
+    } finally {
+      await dropTestDatabase(config);
+    }
+  });
+
+  it('resumes by position a migration stopped under the first version of the progress table, which kept no digest', async () => {
+    const config = testConfig();
+    await ensureDatabase(config);
+    const db = `\`${config.DB_NAME}\``;
+    try {
+      await admin.query(
+        `CREATE TABLE ${db}.migration_progress (name VARCHAR(255) NOT NULL PRIMARY KEY, steps INT UNSIGNED NOT NULL, in_doubt TINYINT(1) NOT NULL DEFAULT 0)`,
+      );
+      await admin.query(`CREATE TABLE ${db}.legacy (id INT PRIMARY KEY)`);
+      await admin.query(`INSERT INTO ${db}.migration_progress (name, steps) VALUES ('Legacy1799999999994', 1)`);
+      const name = 'Legacy1799999999994';
+      expect(
+        await runOn(config, migrationOf(name, ['CREATE TABLE legacy (id INT PRIMARY KEY)', 'INSERT INTO legacy (id) VALUES (1)'])),
+      ).toEqual([name]);
+      expect(await admin.query(`SELECT id FROM ${db}.legacy`)).toEqual([{ id: 1 }]);
+    } finally {
+      await dropTestDatabase(config);
+    }
+  });
+
+  it('runs session settings again on resuming, and counts a statement led by a comment by its first word', async () => {
+    const config = testConfig();
+    await ensureDatabase(config);
+    const name = 'Session1799999999997';
+    const head = ['SET @v = 7', '/* why */ CREATE TABLE session_v (v INT)', '-- why\nINSERT INTO session_v (v) VALUES (@v)'];
+    try {
+      await expect(runOn(config, migrationOf(name, [...head, 'ALTER TABLE session_v ADD COLUMN b INT AFTER missing']))).rejects.toThrow(
+        /Unknown column 'missing'/,
+      );
+      // A new session: @v is set again, and neither the CREATE nor the INSERT is.
+      await runOn(
+        config,
+        migrationOf(name, [...head, 'ALTER TABLE session_v ADD COLUMN b INT', 'INSERT INTO session_v (v) VALUES (@v + 1)']),
+      );
+      const rows = (await admin.query(`SELECT v FROM \`${config.DB_NAME}\`.session_v ORDER BY v`)) as { v: number }[];
+      expect(rows.map((r) => r.v)).toEqual([7, 8]);
+    } finally {
+      await dropTestDatabase(config);
+    }
+  });
+
+  it("refuses a statement it cannot classify, and QueryRunner's own schema methods, whose statements it would not count", async () => {
+    const config = testConfig();
+    await ensureDatabase(config);
+    class Helpers1799999999996 implements MigrationInterface {
+      name = 'Helpers1799999999996';
+      async up(q: QueryRunner): Promise<void> {
+        await q.dropTable('nothing', true);
+      }
+      async down(): Promise<void> {}
+    }
+    try {
+      await expect(runOn(config, migrationOf('With1799999999995', ['WITH x AS (SELECT 1) SELECT * FROM x']))).rejects.toThrow(
+        /cannot tell whether this statement changes anything \(it begins with "WITH"\)/,
+      );
+      await expect(runOn(config, Helpers1799999999996)).rejects.toThrow(/through query\(\), not QueryRunner\.dropTable\(\)/);
+    } finally {
+      await dropTestDatabase(config);
+    }
+  });
+
   it.each([2, 9, 15])(
     'a run whose connection is killed once %i tables exist is finished by the next run, to the same schema',
     async (tablesAtKill) => {

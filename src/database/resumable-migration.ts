@@ -1,3 +1,4 @@
+import { createHash } from 'node:crypto';
 import type { MigrationInterface, QueryRunner } from 'typeorm';
 import { errnoOf, isDatabaseOutage } from '../common/db-errors.js';
 
@@ -12,8 +13,12 @@ import { errnoOf, isDatabaseOutage } from '../common/db-errors.js';
 const PROGRESS_DDL = `CREATE TABLE IF NOT EXISTS migration_progress (
   name VARCHAR(255) NOT NULL PRIMARY KEY,
   steps INT UNSIGNED NOT NULL,
-  in_doubt TINYINT(1) NOT NULL DEFAULT 0
+  in_doubt TINYINT(1) NOT NULL DEFAULT 0,
+  digest CHAR(64) NULL
 ) ENGINE=InnoDB`;
+/** The table as the first version of this file made it had no digest (such a row is resumed by position alone). */
+const ADD_DIGEST = 'ALTER TABLE migration_progress ADD COLUMN digest CHAR(64) NULL';
+const ER_DUP_FIELDNAME = 1060;
 
 /** What a DDL statement that already took effect answers when it is sent again. */
 const ALREADY_APPLIED = new Set([
@@ -28,10 +33,54 @@ const ALREADY_APPLIED = new Set([
   1826, // duplicate foreign key constraint name
 ]);
 
-/** Reads run every time: their results steer the migration, and they change nothing. */
-const READ = /^\s*(SELECT|SHOW)\b/i;
-/** Statements the server commits on their own (an implicit commit before and after). */
-const DDL = /^\s*(CREATE|ALTER|DROP|RENAME|TRUNCATE)\b/i;
+export type StatementKind = 'read' | 'session' | 'ddl' | 'dml';
+
+const KINDS: Record<string, StatementKind> = {
+  SELECT: 'read',
+  SHOW: 'read',
+  DESCRIBE: 'read',
+  DESC: 'read',
+  EXPLAIN: 'read',
+  SET: 'session',
+  CREATE: 'ddl',
+  ALTER: 'ddl',
+  DROP: 'ddl',
+  RENAME: 'ddl',
+  TRUNCATE: 'ddl',
+  INSERT: 'dml',
+  UPDATE: 'dml',
+  DELETE: 'dml',
+  REPLACE: 'dml',
+};
+
+/** Leading blanks and comments (`-- `, `#`, `/* *\/`): a statement's kind is its first word after them. */
+const LEADING = /^(?:\s+|--(?:[ \t\r][^\n]*)?(?:\n|$)|#[^\n]*(?:\n|$)|\/\*(?!!)[\s\S]*?\*\/)*/;
+
+/**
+ * What a statement does to the resume: reads and session settings (`SET`) run on every attempt, as
+ * their effects steer what follows and last only for the session; DDL and DML are counted. Anything
+ * else (a `WITH`, which may lead a read or an UPDATE; a `CALL`) is refused, so that a statement is
+ * never skipped or repeated by a guess.
+ */
+export function statementKind(sql: string): StatementKind {
+  const word = /^[A-Za-z]+/.exec(sql.replace(LEADING, ''))?.[0].toUpperCase() ?? '';
+  const kind = KINDS[word];
+  if (!kind)
+    throw new Error(
+      `A resumable migration cannot tell whether this statement changes anything (it begins with "${word}"); write it as one beginning with ${Object.keys(KINDS).join(', ')}: ${sql.slice(0, 120)}`,
+    );
+  return kind;
+}
+
+/** A running digest of the counted statements, text and values: resuming checks that the skipped ones are the ones that ran. */
+const fold = (digest: string, sql: string, params?: unknown[]) =>
+  createHash('sha256')
+    .update(digest)
+    .update('\0')
+    .update(sql)
+    .update('\0')
+    .update(JSON.stringify(params ?? []))
+    .digest('hex');
 
 /**
  * The migration, resumable where it stopped. Its changing statements are counted in
@@ -41,27 +90,47 @@ const DDL = /^\s*(CREATE|ALTER|DROP|RENAME|TRUNCATE)\b/i;
  * mark cleared with its count, or when the server refuses it (DDL is atomic on MariaDB 10.6+ and
  * MySQL 8: refused is not applied). Only a statement still in doubt on the next run, the first one
  * not counted, may answer "already applied" (ALREADY_APPLIED), which then counts as done; a real
- * error (a column a drifted schema lacks) fails every run alike. The counted ones are skipped. The
- * count is dropped in the transaction that records the migration as run.
+ * error (a column a drifted schema lacks) fails every run alike. The counted ones are skipped, once
+ * their digest shows they are the statements that ran: a migration edited before the statement it
+ * stopped at (a fix of the failing statement itself is fine) is refused rather than resumed at a
+ * position that now means something else. The count is dropped in the transaction that records the
+ * migration as run.
  */
 export function resumable<M extends MigrationInterface>(Migration: new () => M): new () => M {
   const Resumable = class extends (Migration as new () => MigrationInterface) {
     override async up(q: QueryRunner): Promise<void> {
       const name = this.name ?? Migration.name;
       await q.query(PROGRESS_DDL);
-      const [row] = (await q.query('SELECT steps, in_doubt FROM migration_progress WHERE name = ?', [name])) as {
+      await q.query(ADD_DIGEST).catch((err: unknown) => {
+        if (errnoOf(err) !== ER_DUP_FIELDNAME) throw err;
+      });
+      const [row] = (await q.query('SELECT steps, in_doubt, digest FROM migration_progress WHERE name = ?', [name])) as {
         steps: number;
         in_doubt: number;
+        digest: string | null;
       }[];
       const done = row ? Number(row.steps) : 0;
       if (!row) await q.query('INSERT INTO migration_progress (name, steps) VALUES (?, 0)', [name]);
       let step = 0;
+      let digest = '';
+      /** Called once `seen` changing statements have been folded into the digest (all of them, or `done`). */
+      const checkSkipped = (seen: number) => {
+        if (row?.digest != null && (seen < done || digest !== row.digest))
+          throw new Error(
+            `Migration ${name} stopped after ${done} of its changing statements, and those are not the first ${done} of its text now: it was edited before the statement it stopped at. ` +
+              `Undo or finish those statements by hand to match the new text, then delete its row from migration_progress.`,
+          );
+      };
       const query = async (sql: string, params?: unknown[]): Promise<unknown> => {
-        if (READ.test(sql)) return q.query(sql, params);
+        const kind = statementKind(sql);
+        if (kind === 'read' || kind === 'session') return q.query(sql, params);
         const current = step++;
+        if (current === done) checkSkipped(current);
+        digest = fold(digest, sql, params);
         if (current < done) return [];
-        const count = () => q.query('UPDATE migration_progress SET steps = ?, in_doubt = 0 WHERE name = ?', [current + 1, name]);
-        if (!DDL.test(sql)) {
+        const count = () =>
+          q.query('UPDATE migration_progress SET steps = ?, in_doubt = 0, digest = ? WHERE name = ?', [current + 1, digest, name]);
+        if (kind === 'dml') {
           // After a DDL statement the session is back in autocommit: the transaction is opened here.
           await q.query('START TRANSACTION');
           const result: unknown = await q.query(sql, params);
@@ -90,10 +159,13 @@ export function resumable<M extends MigrationInterface>(Migration: new () => M):
           get: (target, prop) => {
             if (prop === 'query') return query;
             const value: unknown = Reflect.get(target, prop, target);
-            return typeof value === 'function' ? (value as (...args: unknown[]) => unknown).bind(target) : value;
+            if (typeof value !== 'function') return value;
+            // createTable, addColumn and the rest send their statements past query(): they would be neither counted nor skipped.
+            throw new Error(`A resumable migration sends its statements through query(), not QueryRunner.${String(prop)}()`);
           },
         }),
       );
+      if (step <= done) checkSkipped(step);
       // TypeORM then records the migration and commits: both, or neither.
       await q.query('START TRANSACTION');
       await q.query('DELETE FROM migration_progress WHERE name = ?', [name]);
