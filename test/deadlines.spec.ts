@@ -542,6 +542,35 @@ describe('deadlines: a bulk upload held up by the database', () => {
 });
 
 describe('deadlines: a session cut off by a network partition', () => {
+  it.each([
+    ['10', undefined],
+    ['0', '0'],
+  ])(
+    'on MariaDB, every serving connection has idle_transaction_timeout %s (DB_IDLE_TRANSACTION_TIMEOUT_SECONDS=%s)',
+    async (expected, setting) => {
+      const c = testConfig(setting === undefined ? {} : { DB_IDLE_TRANSACTION_TIMEOUT_SECONDS: setting });
+      const pool = deadlineDriver(mysql2, c).createPool({
+        host: c.DB_HOST,
+        port: c.DB_PORT,
+        user: c.DB_USER,
+        password: c.DB_PASSWORD,
+        connectionLimit: 1,
+      });
+      try {
+        const conn = await new Promise<mysql2.PoolConnection>((resolve, reject) =>
+          pool.getConnection((err, got) => (err ? reject(err) : resolve(got))),
+        );
+        const rows = await new Promise<{ t: number }[]>((resolve, reject) =>
+          conn.query('SELECT @@SESSION.idle_transaction_timeout AS t', (err, r) => (err ? reject(err) : resolve(r as { t: number }[]))),
+        );
+        conn.release();
+        expect(String(rows[0].t)).toBe(expected);
+      } finally {
+        await new Promise((resolve) => pool.end(resolve));
+      }
+    },
+  );
+
   it('on MariaDB, its transaction is closed by the server after DB_IDLE_TRANSACTION_TIMEOUT_SECONDS, releasing its row locks', async () => {
     const c = testConfig({ DB_IDLE_TRANSACTION_TIMEOUT_SECONDS: '2' });
     await createTestDatabase(c);

@@ -194,11 +194,11 @@ export class AppConfig {
    * transaction this long is closed by the server, its locks released. The service never leaves a
    * transaction idle by design; a session whose client was cut off by a network partition does,
    * and held its row locks (every retry of those orders 503) until wait_timeout, 8 hours by
-   * default. MySQL has no such setting and ignores it.
+   * default. 0 turns it off (the server's default). MySQL has no such setting and ignores it.
    */
   @Transform(toInt)
   @IsInt()
-  @Min(1)
+  @Min(0)
   @Max(3600)
   DB_IDLE_TRANSACTION_TIMEOUT_SECONDS: number = 10;
 
