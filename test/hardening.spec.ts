@@ -368,7 +368,7 @@ describe('hardening', () => {
   });
 
   it('an empty body is no body whatever its Content-Type: a grab goes through, a route that needs a body says so; a non-empty one is 415 naming its type', async () => {
-    const coupon = await createCoupon(t.url, { totalStock: 5, perUserLimit: 5 });
+    const coupon = await createCoupon(t.url, { totalStock: 10, perUserLimit: 10 });
     const user = bearer(tokenFor('empty-body-user'));
     for (const type of ['text/plain;charset=UTF-8', 'application/x-www-form-urlencoded', 'application/octet-stream']) {
       const grab = await request(t.url)
@@ -380,6 +380,25 @@ describe('hardening', () => {
       expect([type, grab.status, grab.body.couponId]).toEqual([type, 201, coupon.id]);
       const redeem = await request(t.url).post('/redemptions').set(bearer(serviceToken())).set('Content-Type', type).send('');
       expect([type, redeem.status, redeem.body.details?.fields]).toEqual([type, 400, { body: ['a JSON object body is required'] }]);
+      // Without a length: a chunked body whose first chunk is the last.
+      const agent = new Agent({ keepAlive: true, maxSockets: 1 });
+      try {
+        const headers = { ...user, 'Idempotency-Key': newKey(), 'Content-Type': type };
+        const chunked = await sendOnAgent(agent, 'POST', `${t.url}/coupons/${coupon.id}/grab`, headers, '', true);
+        expect([type, chunked.status]).toEqual([type, 201]);
+        const refused = await sendOnAgent(
+          agent,
+          'POST',
+          `${t.url}/coupons/${coupon.id}/grab`,
+          { ...headers, 'Idempotency-Key': newKey() },
+          'x',
+          true,
+        );
+        expect([type, refused.status, refused.connection]).toEqual([type, 415, 'keep-alive']);
+        expect((await healthOnAgent(agent, t.url)).status).toBe(200);
+      } finally {
+        agent.destroy();
+      }
     }
     const plain = await request(t.url)
       .post(`/coupons/${coupon.id}/grab`)

@@ -31,11 +31,23 @@ export function strictJsonBodies(fastify: FastifyInstance): void {
     done(null, payload);
   });
   // Every other type is refused unread, except an empty body: Content-Length 0 is no body whatever
-  // it is labelled (fetch labels `body: ''` text/plain, curl labels `-d ''` a form).
-  fastify.addContentTypeParser('*', (req, _payload, done) => {
+  // it is labelled (fetch labels `body: ''` text/plain, curl labels `-d ''` a form), and so is a
+  // chunked body that ends before its first byte.
+  fastify.addContentTypeParser('*', (req, payload, done) => {
     // An unknown route is 404 whatever its body, as when no parser matched.
     if (req.is404 || req.headers['content-length'] === '0') return done(null, undefined);
-    done(unsupportedMediaType(req), undefined);
+    if (req.headers['content-length'] !== undefined) return done(unsupportedMediaType(req), undefined);
+    const settle = (err: Error | null) => {
+      payload.off('data', onData).off('end', onEnd).off('error', settle);
+      // Paused, the rest of a refused body is left to UnreadBodies, as one with a length.
+      payload.pause();
+      done(err, undefined);
+    };
+    const onData = (chunk: Buffer) => {
+      if (chunk.length > 0) settle(unsupportedMediaType(req));
+    };
+    const onEnd = () => settle(null);
+    payload.on('data', onData).on('end', onEnd).on('error', settle);
   });
   fastify.removeContentTypeParser('application/json');
   fastify.addContentTypeParser('application/json', { parseAs: 'buffer' }, (_req, body, done) => {

@@ -136,8 +136,10 @@ export class UndeclaredInputGuard implements CanActivate {
     const request = context.switchToHttp().getRequest<FastifyRequest>();
     const { query, body } = request;
     const names = typeof query === 'object' && query !== null ? Object.keys(query) : [];
-    // Fastify parses no body on a GET: one sent is only seen in the headers that announce it.
-    const bodyGiven = body !== undefined ? !isEmptyObject(body) : announcesBody(request);
+    // Fastify parses no body on a GET or HEAD: one sent is only seen in the headers that announce it.
+    // On other methods the parsers ran, and undefined is an empty body (chunked ones included).
+    const unparsed = request.method === 'GET' || request.method === 'HEAD';
+    const bodyGiven = body !== undefined ? !isEmptyObject(body) : unparsed && announcesBody(request);
     if (names.length === 0 && !bodyGiven) return true;
     const declared = this.declaredInput(context);
     const reads = declared.query;
