@@ -400,6 +400,13 @@ describe('hardening', () => {
         agent.destroy();
       }
     }
+    const jsonAgent = new Agent({ keepAlive: true, maxSockets: 1 });
+    try {
+      const headers = { ...user, 'Idempotency-Key': newKey(), 'Content-Type': 'application/json' };
+      expect((await sendOnAgent(jsonAgent, 'POST', `${t.url}/coupons/${coupon.id}/grab`, headers, '', true)).status).toBe(201);
+    } finally {
+      jsonAgent.destroy();
+    }
     const plain = await request(t.url)
       .post(`/coupons/${coupon.id}/grab`)
       .set(user)
