@@ -546,7 +546,7 @@ describe('deadlines: a session cut off by a network partition', () => {
     ['10', undefined],
     ['0', '0'],
   ])(
-    'on MariaDB, every serving connection has idle_transaction_timeout %s (DB_IDLE_TRANSACTION_TIMEOUT_SECONDS=%s)',
+    'on MariaDB, every serving connection has idle_transaction_timeout %s (DB_IDLE_TRANSACTION_TIMEOUT_SECONDS=%s), and is READ COMMITTED',
     async (expected, setting) => {
       const c = testConfig(setting === undefined ? {} : { DB_IDLE_TRANSACTION_TIMEOUT_SECONDS: setting });
       const pool = deadlineDriver(mysql2, c).createPool({
@@ -560,11 +560,15 @@ describe('deadlines: a session cut off by a network partition', () => {
         const conn = await new Promise<mysql2.PoolConnection>((resolve, reject) =>
           pool.getConnection((err, got) => (err ? reject(err) : resolve(got))),
         );
-        const rows = await new Promise<{ t: number }[]>((resolve, reject) =>
-          conn.query('SELECT @@SESSION.idle_transaction_timeout AS t', (err, r) => (err ? reject(err) : resolve(r as { t: number }[]))),
+        const rows = await new Promise<{ t: number; iso: string }[]>((resolve, reject) =>
+          conn.query('SELECT @@SESSION.idle_transaction_timeout AS t, @@SESSION.tx_isolation AS iso', (err, r) =>
+            err ? reject(err) : resolve(r as { t: number; iso: string }[]),
+          ),
         );
         conn.release();
         expect(String(rows[0].t)).toBe(expected);
+        // Set with the others, so the app's transactions need no SET TRANSACTION of their own.
+        expect(rows[0].iso).toBe('READ-COMMITTED');
       } finally {
         await new Promise((resolve) => pool.end(resolve));
       }

@@ -52,7 +52,8 @@ async function resolvingTransaction<T>(
   const qr = dataSource.createQueryRunner('master');
   try {
     await qr.connect();
-    await qr.startTransaction('READ COMMITTED');
+    // The app's connections are READ COMMITTED by session (deadline-pool.ts): no SET TRANSACTION needed.
+    await qr.startTransaction();
     const id = identify(qr);
     let result: T;
     try {
