@@ -71,6 +71,33 @@ describe('grab route behind the rate limiter, in-memory buckets', () => {
     expect(await issuedCount(t.db, coupon.id)).toBe(1 + fresh.filter((r) => r.status === 201).length);
   });
 
+  it('duplicates sent while the first grab is in flight wait for it and replay it, never 429 from the limiter the first spent', async () => {
+    const coupon = await createCoupon(t.url, { totalStock: 100, perUserLimit: 50, rateLimitPerSecond: 100 });
+    const grab = () =>
+      request(t.url)
+        .post(`/coupons/${coupon.id}/grab`)
+        .set(bearer(tokenFor('double-clicker')))
+        .set('Idempotency-Key', 'in-flight-1');
+    const all = await Promise.all(Array.from({ length: 10 }, grab));
+    expect(all.map((r) => r.status)).toEqual(Array.from({ length: 10 }, () => 201));
+    expect(new Set(all.map((r) => r.body.id)).size).toBe(1);
+    expect(all.filter((r) => r.headers['idempotent-replayed'] === 'true')).toHaveLength(9);
+    expect(await issuedCount(t.db, coupon.id)).toBe(1);
+    // The same key for another coupon while the first is in flight: 422, as after it.
+    const other = await createCoupon(t.url, { totalStock: 100, rateLimitPerSecond: 100 });
+    const [first, elsewhere] = await Promise.all([
+      request(t.url)
+        .post(`/coupons/${coupon.id}/grab`)
+        .set(bearer(tokenFor('double-clicker')))
+        .set('Idempotency-Key', 'in-flight-2'),
+      request(t.url)
+        .post(`/coupons/${other.id}/grab`)
+        .set(bearer(tokenFor('double-clicker')))
+        .set('Idempotency-Key', 'in-flight-2'),
+    ]);
+    expect([first.status, elsewhere.status, elsewhere.body.code]).toEqual([201, 422, 'IDEMPOTENCY_KEY_REUSED']);
+  });
+
   it('an admin change of rateLimitPerSecond applies to the next grabs without a restart', async () => {
     const coupon = await createCoupon(t.url, { totalStock: 1000, rateLimitPerSecond: 500 });
     const patch = await request(t.url).patch(`/admin/coupons/${coupon.id}`).set(bearer(adminToken())).send({ rateLimitPerSecond: 10 });

@@ -54,6 +54,9 @@ export class GrabService {
     { cache: false, maxBatchSize: 500, cacheKeyFn: identity, batchScheduleFn: (run) => setImmediate(run) },
   );
 
+  /** Grabs being decided here, by identity (user and key): a duplicate waits for the first (deduplicated). */
+  private readonly inFlight = new Map<string, Promise<GrabResult>>();
+
   constructor(
     private readonly dataSource: DataSource,
     private readonly coupons: CouponService,
@@ -69,7 +72,7 @@ export class GrabService {
     const started = process.hrtime.bigint();
     let result = 'ERROR';
     try {
-      const r = await this.attempt(userId, couponId, key);
+      const r = await this.deduplicated(userId, couponId, key);
       result = r.replayed ? 'REPLAYED' : 'ISSUED';
       return r;
     } catch (err) {
@@ -82,6 +85,27 @@ export class GrabService {
       outcomes.inc({ coupon_id: known ? couponId : 'unknown', result });
       if (known) this.series.record(couponId, result);
       latency.observe({ result }, Number(process.hrtime.bigint() - started) / 1e9);
+    }
+  }
+
+  /**
+   * A duplicate (same user and key) of a grab still being decided on this instance waits for it and
+   * is answered as its replay (or 422 for another coupon), as API.md asks; on its own it would meet
+   * the per-user limiter, spent by the first, before a key not yet committed could be found, and get
+   * 429. If the first did not issue a coupon, the duplicate is decided on its own, one at a time.
+   */
+  private async deduplicated(userId: string, couponId: string, key: string): Promise<GrabResult> {
+    const id = identity({ userId, key });
+    for (let first = this.inFlight.get(id); first; first = this.inFlight.get(id)) {
+      const won = await first.catch(() => undefined);
+      if (won) return this.replay(won.userCoupon, couponId);
+    }
+    const attempt = this.attempt(userId, couponId, key);
+    this.inFlight.set(id, attempt);
+    try {
+      return await attempt;
+    } finally {
+      this.inFlight.delete(id);
     }
   }
 
