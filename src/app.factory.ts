@@ -1,12 +1,13 @@
 import 'reflect-metadata';
 import { randomUUID } from 'node:crypto';
-import { type IncomingMessage, STATUS_CODES } from 'node:http';
+import { type IncomingMessage, type ServerResponse, STATUS_CODES } from 'node:http';
 import type { Socket } from 'node:net';
 import { NestFactory } from '@nestjs/core';
 import { FastifyAdapter, NestFastifyApplication } from '@nestjs/platform-fastify';
 import { SwaggerModule } from '@nestjs/swagger';
 import { LogController } from 'fastify';
 import type { FastifyError, FastifyReply, FastifyRequest } from 'fastify';
+import type { Logger } from 'pino';
 import { AppModule } from './app.module.js';
 import { AppConfig } from './config/app-config.js';
 import { HttpExceptionFilter, sendError } from './common/http-exception.filter.js';
@@ -33,8 +34,20 @@ function requestIdOf(req: IncomingMessage): string {
   return typeof id === 'string' && CLIENT_REQUEST_ID.test(id) ? id : randomUUID();
 }
 
+/**
+ * An answer in the one error format written straight to a socket that never reaches the router,
+ * with Connection: close, and its log line like a routed request's.
+ */
+function answerUnrouted(socket: Socket, log: Logger, id: string, status: number, code: string, message: string, method?: string): void {
+  const body = JSON.stringify({ code, message });
+  socket.end(
+    `HTTP/1.1 ${status} ${STATUS_CODES[status]}\r\nContent-Length: ${Buffer.byteLength(body)}\r\nContent-Type: application/json; charset=utf-8\r\nX-Request-Id: ${id}\r\nConnection: close\r\n\r\n${body}`,
+  );
+  log.info({ reqId: id, ...(method ? { method } : {}), route: 'unmatched', status, code }, 'request');
+}
+
 /** Requests too broken to reach the router (garbled request line, oversized headers) still get the one error body. */
-function clientErrorHandler(err: Error & { code?: string }, socket: Socket, unread: UnreadBodies): void {
+function clientErrorHandler(err: Error & { code?: string }, socket: Socket, unread: UnreadBodies, log: Logger): void {
   if (err.code === 'ECONNRESET' || socket.destroyed) return;
   const [status, code, message] =
     err.code === 'ERR_HTTP_REQUEST_TIMEOUT'
@@ -42,13 +55,8 @@ function clientErrorHandler(err: Error & { code?: string }, socket: Socket, unre
       : err.code === 'HPE_HEADER_OVERFLOW'
         ? [431, 'HEADERS_TOO_LARGE', 'Request headers are too large']
         : [400, 'VALIDATION_FAILED', 'Malformed HTTP request'];
-  const body = JSON.stringify({ code, message });
   // A request whose answer already went (its refused body still arriving) gets no second one.
-  if (socket.writable && !unread.isDraining(socket)) {
-    socket.write(
-      `HTTP/1.1 ${status} ${STATUS_CODES[status]}\r\nContent-Length: ${Buffer.byteLength(body)}\r\nContent-Type: application/json; charset=utf-8\r\nX-Request-Id: ${randomUUID()}\r\nConnection: close\r\n\r\n${body}`,
-    );
-  }
+  if (socket.writable && !unread.isDraining(socket)) answerUnrouted(socket, log, randomUUID(), status, code, message);
   socket.destroy(err);
 }
 
@@ -104,7 +112,7 @@ export async function createApp(
     // JSON bodies go through json-body.ts; these keep Fastify's own checks of them out of the way too.
     onProtoPoisoning: 'ignore',
     onConstructorPoisoning: 'ignore',
-    clientErrorHandler: (err: Error & { code?: string }, socket: Socket) => clientErrorHandler(err, socket, unread),
+    clientErrorHandler: (err: Error & { code?: string }, socket: Socket) => clientErrorHandler(err, socket, unread, pino),
     // The router's own refusals (bad percent-encoding, a path parameter over 512 characters) are
     // malformed paths: answered like every other validation error (request id, language, log line),
     // though they come before the hooks that do that for routed requests.
@@ -134,6 +142,14 @@ export async function createApp(
   strictJsonBodies(fastify);
   acceptIssuanceUploads(fastify, config.BULK_UPLOAD_TIMEOUT_MS);
   servePublicReadsFromMemory(fastify, app.get(CouponService));
+  // Node hands a CONNECT (a proxy's method) to 'connect' listeners and closes the socket unanswered
+  // without one; this service is no proxy, so it is a route that does not exist.
+  fastify.server.on('connect', (req: IncomingMessage, socket: Socket) =>
+    answerUnrouted(socket, pino, requestIdOf(req), 404, 'NOT_FOUND', 'Route not found', req.method),
+  );
+  // Node answers an Expect other than 100-continue with a bare 417 unless this is listened for. A
+  // server may also ignore the expectation (RFC 9110, 10.1.1): the request is served as without it.
+  fastify.server.on('checkExpectation', (req: IncomingMessage, res: ServerResponse) => fastify.server.emit('request', req, res));
   // Callback hooks: an async hook costs every request two more promises.
   fastify.addHook('onRequest', (req, reply, done) => {
     if (req.raw.httpVersion === '1.1' && req.headers.host === undefined) {

@@ -520,6 +520,26 @@ describe('hardening', () => {
       // HTTP/1.0 has no Host requirement.
       expect(await rawExchange(t.url, 'GET /health HTTP/1.0\r\n\r\n')).toMatch(/^HTTP\/1\.1 200 /);
     });
+
+    it('CONNECT is 404 in the error format with the request id, not a connection closed unanswered', async () => {
+      for (const target of ['/coupons', '127.0.0.1:3306']) {
+        const raw = await rawExchange(t.url, `CONNECT ${target} HTTP/1.1\r\nHost: x\r\nX-Request-Id: probe-connect\r\n\r\n`);
+        expect([target, raw.split('\r\n')[0]]).toEqual([target, 'HTTP/1.1 404 Not Found']);
+        expect(raw).toMatch(/\r\nX-Request-Id: probe-connect\r\n/);
+        expect(JSON.parse(raw.slice(raw.indexOf('\r\n\r\n') + 4))).toEqual({ code: 'NOT_FOUND', message: 'Route not found' });
+      }
+    });
+
+    it('an Expect other than 100-continue is ignored (RFC 9110 allows it): the request is answered as without it, not a bare 417', async () => {
+      // Node's client sends its headers at once when told to expect: written by hand instead.
+      const raw = await rawExchange(
+        t.url,
+        `POST /redemptions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${serviceToken()}\r\nExpect: foo\r\nX-Request-Id: probe-expect\r\nContent-Type: application/json\r\nContent-Length: 2\r\nConnection: close\r\n\r\n{}`,
+      );
+      expect(raw.split('\r\n')[0]).toBe('HTTP/1.1 400 Bad Request');
+      expect(raw).toMatch(/\r\nx-request-id: probe-expect\r\n/i);
+      expect((JSON.parse(raw.slice(raw.indexOf('\r\n\r\n') + 4)) as { code: string }).code).toBe('VALIDATION_FAILED');
+    });
   });
 
   describe('token rules (item 6)', () => {
