@@ -1650,6 +1650,8 @@ export interface operations {
                 headers: {
                     /** @description The request's id: the client's `X-Request-Id` when it is 1-128 of [A-Za-z0-9._:-], else a generated UUID */
                     "x-request-id": string;
+                    /** @description `no-cache, no-store, must-revalidate`: a health answer no cache may keep */
+                    "Cache-Control"?: "no-cache, no-store, must-revalidate";
                     [name: string]: unknown;
                 };
                 content: {

@@ -179,7 +179,8 @@ export function buildOpenApiDocument(app: INestApplication): OpenAPIObject {
     .setDescription(
       'Flash-sale coupons: grab, redeem, refund, reconcile. Every error answer is `{code, message, details?}` with a stable `code`; ' +
         'a 2xx means the change is committed, a 4xx that nothing changed. Ids are strings of digits. The prose contract: docs/api.md. ' +
-        'Pages of the origins in CORS_ORIGINS also get `Access-Control-*` headers on every answer and a 204 to their preflights (docs/api.md, Calling from a browser).',
+        'Pages of the origins in CORS_ORIGINS also get `Access-Control-*` headers on every answer and a 204 to their preflights (docs/api.md, Calling from a browser). ' +
+        'Every GET operation also answers HEAD, as HTTP defines it: the same status and headers, no body.',
     )
     .setVersion(API_VERSION)
     .setLicense('MIT', 'https://opensource.org/licenses/MIT')

@@ -390,7 +390,7 @@ export const ROUTES: Record<string, RouteContract> = {
   'GET /health': {
     summary: 'Whether the database answers',
     auth: 'public',
-    ok: { 200: { schema: 'Health', description: 'The database answers' } },
+    ok: { 200: { schema: 'Health', description: 'The database answers', headers: ['Cache-Control'] } },
     errors: [],
   },
   'GET /metrics': {

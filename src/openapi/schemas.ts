@@ -302,6 +302,10 @@ export const HEADERS = {
       "`gzip` when the request's Accept-Encoding takes gzip and the JSON is 1 KiB or more; absent otherwise. These answers carry `Vary: Accept-Encoding`",
     schema: { type: 'string', const: 'gzip' },
   },
+  'Cache-Control': {
+    description: '`no-cache, no-store, must-revalidate`: a health answer no cache may keep',
+    schema: { type: 'string', const: 'no-cache, no-store, must-revalidate' },
+  },
   'Content-Language': {
     description:
       "The language of `message` when it is not English: the request's Accept-Language chose it (zh-CN, zh, zh-TW all give zh-CN)",
