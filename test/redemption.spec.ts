@@ -263,7 +263,11 @@ describe('redemption', () => {
       const notRedeemed = await refund({ userCouponId: returning, orderNo: 'P-2', refundNo: 'N-2' });
       expect([notRedeemed.status, notRedeemed.body.code]).toEqual([409, 'NOT_REDEEMED']);
       const missing = await refund({ userCouponId: '987654321', orderNo: 'P-2', refundNo: 'N-3' });
-      expect([missing.status, missing.body.code]).toEqual([404, 'USER_COUPON_NOT_FOUND']);
+      expect([missing.status, missing.body.code, missing.body.message]).toEqual([
+        404,
+        'USER_COUPON_NOT_FOUND',
+        'User coupon 987654321 does not exist',
+      ]);
       const byUser = await refund({ userCouponId: plain, orderNo: 'P-1', refundNo: 'N-4' }, tokenFor('r2'));
       expect([byUser.status, byUser.body.code]).toEqual([403, 'FORBIDDEN']);
       await redeem(tokenFor('r2'), { userCouponId: returning, orderNo: 'P-3', orderAmountCents: 10000 });

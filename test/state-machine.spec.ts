@@ -426,7 +426,12 @@ describe('state machine', () => {
         fromStock: true,
         replacesUserCouponId: someoneElses,
       });
-      expect([c.status, c.body.code]).toEqual([404, 'USER_COUPON_NOT_FOUND']);
+      expect([c.status, c.body.code, c.body.message]).toEqual([
+        404,
+        'USER_COUPON_NOT_FOUND',
+        `User coupon ${someoneElses} belongs to another user, not to intruder`,
+      ]);
+      expect(b.body.message).toBe('User coupon 987654321 does not exist');
       expect(await count()).toBe(String(Number(n) + 1));
       expect((await stockOf(coupon.id)).stock).toBe(String(Number(before.stock) - 1));
     });

@@ -201,7 +201,9 @@ export class RedemptionService {
       // The order first, as every hold and redemption locks it: marked refunded, it takes no new coupon.
       await markOrderRefunded(em, dto.orderNo);
       const uc = await lockUserCoupon(em, dto.userCouponId, 'exclusive');
-      if (!uc) throw userCouponNotFound();
+      // A refund names no user (the order service sends it): the coupon is unknown, not someone else's.
+      if (!uc)
+        throw new AppError('USER_COUPON_NOT_FOUND', `User coupon ${dto.userCouponId} does not exist`, { userCouponId: dto.userCouponId });
       const redemption = await em.findOneBy(Redemption, { orderNo: dto.orderNo, userCouponId: uc.id });
       if (!redemption) throw new AppError('NOT_REDEEMED', 'This coupon was not redeemed on this order');
       const sameRedemption = await em.findOneBy(Refund, { redemptionId: redemption.id });

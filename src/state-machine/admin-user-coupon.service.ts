@@ -106,8 +106,12 @@ export class AdminUserCouponService {
         if (ended) throw ended;
         if (dto.replacesUserCouponId !== undefined) {
           const replaced = await findUserCoupon(em, dto.replacesUserCouponId);
-          // Another user's coupon is "not found" for this user, as on GET /me/coupons/:id.
-          if (!replaced || replaced.userId !== dto.userId) throw notFound(dto.replacesUserCouponId);
+          // Another user's coupon is "not found" for this user, as on GET /me/coupons/:id; an operator is told why.
+          if (replaced && replaced.userId !== dto.userId)
+            throw new AppError('USER_COUPON_NOT_FOUND', `User coupon ${replaced.id} belongs to another user, not to ${dto.userId}`, {
+              userCouponId: replaced.id,
+            });
+          if (!replaced) throw notFound(dto.replacesUserCouponId);
         }
         const uc = await this.issuer.issue(em, {
           coupon,
