@@ -178,6 +178,15 @@ describe('hardening', () => {
       },
     );
 
+    it('a query field given twice is 400 saying so, not that its value is of the wrong type', async () => {
+      const mine = await request(t.url)
+        .get('/me/coupons?limit=1&limit=2')
+        .set(bearer(tokenFor('parse-1')));
+      expect([mine.status, mine.body.details?.fields]).toEqual([400, { limit: ['limit is given more than once'] }]);
+      const list = await request(t.url).get('/coupons?limit=1&limit=1');
+      expect([list.status, list.body.details?.fields]).toEqual([400, { limit: ['limit is given more than once'] }]);
+    });
+
     it.each([
       ['constructor', '{"constructor": 1, "reason": "x"}'],
       ['hasOwnProperty', '{"reason": "x", "hasOwnProperty": 1}'],

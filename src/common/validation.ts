@@ -147,6 +147,10 @@ export class UndeclaredInputGuard implements CanActivate {
     const unwanted = bodyGiven && !declared.body;
     if (unwanted && isPlainObject(body)) unknown.push(...Object.keys(body));
     const fields: [string, string[]][] = unknown.map((name) => [name, [`property ${name} should not exist`]]);
+    // No query takes a list: `limit=1&limit=2` arrives as one, which the DTO's checks would call "not an integer".
+    for (const name of names)
+      if (!unknown.includes(name) && Array.isArray((query as Record<string, unknown>)[name]))
+        fields.push([name, [`${name} is given more than once`]]);
     if (unwanted && !isPlainObject(body)) fields.push(['body', ['this route takes no body']]);
     // fromEntries: a field named __proto__ is listed as one, where an assignment would set the prototype.
     if (fields.length > 0) throw validationFailed(Object.fromEntries(fields));
