@@ -945,6 +945,7 @@ export interface components {
             maxDiscountCents?: number;
         };
         CreateCouponDto: {
+            /** @description 1-200 characters shown to shoppers: not blank, no control characters */
             name: string;
             totalStock: number;
             /** @default 1 */

@@ -120,6 +120,18 @@ describe('hardening', () => {
       expect(selectorName.status).toBe(400);
       const coupon = await createCoupon(t.url, { name: astral(200) });
       expect(coupon.name).toBe(astral(200));
+      // What shoppers see: not blank, no control characters; an emoji sequence's joiners are not controls.
+      for (const name of ['   ', '\u3000', 'a\u0007b', 'line\nbreak', 'tab\there'])
+        expect([
+          name,
+          (
+            await request(t.url)
+              .post('/admin/coupons')
+              .set(bearer(adminToken()))
+              .send({ ...couponBody(), name })
+          ).body.details?.fields,
+        ]).toEqual([name, { name: ['name must be visible text without control characters'] }]);
+      expect((await createCoupon(t.url, { name: `${family} 满100减10` })).name).toBe(`${family} 满100减10`);
     });
 
     it('void and reissue reasons are 1-255 code points, combining marks counted', async () => {

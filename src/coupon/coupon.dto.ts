@@ -88,10 +88,14 @@ export class DiscountDto {
   maxDiscountCents?: number;
 }
 
+/** Shown to shoppers: some text, no control characters (a bell, a line feed); emoji sequences (their joiners) are fine. */
+const DISPLAY_NAME = /^(?!\s*$)[^\p{Cc}]+$/u;
+
 export class CreateCouponDto {
-  @ApiProperty()
+  @ApiProperty({ minLength: 1, maxLength: 200, description: '1-200 characters shown to shoppers: not blank, no control characters' })
   @IsString()
   @TextLength(1, 200)
+  @Matches(DISPLAY_NAME, { message: 'name must be visible text without control characters' })
   name!: string;
 
   @ApiProperty({ minimum: 0, maximum: 1e9 })
