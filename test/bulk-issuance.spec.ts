@@ -203,6 +203,15 @@ describe('bulk issuance', () => {
     expect(first.headers['idempotent-replayed']).toBeUndefined();
     const elsewhere = await post(other.id, body, key);
     expect([elsewhere.status, elsewhere.body.code]).toEqual([422, 'IDEMPOTENCY_KEY_REUSED']);
+    for (const changed of [{ reason: 'other' }, { fromStock: true }]) {
+      const reused = await post(coupon.id, { ...body, ...changed }, key);
+      expect([changed, reused.status, reused.body.code, reused.body.details]).toEqual([
+        changed,
+        422,
+        'IDEMPOTENCY_KEY_REUSED',
+        { jobId: first.body.jobId },
+      ]);
+    }
     await run();
     expect(await bulkCoupons(coupon.id)).toHaveLength(1);
   });

@@ -178,6 +178,12 @@ export class IssuanceService implements OnApplicationShutdown {
           jobId: current.id,
         });
       }
+      // As a reissue's key: the same key asking for something else is a client's mistake, not a repeat.
+      if (current.reason !== req.reason || current.fromStock !== req.fromStock) {
+        throw new AppError('IDEMPOTENCY_KEY_REUSED', 'This Idempotency-Key was already used for a job with another reason or fromStock', {
+          jobId: current.id,
+        });
+      }
       if (current.status !== 'UPLOADING') return { jobId: current.id, replayed: true };
       const stale = new Date(Date.now() - STALE_UPLOAD_MS);
       if (current.updatedAt < stale && (await this.tx.inTransaction((em) => discardUpload(em, current.id, new Date(), stale)))) continue;
