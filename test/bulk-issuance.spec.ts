@@ -203,7 +203,7 @@ describe('bulk issuance', () => {
     expect(first.headers['idempotent-replayed']).toBeUndefined();
     const elsewhere = await post(other.id, body, key);
     expect([elsewhere.status, elsewhere.body.code]).toEqual([422, 'IDEMPOTENCY_KEY_REUSED']);
-    for (const changed of [{ reason: 'other' }, { fromStock: true }]) {
+    for (const changed of [{ reason: 'other' }, { fromStock: true }, { userIds: ['w1', 'w2'] }, { userIds: ['w2'] }]) {
       const reused = await post(coupon.id, { ...body, ...changed }, key);
       expect([changed, reused.status, reused.body.code, reused.body.details]).toEqual([
         changed,
@@ -212,6 +212,14 @@ describe('bulk issuance', () => {
         { jobId: first.body.jobId },
       ]);
     }
+    // The same list as a CSV is the same request.
+    const csv = await request(t.url)
+      .post(`/admin/coupons/${coupon.id}/issuances?reason=r&fromStock=false`)
+      .set(bearer(adminToken()))
+      .set('Idempotency-Key', key)
+      .set('Content-Type', 'text/csv')
+      .send('w1\n');
+    expect([csv.status, csv.body.jobId, csv.headers['idempotent-replayed']]).toEqual([202, first.body.jobId, 'true']);
     await run();
     expect(await bulkCoupons(coupon.id)).toHaveLength(1);
   });

@@ -1,3 +1,4 @@
+import { createHash } from 'node:crypto';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { Injectable, type OnApplicationShutdown } from '@nestjs/common';
 import { DataSource } from 'typeorm';
@@ -17,6 +18,7 @@ import {
   Job,
   listJobs,
   listSkips,
+  queueUpload,
   setJobStatus,
   appendLines,
   JOB_STATUSES,
@@ -45,6 +47,13 @@ const uploadLost = () =>
 
 const inProgress = (jobId?: string) =>
   new AppError('IDEMPOTENCY_IN_PROGRESS', 'The upload with this key is still in progress; retry shortly', jobId ? { jobId } : undefined);
+
+/** The digest store() keeps of a list: its lines' text in order (a JSON list and a CSV of the same ids agree). */
+async function listDigest(lines: AsyncIterable<{ text: string }>): Promise<string> {
+  const digest = createHash('sha256');
+  for await (const { text } of lines) digest.update(`${text}\n`);
+  return digest.digest('hex');
+}
 
 export interface JobRequest {
   couponId: string;
@@ -99,7 +108,7 @@ export class IssuanceService implements OnApplicationShutdown {
   async create(req: JobRequest, lines: AsyncIterable<{ lineNo: number; text: string }>): Promise<{ jobId: string; replayed: boolean }> {
     const earlier = await findJobByKey(this.ds.manager, req.key);
     // null: the earlier request's upload failed and was discarded, so the key is free again.
-    const replayed = earlier && (await this.replay(earlier, req));
+    const replayed = earlier && (await this.replay(earlier, req, lines));
     if (replayed) return replayed;
     const ended = validityEnded(await this.coupons.template(req.couponId), new Date());
     if (ended) throw ended;
@@ -111,7 +120,7 @@ export class IssuanceService implements OnApplicationShutdown {
       // A request with this key made its job meanwhile: answer that one (or, if its upload fails while
       // this one waits, let the client retry).
       const winner = await findJobByKey(this.ds.manager, req.key);
-      const answer = winner && (await this.replay(winner, req));
+      const answer = winner && (await this.replay(winner, req, lines));
       if (answer) return answer;
       throw inProgress(winner?.id);
     }
@@ -122,8 +131,9 @@ export class IssuanceService implements OnApplicationShutdown {
     );
     try {
       // As a JSON list must hold one id at least, so must a file (blank lines and a header are no ids).
-      if ((await this.store(jobId, lines)) === 0) throw validationFailed({ body: ['holds no user id'] }, 'The list holds no user id');
-      if (!(await this.tx.inTransaction((em) => setJobStatus(em, jobId, ['UPLOADING'], 'QUEUED', new Date())))) throw uploadLost();
+      const { count, digest } = await this.store(jobId, lines);
+      if (count === 0) throw validationFailed({ body: ['holds no user id'] }, 'The list holds no user id');
+      if (!(await this.tx.inTransaction((em) => queueUpload(em, jobId, digest, new Date())))) throw uploadLost();
     } catch (err) {
       await this.discard(jobId);
       throw err;
@@ -170,7 +180,11 @@ export class IssuanceService implements OnApplicationShutdown {
    * jobId as API.md says, not 409. Null when that upload failed meanwhile, or has been still for
    * STALE_UPLOAD_MS (the instance receiving it died): its key is free again.
    */
-  private async replay(job: Job, req: JobRequest): Promise<{ jobId: string; replayed: true } | null> {
+  private async replay(
+    job: Job,
+    req: JobRequest,
+    lines: AsyncIterable<{ lineNo: number; text: string }>,
+  ): Promise<{ jobId: string; replayed: true } | null> {
     const until = pollUntil(UPLOAD_WAIT_MS);
     for (let current: Job | null = job; current; current = await findJobByKey(this.ds.manager, req.key)) {
       if (current.couponId !== req.couponId) {
@@ -184,7 +198,15 @@ export class IssuanceService implements OnApplicationShutdown {
           jobId: current.id,
         });
       }
-      if (current.status !== 'UPLOADING') return { jobId: current.id, replayed: true };
+      if (current.status !== 'UPLOADING') {
+        // Read only here, where the answer is decided: a key found free again stores these lines as its own job.
+        if (current.listDigest !== null && (await listDigest(lines)) !== current.listDigest) {
+          throw new AppError('IDEMPOTENCY_KEY_REUSED', 'This Idempotency-Key was already used for a job with another list', {
+            jobId: current.id,
+          });
+        }
+        return { jobId: current.id, replayed: true };
+      }
       const stale = new Date(Date.now() - STALE_UPLOAD_MS);
       if (current.updatedAt < stale && (await this.tx.inTransaction((em) => discardUpload(em, current.id, new Date(), stale)))) continue;
       if (Date.now() + UPLOAD_POLL_MS >= until) throw inProgress(current.id);
@@ -193,9 +215,10 @@ export class IssuanceService implements OnApplicationShutdown {
     return null;
   }
 
-  /** Stores the list as it arrives; returns how many lines it held. */
-  private async store(jobId: string, lines: AsyncIterable<{ lineNo: number; text: string }>): Promise<number> {
+  /** Stores the list as it arrives; returns how many lines it held, and their digest. */
+  private async store(jobId: string, lines: AsyncIterable<{ lineNo: number; text: string }>): Promise<{ count: number; digest: string }> {
     let count = 0;
+    const digest = createHash('sha256');
     let valid: { lineNo: number; userId: string }[] = [];
     let invalid: { lineNo: number; userId: string }[] = [];
     const flush = async () => {
@@ -205,12 +228,13 @@ export class IssuanceService implements OnApplicationShutdown {
     };
     for await (const { lineNo, text } of lines) {
       count++;
+      digest.update(`${text}\n`);
       if (USER_ID_PATTERN.test(text)) valid.push({ lineNo, userId: text });
       else invalid.push({ lineNo, userId: shown(text) });
       if (valid.length + invalid.length >= UPLOAD_CHUNK) await flush();
     }
     await flush();
-    return count;
+    return { count, digest: digest.digest('hex') };
   }
 
   async get(jobId: string): Promise<JobView> {

@@ -28,6 +28,8 @@ export interface Job {
   idempotencyKey: string;
   reason: string;
   fromStock: boolean;
+  /** sha256 of the list's lines as sent, once stored; null for a job stored before the digest was kept. */
+  listDigest: string | null;
   status: JobStatus;
   total: number;
   nextLine: number;
@@ -47,6 +49,7 @@ function toJob(r: Record<string, unknown>): Job {
     idempotencyKey: r.idempotency_key as string,
     reason: r.reason as string,
     fromStock: Boolean(r.from_stock),
+    listDigest: (r.list_digest as string | null) ?? null,
     status: r.status as JobStatus,
     total: Number(r.total),
     nextLine: Number(r.next_line),
@@ -133,6 +136,15 @@ export async function insertSkips(em: Queryable, jobId: string, skips: readonly 
 }
 
 /** A compare-and-set on the job's status; returns whether it moved. */
+/** UPLOADING -> QUEUED once the whole list is stored, with its digest; false if the upload was discarded meanwhile. */
+export async function queueUpload(em: Queryable, id: string, listDigest: string, at: Date): Promise<boolean> {
+  const res = (await em.query(
+    `UPDATE issuance_job SET status = 'QUEUED', list_digest = ?, updated_at = ? WHERE id = ? AND status = 'UPLOADING'`,
+    [listDigest, at, id],
+  )) as { affectedRows: number };
+  return res.affectedRows === 1;
+}
+
 export async function setJobStatus(em: EntityManager, id: string, from: readonly JobStatus[], to: JobStatus, at: Date): Promise<boolean> {
   const stamps =
     to === 'RUNNING'

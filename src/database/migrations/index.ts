@@ -8,6 +8,7 @@ import { BulkIssuance1764892800000 } from './1764892800000-bulk-issuance.js';
 import { ExactOrderNumbers1764979200000 } from './1764979200000-exact-order-numbers.js';
 import { HandEditsTouchUserCoupons1765065600000 } from './1765065600000-hand-edits-touch-user-coupons.js';
 import { BulkSkippedExpired1765152000000 } from './1765152000000-bulk-skipped-expired.js';
+import { BulkListDigest1765238400000 } from './1765238400000-bulk-list-digest.js';
 
 /** Every migration, in order, each resumable where it stopped (resumable-migration.ts). The app, the CLI (ormconfig.ts) and the tests all use this list. */
 export const migrations = [
@@ -20,4 +21,5 @@ export const migrations = [
   ExactOrderNumbers1764979200000,
   HandEditsTouchUserCoupons1765065600000,
   BulkSkippedExpired1765152000000,
+  BulkListDigest1765238400000,
 ].map(resumable);
