@@ -9,7 +9,7 @@ import { ExpiryService } from '../src/state-machine/expiry.service.js';
 import { FanOut, readCursor } from '../src/webhooks/fan-out.js';
 import { WebhookRelay } from '../src/webhooks/relay.service.js';
 import { eventType } from '../src/webhooks/events.js';
-import { checkWebhookUrl } from '../src/webhooks/url-policy.js';
+import { checkWebhookUrl, guardedLookup } from '../src/webhooks/url-policy.js';
 import { createCoupon, newKey } from './support/factories.js';
 import { adminToken, bearer, startTestApp, TestApp, tokenFor } from './support/harness.js';
 import { WebhookReceiver } from './support/webhook-receiver.js';
@@ -53,6 +53,36 @@ describe('webhook URL policy and event types (no database)', () => {
     ]) {
       expect([bad, code(() => checkWebhookUrl(bad, allowed))]).toEqual([bad, 'WEBHOOK_URL_NOT_ALLOWED']);
     }
+  });
+
+  it('never takes the cloud metadata service or addresses that are no host, allow-list or not; private and loopback ones it does', () => {
+    for (const bad of [
+      'http://169.254.169.254/latest/meta-data/',
+      'http://[::ffff:169.254.169.254]/',
+      'http://[fe80::1]/',
+      'http://[fd00:ec2::254]/latest/meta-data/',
+      'http://100.100.100.200/latest/meta-data/',
+      'http://0.0.0.0:8080/',
+      'http://0/',
+      'http://224.0.0.1/',
+      'http://255.255.255.255/',
+    ]) {
+      expect([bad, code(() => checkWebhookUrl(bad, []))]).toEqual([bad, 'WEBHOOK_URL_NOT_ALLOWED']);
+      expect([bad, code(() => checkWebhookUrl(bad, parseAllowedHosts(new URL(bad).hostname)))]).toEqual([bad, 'WEBHOOK_URL_NOT_ALLOWED']);
+    }
+    for (const ok of ['http://127.0.0.1:9000/', 'http://10.0.0.5/hooks', 'http://[fd12::1]/', 'http://orders.internal/'])
+      expect([ok, code(() => checkWebhookUrl(ok, []))]).toEqual([ok, 'accepted']);
+  });
+
+  it('connects deliveries only where the name resolves to no refused address (checked at each connection)', async () => {
+    const resolve = (name: string, all: boolean) =>
+      new Promise<unknown>((done) =>
+        guardedLookup(name, { all }, (err, address) => done(err ? (err as Error & { code: string }).code : address)),
+      );
+    expect(await resolve('169.254.169.254', false)).toBe('EADDRNOTALLOWED');
+    expect(await resolve('169.254.169.254', true)).toBe('EADDRNOTALLOWED');
+    expect(await resolve('127.0.0.1', false)).toBe('127.0.0.1');
+    expect(await resolve('localhost', true)).toEqual(expect.arrayContaining([expect.objectContaining({ address: expect.any(String) })]));
   });
 
   it('maps every transition of the lifecycle to its event type, LOCKED -> UNUSED as released', () => {

@@ -6,7 +6,7 @@ import { counter, gauge } from '../common/metrics.js';
 import { type AppConfig, parseAllowedHosts, retryDelays } from '../config/app-config.js';
 import { execute, type TransactionService } from '../database/transaction.service.js';
 import { eventId } from './events.js';
-import { hostAllowed } from './url-policy.js';
+import { guardedLookup, hostAllowed, refusedAddress } from './url-policy.js';
 import { type EndpointRow, enabledEndpoints } from './webhook.store.js';
 
 const delivered = counter('webhook_events_delivered_total', 'Deliveries answered 2xx', []);
@@ -71,7 +71,8 @@ export class Sender {
     this.delays = retryDelays(config);
     this.allowedHosts = parseAllowedHosts(config.WEBHOOK_ALLOWED_HOSTS);
     // No per-phase timeouts: each attempt has one deadline for connecting, the headers and the body.
-    this.http = new Agent({ connections: config.WEBHOOK_MAX_IN_FLIGHT });
+    // guardedLookup: no delivery to the cloud metadata service and the like, whatever a name resolves to.
+    this.http = new Agent({ connections: config.WEBHOOK_MAX_IN_FLIGHT, connect: { lookup: guardedLookup } });
   }
 
   close(): Promise<void> {
@@ -133,8 +134,11 @@ export class Sender {
       statusCode,
       error,
     });
-    // The allow-list may have been tightened since the endpoint was saved.
-    if (!hostAllowed(new URL(ep.url).hostname, this.allowedHosts)) return outcome(null, 'host not in WEBHOOK_ALLOWED_HOSTS');
+    // The allow-list may have been tightened since the endpoint was saved; an address (no lookup to guard) is checked here.
+    const { hostname } = new URL(ep.url);
+    if (!hostAllowed(hostname, this.allowedHosts)) return outcome(null, 'host not in WEBHOOK_ALLOWED_HOSTS');
+    const refused = refusedAddress(hostname);
+    if (refused) return outcome(null, `${hostname} is ${refused}`);
     const id = eventId(String(d.log_id));
     let signer = this.signers.get(ep.secret);
     if (!signer) this.signers.set(ep.secret, (signer = new Webhook(ep.secret)));
