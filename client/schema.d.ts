@@ -1651,7 +1651,7 @@ export interface operations {
                 headers: {
                     /** @description The request's id: the client's `X-Request-Id` when it is 1-128 of [A-Za-z0-9._:-], else a generated UUID */
                     "x-request-id": string;
-                    /** @description `no-cache, no-store, must-revalidate`: a health answer no cache may keep */
+                    /** @description `no-cache, no-store, must-revalidate`: a health answer (200 or 503) no cache may keep */
                     "Cache-Control"?: "no-cache, no-store, must-revalidate";
                     [name: string]: unknown;
                 };
@@ -1666,6 +1666,8 @@ export interface operations {
                     "x-request-id": string;
                     /** @description The language of `message` when it is not English: the request's Accept-Language chose it (zh-CN, zh, zh-TW all give zh-CN) */
                     "Content-Language"?: "zh-CN";
+                    /** @description `no-cache, no-store, must-revalidate`: a health answer (200 or 503) no cache may keep */
+                    "Cache-Control"?: "no-cache, no-store, must-revalidate";
                     [name: string]: unknown;
                 };
                 content: {
@@ -1688,6 +1690,8 @@ export interface operations {
                     "x-request-id": string;
                     /** @description The language of `message` when it is not English: the request's Accept-Language chose it (zh-CN, zh, zh-TW all give zh-CN) */
                     "Content-Language"?: "zh-CN";
+                    /** @description `no-cache, no-store, must-revalidate`: a health answer (200 or 503) no cache may keep */
+                    "Cache-Control"?: "no-cache, no-store, must-revalidate";
                     [name: string]: unknown;
                 };
                 content: {
@@ -1710,6 +1714,8 @@ export interface operations {
                     "x-request-id": string;
                     /** @description The language of `message` when it is not English: the request's Accept-Language chose it (zh-CN, zh, zh-TW all give zh-CN) */
                     "Content-Language"?: "zh-CN";
+                    /** @description `no-cache, no-store, must-revalidate`: a health answer (200 or 503) no cache may keep */
+                    "Cache-Control"?: "no-cache, no-store, must-revalidate";
                     [name: string]: unknown;
                 };
                 content: {
@@ -1734,6 +1740,8 @@ export interface operations {
                     "Retry-After"?: string;
                     /** @description The language of `message` when it is not English: the request's Accept-Language chose it (zh-CN, zh, zh-TW all give zh-CN) */
                     "Content-Language"?: "zh-CN";
+                    /** @description `no-cache, no-store, must-revalidate`: a health answer (200 or 503) no cache may keep */
+                    "Cache-Control"?: "no-cache, no-store, must-revalidate";
                     [name: string]: unknown;
                 };
                 content: {

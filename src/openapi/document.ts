@@ -65,7 +65,7 @@ function headers(names: readonly HeaderName[], required: readonly HeaderName[] =
   );
 }
 
-function errorResponses(codes: ErrorCode[]): Record<string, unknown> {
+function errorResponses(codes: ErrorCode[], extra: readonly HeaderName[] = []): Record<string, unknown> {
   const byStatus = new Map<number, ErrorCode[]>();
   for (const code of new Set(codes)) byStatus.set(ERROR_STATUS[code], [...(byStatus.get(ERROR_STATUS[code]) ?? []), code]);
   return Object.fromEntries(
@@ -75,8 +75,8 @@ function errorResponses(codes: ErrorCode[]): Record<string, unknown> {
         description: list.join(', '),
         headers:
           status === 429
-            ? headers(['Retry-After', 'Content-Language'], ['Retry-After'])
-            : headers(status === 503 ? ['Retry-After', 'Content-Language'] : ['Content-Language']),
+            ? headers(['Retry-After', 'Content-Language', ...extra], ['Retry-After'])
+            : headers([...(status === 503 ? ['Retry-After' as const] : []), 'Content-Language', ...extra]),
         content: {
           'application/json': {
             schema: { allOf: [ref('Error'), { type: 'object', properties: { code: { type: 'string', enum: list } } }] },
@@ -141,7 +141,7 @@ function applyRoute(method: string, op: Operation, route: RouteContract): void {
   const json = op.requestBody?.content?.['application/json'];
   if (json && route.requestExample !== undefined) json.example = route.requestExample;
   if (route.otherRequestContent && op.requestBody) op.requestBody.content = { ...op.requestBody.content, ...route.otherRequestContent };
-  op.responses = { ...successResponses(route), ...errorResponses([...commonErrors(method, route), ...route.errors]) };
+  op.responses = { ...successResponses(route), ...errorResponses([...commonErrors(method, route), ...route.errors], route.errorHeaders) };
 }
 
 /**

@@ -39,6 +39,8 @@ export interface RouteContract {
   errors: readonly ErrorCode[];
   /** false for routes that never touch the database (no 503 SERVICE_UNAVAILABLE). */
   usesDatabase?: boolean;
+  /** Headers its error answers may carry besides the ones every error can (Retry-After, Content-Language). */
+  errorHeaders?: HeaderName[];
   /** A request body that the route accepts, shown as the example in the document and the UI. */
   requestExample?: unknown;
   /** Request media types besides the JSON one the DTO describes (e.g. a text/csv upload). */
@@ -392,6 +394,7 @@ export const ROUTES: Record<string, RouteContract> = {
     auth: 'public',
     ok: { 200: { schema: 'Health', description: 'The database answers', headers: ['Cache-Control'] } },
     errors: [],
+    errorHeaders: ['Cache-Control'],
   },
   'GET /metrics': {
     summary: 'Prometheus metrics (text exposition format)',

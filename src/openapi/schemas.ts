@@ -303,7 +303,7 @@ export const HEADERS = {
     schema: { type: 'string', const: 'gzip' },
   },
   'Cache-Control': {
-    description: '`no-cache, no-store, must-revalidate`: a health answer no cache may keep',
+    description: '`no-cache, no-store, must-revalidate`: a health answer (200 or 503) no cache may keep',
     schema: { type: 'string', const: 'no-cache, no-store, must-revalidate' },
   },
   'Content-Language': {
