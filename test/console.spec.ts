@@ -179,6 +179,22 @@ describe('admin console in a browser', () => {
     }
   });
 
+  it('keeps a token of 31 days signed in (past the 24.8 days a browser timer can wait), and still signs it out when it expires', async () => {
+    const tab = await browser.newPage({ viewport: { width: 1440, height: 900 } });
+    try {
+      await tab.clock.install();
+      await tab.goto(`${t.url}/console/#token=${tokenFor('admin-31d', ['admin'], 31 * 86_400)}`);
+      await tab.getByText('Signed in as admin-31d').waitFor();
+      await tab.clock.runFor(1000);
+      expect(await tab.getByText('Signed in as admin-31d').isVisible()).toBe(true);
+      await tab.clock.fastForward(31 * 86_400_000 + 60_000);
+      await tab.getByTestId('signin-notice').waitFor();
+      expect(await tab.getByTestId('signin-notice').textContent()).toContain('expired');
+    } finally {
+      await tab.close();
+    }
+  });
+
   it('refuses an expired token at the door, and takes a pasted admin token', async () => {
     await page.evaluate('sessionStorage.clear()');
     const expired = tokenFor('admin-1', ['admin'], 1);
@@ -595,6 +611,13 @@ describe('admin console in a browser', () => {
     ).toBe('26');
     const coupon = await request(t.url).get(`/admin/coupons/${couponId}`).set(bearer(adminToken()));
     expect([coupon.body.initStock, coupon.body.remainingStock]).toEqual([55, 26]);
+    // Opened again, the dialog starts from its defaults, not from what was typed the last time.
+    await row.getByRole('button', { name: 'Stock', exact: true }).click();
+    await page.getByTestId('stock-amount').waitFor();
+    expect(await page.getByTestId('stock-amount').inputValue()).toBe('100');
+    expect(await page.locator('.ant-modal .ant-radio-button-wrapper-checked').textContent()).toBe('Add stock');
+    await page.keyboard.press('Escape');
+    await page.locator('.ant-modal').waitFor({ state: 'hidden' });
   });
 
   it('shows a user’s coupons past the first 100 page by page, saying more exist', async () => {
@@ -636,6 +659,10 @@ describe('admin console in a browser', () => {
     await page.goto(`${t.url}/console/users?userId=holder`);
     await page.getByTestId(`void-${held.id}`).waitFor();
     expect(await page.getByTestId(`void-${held.id}`).isDisabled()).toBe(true);
+    expect(await page.getByTestId(`void-${held.id}`).getAttribute('title')).toMatch(/Held by an order/);
+    // No replacement for a coupon the user can still use (it would give two): void first.
+    expect(await page.getByTestId(`reissue-${held.id}`).isDisabled()).toBe(true);
+    expect(await page.getByTestId(`reissue-${held.id}`).getAttribute('title')).toMatch(/void it first/);
   });
 
   it('says what is wrong with a user id it cannot look up, not only that validation failed', async () => {

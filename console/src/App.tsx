@@ -54,6 +54,8 @@ const NAV: { key: string; icon: ReactNode; label: MessageKey }[] = [
   { key: '/webhooks', icon: <ApiOutlined />, label: 'navWebhooks' },
 ];
 
+const MAX_TIMER_MS = 2 ** 31 - 1;
+
 export function App() {
   const { lang, setLang, t } = useI18n();
   const [session, setSession] = useState(initialSession);
@@ -91,7 +93,13 @@ export function App() {
   const exp = session.token ? readClaims(session.token)?.exp : undefined;
   useEffect(() => {
     if (exp === undefined) return;
-    const timer = setTimeout(() => signOut('tokenExpired'), Math.max(0, exp * 1000 - Date.now()));
+    let timer: ReturnType<typeof setTimeout>;
+    const arm = () => {
+      const left = exp * 1000 - Date.now();
+      // A delay past 2^31-1 ms (24.8 days) fires at once, and a token may live 31 days: waited in steps.
+      timer = left > MAX_TIMER_MS ? setTimeout(arm, MAX_TIMER_MS) : setTimeout(() => signOut('tokenExpired'), Math.max(0, left));
+    };
+    arm();
     return () => clearTimeout(timer);
   }, [exp]);
 

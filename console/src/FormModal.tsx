@@ -1,4 +1,4 @@
-import { useState, type ReactNode } from 'react';
+import { useEffect, useState, type ReactNode } from 'react';
 import { Form, Modal, type FormInstance } from 'antd';
 import { showApiErrors } from './apiForm';
 
@@ -21,6 +21,14 @@ export function FormModal<V extends object>(props: {
   // antd types field names per form; the one named here is a key of V, which its name type does not see.
   const untyped: FormInstance = form;
   const [busy, setBusy] = useState(false);
+  // The form's store outlives the dialog, and its values win over initialValues when the form mounts
+  // again: what was typed and cancelled (for another campaign, even) came back. Set here, before or
+  // after that mount, they are the values the dialog is opened with.
+  useEffect(() => {
+    // eslint-disable-next-line @typescript-eslint/no-explicit-any -- antd types the values by the form's own field names
+    if (props.open) form.setFieldsValue(props.initialValues as any);
+    // Only on opening: the initial values are a new object on every render.
+  }, [props.open, form]);
   return (
     <Modal
       title={props.title}

@@ -227,7 +227,8 @@ export function CampaignLive() {
           </Descriptions>
         </Card>
       )}
-      <StockModal coupon={stockOpen && coupon ? coupon : null} onClose={() => setStockOpen(false)} onDone={() => void detail.reload()} />
+      {/* The live numbers (updated every second), not the detail's of up to COUNTS_MS ago. */}
+      <StockModal coupon={stockOpen && current ? current : null} onClose={() => setStockOpen(false)} onDone={() => void detail.reload()} />
       <RateLimitModal coupon={rateOpen && coupon ? coupon : null} onClose={() => setRateOpen(false)} onDone={() => void detail.reload()} />
     </Space>
   );

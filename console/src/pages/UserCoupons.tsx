@@ -256,12 +256,20 @@ export function UserCoupons() {
                     icon={<StopOutlined />}
                     // A held (LOCKED) coupon cannot be voided either: the API answers COUPON_LOCKED until its order lets it go.
                     disabled={uc.status === 'USED' || uc.status === 'VOID' || uc.status === 'LOCKED'}
+                    title={uc.status === 'LOCKED' ? t('voidLockedHint') : undefined}
                     onClick={() => setAction({ kind: 'void', coupon: uc })}
                     data-testid={`void-${uc.id}`}
                   >
                     {t('voidIt')}
                   </Button>
-                  <Button size="small" onClick={() => setAction({ kind: 'reissue', coupon: uc })}>
+                  {/* A replacement is for a coupon the user can no longer use: one for a usable coupon would give two. */}
+                  <Button
+                    size="small"
+                    disabled={uc.status === 'UNUSED' || uc.status === 'LOCKED'}
+                    title={uc.status === 'UNUSED' || uc.status === 'LOCKED' ? t('reissueUsableHint') : undefined}
+                    onClick={() => setAction({ kind: 'reissue', coupon: uc })}
+                    data-testid={`reissue-${uc.id}`}
+                  >
                     {t('reissue')}
                   </Button>
                 </Space>
