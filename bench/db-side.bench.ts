@@ -94,10 +94,10 @@ async function runOnce(round: number, strategy: Strategy): Promise<Run> {
     const grabs = app.get(GrabService);
     const key = (prefix: string, i: number) => `${prefix}-${round}-${i}`;
     // Warm-up on a coupon of its own: JIT, pool, statement paths.
-    const warm = await coupons.create(couponBody({ name: 'warm-up', totalStock: 500 }));
+    const { coupon: warm } = await coupons.create(couponBody({ name: 'warm-up', totalStock: 500 }));
     await submit((i) => grabs.grab(`warm-${i}`, warm.id, key('w', i)), 1000, IN_FLIGHT);
 
-    const coupon = await coupons.create(couponBody({ name: 'db-side bench', totalStock: STOCK }));
+    const { coupon } = await coupons.create(couponBody({ name: 'db-side bench', totalStock: STOCK }));
     const cpu0 = process.cpuUsage();
     const t0 = performance.now();
     const answers = await submit((i) => grabs.grab(`user-${i}`, coupon.id, key('g', i)), GRABS, IN_FLIGHT);

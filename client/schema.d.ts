@@ -3006,7 +3006,10 @@ export interface operations {
     AdminCouponController_create: {
         parameters: {
             query?: never;
-            header?: never;
+            header?: {
+                /** @description 1-128 of [A-Za-z0-9_-]: a repeat of the request answers the coupon it changed, as it is now (Idempotent-Replayed: true), instead of applying it again; the key with another request is 422 */
+                "Idempotency-Key"?: string;
+            };
             path?: never;
             cookie?: never;
         };
@@ -3034,11 +3037,13 @@ export interface operations {
             };
         };
         responses: {
-            /** @description The new coupon */
+            /** @description The new coupon (a repeat of the Idempotency-Key: that coupon as it is now) */
             201: {
                 headers: {
                     /** @description The request's id: the client's `X-Request-Id` when it is 1-128 of [A-Za-z0-9._:-], else a generated UUID */
                     "x-request-id": string;
+                    /** @description `true` when this answer repeats the first answer to the same idempotent request; absent on the first */
+                    "Idempotent-Replayed"?: "true";
                     [name: string]: unknown;
                 };
                 content: {
@@ -3174,6 +3179,28 @@ export interface operations {
                     "application/json": components["schemas"]["Error"] & {
                         /** @enum {string} */
                         code?: "UNSUPPORTED_MEDIA_TYPE";
+                    };
+                };
+            };
+            /** @description IDEMPOTENCY_KEY_REUSED */
+            422: {
+                headers: {
+                    /** @description The request's id: the client's `X-Request-Id` when it is 1-128 of [A-Za-z0-9._:-], else a generated UUID */
+                    "x-request-id": string;
+                    /** @description The language of `message` when it is not English: the request's Accept-Language chose it (zh-CN, zh, zh-TW all give zh-CN) */
+                    "Content-Language"?: "zh-CN";
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "code": "IDEMPOTENCY_KEY_REUSED",
+                     *       "message": "idempotency key reused"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"] & {
+                        /** @enum {string} */
+                        code?: "IDEMPOTENCY_KEY_REUSED";
                     };
                 };
             };
@@ -3823,7 +3850,10 @@ export interface operations {
     AdminCouponController_adjustStock: {
         parameters: {
             query?: never;
-            header?: never;
+            header?: {
+                /** @description 1-128 of [A-Za-z0-9_-]: a repeat of the request answers the coupon it changed, as it is now (Idempotent-Replayed: true), instead of applying it again; the key with another request is 422 */
+                "Idempotency-Key"?: string;
+            };
             path: {
                 couponId: string;
             };
@@ -3840,11 +3870,13 @@ export interface operations {
             };
         };
         responses: {
-            /** @description The coupon with its new stock */
+            /** @description The coupon with its new stock (a repeat of the Idempotency-Key: the coupon as it is now) */
             200: {
                 headers: {
                     /** @description The request's id: the client's `X-Request-Id` when it is 1-128 of [A-Za-z0-9._:-], else a generated UUID */
                     "x-request-id": string;
+                    /** @description `true` when this answer repeats the first answer to the same idempotent request; absent on the first */
+                    "Idempotent-Replayed"?: "true";
                     [name: string]: unknown;
                 };
                 content: {
@@ -4024,6 +4056,28 @@ export interface operations {
                     "application/json": components["schemas"]["Error"] & {
                         /** @enum {string} */
                         code?: "UNSUPPORTED_MEDIA_TYPE";
+                    };
+                };
+            };
+            /** @description IDEMPOTENCY_KEY_REUSED */
+            422: {
+                headers: {
+                    /** @description The request's id: the client's `X-Request-Id` when it is 1-128 of [A-Za-z0-9._:-], else a generated UUID */
+                    "x-request-id": string;
+                    /** @description The language of `message` when it is not English: the request's Accept-Language chose it (zh-CN, zh, zh-TW all give zh-CN) */
+                    "Content-Language"?: "zh-CN";
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "code": "IDEMPOTENCY_KEY_REUSED",
+                     *       "message": "idempotency key reused"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"] & {
+                        /** @enum {string} */
+                        code?: "IDEMPOTENCY_KEY_REUSED";
                     };
                 };
             };

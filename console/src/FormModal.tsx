@@ -1,6 +1,9 @@
 import { useEffect, useState, type ReactNode } from 'react';
-import { Form, Modal, type FormInstance } from 'antd';
+import { Alert, Form, Modal, type FormInstance } from 'antd';
+import { ApiError } from './api';
 import { showApiErrors } from './apiForm';
+import { useLazyIdempotencyKey } from './hooks';
+import { useI18n } from './i18n';
 
 /**
  * A dialog of one small form whose submit is one API call: busy while it runs, closed when it
@@ -14,21 +17,29 @@ export function FormModal<V extends object>(props: {
   errorField: keyof V & string;
   submitTestId: string;
   onClose(): void;
-  onSubmit(values: V): Promise<void>;
+  /** `key`: one Idempotency-Key per filled-in form, so a submit repeated after a lost answer is applied once. */
+  onSubmit(values: V, key: string): Promise<void>;
   children: ReactNode;
 }) {
   const { form, onClose } = props;
   // antd types field names per form; the one named here is a key of V, which its name type does not see.
   const untyped: FormInstance = form;
   const [busy, setBusy] = useState(false);
+  const key = useLazyIdempotencyKey();
+  const { t } = useI18n();
+  // No answer at all (the server unreachable, the connection lost): not the value's fault, and the change may have been made.
+  const [noAnswer, setNoAnswer] = useState(false);
   // The form's store outlives the dialog, and its values win over initialValues when the form mounts
   // again: what was typed and cancelled (for another campaign, even) came back. Set here, before or
   // after that mount, they are the values the dialog is opened with.
   useEffect(() => {
-    // eslint-disable-next-line @typescript-eslint/no-explicit-any -- antd types the values by the form's own field names
-    if (props.open) form.setFieldsValue(props.initialValues as any);
+    if (props.open) {
+      untyped.setFieldsValue(props.initialValues);
+      key.renew();
+      setNoAnswer(false);
+    }
     // Only on opening: the initial values are a new object on every render.
-  }, [props.open, form]);
+  }, [props.open, form, key]);
   return (
     <Modal
       title={props.title}
@@ -38,16 +49,20 @@ export function FormModal<V extends object>(props: {
       okButtonProps={{ loading: busy, 'data-testid': props.submitTestId }}
       destroyOnHidden
     >
+      {noAnswer && <Alert type="warning" showIcon title={t('noAnswer')} style={{ marginBottom: 16 }} data-testid="no-answer" />}
       <Form
         form={form}
         layout="vertical"
         initialValues={props.initialValues}
+        onValuesChange={key.renew}
         onFinish={async (values) => {
           setBusy(true);
+          setNoAnswer(false);
           try {
-            await props.onSubmit(values);
+            await props.onSubmit(values, key.take());
             onClose();
           } catch (err) {
+            if (!(err instanceof ApiError)) return setNoAnswer(true);
             const rest = showApiErrors(form, err, []);
             if (rest) untyped.setFields([{ name: props.errorField, errors: [rest] }]);
           } finally {

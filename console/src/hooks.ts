@@ -1,4 +1,4 @@
-import { useCallback, useEffect, useRef, useState } from 'react';
+import { useCallback, useEffect, useMemo, useRef, useState } from 'react';
 import { ApiError, newIdempotencyKey } from './api';
 
 /**
@@ -117,4 +117,21 @@ export function useIdempotencyKey(): [string, () => void] {
   const [key, setKey] = useState(newIdempotencyKey);
   const renew = useCallback(() => setKey(newIdempotencyKey()), []);
   return [key, renew];
+}
+
+/**
+ * The same, made at the first submit rather than at render: for forms on pages that must render
+ * whatever the browser offers (the campaigns page holds the stock and create forms).
+ */
+export function useLazyIdempotencyKey(): { take(): string; renew(): void } {
+  const key = useRef<string | null>(null);
+  return useMemo(
+    () => ({
+      take: () => (key.current ??= newIdempotencyKey()),
+      renew: () => {
+        key.current = null;
+      },
+    }),
+    [],
+  );
 }

@@ -131,6 +131,8 @@ const en = {
   maxDiscountDesc: ', at most ¥{max}',
   required: 'Required',
   apiRefused: 'The API refused: {message}',
+  noAnswer:
+    'No answer from the server: the change may or may not have been made. Press OK again when it is reachable: it is made once either way.',
   // live
   remaining: 'Remaining',
   initStock: 'Initial stock',
@@ -426,6 +428,7 @@ const zhCN: Messages = {
   maxDiscountDesc: '，最高优惠 {max} 元',
   required: '必填',
   apiRefused: '接口拒绝：{message}',
+  noAnswer: '服务器没有应答：修改可能已生效，也可能没有。服务器恢复后再点一次确定即可，修改只会生效一次。',
   remaining: '剩余',
   initStock: '初始库存',
   grabsPerSecond: '每秒抢券结果（最近 {minutes} 分钟）',

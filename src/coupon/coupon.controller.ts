@@ -1,13 +1,25 @@
-import { Body, Controller, Get, Header, HttpCode, Param, Patch, Post, Query, Res } from '@nestjs/common';
-import { ApiBearerAuth, ApiNotFoundResponse, ApiOkResponse, ApiOperation, ApiTags } from '@nestjs/swagger';
+import { Body, Controller, Get, Header, Headers, HttpCode, Param, Patch, Post, Query, Res } from '@nestjs/common';
+import { ApiBearerAuth, ApiHeader, ApiNotFoundResponse, ApiOkResponse, ApiOperation, ApiTags } from '@nestjs/swagger';
 import type { FastifyReply } from 'fastify';
 import { Public, RequireRoles } from '../auth/principal.js';
-import { IdPipe } from '../common/validation.js';
+import { checkIdempotencyKey, IdPipe } from '../common/validation.js';
 import { PageQuery, DEFAULT_PAGE_LIMIT } from '../common/page.js';
 import { CouponSeriesView, CreateCouponDto, PatchCouponDto, PublicCouponsQuery, SeriesQuery, StockDeltaDto } from './coupon.dto.js';
 import { CouponService, CouponView } from './coupon.service.js';
 import { GrabSeries, SERIES_SECONDS } from './grab-series.js';
 import { JSON_TYPE } from './public-reads.js';
+
+const OPTIONAL_KEY = {
+  name: 'Idempotency-Key',
+  required: false,
+  description:
+    '1-128 of [A-Za-z0-9_-]: a repeat of the request answers the coupon it changed, as it is now (Idempotent-Replayed: true), instead of applying it again; the key with another request is 422',
+};
+const optionalKey = (key: string | undefined) => (key === undefined ? undefined : checkIdempotencyKey(key, 'Idempotency-Key'));
+function replayed(reply: FastifyReply, answer: { coupon: CouponView; replayed: boolean }): CouponView {
+  if (answer.replayed) void reply.header('Idempotent-Replayed', 'true');
+  return answer.coupon;
+}
 
 @ApiTags('coupons')
 @Controller()
@@ -78,8 +90,13 @@ export class AdminCouponController {
 
   @Post()
   @HttpCode(201)
-  create(@Body() dto: CreateCouponDto): Promise<CouponView> {
-    return this.coupons.create(dto);
+  @ApiHeader(OPTIONAL_KEY)
+  async create(
+    @Body() dto: CreateCouponDto,
+    @Headers('idempotency-key') key: string | undefined,
+    @Res({ passthrough: true }) reply: FastifyReply,
+  ): Promise<CouponView> {
+    return replayed(reply, await this.coupons.create(dto, optionalKey(key)));
   }
 
   @Get(':couponId')
@@ -95,7 +112,13 @@ export class AdminCouponController {
 
   @Post(':couponId/stock')
   @HttpCode(200)
-  adjustStock(@Param('couponId', IdPipe) id: string, @Body() dto: StockDeltaDto): Promise<CouponView> {
-    return this.coupons.adjustStock(id, dto.delta);
+  @ApiHeader(OPTIONAL_KEY)
+  async adjustStock(
+    @Param('couponId', IdPipe) id: string,
+    @Body() dto: StockDeltaDto,
+    @Headers('idempotency-key') key: string | undefined,
+    @Res({ passthrough: true }) reply: FastifyReply,
+  ): Promise<CouponView> {
+    return replayed(reply, await this.coupons.adjustStock(id, dto.delta, optionalKey(key)));
   }
 }

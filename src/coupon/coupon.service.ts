@@ -1,7 +1,8 @@
 import { Injectable } from '@nestjs/common';
 import { InjectRepository } from '@nestjs/typeorm';
-import { LessThan, MoreThan, Repository } from 'typeorm';
+import { EntityManager, LessThan, MoreThan, Repository } from 'typeorm';
 import { AppConfig } from '../config/app-config.js';
+import { isDuplicateKey } from '../common/db-errors.js';
 import { AppError } from '../common/errors.js';
 import { SharedJson } from '../common/shared-json.js';
 import { validationFailed } from '../common/validation.js';
@@ -9,6 +10,7 @@ import { Page, toPage } from '../common/page.js';
 import { TransactionService } from '../database/transaction.service.js';
 import { StockRow, StockService } from '../ledger/stock.service.js';
 import { countByStatus } from '../ledger/user-coupons.js';
+import { AdminOperation, findAdminRequest, recordAdminRequest, requestDigest, setAdminRequestCoupon } from './admin-requests.js';
 import { Coupon, grabClosesAt } from './coupon.entity.js';
 import { discountOf } from './discount.js';
 import { FreshCache, Observation } from './fresh-cache.js';
@@ -113,7 +115,46 @@ export class CouponService {
     private readonly config: AppConfig,
   ) {}
 
-  async create(dto: CreateCouponDto): Promise<CouponView> {
+  /**
+   * `write` at most once per Idempotency-Key (none: every call writes). The key is recorded first in
+   * the write's transaction, so a repeat, whether sent after the first committed or while it runs,
+   * is answered the coupon the first wrote, as it is now (`replayed`), without writing again, even
+   * where writing again would now be refused (stock already removed); the same key with another
+   * request is 422.
+   */
+  private async once(
+    operation: AdminOperation,
+    key: string | undefined,
+    request: unknown,
+    /** The coupon the request changes, when it exists before (null: the write creates it). */
+    couponId: string | null,
+    write: (em: EntityManager, at: Date) => Promise<string>,
+  ): Promise<{ couponId: string; replayed: boolean }> {
+    if (key === undefined) return { couponId: await this.tx.inTransaction((em) => write(em, new Date())), replayed: false };
+    const digest = requestDigest(request);
+    try {
+      const written = await this.tx.inTransaction(async (em) => {
+        const now = new Date();
+        await recordAdminRequest(em, operation, key, digest, couponId, now);
+        const id = await write(em, now);
+        if (couponId === null) await setAdminRequestCoupon(em, operation, key, id);
+        return id;
+      });
+      return { couponId: written, replayed: false };
+    } catch (err) {
+      if (!isDuplicateKey(err)) throw err;
+      const earlier = await findAdminRequest(this.coupons.manager, operation, key);
+      if (!earlier?.couponId) throw err;
+      if (earlier.digest !== digest) {
+        throw new AppError('IDEMPOTENCY_KEY_REUSED', 'This Idempotency-Key was already used for another request', {
+          couponId: earlier.couponId,
+        });
+      }
+      return { couponId: earlier.couponId, replayed: true };
+    }
+  }
+
+  async create(dto: CreateCouponDto, key?: string): Promise<{ coupon: CouponView; replayed: boolean }> {
     const grabStartAt = instant('grabStartAt', dto.grabStartAt);
     const grabEndAt = instant('grabEndAt', dto.grabEndAt);
     if (grabEndAt <= grabStartAt) throw validationFailed({ grabEndAt: ['must be after grabStartAt'] });
@@ -160,13 +201,13 @@ export class CouponService {
       createdAt: now,
       updatedAt: now,
     });
-    const saved = await this.tx.inTransaction(async (em) => {
+    const { couponId, replayed } = await this.once('coupon.create', key, dto, null, async (em) => {
       const c = await em.save(Coupon, Object.assign(new Coupon(), coupon));
       await this.stock.create(em, c.id, dto.totalStock, now);
-      return c;
+      return c.id;
     });
-    this.invalidate(saved.id);
-    return toCouponView(saved, { initStock: dto.totalStock, stock: dto.totalStock });
+    this.invalidate(couponId);
+    return { coupon: await this.view(couponId), replayed };
   }
 
   /** The template for the grab path (see the class comment). Throws COUPON_NOT_FOUND. */
@@ -356,11 +397,14 @@ export class CouponService {
     return this.view(id);
   }
 
-  async adjustStock(id: string, delta: number): Promise<CouponView> {
+  async adjustStock(id: string, delta: number, key?: string): Promise<{ coupon: CouponView; replayed: boolean }> {
     if (delta === 0) throw validationFailed({ delta: ['must not be 0'] });
     await this.template(id);
-    await this.tx.inTransaction((em) => this.stock.adjust(em, id, delta));
+    const { replayed } = await this.once('coupon.stock', key, { couponId: id, delta }, id, async (em, at) => {
+      await this.stock.adjust(em, id, delta, at);
+      return id;
+    });
     this.invalidate(id);
-    return this.view(id);
+    return { coupon: await this.view(id), replayed };
   }
 }

@@ -189,8 +189,14 @@ export const ROUTES: Record<string, RouteContract> = {
   'POST /admin/coupons': {
     summary: 'Create a coupon template and its stock',
     auth: ['admin'],
-    ok: { 201: { schema: 'Coupon', description: 'The new coupon' } },
-    errors: [],
+    ok: {
+      201: {
+        schema: 'Coupon',
+        description: 'The new coupon (a repeat of the Idempotency-Key: that coupon as it is now)',
+        headers: REPLAYED,
+      },
+    },
+    errors: ['IDEMPOTENCY_KEY_REUSED'],
     requestExample: {
       name: 'Spend 100 save 10',
       totalStock: 5000,
@@ -239,8 +245,14 @@ export const ROUTES: Record<string, RouteContract> = {
   'POST /admin/coupons/{couponId}/stock': {
     summary: 'Add or remove stock (changes initStock and remainingStock by delta)',
     auth: ['admin'],
-    ok: { 200: { schema: 'Coupon', description: 'The coupon with its new stock' } },
-    errors: ['COUPON_NOT_FOUND', 'INSUFFICIENT_STOCK'],
+    ok: {
+      200: {
+        schema: 'Coupon',
+        description: 'The coupon with its new stock (a repeat of the Idempotency-Key: the coupon as it is now)',
+        headers: REPLAYED,
+      },
+    },
+    errors: ['COUPON_NOT_FOUND', 'INSUFFICIENT_STOCK', 'IDEMPOTENCY_KEY_REUSED'],
     requestExample: { delta: 500 },
   },
   'POST /admin/user-coupons/{userCouponId}/void': {

@@ -4,6 +4,7 @@ import dayjs, { type Dayjs } from 'dayjs';
 import type { components } from '../../../client/schema';
 import { ApiError, client, ok, type CouponView } from '../api';
 import { showApiErrors } from '../apiForm';
+import { useLazyIdempotencyKey } from '../hooks';
 import { yuan } from '../format';
 import { useI18n } from '../i18n';
 
@@ -111,6 +112,7 @@ export function CreateCampaign({ open, onClose, onCreated }: { open: boolean; on
   const { t } = useI18n();
   const { message } = App.useApp();
   const [form] = Form.useForm<Values>();
+  const key = useLazyIdempotencyKey();
   const [busy, setBusy] = useState(false);
   const [refusal, setRefusal] = useState<string | null>(null);
   const validityType = Form.useWatch(['validity', 'type'], form);
@@ -121,9 +123,11 @@ export function CreateCampaign({ open, onClose, onCreated }: { open: boolean; on
     setBusy(true);
     setRefusal(null);
     try {
-      const created = await ok(client.POST('/admin/coupons', { body: toBody(values) }));
+      // Create pressed again after a lost answer creates one campaign.
+      const created = await ok(client.POST('/admin/coupons', { body: toBody(values), headers: { 'idempotency-key': key.take() } }));
       void message.success(t('created', { name: created.name }));
       form.resetFields();
+      key.renew();
       onCreated(created);
     } catch (err) {
       const rest = showApiErrors(form, inYuan(err), FIELDS);
@@ -155,6 +159,7 @@ export function CreateCampaign({ open, onClose, onCreated }: { open: boolean; on
         form={form}
         layout="vertical"
         onFinish={submit}
+        onValuesChange={key.renew}
         initialValues={{
           totalStock: 1000,
           perUserLimit: 1,

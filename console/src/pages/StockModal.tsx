@@ -23,12 +23,14 @@ export function StockModal({ coupon, onClose, onDone }: { coupon: CouponView | n
       errorField="amount"
       submitTestId="stock-submit"
       onClose={onClose}
-      onSubmit={async ({ direction, amount }) => {
+      onSubmit={async ({ direction, amount }, key) => {
         if (!coupon) return;
         const c = await ok(
           client.POST('/admin/coupons/{couponId}/stock', {
             params: { path: { couponId: coupon.id } },
             body: { delta: direction * Number(amount) },
+            // OK pressed again after a lost answer changes the stock once.
+            headers: { 'idempotency-key': key },
           }),
         );
         void message.success(t('stockChanged', { name: c.name, remaining: count(c.remainingStock), total: count(c.initStock) }));

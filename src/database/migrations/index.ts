@@ -9,6 +9,7 @@ import { ExactOrderNumbers1764979200000 } from './1764979200000-exact-order-numb
 import { HandEditsTouchUserCoupons1765065600000 } from './1765065600000-hand-edits-touch-user-coupons.js';
 import { BulkSkippedExpired1765152000000 } from './1765152000000-bulk-skipped-expired.js';
 import { BulkListDigest1765238400000 } from './1765238400000-bulk-list-digest.js';
+import { AdminRequestKeys1765324800000 } from './1765324800000-admin-request-keys.js';
 
 /** Every migration, in order, each resumable where it stopped (resumable-migration.ts). The app, the CLI (ormconfig.ts) and the tests all use this list. */
 export const migrations = [
@@ -22,4 +23,5 @@ export const migrations = [
   HandEditsTouchUserCoupons1765065600000,
   BulkSkippedExpired1765152000000,
   BulkListDigest1765238400000,
+  AdminRequestKeys1765324800000,
 ].map(resumable);
