@@ -30,6 +30,7 @@ describe('migrations', () => {
 
   it('builds every table as InnoDB utf8mb4 with millisecond timestamps', async () => {
     expect(await tables()).toEqual([
+      'admin_request',
       'compensation',
       'coupon',
       'coupon_order',
@@ -66,7 +67,7 @@ describe('migrations', () => {
     expect(await tables()).toEqual([]);
     const applied = await ds.runMigrations({ transaction: 'each' });
     expect(applied.map((m) => m.name)).toEqual(migrations.map((m) => new m().name));
-    expect(await tables()).toHaveLength(19);
+    expect(await tables()).toHaveLength(20);
     expect(await ds.showMigrations()).toBe(false);
   });
   /** Undoes the migrations that came after `name` (the class name), leaving `name` the last one applied. */
