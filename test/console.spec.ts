@@ -214,6 +214,10 @@ describe('admin console in a browser', () => {
   it('creates a campaign in the form, showing the API’s validation messages', async () => {
     await page.getByTestId('new-campaign').click();
     await page.getByTestId('field-name').fill('Double 11: spend ¥100 save ¥10');
+    // A stock of 2.5 is refused as typed, not rounded to 3 and sent.
+    await page.getByTestId('field-totalStock').fill('2.5');
+    await page.getByTestId('create-submit').click();
+    await page.getByText('A whole number', { exact: true }).waitFor();
     await page.getByTestId('field-totalStock').fill('50');
     await page.getByTestId('field-validity-days').fill('0');
     await page.getByLabel('Discount (¥)').fill('0');
@@ -479,6 +483,27 @@ describe('admin console in a browser', () => {
     expect(rejected).toMatchObject({ id: pending[0].id, decisionReason: 'Stock was added by the warehouse on purpose' });
     const [stock] = (await t.db.query('SELECT stock FROM coupon_stock WHERE coupon_id = ?', [percentCouponId])) as { stock: string }[];
     expect(Number(stock.stock)).toBe(1003);
+    // A second run proposes it again. The page, left open, shows it by polling; another operator
+    // decides it first, and the refusal of this page's decision brings the list up to date.
+    const again = await request(t.url).post('/admin/reconciliation/runs').set(bearer(adminToken()));
+    const rerun = async () => (await request(t.url).get(`/admin/reconciliation/runs/${again.body.runId}`).set(bearer(adminToken()))).body;
+    expect((await eventually(rerun, (r) => r.status !== 'RUNNING', 20_000)).status).toBe('COMPLETED');
+    const [second] = (await request(t.url).get('/admin/compensations?status=PENDING').set(bearer(adminToken()))).body.items as {
+      id: string;
+    }[];
+    await page.getByTestId(`approve-${second.id}`).waitFor({ timeout: 10_000 });
+    const elsewhere = await request(t.url)
+      .post(`/admin/compensations/${second.id}/reject`)
+      .set(bearer(adminToken()))
+      .send({ reason: 'Decided in another tab' });
+    expect(elsewhere.status).toBe(200);
+    await page.getByTestId(`approve-${second.id}`).click();
+    await page.getByTestId('decide-reason').fill('Too late');
+    await settle();
+    await page.getByTestId('decide-submit').click();
+    await page.getByText(/COMPENSATION_ALREADY_DECIDED/).waitFor();
+    await page.getByTestId(`approve-${second.id}`).waitFor({ state: 'detached', timeout: 2000 });
+    await page.keyboard.press('Escape');
     await t.db.query('UPDATE coupon_stock SET stock = stock - 3 WHERE coupon_id = ?', [percentCouponId]);
   });
 
@@ -508,6 +533,12 @@ describe('admin console in a browser', () => {
     ]);
     expect((await request(t.url).get('/admin/users/bad/coupons').set(bearer(adminToken()))).body.items).toEqual([]);
     await shot('12-bulk-job');
+    const jobId = (await detail.getAttribute('data-job-id')) ?? '';
+    await closeDrawer();
+    // From the keyboard too: the job's id is a control that takes focus and Enter.
+    await page.getByTestId(`job-${jobId}`).focus();
+    await page.keyboard.press('Enter');
+    await page.locator('[data-testid="job-detail"][data-status="COMPLETED"]').waitFor();
     await closeDrawer();
 
     await page.getByTestId('new-job').click();

@@ -339,7 +339,14 @@ function JobDetail({ jobId, onClose, onChanged }: { jobId: string | null; onClos
     <Drawer title={jobId ? t('job', { id: jobId }) : ''} size={760} open={jobId !== null} onClose={onClose} destroyOnHidden>
       {job.error && <Alert type="error" title={job.error.message} style={{ marginBottom: 16 }} />}
       {j && (
-        <Space orientation="vertical" size="large" style={{ width: '100%' }} data-testid="job-detail" data-status={j.status}>
+        <Space
+          orientation="vertical"
+          size="large"
+          style={{ width: '100%' }}
+          data-testid="job-detail"
+          data-status={j.status}
+          data-job-id={j.id}
+        >
           <Space>
             <JobStatus job={j} t={t} />
             <CancelJob
@@ -442,7 +449,26 @@ export function BulkJobs() {
         locale={{ emptyText: t('noJobs') }}
         onRow={(j) => ({ onClick: () => setDetailOf(j.id), style: { cursor: 'pointer' } })}
         columns={[
-          { title: t('id'), dataIndex: 'id', width: 60, render: (id: string) => <a data-testid={`job-${id}`}>{id}</a> },
+          {
+            title: t('id'),
+            dataIndex: 'id',
+            width: 60,
+            // A button, not an <a> without href: the row's click is the mouse's way in, this is the keyboard's.
+            render: (id: string) => (
+              <Button
+                type="link"
+                size="small"
+                style={{ padding: 0 }}
+                data-testid={`job-${id}`}
+                onClick={(e) => {
+                  e.stopPropagation();
+                  setDetailOf(id);
+                }}
+              >
+                {id}
+              </Button>
+            ),
+          },
           {
             title: t('couponId'),
             dataIndex: 'couponId',

@@ -2,7 +2,7 @@ import { useState } from 'react';
 import { Alert, App, Button, Descriptions, Form, Input, Modal, Space, Table, Tag, Typography } from 'antd';
 import { CheckOutlined, CloseOutlined } from '@ant-design/icons';
 import { Link } from 'react-router-dom';
-import { client, ok, type Compensation } from '../api';
+import { ApiError, client, ok, type Compensation } from '../api';
 import { showApiErrors } from '../apiForm';
 import { time } from '../format';
 import type { PagedList } from '../hooks';
@@ -42,11 +42,13 @@ function Decide({
   compensation,
   onClose,
   onDone,
+  onStale,
 }: {
   decision: 'approve' | 'reject';
   compensation: Compensation;
   onClose(): void;
   onDone(): void;
+  onStale(): void;
 }) {
   const { t } = useI18n();
   const { message } = App.useApp();
@@ -89,6 +91,8 @@ function Decide({
           } catch (err) {
             const rest = showApiErrors(form, err, [['reason']]);
             if (rest) setRefusal(rest);
+            // Decided elsewhere meanwhile: the list behind the dialog shows how.
+            if (err instanceof ApiError && err.code === 'COMPENSATION_ALREADY_DECIDED') onStale();
           } finally {
             setBusy(false);
           }
@@ -212,6 +216,7 @@ export function CompensationTable({ list }: { list: PagedList<Compensation> }) {
             setDeciding(null);
             void list.reload();
           }}
+          onStale={() => void list.reload()}
         />
       )}
       <LoadMore list={list} />

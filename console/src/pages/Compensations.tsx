@@ -7,6 +7,8 @@ import { CompensationTable } from './CompensationTable';
 
 const FILTERS = ['PENDING', 'DONE', 'REJECTED', 'ALL'] as const;
 
+const COMPENSATIONS_POLL_MS = 5000;
+
 export function Compensations() {
   const { t } = useI18n();
   const [params, setParams] = useSearchParams();
@@ -15,6 +17,8 @@ export function Compensations() {
     (cursor) =>
       ok(client.GET('/admin/compensations', { params: { query: { status: status === 'ALL' ? undefined : status, limit: 100, cursor } } })),
     [status],
+    // Another operator (another tab) may decide them meanwhile.
+    COMPENSATIONS_POLL_MS,
   );
   return (
     <Card

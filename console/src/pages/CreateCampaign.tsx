@@ -118,6 +118,9 @@ export function CreateCampaign({ open, onClose, onCreated }: { open: boolean; on
   const validityType = Form.useWatch(['validity', 'type'], form);
   const discountType = Form.useWatch(['discount', 'type'], form);
   const required = [{ required: true, message: t('required') }];
+  // Judged as typed: with an InputNumber rounded 2.5 to 3 and sent that.
+  const whole = { type: 'integer' as const, message: t('wholeNumber') };
+  const requiredWhole = [...required, whole];
 
   const submit = async (values: Values) => {
     setBusy(true);
@@ -176,13 +179,13 @@ export function CreateCampaign({ open, onClose, onCreated }: { open: boolean; on
         </Form.Item>
         <Row gutter={16}>
           <Col span={12}>
-            <Form.Item name="totalStock" label={t('totalStock')} rules={required}>
-              <InputNumber style={{ width: '100%' }} precision={0} data-testid="field-totalStock" />
+            <Form.Item name="totalStock" label={t('totalStock')} rules={requiredWhole}>
+              <InputNumber style={{ width: '100%' }} data-testid="field-totalStock" />
             </Form.Item>
           </Col>
           <Col span={12}>
-            <Form.Item name="perUserLimit" label={t('perUserLimit')} rules={required}>
-              <InputNumber style={{ width: '100%' }} precision={0} />
+            <Form.Item name="perUserLimit" label={t('perUserLimit')} rules={requiredWhole}>
+              <InputNumber style={{ width: '100%' }} />
             </Form.Item>
           </Col>
         </Row>
@@ -221,8 +224,8 @@ export function CreateCampaign({ open, onClose, onCreated }: { open: boolean; on
             </Col>
           </Row>
         ) : (
-          <Form.Item name={['validity', 'days']} label={t('validityDays')} rules={required}>
-            <InputNumber style={{ width: '100%' }} precision={0} data-testid="field-validity-days" />
+          <Form.Item name={['validity', 'days']} label={t('validityDays')} rules={requiredWhole}>
+            <InputNumber style={{ width: '100%' }} data-testid="field-validity-days" />
           </Form.Item>
         )}
         <Form.Item name={['discount', 'type']} label={t('discountType')}>
@@ -244,8 +247,8 @@ export function CreateCampaign({ open, onClose, onCreated }: { open: boolean; on
           {discountType === 'PERCENT' ? (
             <>
               <Col span={8}>
-                <Form.Item name={['discount', 'percentOff']} label={t('percentOff')} rules={required}>
-                  <InputNumber style={{ width: '100%' }} precision={0} suffix="%" data-testid="field-percentOff" />
+                <Form.Item name={['discount', 'percentOff']} label={t('percentOff')} rules={requiredWhole}>
+                  <InputNumber style={{ width: '100%' }} suffix="%" data-testid="field-percentOff" />
                 </Form.Item>
               </Col>
               <Col span={8}>
@@ -262,8 +265,8 @@ export function CreateCampaign({ open, onClose, onCreated }: { open: boolean; on
             </Col>
           )}
         </Row>
-        <Form.Item name="rateLimitPerSecond" label={t('rateLimit')} extra={t('rateLimitHelp')}>
-          <InputNumber style={{ width: '100%' }} precision={0} />
+        <Form.Item name="rateLimitPerSecond" label={t('rateLimit')} extra={t('rateLimitHelp')} rules={[whole]}>
+          <InputNumber style={{ width: '100%' }} />
         </Form.Item>
         <Row gutter={16}>
           <Col span={12}>
