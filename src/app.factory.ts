@@ -144,9 +144,12 @@ export async function createApp(
   servePublicReadsFromMemory(fastify, app.get(CouponService));
   // Node hands a CONNECT (a proxy's method) to 'connect' listeners and closes the socket unanswered
   // without one; this service is no proxy, so it is a route that does not exist.
-  fastify.server.on('connect', (req: IncomingMessage, socket: Socket) =>
-    answerUnrouted(socket, pino, requestIdOf(req), 404, 'NOT_FOUND', 'Route not found', req.method),
-  );
+  fastify.server.on('connect', (req: IncomingMessage, socket: Socket) => {
+    // Node takes its own handlers off a socket it hands over: without this one, a client resetting
+    // the connection under the answer would be an uncaught error, and the end of the process.
+    socket.on('error', () => socket.destroy());
+    answerUnrouted(socket, pino, requestIdOf(req), 404, 'NOT_FOUND', 'Route not found', req.method);
+  });
   // Node answers an Expect other than 100-continue with a bare 417 unless this is listened for. A
   // server may also ignore the expectation (RFC 9110, 10.1.1): the request is served as without it.
   fastify.server.on('checkExpectation', (req: IncomingMessage, res: ServerResponse) => fastify.server.emit('request', req, res));

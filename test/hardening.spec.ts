@@ -549,6 +549,15 @@ describe('hardening', () => {
         expect(raw).toMatch(/\r\nX-Request-Id: probe-connect\r\n/);
         expect(JSON.parse(raw.slice(raw.indexOf('\r\n\r\n') + 4))).toEqual({ code: 'NOT_FOUND', message: 'Route not found' });
       }
+      // Clients resetting the connection right after the request: the server stays up.
+      for (let i = 0; i < 200; i++) {
+        const socket = connect(Number(new URL(t.url).port), '127.0.0.1');
+        socket.on('error', () => undefined);
+        await new Promise<void>((resolve) => socket.once('connect', () => resolve()));
+        socket.write('CONNECT x:443 HTTP/1.1\r\nHost: x\r\n\r\nsome bytes');
+        socket.resetAndDestroy();
+      }
+      expect((await request(t.url).get('/health')).status).toBe(200);
     });
 
     it('an Expect other than 100-continue is ignored (RFC 9110 allows it): the request is answered as without it, not a bare 417', async () => {
