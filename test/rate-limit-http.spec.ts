@@ -96,6 +96,31 @@ describe('grab route behind the rate limiter, in-memory buckets', () => {
         .set('Idempotency-Key', 'in-flight-2'),
     ]);
     expect([first.status, elsewhere.status, elsewhere.body.code]).toEqual([201, 422, 'IDEMPOTENCY_KEY_REUSED']);
+    // With an id that names no coupon: 404, as without a first in flight.
+    const [, nowhere] = await Promise.all([
+      request(t.url)
+        .post(`/coupons/${coupon.id}/grab`)
+        .set(bearer(tokenFor('double-clicker')))
+        .set('Idempotency-Key', 'in-flight-3'),
+      request(t.url)
+        .post('/coupons/987654321/grab')
+        .set(bearer(tokenFor('double-clicker')))
+        .set('Idempotency-Key', 'in-flight-3'),
+    ]);
+    expect([nowhere.status, nowhere.body.code]).toEqual([404, 'COUPON_NOT_FOUND']);
+  });
+
+  it('duplicates of a grab refused as sold out get the same refusal, not 429', async () => {
+    const soldOut = await createCoupon(t.url, { totalStock: 0, rateLimitPerSecond: 100 });
+    const all = await Promise.all(
+      Array.from({ length: 10 }, () =>
+        request(t.url)
+          .post(`/coupons/${soldOut.id}/grab`)
+          .set(bearer(tokenFor('late-clicker')))
+          .set('Idempotency-Key', 'too-late-1'),
+      ),
+    );
+    expect(all.map((r) => [r.status, r.body.code])).toEqual(Array.from({ length: 10 }, () => [409, 'SOLD_OUT']));
   });
 
   it('an admin change of rateLimitPerSecond applies to the next grabs without a restart', async () => {

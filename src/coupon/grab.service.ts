@@ -28,6 +28,9 @@ const latency = histogram(
   [0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5],
 );
 
+/** Refusals of a grab that its duplicate (same user, key and coupon) would meet as well, a moment later. */
+const FINAL_REFUSALS = new Set(['SOLD_OUT', 'COUPON_PAUSED', 'GRAB_NOT_STARTED', 'GRAB_ENDED', 'USER_LIMIT_REACHED']);
+
 export interface GrabResult {
   userCoupon: UserCoupon;
   replayed: boolean;
@@ -56,6 +59,7 @@ export class GrabService {
 
   /** Grabs being decided here, by identity (user and key): a duplicate waits for the first (deduplicated). */
   private readonly inFlight = new Map<string, Promise<GrabResult>>();
+  private readonly firstCoupon = new WeakMap<Promise<GrabResult>, string>();
 
   constructor(
     private readonly dataSource: DataSource,
@@ -96,12 +100,22 @@ export class GrabService {
    */
   private async deduplicated(userId: string, couponId: string, key: string): Promise<GrabResult> {
     const id = identity({ userId, key });
-    for (let first = this.inFlight.get(id); first; first = this.inFlight.get(id)) {
-      const won = await first.catch(() => undefined);
-      if (won) return this.replay(won.userCoupon, couponId);
+    let first = this.inFlight.get(id);
+    // An id that names no coupon is 404 as ever, not a 422 (nor a metric label) made up of it.
+    if (first && !this.coupons.heldTemplate(couponId)) await this.coupons.template(couponId);
+    for (; first; first = this.inFlight.get(id)) {
+      const settled = await first.then(
+        (won) => ({ won }),
+        (err: unknown) => ({ err }),
+      );
+      if ('won' in settled) return this.replay(settled.won.userCoupon, couponId);
+      // Refused for what the duplicate would meet too: the same answer, not a 429 from the limiter the first spent.
+      if (settled.err instanceof AppError && FINAL_REFUSALS.has(settled.err.code) && this.firstCoupon.get(first) === couponId)
+        throw settled.err;
     }
     const attempt = this.attempt(userId, couponId, key);
     this.inFlight.set(id, attempt);
+    this.firstCoupon.set(attempt, couponId);
     try {
       return await attempt;
     } finally {
