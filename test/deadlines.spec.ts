@@ -2,6 +2,7 @@ import { jest } from '@jest/globals';
 import { connect } from 'node:net';
 import { setTimeout as sleep } from 'node:timers/promises';
 import mysql2 from 'mysql2';
+import mysql from 'mysql2/promise';
 import pino from 'pino';
 import request from 'supertest';
 import { couponBody, createCoupon, newKey } from './support/factories.js';
@@ -544,11 +545,15 @@ describe('deadlines: a bulk upload held up by the database', () => {
 describe('deadlines: a session cut off by a network partition', () => {
   it.each([
     ['10', undefined],
-    ['0', '0'],
+    // 0 leaves the server's global value, set here to tell it from an explicit 0.
+    ['37', '0'],
   ])(
-    'on MariaDB, every serving connection has idle_transaction_timeout %s (DB_IDLE_TRANSACTION_TIMEOUT_SECONDS=%s), and is READ COMMITTED',
+    'on MariaDB, every serving connection has idle_transaction_timeout %s (DB_IDLE_TRANSACTION_TIMEOUT_SECONDS=%s; 0 leaves the global), and is READ COMMITTED',
     async (expected, setting) => {
       const c = testConfig(setting === undefined ? {} : { DB_IDLE_TRANSACTION_TIMEOUT_SECONDS: setting });
+      const admin = await mysql.createConnection({ host: c.DB_HOST, port: c.DB_PORT, user: c.DB_USER, password: c.DB_PASSWORD });
+      const [[global]] = (await admin.query('SELECT @@GLOBAL.idle_transaction_timeout AS g')) as unknown as [{ g: number }[]];
+      if (setting === '0') await admin.query('SET GLOBAL idle_transaction_timeout = 37');
       const pool = deadlineDriver(mysql2, c).createPool({
         host: c.DB_HOST,
         port: c.DB_PORT,
@@ -571,6 +576,8 @@ describe('deadlines: a session cut off by a network partition', () => {
         expect(rows[0].iso).toBe('READ-COMMITTED');
       } finally {
         await new Promise((resolve) => pool.end(resolve));
+        await admin.query(`SET GLOBAL idle_transaction_timeout = ${Number(global.g)}`);
+        await admin.end();
       }
     },
   );

@@ -194,7 +194,7 @@ export class AppConfig {
    * transaction this long is closed by the server, its locks released. The service never leaves a
    * transaction idle by design; a session whose client was cut off by a network partition does,
    * and held its row locks (every retry of those orders 503) until wait_timeout, 8 hours by
-   * default. 0 turns it off (the server's default). MySQL has no such setting and ignores it.
+   * default. 0 leaves the server's own setting (its global value). MySQL has no such setting and ignores it.
    */
   @Transform(toInt)
   @IsInt()

@@ -134,7 +134,9 @@ export function deadlineDriver(base: typeof mysql2, limits: Limits): typeof mysq
           if (prepared.has(conn)) return hand(null, conn);
           withStatementTimeout(conn, limits.DB_STATEMENT_TIMEOUT_MS);
           // `/*M! … */` is run by MariaDB only: MySQL has no idle_transaction_timeout.
-          const set = `SET SESSION innodb_lock_wait_timeout = ${limits.DB_LOCK_WAIT_TIMEOUT_SECONDS} /*M!, idle_transaction_timeout = ${limits.DB_IDLE_TRANSACTION_TIMEOUT_SECONDS} */`;
+          // 0 leaves the server's own setting.
+          const idle = limits.DB_IDLE_TRANSACTION_TIMEOUT_SECONDS;
+          const set = `SET SESSION innodb_lock_wait_timeout = ${limits.DB_LOCK_WAIT_TIMEOUT_SECONDS}${idle > 0 ? ` /*M!, idle_transaction_timeout = ${idle} */` : ''}`;
           const failed = (setErr: unknown) => {
             if (!setErr) return false;
             conn.destroy();
