@@ -54,17 +54,20 @@ const KINDS: Record<string, StatementKind> = {
 };
 
 /** Leading blanks and comments (`-- `, `#`, `/* *\/`): a statement's kind is its first word after them. */
-const LEADING = /^(?:\s+|--(?:[ \t\r][^\n]*)?(?:\n|$)|#[^\n]*(?:\n|$)|\/\*(?!!)[\s\S]*?\*\/)*/;
+const LEADING = /^(?:\s+|--(?:[ \t\r][^\n]*)?(?:\n|$)|#[^\n]*(?:\n|$)|\/\*(?!!|M!)[\s\S]*?\*\/)*/;
 
 /**
  * What a statement does to the resume: reads and session settings (`SET`) run on every attempt, as
  * their effects steer what follows and last only for the session; DDL and DML are counted. Anything
- * else (a `WITH`, which may lead a read or an UPDATE; a `CALL`) is refused, so that a statement is
+ * else (a `WITH`, which may lead a read or an UPDATE; a `CALL`; `SET STATEMENT ... FOR`; a statement
+ * inside an executable comment, `/*!` or `/*M!`) is refused, so that a statement is
  * never skipped or repeated by a guess.
  */
 export function statementKind(sql: string): StatementKind {
-  const word = /^[A-Za-z]+/.exec(sql.replace(LEADING, ''))?.[0].toUpperCase() ?? '';
-  const kind = KINDS[word];
+  const text = sql.replace(LEADING, '');
+  const word = /^[A-Za-z]+/.exec(text)?.[0].toUpperCase() ?? '';
+  // MariaDB's `SET STATEMENT ... FOR <statement>` runs that statement: not a session setting.
+  const kind = /^SET\s+STATEMENT\b/i.test(text) ? undefined : KINDS[word];
   if (!kind)
     throw new Error(
       `A resumable migration cannot tell whether this statement changes anything (it begins with "${word}"); write it as one beginning with ${Object.keys(KINDS).join(', ')}: ${sql.slice(0, 120)}`,
