@@ -61,6 +61,11 @@ describe('webhook URL policy and event types (no database)', () => {
       'http://[::ffff:169.254.169.254]/',
       'http://[fe80::1]/',
       'http://[fd00:ec2::254]/latest/meta-data/',
+      'http://[fd00:ec2::23]/',
+      'http://168.63.129.16/',
+      'http://[64:ff9b::a9fe:a9fe]/',
+      'http://[2002:a9fe:a9fe::]/',
+      'http://[::a9fe:a9fe]/',
       'http://100.100.100.200/latest/meta-data/',
       'http://0.0.0.0:8080/',
       'http://0/',
@@ -70,7 +75,14 @@ describe('webhook URL policy and event types (no database)', () => {
       expect([bad, code(() => checkWebhookUrl(bad, []))]).toEqual([bad, 'WEBHOOK_URL_NOT_ALLOWED']);
       expect([bad, code(() => checkWebhookUrl(bad, parseAllowedHosts(new URL(bad).hostname)))]).toEqual([bad, 'WEBHOOK_URL_NOT_ALLOWED']);
     }
-    for (const ok of ['http://127.0.0.1:9000/', 'http://10.0.0.5/hooks', 'http://[fd12::1]/', 'http://orders.internal/'])
+    for (const ok of [
+      'http://127.0.0.1:9000/',
+      'http://[::1]:9000/',
+      'http://10.0.0.5/hooks',
+      'http://[fd12::1]/',
+      'http://[64:ff9b::a00:5]/',
+      'http://orders.internal/',
+    ])
       expect([ok, code(() => checkWebhookUrl(ok, []))]).toEqual([ok, 'accepted']);
   });
 

@@ -13,9 +13,28 @@ export function hostAllowed(hostname: string, allowed: readonly string[]): boole
   return allowed.some((entry) => (entry.startsWith('*.') ? host.endsWith(entry.slice(1)) : host === entry));
 }
 
-/** Cloud metadata services outside the link-local range: AWS's over IPv6, Alibaba Cloud's. */
-const METADATA = new Set(['fd00:ec2:0:0:0:0:0:254', '100.100.100.200']);
+/** Cloud services that answer a machine's credentials outside the link-local range: Alibaba Cloud's metadata, Azure's WireServer. */
+const METADATA_V4 = new Set(['100.100.100.200', '168.63.129.16']);
+/** AWS's link-local services over IPv6 (metadata at ::254, the EKS Pod Identity agent at ::23). */
+const AWS_V6 = ipaddr.parseCIDR('fd00:ec2::/64');
 const NEVER = new Set(['linkLocal', 'unspecified', 'multicast', 'broadcast']);
+
+/** The IPv4 address an IPv6 one carries and reaches (NAT64, 6to4, IPv4-compatible), or null. */
+function embeddedIPv4(ip: ipaddr.IPv6): ipaddr.IPv4 | null {
+  const b = ip.toByteArray();
+  const at = ip.range() === 'rfc6052' ? 12 : ip.range() === '6to4' ? 2 : b.slice(0, 12).every((x) => x === 0) ? 12 : -1;
+  return at < 0 ? null : new ipaddr.IPv4(b.slice(at, at + 4));
+}
+
+function refusedIp(ip: ipaddr.IPv4 | ipaddr.IPv6): string | null {
+  const range = ip.range();
+  if (NEVER.has(range)) return `a ${range} address`;
+  if (ip.kind() === 'ipv4') return METADATA_V4.has(ip.toString()) ? 'a cloud metadata address' : null;
+  if (range === 'loopback') return null;
+  if (ip.match(AWS_V6)) return 'a cloud metadata address';
+  const v4 = embeddedIPv4(ip as ipaddr.IPv6);
+  return v4 ? refusedIp(v4) : null;
+}
 
 /**
  * Why no webhook is ever delivered to this address, or null. Link-local holds the cloud metadata
@@ -26,9 +45,7 @@ const NEVER = new Set(['linkLocal', 'unspecified', 'multicast', 'broadcast']);
 export function refusedAddress(address: string): string | null {
   const literal = address.replace(/^\[(.*)\]$/, '$1');
   if (!ipaddr.isValid(literal)) return null;
-  const ip = ipaddr.process(literal);
-  if (NEVER.has(ip.range())) return `a ${ip.range()} address`;
-  return METADATA.has(ip.toNormalizedString()) ? 'a cloud metadata address' : null;
+  return refusedIp(ipaddr.process(literal));
 }
 
 /**
