@@ -47,6 +47,22 @@ describe('idempotent operator writes', () => {
     expect(await named('Twice')).toBe(2);
   });
 
+  it('answers a repeat of a create as its replay even once the checks it passed would refuse it (a FIXED validity since ended)', async () => {
+    const key = newKey('ending');
+    const now = Date.now();
+    const body = couponBody({
+      name: 'Ends soon',
+      grabStartAt: new Date(now - 60_000).toISOString(),
+      grabEndAt: new Date(now + 3_600_000).toISOString(),
+      validity: { type: 'FIXED', startAt: new Date(now - 60_000).toISOString(), endAt: new Date(now + 1500).toISOString() },
+    });
+    const first = await create(body, key);
+    expect(first.status).toBe(201);
+    await new Promise((r) => setTimeout(r, 1600));
+    const again = await create(body, key);
+    expect([again.status, again.body.id, again.headers['idempotent-replayed']]).toEqual([201, first.body.id, 'true']);
+  });
+
   it('changes stock once per key, answering the coupon as it is now, even where applying it again would be refused', async () => {
     const coupon = await createCoupon(t.url, { totalStock: 50 });
     const add = newKey('add');

@@ -143,18 +143,28 @@ export class CouponService {
       return { couponId: written, replayed: false };
     } catch (err) {
       if (!isDuplicateKey(err)) throw err;
-      const earlier = await findAdminRequest(this.coupons.manager, operation, key);
-      if (!earlier?.couponId) throw err;
-      if (earlier.digest !== digest) {
-        throw new AppError('IDEMPOTENCY_KEY_REUSED', 'This Idempotency-Key was already used for another request', {
-          couponId: earlier.couponId,
-        });
-      }
-      return { couponId: earlier.couponId, replayed: true };
+      const earlier = await this.earlier(operation, key, digest);
+      if (!earlier) throw err;
+      return { couponId: earlier, replayed: true };
     }
   }
 
+  /** The coupon a committed request under this key changed, or null; 422 when that request was another. */
+  private async earlier(operation: AdminOperation, key: string, digest: string): Promise<string | null> {
+    const earlier = await findAdminRequest(this.coupons.manager, operation, key);
+    if (!earlier?.couponId) return null;
+    if (earlier.digest !== digest) {
+      throw new AppError('IDEMPOTENCY_KEY_REUSED', 'This Idempotency-Key was already used for another request', {
+        couponId: earlier.couponId,
+      });
+    }
+    return earlier.couponId;
+  }
+
   async create(dto: CreateCouponDto, key?: string): Promise<{ coupon: CouponView; replayed: boolean }> {
+    // First: the checks below depend on the time, and a repeat after them must still be its replay.
+    const earlier = key === undefined ? null : await this.earlier('coupon.create', key, requestDigest(dto));
+    if (earlier) return { coupon: await this.view(earlier), replayed: true };
     const grabStartAt = instant('grabStartAt', dto.grabStartAt);
     const grabEndAt = instant('grabEndAt', dto.grabEndAt);
     if (grabEndAt <= grabStartAt) throw validationFailed({ grabEndAt: ['must be after grabStartAt'] });
