@@ -76,6 +76,13 @@ function timeoutError(code: string, message: string): NodeJS.ErrnoException {
 }
 
 /**
+ * The isolation level of every serving connection, set once when it opens: the app's transactions
+ * begin without a `SET TRANSACTION ISOLATION LEVEL` of their own, a round trip fewer each (a grab
+ * group waits for each of its round trips behind a turn of the event loop full of requests).
+ */
+export const SESSION_ISOLATION = 'READ COMMITTED';
+
+/**
  * A mysql2 module (for TypeORM's `driver` option) whose pools bound every wait on the database, so
  * a stalled server (SIGSTOP, a hung disk, a black-holed network) ends a request in 503 before its
  * deadline instead of hanging it: the TCP connection stays open and nothing ever answers, so only
@@ -97,13 +104,6 @@ function timeoutError(code: string, message: string): NodeJS.ErrnoException {
  * TypeORM's own query timeout (enableQueryTimeout) does only the middle part's first half, and logs
  * the text of every timed-out statement to the console.
  */
-/**
- * The isolation level of every serving connection, set once when it opens: the app's transactions
- * begin without a `SET TRANSACTION ISOLATION LEVEL` of their own, a round trip fewer each (a grab
- * group waits for each of its round trips behind a turn of the event loop full of requests).
- */
-export const SESSION_ISOLATION = 'READ COMMITTED';
-
 export function deadlineDriver(base: typeof mysql2, limits: Limits): typeof mysql2 {
   return {
     ...base,

@@ -23,7 +23,9 @@ const retriesTotal = counter(
  * With `outcome`, a COMMIT whose answer is lost is not reported as a failure: the transaction's
  * outcome is found out (outcome.ts) and the committed result returned, or the transaction runs
  * again as if it had never happened (counted as a retry), or, with the database unreachable past
- * OUTCOME_RESOLVE_MS, OUTCOME_UNKNOWN (503) is thrown.
+ * OUTCOME_RESOLVE_MS, OUTCOME_UNKNOWN (503) is thrown. With `outcome` the data source must be one of
+ * deadlineDriver's pools, whose connections are READ COMMITTED by session (SESSION_ISOLATION):
+ * such a transaction sends no level of its own.
  */
 export async function runTransaction<T>(
   dataSource: DataSource,

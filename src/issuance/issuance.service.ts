@@ -49,10 +49,15 @@ const inProgress = (jobId?: string) =>
   new AppError('IDEMPOTENCY_IN_PROGRESS', 'The upload with this key is still in progress; retry shortly', jobId ? { jobId } : undefined);
 
 /** The digest store() keeps of a list: its lines' text in order (a JSON list and a CSV of the same ids agree). */
+const listHash = () => {
+  const hash = createHash('sha256');
+  return { add: (text: string) => hash.update(`${text}\n`), hex: () => hash.digest('hex') };
+};
+
 async function listDigest(lines: AsyncIterable<{ text: string }>): Promise<string> {
-  const digest = createHash('sha256');
-  for await (const { text } of lines) digest.update(`${text}\n`);
-  return digest.digest('hex');
+  const digest = listHash();
+  for await (const { text } of lines) digest.add(text);
+  return digest.hex();
 }
 
 export interface JobRequest {
@@ -218,7 +223,7 @@ export class IssuanceService implements OnApplicationShutdown {
   /** Stores the list as it arrives; returns how many lines it held, and their digest. */
   private async store(jobId: string, lines: AsyncIterable<{ lineNo: number; text: string }>): Promise<{ count: number; digest: string }> {
     let count = 0;
-    const digest = createHash('sha256');
+    const digest = listHash();
     let valid: { lineNo: number; userId: string }[] = [];
     let invalid: { lineNo: number; userId: string }[] = [];
     const flush = async () => {
@@ -228,13 +233,13 @@ export class IssuanceService implements OnApplicationShutdown {
     };
     for await (const { lineNo, text } of lines) {
       count++;
-      digest.update(`${text}\n`);
+      digest.add(text);
       if (USER_ID_PATTERN.test(text)) valid.push({ lineNo, userId: text });
       else invalid.push({ lineNo, userId: shown(text) });
       if (valid.length + invalid.length >= UPLOAD_CHUNK) await flush();
     }
     await flush();
-    return { count, digest: digest.digest('hex') };
+    return { count, digest: digest.hex() };
   }
 
   async get(jobId: string): Promise<JobView> {

@@ -135,7 +135,6 @@ export async function insertSkips(em: Queryable, jobId: string, skips: readonly 
   );
 }
 
-/** A compare-and-set on the job's status; returns whether it moved. */
 /** UPLOADING -> QUEUED once the whole list is stored, with its digest; false if the upload was discarded meanwhile. */
 export async function queueUpload(em: Queryable, id: string, listDigest: string, at: Date): Promise<boolean> {
   const res = (await em.query(
@@ -145,6 +144,7 @@ export async function queueUpload(em: Queryable, id: string, listDigest: string,
   return res.affectedRows === 1;
 }
 
+/** A compare-and-set on the job's status; returns whether it moved. */
 export async function setJobStatus(em: EntityManager, id: string, from: readonly JobStatus[], to: JobStatus, at: Date): Promise<boolean> {
   const stamps =
     to === 'RUNNING'
