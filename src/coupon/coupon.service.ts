@@ -124,14 +124,14 @@ export class CouponService {
    */
   private async once(
     operation: AdminOperation,
-    key: string | undefined,
-    request: unknown,
+    /** The Idempotency-Key and the digest of the request it came with (requestDigest). */
+    keyed: { key: string; digest: string } | undefined,
     /** The coupon the request changes, when it exists before (null: the write creates it). */
     couponId: string | null,
     write: (em: EntityManager, at: Date) => Promise<string>,
   ): Promise<{ couponId: string; replayed: boolean }> {
-    if (key === undefined) return { couponId: await this.tx.inTransaction((em) => write(em, new Date())), replayed: false };
-    const digest = requestDigest(request);
+    if (keyed === undefined) return { couponId: await this.tx.inTransaction((em) => write(em, new Date())), replayed: false };
+    const { key, digest } = keyed;
     try {
       const written = await this.tx.inTransaction(async (em) => {
         const now = new Date();
@@ -163,7 +163,8 @@ export class CouponService {
 
   async create(dto: CreateCouponDto, key?: string): Promise<{ coupon: CouponView; replayed: boolean }> {
     // First: the checks below depend on the time, and a repeat after them must still be its replay.
-    const earlier = key === undefined ? null : await this.earlier('coupon.create', key, requestDigest(dto));
+    const keyed = key === undefined ? undefined : { key, digest: requestDigest(dto) };
+    const earlier = keyed && (await this.earlier('coupon.create', keyed.key, keyed.digest));
     if (earlier) return { coupon: await this.view(earlier), replayed: true };
     const grabStartAt = instant('grabStartAt', dto.grabStartAt);
     const grabEndAt = instant('grabEndAt', dto.grabEndAt);
@@ -211,7 +212,7 @@ export class CouponService {
       createdAt: now,
       updatedAt: now,
     });
-    const { couponId, replayed } = await this.once('coupon.create', key, dto, null, async (em) => {
+    const { couponId, replayed } = await this.once('coupon.create', keyed, null, async (em) => {
       const c = await em.save(Coupon, Object.assign(new Coupon(), coupon));
       await this.stock.create(em, c.id, dto.totalStock, now);
       return c.id;
@@ -410,7 +411,8 @@ export class CouponService {
   async adjustStock(id: string, delta: number, key?: string): Promise<{ coupon: CouponView; replayed: boolean }> {
     if (delta === 0) throw validationFailed({ delta: ['must not be 0'] });
     await this.template(id);
-    const { replayed } = await this.once('coupon.stock', key, { couponId: id, delta }, id, async (em, at) => {
+    const keyed = key === undefined ? undefined : { key, digest: requestDigest({ couponId: id, delta }) };
+    const { replayed } = await this.once('coupon.stock', keyed, id, async (em, at) => {
       await this.stock.adjust(em, id, delta, at);
       return id;
     });

@@ -58,8 +58,7 @@ export class GrabService {
   );
 
   /** Grabs being decided here, by identity (user and key): a duplicate waits for the first (deduplicated). */
-  private readonly inFlight = new Map<string, Promise<GrabResult>>();
-  private readonly firstCoupon = new WeakMap<Promise<GrabResult>, string>();
+  private readonly inFlight = new Map<string, { couponId: string; result: Promise<GrabResult> }>();
 
   constructor(
     private readonly dataSource: DataSource,
@@ -104,20 +103,18 @@ export class GrabService {
     // An id that names no coupon is 404 as ever, not a 422 (nor a metric label) made up of it.
     if (first && !this.coupons.heldTemplate(couponId)) await this.coupons.template(couponId);
     for (; first; first = this.inFlight.get(id)) {
-      const settled = await first.then(
+      const settled = await first.result.then(
         (won) => ({ won }),
         (err: unknown) => ({ err }),
       );
       if ('won' in settled) return this.replay(settled.won.userCoupon, couponId);
       // Refused for what the duplicate would meet too: the same answer, not a 429 from the limiter the first spent.
-      if (settled.err instanceof AppError && FINAL_REFUSALS.has(settled.err.code) && this.firstCoupon.get(first) === couponId)
-        throw settled.err;
+      if (settled.err instanceof AppError && FINAL_REFUSALS.has(settled.err.code) && first.couponId === couponId) throw settled.err;
     }
-    const attempt = this.attempt(userId, couponId, key);
-    this.inFlight.set(id, attempt);
-    this.firstCoupon.set(attempt, couponId);
+    const result = this.attempt(userId, couponId, key);
+    this.inFlight.set(id, { couponId, result });
     try {
-      return await attempt;
+      return await result;
     } finally {
       this.inFlight.delete(id);
     }

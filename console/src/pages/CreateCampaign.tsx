@@ -118,7 +118,7 @@ export function CreateCampaign({ open, onClose, onCreated }: { open: boolean; on
   const validityType = Form.useWatch(['validity', 'type'], form);
   const discountType = Form.useWatch(['discount', 'type'], form);
   const required = [{ required: true, message: t('required') }];
-  // Judged as typed: with an InputNumber rounded 2.5 to 3 and sent that.
+  // Judged as typed: an InputNumber with `precision` rounded 2.5 to 3 and sent that.
   const whole = { type: 'integer' as const, message: t('wholeNumber') };
   const requiredWhole = [...required, whole];
 
