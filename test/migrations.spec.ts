@@ -215,6 +215,64 @@ describe('migrations stopped halfway (MySQL and MariaDB commit each DDL statemen
     }
   });
 
+  it('takes "already applied" for a statement left in doubt only if its text is the one that was in doubt', async () => {
+    const config = testConfig();
+    await ensureDatabase(config);
+    const db = `\`${config.DB_NAME}\``;
+    const name = 'Doubtful1799999999993';
+    const alter = 'ALTER TABLE doubtful ADD COLUMN b INT';
+    const sessions = new DataSource({ ...dataSourceOptions(config), poolSize: 3 });
+    await sessions.initialize();
+    const [readerOfTable, lockerOfProgress] = [sessions.createQueryRunner(), sessions.createQueryRunner()];
+    /** The session of the migration while it runs `statement` (in the given state, if one is given). */
+    const migrating = async (statement: string, state?: string) => {
+      for (;;) {
+        const [session] = (await sessions.query(
+          `SELECT id FROM information_schema.processlist WHERE db = ? AND info LIKE ? AND (? IS NULL OR state = ?)`,
+          [config.DB_NAME, `${statement}%`, state ?? null, state ?? null],
+        )) as { id: string }[];
+        if (session) return Number(session.id);
+        await sleep(5);
+      }
+    };
+    try {
+      await sessions.query('CREATE TABLE doubtful (id INT PRIMARY KEY)');
+      // The ALTER waits for the table behind a reader, so the progress row can be locked in the meantime:
+      // the ALTER then takes effect and its count waits, and the lost connection leaves it applied but in doubt.
+      await readerOfTable.startTransaction();
+      await readerOfTable.query('SELECT * FROM doubtful');
+      const run = runOn(config, migrationOf(name, [alter]));
+      void run.catch(() => undefined);
+      await migrating(alter, 'Waiting for table metadata lock');
+      await lockerOfProgress.startTransaction();
+      await lockerOfProgress.query('SELECT * FROM migration_progress WHERE name = ? FOR UPDATE', [name]);
+      await readerOfTable.commitTransaction();
+      await sessions.query(`KILL ${await migrating('UPDATE migration_progress SET steps')}`);
+      await expect(run).rejects.toThrow();
+      await lockerOfProgress.rollbackTransaction();
+      expect(await sessions.query('SELECT steps, in_doubt FROM migration_progress WHERE name = ?', [name])).toEqual([
+        { steps: 0, in_doubt: 1 },
+      ]);
+
+      await expect(runOn(config, migrationOf(name, ['ALTER TABLE doubtful ADD COLUMN b BIGINT']))).rejects.toThrow(
+        /Migration Doubtful1799999999993 lost its connection while sending its statement 1, which has been edited since; the server answers the new text with "Duplicate column name 'b'"/,
+      );
+      expect(await runOn(config, migrationOf(name, [alter]))).toEqual([name]);
+      expect(
+        await sessions.query(
+          `SELECT column_type AS t FROM information_schema.columns WHERE table_schema = ? AND table_name = 'doubtful' AND column_name = 'b'`,
+          [config.DB_NAME],
+        ),
+      ).toEqual([{ t: 'int(11)' }]);
+      expect(await sessions.query(`SELECT name FROM ${db}.migrations`)).toEqual([{ name }]);
+    } finally {
+      await readerOfTable.release();
+      await lockerOfProgress.release();
+      await sessions.destroy();
+      await dropTestDatabase(config);
+    }
+  });
+
   it('resumes by position a migration stopped under the first version of the progress table, which kept no digest', async () => {
     const config = testConfig();
     await ensureDatabase(config);

@@ -14,10 +14,17 @@ const PROGRESS_DDL = `CREATE TABLE IF NOT EXISTS migration_progress (
   name VARCHAR(255) NOT NULL PRIMARY KEY,
   steps INT UNSIGNED NOT NULL,
   in_doubt TINYINT(1) NOT NULL DEFAULT 0,
-  digest CHAR(64) NULL
+  digest CHAR(64) NULL,
+  doubt_digest CHAR(64) NULL
 ) ENGINE=InnoDB`;
-/** The table as the first version of this file made it had no digest (such a row is resumed by position alone). */
-const ADD_DIGEST = 'ALTER TABLE migration_progress ADD COLUMN digest CHAR(64) NULL';
+/**
+ * Columns the first versions of this file did not make: a row without a digest is resumed by
+ * position alone, one without doubt_digest takes its statement in doubt as unedited.
+ */
+const ADD_COLUMNS = [
+  'ALTER TABLE migration_progress ADD COLUMN digest CHAR(64) NULL',
+  'ALTER TABLE migration_progress ADD COLUMN doubt_digest CHAR(64) NULL',
+];
 const ER_DUP_FIELDNAME = 1060;
 
 /** What a DDL statement that already took effect answers when it is sent again. */
@@ -92,8 +99,9 @@ const fold = (digest: string, sql: string, params?: unknown[]) =>
  * stop can fall between it and its count. Such a DDL is marked in doubt before it is sent, and the
  * mark cleared with its count, or when the server refuses it (DDL is atomic on MariaDB 10.6+ and
  * MySQL 8: refused is not applied). Only a statement still in doubt on the next run, the first one
- * not counted, may answer "already applied" (ALREADY_APPLIED), which then counts as done; a real
- * error (a column a drifted schema lacks) fails every run alike. The counted ones are skipped, once
+ * not counted, may answer "already applied" (ALREADY_APPLIED), which then counts as done if its
+ * text is the one that was in doubt (an edited one is refused: the answer may be the old text's);
+ * a real error (a column a drifted schema lacks) fails every run alike. The counted ones are skipped, once
  * their digest shows they are the statements that ran: a migration edited before the statement it
  * stopped at (a fix of the failing statement itself is fine) is refused rather than resumed at a
  * position that now means something else. The count is dropped in the transaction that records the
@@ -104,13 +112,15 @@ export function resumable<M extends MigrationInterface>(Migration: new () => M):
     override async up(q: QueryRunner): Promise<void> {
       const name = this.name ?? Migration.name;
       await q.query(PROGRESS_DDL);
-      await q.query(ADD_DIGEST).catch((err: unknown) => {
-        if (errnoOf(err) !== ER_DUP_FIELDNAME) throw err;
-      });
-      const [row] = (await q.query('SELECT steps, in_doubt, digest FROM migration_progress WHERE name = ?', [name])) as {
+      for (const ddl of ADD_COLUMNS)
+        await q.query(ddl).catch((err: unknown) => {
+          if (errnoOf(err) !== ER_DUP_FIELDNAME) throw err;
+        });
+      const [row] = (await q.query('SELECT steps, in_doubt, digest, doubt_digest FROM migration_progress WHERE name = ?', [name])) as {
         steps: number;
         in_doubt: number;
         digest: string | null;
+        doubt_digest: string | null;
       }[];
       const done = row ? Number(row.steps) : 0;
       if (!row) await q.query('INSERT INTO migration_progress (name, steps) VALUES (?, 0)', [name]);
@@ -141,18 +151,28 @@ export function resumable<M extends MigrationInterface>(Migration: new () => M):
           await q.query('COMMIT');
           return result;
         }
+        const inDoubt = row !== undefined && Number(row.in_doubt) === 1 && current === done;
+        // An earlier run's doubt is about that run's text: it stays until that text is run again.
+        const doubted = inDoubt && row.doubt_digest !== null ? row.doubt_digest : digest;
         // Outside a DML step the session is in autocommit: the mark is committed before the DDL is sent.
-        await q.query('UPDATE migration_progress SET in_doubt = 1 WHERE name = ?', [name]);
+        await q.query('UPDATE migration_progress SET in_doubt = 1, doubt_digest = ? WHERE name = ?', [doubted, name]);
         let result: unknown = [];
         try {
           result = await q.query(sql, params);
         } catch (err) {
-          const inDoubt = row && Number(row.in_doubt) === 1 && current === done;
           if (!(inDoubt && ALREADY_APPLIED.has(errnoOf(err) ?? 0))) {
             // Refused by the server, so not applied; a lost connection leaves the mark.
-            if (!isDatabaseOutage(err)) await q.query('UPDATE migration_progress SET in_doubt = 0 WHERE name = ?', [name]);
+            if (!isDatabaseOutage(err) && doubted === digest)
+              await q.query('UPDATE migration_progress SET in_doubt = 0 WHERE name = ?', [name]);
             throw err;
           }
+          // "Already applied" may be the doing of the text that was in doubt, not of an edit of it (a column's type changed, say).
+          if (doubted !== digest)
+            throw new Error(
+              `Migration ${name} lost its connection while sending its statement ${current + 1}, which has been edited since; the server answers the new text with "${(err as Error).message}", which may be the old text's doing. ` +
+                `Undo by hand what the old statement did, if it did anything, and run the migrations again: the new text then runs.`,
+              { cause: err },
+            );
         }
         await count();
         return result;
