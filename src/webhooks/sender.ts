@@ -6,7 +6,7 @@ import { counter, gauge } from '../common/metrics.js';
 import { type AppConfig, parseAllowedHosts, retryDelays } from '../config/app-config.js';
 import { execute, type TransactionService } from '../database/transaction.service.js';
 import { eventId } from './events.js';
-import { guardedLookup, hostAllowed, refusedAddress } from './url-policy.js';
+import { ADDRESS_REFUSED, guardedLookup, hostAllowed, refusedAddress } from './url-policy.js';
 import { type EndpointRow, enabledEndpoints } from './webhook.store.js';
 
 const delivered = counter('webhook_events_delivered_total', 'Deliveries answered 2xx', []);
@@ -176,7 +176,11 @@ export class Sender {
     } catch (err) {
       if (signal.aborted) return null;
       const e = err as Error & { code?: string };
-      const error = timedOut ? `no answer within ${this.config.WEBHOOK_TIMEOUT_MS} ms` : (e.code ?? e.message);
+      const error = timedOut
+        ? `no answer within ${this.config.WEBHOOK_TIMEOUT_MS} ms`
+        : e.code === ADDRESS_REFUSED
+          ? e.message
+          : (e.code ?? e.message);
       return outcome(null, error.slice(0, 255));
     } finally {
       clearTimeout(timer);

@@ -48,6 +48,9 @@ export function refusedAddress(address: string): string | null {
   return refusedIp(ipaddr.process(literal));
 }
 
+/** The code of guardedLookup's refusal: its message, which names the address and why, is the one recorded. */
+export const ADDRESS_REFUSED = 'EADDRNOTALLOWED';
+
 /**
  * dns.lookup for the delivery connections, refusing a name that resolves to an address
  * refusedAddress() names (any of its addresses), at each connection: a name checked when the
@@ -60,7 +63,7 @@ export const guardedLookup: LookupFunction = (hostname, options, callback) => {
       const why = refusedAddress(a.address);
       if (why) {
         const refused = Object.assign(new Error(`${hostname} resolves to ${a.address}, ${why}, where no webhook is delivered`), {
-          code: 'EADDRNOTALLOWED',
+          code: ADDRESS_REFUSED,
         });
         return callback(refused, '', 0);
       }

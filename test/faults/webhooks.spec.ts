@@ -145,3 +145,65 @@ describe('webhooks under kill -9 and with three instances', () => {
     expect(await leaders(servers)).toHaveLength(1);
   });
 });
+
+describe('webhook deliveries to a host name', () => {
+  let fdb: FaultDatabase;
+  let server: Server;
+  let rx: WebhookReceiver;
+  beforeAll(async () => {
+    await buildServer();
+    rx = await new WebhookReceiver().start();
+    fdb = await createFaultDatabase();
+    server = await startServer({
+      dbName: fdb.name,
+      env: {
+        WEBHOOK_RELAY_ENABLED: 'true',
+        WEBHOOK_POLL_MS: '50',
+        WEBHOOK_RETRY_DELAYS: '1',
+        NODE_OPTIONS: `--import=${new URL('./support/fake-dns.mjs', import.meta.url).href}`,
+        FAKE_DNS: 'receiver.test=127.0.0.1,metadata.test=169.254.169.254',
+      },
+    });
+  });
+  afterAll(async () => {
+    await server?.stop();
+    await fdb?.close();
+    await rx?.close();
+  });
+
+  it('are connected only where the name resolves to no refused address, looked up at each connection', async () => {
+    const port = new URL(rx.url).port;
+    const hook = async (host: string) => {
+      const res = await call(server.url, 'POST', '/admin/webhooks', { token: adminToken(), body: { url: `http://${host}:${port}/hook` } });
+      expect(res.status).toBe(201);
+      return res.body as { id: string; secret: string };
+    };
+    const receiver = await hook('receiver.test');
+    rx.secret = receiver.secret;
+    const metadata = await hook('metadata.test');
+    const coupon = await call(server.url, 'POST', '/admin/coupons', { token: adminToken(), body: couponBody({ totalStock: 1 }) });
+    const grab = await call(server.url, 'POST', `/coupons/${coupon.body.id as string}/grab`, {
+      token: tokenFor('dns-user'),
+      headers: { 'idempotency-key': 'dns-1' },
+    });
+    expect(grab.status).toBe(201);
+    /** The endpoint's one delivery once its first attempt is written. */
+    const attempted = async (hookId: string) => {
+      for (const deadline = Date.now() + 20_000; Date.now() < deadline; await sleep(50)) {
+        const list = await call(server.url, 'GET', `/admin/webhooks/${hookId}/deliveries`, { token: adminToken() });
+        const [item] = list.body.items as { status: string; attempts: { statusCode: number | null; error: string | null }[] }[];
+        if (item?.attempts.length) return item;
+      }
+      throw new Error(`no attempt for endpoint ${hookId}`);
+    };
+    // The name only the fake DNS knows was resolved through the guarded lookup and delivered to.
+    expect(await attempted(receiver.id)).toMatchObject({ status: 'DELIVERED', attempts: [{ statusCode: 200, error: null }] });
+    expect(rx.received.map((r) => r.event.data.userCoupon.id)).toEqual([grab.body.id]);
+    const refused = await attempted(metadata.id);
+    expect(refused.attempts[0]).toMatchObject({
+      statusCode: null,
+      error: expect.stringContaining('metadata.test resolves to 169.254.169.254, a linkLocal address, where no webhook is delivered'),
+    });
+    expect(rx.badSignatures).toBe(0);
+  });
+});
