@@ -63,7 +63,7 @@ describe('a lost COMMIT with the database unreachable', () => {
   });
 });
 
-describe('tx_marker', () => {
+describe("the app's transactions (TransactionService)", () => {
   let t: TestApp;
   beforeAll(async () => {
     t = await startTestApp();
@@ -85,5 +85,17 @@ describe('tx_marker', () => {
     await t.app.get(TransactionService).onApplicationBootstrap();
     const left = (await t.db.query(`SELECT slot FROM tx_marker`)) as { slot: string }[];
     expect(left.map((r) => r.slot).sort()).toEqual(fresh.map((r) => r.slot).sort());
+  });
+
+  // Their session is READ COMMITTED (deadline-pool.ts) and they send no level of their own: this holds the two together.
+  it('are READ COMMITTED: a second read sees what another transaction committed after the first', async () => {
+    const { id } = await createCoupon(t.url, { name: 'before' });
+    const seen = await t.app.get(TransactionService).inTransaction(async (em) => {
+      const read = async () => ((await em.query('SELECT name FROM coupon WHERE id = ?', [id])) as { name: string }[])[0].name;
+      const first = await read();
+      await t.db.query('UPDATE coupon SET name = ? WHERE id = ?', ['after', id]);
+      return [first, await read()];
+    });
+    expect(seen).toEqual(['before', 'after']);
   });
 });
