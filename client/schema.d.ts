@@ -636,6 +636,28 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/admin/webhooks/{webhookId}/redeliver": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Send deliveries again: the named ones (FAILED or DELIVERED), or every FAILED one
+         * @description Each becomes PENDING and due now, for one more attempt (a failure makes it FAILED again); one already PENDING is left alone. The body may be left out. See docs/webhooks.md.
+         *
+         *     Auth: Bearer token with the role `admin`.
+         */
+        post: operations["WebhookController_redeliver"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/admin/coupons/{couponId}/issuances": {
         parameters: {
             query?: never;
@@ -1119,6 +1141,14 @@ export interface components {
             items: components["schemas"]["DeliveryView"][];
             nextCursor: string | null;
         };
+        RedeliverDto: {
+            /** @description Deliveries of this endpoint to send again, FAILED or DELIVERED; when left out (or with no body), every FAILED one */
+            deliveryIds?: string[];
+        };
+        RedeliveryView: {
+            /** @description Deliveries made PENDING again, due now (those already PENDING are not counted) */
+            redelivered: number;
+        };
         JsonIssuanceDto: {
             /**
              * @description User ids; ones that are not 1-64 of [A-Za-z0-9_.:-] are skipped as INVALID_USER_ID, repeats as DUPLICATE
@@ -1185,7 +1215,7 @@ export interface components {
         /** @description Every error answer. `code` is stable; `message` is for people; `details` names what was wrong. */
         Error: {
             /** @enum {string} */
-            code: "VALIDATION_FAILED" | "UNAUTHENTICATED" | "FORBIDDEN" | "NOT_FOUND" | "COUPON_NOT_FOUND" | "USER_COUPON_NOT_FOUND" | "GRAB_NOT_FOUND" | "REDEMPTION_NOT_FOUND" | "RUN_NOT_FOUND" | "COMPENSATION_NOT_FOUND" | "WEBHOOK_NOT_FOUND" | "HOLD_NOT_FOUND" | "ISSUANCE_JOB_NOT_FOUND" | "REQUEST_TIMEOUT" | "GRAB_NOT_STARTED" | "GRAB_ENDED" | "COUPON_PAUSED" | "SOLD_OUT" | "USER_LIMIT_REACHED" | "IDEMPOTENCY_IN_PROGRESS" | "INSUFFICIENT_STOCK" | "ILLEGAL_TRANSITION" | "STATUS_CONFLICT" | "COUPON_ALREADY_USED" | "COUPON_EXPIRED" | "COUPON_VOID" | "COUPON_NOT_YET_VALID" | "REFUND_RETURN_DISABLED" | "NOT_REDEEMED" | "RECONCILIATION_RUNNING" | "COMPENSATION_ALREADY_DECIDED" | "COUPON_LOCKED" | "HOLD_EXPIRED" | "HOLD_RELEASED" | "HOLD_ALREADY_CONFIRMED" | "ORDER_HAS_COUPON" | "ORDER_REFUNDED" | "ISSUANCE_JOB_FINISHED" | "PAYLOAD_TOO_LARGE" | "UNSUPPORTED_MEDIA_TYPE" | "HEADERS_TOO_LARGE" | "IDEMPOTENCY_KEY_REUSED" | "THRESHOLD_NOT_MET" | "WEBHOOK_URL_NOT_ALLOWED" | "HOLD_MISMATCH" | "ORDER_AMOUNT_MISMATCH" | "RATE_LIMITED" | "INTERNAL" | "SERVICE_UNAVAILABLE" | "OUTCOME_UNKNOWN";
+            code: "VALIDATION_FAILED" | "UNAUTHENTICATED" | "FORBIDDEN" | "NOT_FOUND" | "COUPON_NOT_FOUND" | "USER_COUPON_NOT_FOUND" | "GRAB_NOT_FOUND" | "REDEMPTION_NOT_FOUND" | "RUN_NOT_FOUND" | "COMPENSATION_NOT_FOUND" | "WEBHOOK_NOT_FOUND" | "WEBHOOK_DELIVERY_NOT_FOUND" | "HOLD_NOT_FOUND" | "ISSUANCE_JOB_NOT_FOUND" | "REQUEST_TIMEOUT" | "GRAB_NOT_STARTED" | "GRAB_ENDED" | "COUPON_PAUSED" | "SOLD_OUT" | "USER_LIMIT_REACHED" | "IDEMPOTENCY_IN_PROGRESS" | "INSUFFICIENT_STOCK" | "ILLEGAL_TRANSITION" | "STATUS_CONFLICT" | "COUPON_ALREADY_USED" | "COUPON_EXPIRED" | "COUPON_VOID" | "COUPON_NOT_YET_VALID" | "REFUND_RETURN_DISABLED" | "NOT_REDEEMED" | "RECONCILIATION_RUNNING" | "COMPENSATION_ALREADY_DECIDED" | "COUPON_LOCKED" | "HOLD_EXPIRED" | "HOLD_RELEASED" | "HOLD_ALREADY_CONFIRMED" | "ORDER_HAS_COUPON" | "ORDER_REFUNDED" | "ISSUANCE_JOB_FINISHED" | "PAYLOAD_TOO_LARGE" | "UNSUPPORTED_MEDIA_TYPE" | "HEADERS_TOO_LARGE" | "IDEMPOTENCY_KEY_REUSED" | "THRESHOLD_NOT_MET" | "WEBHOOK_URL_NOT_ALLOWED" | "HOLD_MISMATCH" | "ORDER_AMOUNT_MISMATCH" | "RATE_LIMITED" | "INTERNAL" | "SERVICE_UNAVAILABLE" | "OUTCOME_UNKNOWN";
             message: string;
             /** @description e.g. `fields` for VALIDATION_FAILED */
             details?: {
@@ -8771,6 +8801,241 @@ export interface operations {
                     "application/json": components["schemas"]["Error"] & {
                         /** @enum {string} */
                         code?: "SERVICE_UNAVAILABLE";
+                    };
+                };
+            };
+        };
+    };
+    WebhookController_redeliver: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                webhookId: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: {
+            content: {
+                /**
+                 * @example {
+                 *       "deliveryIds": [
+                 *         "1024"
+                 *       ]
+                 *     }
+                 */
+                "application/json": components["schemas"]["RedeliverDto"];
+            };
+        };
+        responses: {
+            /** @description How many were made PENDING again */
+            200: {
+                headers: {
+                    /** @description The request's id: the client's `X-Request-Id` when it is 1-128 of [A-Za-z0-9._:-], else a generated UUID */
+                    "x-request-id": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["RedeliveryView"];
+                };
+            };
+            /** @description VALIDATION_FAILED */
+            400: {
+                headers: {
+                    /** @description The request's id: the client's `X-Request-Id` when it is 1-128 of [A-Za-z0-9._:-], else a generated UUID */
+                    "x-request-id": string;
+                    /** @description The language of `message` when it is not English: the request's Accept-Language chose it (zh-CN, zh, zh-TW all give zh-CN) */
+                    "Content-Language"?: "zh-CN";
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "code": "VALIDATION_FAILED",
+                     *       "message": "validation failed"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"] & {
+                        /** @enum {string} */
+                        code?: "VALIDATION_FAILED";
+                    };
+                };
+            };
+            /** @description UNAUTHENTICATED */
+            401: {
+                headers: {
+                    /** @description The request's id: the client's `X-Request-Id` when it is 1-128 of [A-Za-z0-9._:-], else a generated UUID */
+                    "x-request-id": string;
+                    /** @description The language of `message` when it is not English: the request's Accept-Language chose it (zh-CN, zh, zh-TW all give zh-CN) */
+                    "Content-Language"?: "zh-CN";
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "code": "UNAUTHENTICATED",
+                     *       "message": "unauthenticated"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"] & {
+                        /** @enum {string} */
+                        code?: "UNAUTHENTICATED";
+                    };
+                };
+            };
+            /** @description FORBIDDEN */
+            403: {
+                headers: {
+                    /** @description The request's id: the client's `X-Request-Id` when it is 1-128 of [A-Za-z0-9._:-], else a generated UUID */
+                    "x-request-id": string;
+                    /** @description The language of `message` when it is not English: the request's Accept-Language chose it (zh-CN, zh, zh-TW all give zh-CN) */
+                    "Content-Language"?: "zh-CN";
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "code": "FORBIDDEN",
+                     *       "message": "forbidden"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"] & {
+                        /** @enum {string} */
+                        code?: "FORBIDDEN";
+                    };
+                };
+            };
+            /** @description WEBHOOK_NOT_FOUND, WEBHOOK_DELIVERY_NOT_FOUND */
+            404: {
+                headers: {
+                    /** @description The request's id: the client's `X-Request-Id` when it is 1-128 of [A-Za-z0-9._:-], else a generated UUID */
+                    "x-request-id": string;
+                    /** @description The language of `message` when it is not English: the request's Accept-Language chose it (zh-CN, zh, zh-TW all give zh-CN) */
+                    "Content-Language"?: "zh-CN";
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "code": "WEBHOOK_NOT_FOUND",
+                     *       "message": "webhook not found"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"] & {
+                        /** @enum {string} */
+                        code?: "WEBHOOK_NOT_FOUND" | "WEBHOOK_DELIVERY_NOT_FOUND";
+                    };
+                };
+            };
+            /** @description REQUEST_TIMEOUT */
+            408: {
+                headers: {
+                    /** @description The request's id: the client's `X-Request-Id` when it is 1-128 of [A-Za-z0-9._:-], else a generated UUID */
+                    "x-request-id": string;
+                    /** @description The language of `message` when it is not English: the request's Accept-Language chose it (zh-CN, zh, zh-TW all give zh-CN) */
+                    "Content-Language"?: "zh-CN";
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "code": "REQUEST_TIMEOUT",
+                     *       "message": "request timeout"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"] & {
+                        /** @enum {string} */
+                        code?: "REQUEST_TIMEOUT";
+                    };
+                };
+            };
+            /** @description PAYLOAD_TOO_LARGE */
+            413: {
+                headers: {
+                    /** @description The request's id: the client's `X-Request-Id` when it is 1-128 of [A-Za-z0-9._:-], else a generated UUID */
+                    "x-request-id": string;
+                    /** @description The language of `message` when it is not English: the request's Accept-Language chose it (zh-CN, zh, zh-TW all give zh-CN) */
+                    "Content-Language"?: "zh-CN";
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "code": "PAYLOAD_TOO_LARGE",
+                     *       "message": "payload too large"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"] & {
+                        /** @enum {string} */
+                        code?: "PAYLOAD_TOO_LARGE";
+                    };
+                };
+            };
+            /** @description UNSUPPORTED_MEDIA_TYPE */
+            415: {
+                headers: {
+                    /** @description The request's id: the client's `X-Request-Id` when it is 1-128 of [A-Za-z0-9._:-], else a generated UUID */
+                    "x-request-id": string;
+                    /** @description The language of `message` when it is not English: the request's Accept-Language chose it (zh-CN, zh, zh-TW all give zh-CN) */
+                    "Content-Language"?: "zh-CN";
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "code": "UNSUPPORTED_MEDIA_TYPE",
+                     *       "message": "unsupported media type"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"] & {
+                        /** @enum {string} */
+                        code?: "UNSUPPORTED_MEDIA_TYPE";
+                    };
+                };
+            };
+            /** @description HEADERS_TOO_LARGE */
+            431: {
+                headers: {
+                    /** @description The request's id: the client's `X-Request-Id` when it is 1-128 of [A-Za-z0-9._:-], else a generated UUID */
+                    "x-request-id": string;
+                    /** @description The language of `message` when it is not English: the request's Accept-Language chose it (zh-CN, zh, zh-TW all give zh-CN) */
+                    "Content-Language"?: "zh-CN";
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "code": "HEADERS_TOO_LARGE",
+                     *       "message": "headers too large"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"] & {
+                        /** @enum {string} */
+                        code?: "HEADERS_TOO_LARGE";
+                    };
+                };
+            };
+            /** @description SERVICE_UNAVAILABLE, OUTCOME_UNKNOWN */
+            503: {
+                headers: {
+                    /** @description The request's id: the client's `X-Request-Id` when it is 1-128 of [A-Za-z0-9._:-], else a generated UUID */
+                    "x-request-id": string;
+                    /** @description Seconds to wait before retrying */
+                    "Retry-After"?: string;
+                    /** @description The language of `message` when it is not English: the request's Accept-Language chose it (zh-CN, zh, zh-TW all give zh-CN) */
+                    "Content-Language"?: "zh-CN";
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "code": "SERVICE_UNAVAILABLE",
+                     *       "message": "service unavailable"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"] & {
+                        /** @enum {string} */
+                        code?: "SERVICE_UNAVAILABLE" | "OUTCOME_UNKNOWN";
                     };
                 };
             };

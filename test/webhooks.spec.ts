@@ -555,6 +555,94 @@ describe('webhooks', () => {
     await dead.close();
   });
 
+  it('sends deliveries again on request, every FAILED one or named ones (also DELIVERED), one more attempt each under the first webhook-id', async () => {
+    const back = await new WebhookReceiver().start();
+    back.answer = () => 500;
+    const hook = await createHook(back.url, { events: ['user_coupon.issued'] });
+    back.secret = hook.secret;
+    const coupon = await createCoupon(t.url);
+    const ucs = [await grab(coupon.id, 'wh-again-1'), await grab(coupon.id, 'wh-again-2')];
+    const items = async (query = '') => (await deliveries(hook.id, query)).items as { id: string; userCouponId: string; status: string }[];
+    for (const until = Date.now() + 20_000; (await items('?status=FAILED')).length < 2 && Date.now() < until;) await sleep(200);
+    const failed = await items('?status=FAILED');
+    expect(failed.map((d) => d.userCouponId).sort()).toEqual([...ucs].sort());
+    const firstIds = new Map(back.received.map((r) => [r.event.data.userCoupon.id, r.webhookId]));
+    const redeliver = (body?: object) => {
+      const req = request(t.url).post(`/admin/webhooks/${hook.id}/redeliver`).set(admin());
+      return body === undefined ? req : req.send(body);
+    };
+
+    // The receiver is back, the endpoint was disabled by the failures: sent again, they wait for it to be enabled.
+    back.answer = () => 200;
+    const all = await redeliver();
+    expect([all.status, all.body]).toEqual([200, { redelivered: 2 }]);
+    expect((await items()).map((d) => d.status)).toEqual(['PENDING', 'PENDING']);
+    expect((await redeliver()).body).toEqual({ redelivered: 0 });
+    await sleep(300);
+    expect(back.accepted).toHaveLength(0);
+    await request(t.url).patch(`/admin/webhooks/${hook.id}`).set(admin()).send({ enabled: true });
+    await back.waitFor(() => back.accepted.length === 2);
+    expect(back.accepted.map((r) => [r.event.data.userCoupon.id, r.webhookId]).sort()).toEqual([...firstIds].sort());
+    for (const until = Date.now() + 5_000; (await items('?status=DELIVERED')).length < 2 && Date.now() < until;) await sleep(50);
+    expect(await items('?status=DELIVERED')).toEqual(
+      expect.arrayContaining(ucs.map((userCouponId) => expect.objectContaining({ userCouponId, attemptCount: 5, lastStatusCode: 200 }))),
+    );
+
+    // A receiver that lost what it was sent gets the named delivery once more.
+    const named = await redeliver({ deliveryIds: [failed[0].id] });
+    expect([named.status, named.body]).toEqual([200, { redelivered: 1 }]);
+    await back.waitFor(() => back.accepted.length === 3);
+    expect(back.accepted[2].webhookId).toBe(firstIds.get(failed[0].userCouponId));
+
+    const missing = await redeliver({ deliveryIds: [failed[1].id, '999999999'] });
+    expect([missing.status, missing.body.code, missing.body.details]).toEqual([
+      404,
+      'WEBHOOK_DELIVERY_NOT_FOUND',
+      { webhookId: hook.id, deliveryIds: ['999999999'] },
+    ]);
+    for (const body of [{ deliveryIds: [] }, { deliveryIds: ['x'] }, { deliveryIds: ['1', '1'] }, { deliveryIds: '1' }, { other: 1 }]) {
+      const bad = await redeliver(body);
+      expect([JSON.stringify(body), bad.status, bad.body.code]).toEqual([JSON.stringify(body), 400, 'VALIDATION_FAILED']);
+    }
+    const unknown = await request(t.url).post('/admin/webhooks/999999999/redeliver').set(admin());
+    expect([unknown.status, unknown.body.code]).toEqual([404, 'WEBHOOK_NOT_FOUND']);
+    await sleep(300);
+    expect(back.accepted).toHaveLength(3);
+    await request(t.url).delete(`/admin/webhooks/${hook.id}`).set(admin());
+    expect(back.badSignatures).toBe(0);
+    await back.close();
+  });
+
+  it('sends every FAILED delivery of an endpoint again in batches of 1,000, each counted once', async () => {
+    const hook = await createHook('http://127.0.0.1:9/never', { events: ['user_coupon.issued'] });
+    // Disabled, so that the relay leaves them PENDING while they are counted.
+    await request(t.url).patch(`/admin/webhooks/${hook.id}`).set(admin()).send({ enabled: false });
+    const n = 2_500;
+    const rows = Array.from({ length: n }, (_, i) => [
+      hook.id,
+      i + 1,
+      i + 1,
+      'user_coupon.issued',
+      '{}',
+      new Date(),
+      'FAILED',
+      12,
+      new Date(),
+    ]);
+    await t.db.query(
+      `INSERT INTO webhook_delivery (endpoint_id, log_id, user_coupon_id, event_type, payload, event_at, status, attempts, created_at) VALUES ?`,
+      [rows],
+    );
+    const res = await request(t.url).post(`/admin/webhooks/${hook.id}/redeliver`).set(admin()).send({});
+    expect([res.status, res.body]).toEqual([200, { redelivered: n }]);
+    const [{ pending }] = (await t.db.query(
+      `SELECT COUNT(*) AS pending FROM webhook_delivery WHERE endpoint_id = ? AND status = 'PENDING' AND next_attempt_at IS NOT NULL`,
+      [hook.id],
+    )) as { pending: string }[];
+    expect(Number(pending)).toBe(n);
+    await request(t.url).delete(`/admin/webhooks/${hook.id}`).set(admin());
+  });
+
   it('an endpoint write that fails after its deliveries committed is done again alone: nothing counted twice or lost, no attempt written twice', async () => {
     const dead = await new WebhookReceiver().start();
     dead.answer = () => 500;

@@ -21,6 +21,7 @@ const ZH_CN: Record<ErrorCode, string> = {
   COMPENSATION_NOT_FOUND: '没有找到这条补偿建议',
   HOLD_NOT_FOUND: '没有找到这笔订单对这张券的锁定',
   WEBHOOK_NOT_FOUND: '没有找到这个 Webhook',
+  WEBHOOK_DELIVERY_NOT_FOUND: '这个 Webhook 没有这次投递',
   ISSUANCE_JOB_NOT_FOUND: '没有找到这个批量发券任务',
   REQUEST_TIMEOUT: '请求超时，请重试',
   GRAB_NOT_STARTED: '活动还没开始，请稍后再来',

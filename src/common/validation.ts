@@ -1,3 +1,4 @@
+import type { Type as ClassType } from '@nestjs/common';
 import {
   applyDecorators,
   ArgumentMetadata,
@@ -102,6 +103,24 @@ export class StrictValidationPipe extends ValidationPipe {
       }
     }
     return super.transform(value, metadata);
+  }
+}
+
+/**
+ * A body that may be absent: a POST with no body gets the DTO's defaults, anything sent is
+ * validated as strictly as every other body, so a JSON `null` is 400 `body` as on any other route
+ * (it is a body, not the absence of one). (The global pipe requires a body for DTO-typed
+ * parameters, so the handler types its parameter with an interface and lets this pipe do the work.)
+ */
+@Injectable()
+export class OptionalBodyPipe<T extends object> implements PipeTransform<unknown, Promise<T>> {
+  private readonly strict = new StrictValidationPipe();
+
+  constructor(private readonly dto: ClassType<T>) {}
+
+  async transform(value: unknown, metadata: ArgumentMetadata): Promise<T> {
+    if (value === undefined) return new this.dto();
+    return (await this.strict.transform(value, { ...metadata, metatype: this.dto })) as T;
   }
 }
 

@@ -401,6 +401,15 @@ export const ROUTES: Record<string, RouteContract> = {
     ok: { 200: { schema: 'DeliveryPage', description: 'One page' } },
     errors: ['WEBHOOK_NOT_FOUND'],
   },
+  'POST /admin/webhooks/{webhookId}/redeliver': {
+    summary: 'Send deliveries again: the named ones (FAILED or DELIVERED), or every FAILED one',
+    description:
+      'Each becomes PENDING and due now, for one more attempt (a failure makes it FAILED again); one already PENDING is left alone. The body may be left out. See docs/webhooks.md.',
+    auth: ['admin'],
+    ok: { 200: { schema: 'RedeliveryView', description: 'How many were made PENDING again' } },
+    errors: ['WEBHOOK_NOT_FOUND', 'WEBHOOK_DELIVERY_NOT_FOUND'],
+    requestExample: { deliveryIds: ['1024'] },
+  },
   'GET /health': {
     summary: 'Whether the database answers',
     auth: 'public',

@@ -2,10 +2,10 @@ import { Body, Controller, Get, HttpCode, Param, Post, Query } from '@nestjs/com
 import { ApiBearerAuth, ApiBody, ApiTags } from '@nestjs/swagger';
 import { CurrentUser, RequireRoles } from '../auth/principal.js';
 import type { Principal } from '../auth/principal.js';
-import { IdPipe } from '../common/validation.js';
+import { IdPipe, OptionalBodyPipe } from '../common/validation.js';
 import type { RunMode } from './reconciliation-run.entity.js';
 import { PageQuery, DEFAULT_PAGE_LIMIT } from '../common/page.js';
-import { OptionalBodyPipe, StartRunDto } from './reconciliation.dto.js';
+import { StartRunDto } from './reconciliation.dto.js';
 import { ReconciliationService } from './reconciliation.service.js';
 
 interface StartRunBody {

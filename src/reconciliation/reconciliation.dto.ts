@@ -1,8 +1,6 @@
-import { Injectable } from '@nestjs/common';
-import type { ArgumentMetadata, PipeTransform, Type as ClassType } from '@nestjs/common';
 import { ApiProperty, ApiPropertyOptional } from '@nestjs/swagger';
 import { IsIn, IsString } from 'class-validator';
-import { IsId, IsOmittable, StrictValidationPipe, TextLength } from '../common/validation.js';
+import { IsId, IsOmittable, TextLength } from '../common/validation.js';
 import { PageQuery } from '../common/page.js';
 import { COMPENSATION_STATUSES } from './compensation.entity.js';
 import type { CompensationStatus } from './compensation.entity.js';
@@ -37,22 +35,4 @@ export class DecisionDto {
   @IsString()
   @TextLength(1, 500)
   reason!: string;
-}
-
-/**
- * A body that may be absent: a POST with no body gets the DTO's defaults, anything sent is
- * validated as strictly as every other body, so a JSON `null` is 400 `body` as on any other route
- * (it is a body, not the absence of one). (The global pipe requires a body for DTO-typed
- * parameters, so the handler types its parameter with an interface and lets this pipe do the work.)
- */
-@Injectable()
-export class OptionalBodyPipe<T extends object> implements PipeTransform<unknown, Promise<T>> {
-  private readonly strict = new StrictValidationPipe();
-
-  constructor(private readonly dto: ClassType<T>) {}
-
-  async transform(value: unknown, metadata: ArgumentMetadata): Promise<T> {
-    if (value === undefined) return new this.dto();
-    return (await this.strict.transform(value, { ...metadata, metatype: this.dto })) as T;
-  }
 }

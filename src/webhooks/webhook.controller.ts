@@ -1,6 +1,7 @@
 import { Body, Controller, Delete, Get, HttpCode, Param, Patch, Post, Query } from '@nestjs/common';
 import {
   ApiBearerAuth,
+  ApiBody,
   ApiCreatedResponse,
   ApiNoContentResponse,
   ApiNotFoundResponse,
@@ -9,8 +10,17 @@ import {
   ApiUnprocessableEntityResponse,
 } from '@nestjs/swagger';
 import { RequireRoles } from '../auth/principal.js';
-import { IdPipe } from '../common/validation.js';
-import { CreatedWebhookView, CreateWebhookDto, DeliveryPage, ListDeliveriesQuery, UpdateWebhookDto, WebhookView } from './webhook.dto.js';
+import { IdPipe, OptionalBodyPipe } from '../common/validation.js';
+import {
+  CreatedWebhookView,
+  CreateWebhookDto,
+  DeliveryPage,
+  ListDeliveriesQuery,
+  RedeliverDto,
+  RedeliveryView,
+  UpdateWebhookDto,
+  WebhookView,
+} from './webhook.dto.js';
 import { WebhookService } from './webhook.service.js';
 
 @ApiTags('admin')
@@ -62,5 +72,17 @@ export class WebhookController {
   @ApiNotFoundResponse({ description: 'WEBHOOK_NOT_FOUND' })
   deliveries(@Param('webhookId', IdPipe) id: string, @Query() q: ListDeliveriesQuery): Promise<DeliveryPage> {
     return this.webhooks.deliveries(id, q);
+  }
+
+  @Post(':webhookId/redeliver')
+  @HttpCode(200)
+  @ApiBody({ type: RedeliverDto, required: false })
+  @ApiOkResponse({ type: RedeliveryView })
+  @ApiNotFoundResponse({ description: 'WEBHOOK_NOT_FOUND, WEBHOOK_DELIVERY_NOT_FOUND' })
+  redeliver(
+    @Param('webhookId', IdPipe) id: string,
+    @Body(new OptionalBodyPipe(RedeliverDto)) body: { deliveryIds?: string[] },
+  ): Promise<RedeliveryView> {
+    return this.webhooks.redeliver(id, body);
   }
 }

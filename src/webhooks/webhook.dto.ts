@@ -1,7 +1,7 @@
 import { applyDecorators } from '@nestjs/common';
 import { ApiProperty, ApiPropertyOptional } from '@nestjs/swagger';
-import { ArrayMaxSize, ArrayMinSize, ArrayUnique, IsArray, IsBoolean, IsIn } from 'class-validator';
-import { IsOmittable, TextLength } from '../common/validation.js';
+import { ArrayMaxSize, ArrayMinSize, ArrayUnique, IsArray, IsBoolean, IsIn, IsString, Matches } from 'class-validator';
+import { ID_PATTERN, IsOmittable, TextLength } from '../common/validation.js';
 import { PageQuery } from '../common/page.js';
 import { EVENT_TYPES, type EventType } from './events.js';
 import { URL_MAX_LENGTH } from './url-policy.js';
@@ -111,4 +111,31 @@ export class DeliveryView {
 export class DeliveryPage {
   @ApiProperty({ type: [DeliveryView] }) items!: DeliveryView[];
   @ApiProperty({ nullable: true, type: String }) nextCursor!: string | null;
+}
+
+/** Most deliveries one redelivery request may name. */
+export const REDELIVER_MAX_IDS = 100;
+
+export class RedeliverDto {
+  @ApiPropertyOptional({
+    type: [String],
+    minItems: 1,
+    maxItems: REDELIVER_MAX_IDS,
+    uniqueItems: true,
+    items: { type: 'string', pattern: ID_PATTERN.source },
+    description: 'Deliveries of this endpoint to send again, FAILED or DELIVERED; when left out (or with no body), every FAILED one',
+  })
+  @IsOmittable()
+  @IsArray()
+  @ArrayMinSize(1)
+  @ArrayMaxSize(REDELIVER_MAX_IDS)
+  @ArrayUnique()
+  @IsString({ each: true })
+  @Matches(ID_PATTERN, { each: true, message: 'each of deliveryIds must be a positive integer id' })
+  deliveryIds?: string[];
+}
+
+export class RedeliveryView {
+  @ApiProperty({ description: 'Deliveries made PENDING again, due now (those already PENDING are not counted)' })
+  redelivered!: number;
 }

@@ -1,6 +1,6 @@
 import { randomBytes } from 'node:crypto';
 import { Injectable } from '@nestjs/common';
-import { DataSource } from 'typeorm';
+import { DataSource, EntityManager } from 'typeorm';
 import { AppError } from '../common/errors.js';
 import { DEFAULT_PAGE_LIMIT } from '../common/page.js';
 import { AppConfig, parseAllowedHosts } from '../config/app-config.js';
@@ -13,10 +13,15 @@ import type {
   CreateWebhookDto,
   DeliveryPage,
   ListDeliveriesQuery,
+  RedeliverDto,
+  RedeliveryView,
   UpdateWebhookDto,
   WebhookView,
 } from './webhook.dto.js';
 import { DeliveryRow, EndpointRow, findEndpoint, toWebhookView } from './webhook.store.js';
+
+/** Deliveries made due again per transaction when every FAILED one of an endpoint is sent again. */
+const REDELIVER_BATCH = 1000;
 
 const notFound = (id: string) => new AppError('WEBHOOK_NOT_FOUND', `Webhook ${id} does not exist`, { webhookId: id });
 
@@ -137,5 +142,61 @@ export class WebhookService {
       })),
       nextCursor: rows.length > limit ? String(page[page.length - 1].id) : null,
     };
+  }
+
+  /**
+   * Sends deliveries again (an operator's resend, after a receiver's outage outlasted the retries,
+   * or its bug dropped what it was sent): each becomes PENDING and due now, for one more attempt
+   * (its retries are spent; a failure makes it FAILED again). Named ones may be FAILED or DELIVERED;
+   * without names, every FAILED one goes, in batches of their own transactions. One already PENDING
+   * is on its way and left alone. Events reach the receiver under their first webhook-id, possibly
+   * after later events of the same coupon.
+   */
+  async redeliver(id: string, dto: RedeliverDto): Promise<RedeliveryView> {
+    const now = new Date();
+    const due = (em: EntityManager, ids: readonly string[]) =>
+      ids.length === 0
+        ? Promise.resolve(0)
+        : execute(
+            em,
+            `UPDATE webhook_delivery SET status = 'PENDING', next_attempt_at = ?, delivered_at = NULL
+             WHERE endpoint_id = ? AND status <> 'PENDING' AND id IN (${ids.map(() => '?').join(', ')})`,
+            [now, id, ...ids],
+          );
+    const named = dto.deliveryIds;
+    if (named) {
+      return this.tx.inTransaction(async (em) => {
+        if (!(await findEndpoint(em, id))) throw notFound(id);
+        const found = (await em.query(
+          `SELECT id FROM webhook_delivery WHERE endpoint_id = ? AND id IN (${named.map(() => '?').join(', ')}) FOR UPDATE`,
+          [id, ...named],
+        )) as { id: string }[];
+        const ours = new Set(found.map((r) => String(r.id)));
+        const missing = named.filter((d) => !ours.has(d));
+        if (missing.length > 0)
+          throw new AppError('WEBHOOK_DELIVERY_NOT_FOUND', `Webhook ${id} has no delivery ${missing.join(', ')}`, {
+            webhookId: id,
+            deliveryIds: missing,
+          });
+        return { redelivered: await due(em, named) };
+      });
+    }
+    if (!(await findEndpoint(this.dataSource, id))) throw notFound(id);
+    // By id from where the last batch ended: a delivery failing again meanwhile is not taken twice.
+    let after = '0';
+    let redelivered = 0;
+    for (;;) {
+      const batch = await this.tx.inTransaction(async (em) => {
+        const rows = (await em.query(
+          `SELECT id FROM webhook_delivery WHERE endpoint_id = ? AND status = 'FAILED' AND id > ? ORDER BY id LIMIT ? FOR UPDATE`,
+          [id, after, REDELIVER_BATCH],
+        )) as { id: string }[];
+        const ids = rows.map((r) => String(r.id));
+        return { ids, changed: await due(em, ids) };
+      });
+      redelivered += batch.changed;
+      if (batch.ids.length < REDELIVER_BATCH) return { redelivered };
+      after = batch.ids[batch.ids.length - 1];
+    }
   }
 }
