@@ -429,6 +429,25 @@ describe('admin console in a browser', () => {
     await page.keyboard.press('Escape');
   });
 
+  it('sends a delivery again from its row: the receiver gets it once more, under the same webhook-id', async () => {
+    await page.locator('[data-testid^="deliveries-"]').first().click();
+    const row = page.getByTestId('deliveries').locator('tr', { hasText: 'user_coupon.voided' });
+    await row.waitFor();
+    const before = receiver.accepted.length;
+    const voided = receiver.accepted.find((r) => r.event.type === 'user_coupon.voided');
+    await row.getByRole('button', { name: 'Send again' }).click();
+    await page.getByText('1 sent again').waitFor();
+    await receiver.waitFor(() => receiver.accepted.length === before + 1, 15_000);
+    expect(receiver.accepted[before].webhookId).toBe(voided?.webhookId);
+    // None failed: sending the failed ones again sends nothing, after a confirmation.
+    await page.getByTestId('redeliver-failed').click();
+    await page.locator('.ant-popconfirm').getByRole('button', { name: 'Send again' }).click();
+    await page.getByText('0 sent again').waitFor();
+    expect(receiver.accepted).toHaveLength(before + 1);
+    await page.locator('.ant-drawer-open .ant-drawer-close').click();
+    await page.locator('.ant-drawer-open').waitFor({ state: 'detached' });
+  });
+
   it('starts a reconciliation, shows the discrepancy and approves its compensation', async () => {
     // A lost deduction: stock says two fewer than were ever issued from it.
     await t.db.query('UPDATE coupon_stock SET stock = stock - 2 WHERE coupon_id = ?', [couponId]);

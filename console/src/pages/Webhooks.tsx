@@ -17,7 +17,7 @@ import {
   Tag,
   Typography,
 } from 'antd';
-import { DeleteOutlined, PlusOutlined, SendOutlined } from '@ant-design/icons';
+import { DeleteOutlined, PlusOutlined, RedoOutlined, SendOutlined } from '@ant-design/icons';
 import { client, ok, type CreatedWebhook, type Delivery, type Webhook } from '../api';
 import { showApiErrors } from '../apiForm';
 import { time } from '../format';
@@ -99,6 +99,7 @@ function CreateWebhook({ open, onClose, onCreated }: { open: boolean; onClose():
 
 function Deliveries({ webhook, onClose }: { webhook: Webhook | null; onClose(): void }) {
   const { t } = useI18n();
+  const { message } = App.useApp();
   const [status, setStatus] = useState<(typeof DELIVERY_FILTERS)[number]>('ALL');
   const list = usePagedList(
     async (cursor) =>
@@ -112,14 +113,36 @@ function Deliveries({ webhook, onClose }: { webhook: Webhook | null; onClose(): 
     [webhook?.id, status],
     2000,
   );
+  /** The named deliveries, or every failed one, sent again (one more attempt each). */
+  const redeliver = async (deliveryIds?: string[]) => {
+    if (!webhook) return;
+    try {
+      const { redelivered } = await ok(
+        client.POST('/admin/webhooks/{webhookId}/redeliver', {
+          params: { path: { webhookId: webhook.id } },
+          body: deliveryIds ? { deliveryIds } : {},
+        }),
+      );
+      void message.success(t('redelivered', { n: redelivered }));
+    } catch (err) {
+      void message.error((err as Error).message);
+    }
+    void list.reload();
+  };
   return (
     <Drawer title={webhook ? t('deliveriesOf', { url: webhook.url }) : ''} size={900} open={webhook !== null} onClose={onClose}>
-      <Segmented
-        value={status}
-        onChange={setStatus}
-        options={DELIVERY_FILTERS.map((f) => ({ value: f, label: f === 'ALL' ? t('all') : label(t, f) }))}
-        style={{ marginBottom: 16 }}
-      />
+      <Space wrap style={{ marginBottom: 16 }}>
+        <Segmented
+          value={status}
+          onChange={setStatus}
+          options={DELIVERY_FILTERS.map((f) => ({ value: f, label: f === 'ALL' ? t('all') : label(t, f) }))}
+        />
+        <Popconfirm title={t('redeliverFailedConfirm')} onConfirm={() => redeliver()} okText={t('redeliver')}>
+          <Button icon={<RedoOutlined />} data-testid="redeliver-failed">
+            {t('redeliverFailed')}
+          </Button>
+        </Popconfirm>
+      </Space>
       {list.error && <Alert type="error" title={list.error.message} />}
       <Table<Delivery>
         rowKey="id"
@@ -164,6 +187,17 @@ function Deliveries({ webhook, onClose }: { webhook: Webhook | null; onClose(): 
           },
           { title: t('nextAttemptAt'), dataIndex: 'nextAttemptAt', render: time },
           { title: t('deliveredAt'), dataIndex: 'deliveredAt', render: time },
+          {
+            key: 'redeliver',
+            width: 110,
+            // A pending delivery is on its way already.
+            render: (_, d) =>
+              d.status !== 'PENDING' && (
+                <Button size="small" icon={<RedoOutlined />} onClick={() => redeliver([d.id])} data-testid={`redeliver-${d.id}`}>
+                  {t('redeliver')}
+                </Button>
+              ),
+          },
         ]}
       />
       <LoadMore list={list} />
