@@ -438,6 +438,8 @@ describe('contract coverage: the answers every operation documents', () => {
         'PATCH /admin/webhooks/{webhookId}': () =>
           request(t.url).patch(`/admin/webhooks/${patchedHook}`).set(admin()).send({ enabled: false }),
         'DELETE /admin/webhooks/{webhookId}': () => request(t.url).delete(`/admin/webhooks/${deletedHook}`).set(admin()),
+        'POST /admin/webhooks/{webhookId}/redeliver': () =>
+          request(t.url).post(`/admin/webhooks/${patchedHook}/redeliver`).set(admin()).send({}),
       });
     });
 
