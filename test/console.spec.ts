@@ -334,6 +334,7 @@ describe('admin console in a browser', () => {
     await shot('03-campaign-live');
     // Pause: grabs are refused while the tag says so; resume: they go through again.
     await page.getByRole('button', { name: 'Pause' }).click();
+    await page.getByTestId('pause-confirm').click();
     await page.locator('.ant-tag', { hasText: 'Paused' }).waitFor();
     expect(await grab('paused-fan')).toBe(409);
     await page.getByRole('button', { name: 'Resume' }).click();
@@ -646,6 +647,7 @@ describe('admin console in a browser', () => {
     expect([untouched.body.initStock, untouched.body.remainingStock]).toEqual([60, 31]);
     await settle();
     await page.getByTestId('stock-submit').click();
+    await page.getByTestId('confirm-ok').click();
     // Any message under the field, then its words: a different refusal fails here naming itself.
     const refusal = page.locator('.ant-form-item-explain-error');
     await refusal.waitFor();
@@ -653,6 +655,7 @@ describe('admin console in a browser', () => {
     await page.getByTestId('stock-amount').fill('5');
     await settle();
     await page.getByTestId('stock-submit').click();
+    await page.getByTestId('confirm-ok').click();
     expect(
       await eventually(
         () => row.getByTestId('stock-bar').getAttribute('data-remaining'),
@@ -697,6 +700,78 @@ describe('admin console in a browser', () => {
     // The browser logs the answer it lost; that one error is this test's doing.
     const others = pageErrors.splice(0).filter((e) => !e.includes('net::ERR_FAILED'));
     pageErrors.push(...others);
+  });
+
+  it('asks before pausing a live sale or removing stock, naming the campaign; cancelled, nothing is sent', async () => {
+    const coupon = await createCoupon(t.url, { name: 'Asked first', totalStock: 40 });
+    const read = async () =>
+      (await request(t.url).get(`/admin/coupons/${coupon.id}`).set(bearer(adminToken()))).body as {
+        status: string;
+        remainingStock: number;
+      };
+    const changes: string[] = [];
+    const seen = (r: { method(): string; url(): string }) => {
+      if (r.method() !== 'GET' && r.url().includes(`/admin/coupons/${coupon.id}`)) changes.push(r.method());
+    };
+    page.on('request', seen);
+    try {
+      await page.goto(`${t.url}/console/campaigns/${coupon.id}#token=${adminToken()}`);
+      await page.locator('.ant-tag', { hasText: 'Running' }).waitFor();
+      await page.getByRole('button', { name: 'Pause' }).click();
+      const pauseAsked = page.locator('.ant-popconfirm', { hasText: 'Pause Asked first? Every grab is refused until it is resumed.' });
+      await pauseAsked.waitFor();
+      await pauseAsked.getByRole('button', { name: 'Cancel' }).click();
+      await pauseAsked.waitFor({ state: 'hidden' });
+      expect(changes).toEqual([]);
+      expect((await read()).status).toBe('ACTIVE');
+      await page.getByRole('button', { name: 'Pause' }).click();
+      await page.getByTestId('pause-confirm').click();
+      await page.locator('.ant-tag', { hasText: 'Paused' }).waitFor();
+      expect(changes).toEqual(['PATCH']);
+      // Resuming asks nothing.
+      await page.getByRole('button', { name: 'Resume' }).click();
+      await page.locator('.ant-tag', { hasText: 'Running' }).waitFor();
+      expect(changes).toEqual(['PATCH', 'PATCH']);
+
+      await page.getByRole('button', { name: 'Stock', exact: true }).click();
+      await settle();
+      const removing = page.locator('.ant-radio-button-wrapper-checked', { hasText: 'Remove stock' });
+      for (let i = 0; i < 5 && !(await removing.isVisible()); i++) {
+        await page.getByText('Remove stock', { exact: true }).click();
+        await removing.waitFor({ timeout: 2000 }).catch(() => undefined);
+      }
+      await page.getByTestId('stock-amount').fill('5');
+      await page.getByTestId('stock-submit').click();
+      const removeAsked = page.locator('.ant-modal-confirm', {
+        hasText: 'Remove 5 units from the stock of Asked first? They can no longer be grabbed.',
+      });
+      await removeAsked.waitFor();
+      await removeAsked.getByRole('button', { name: 'Cancel' }).click();
+      await removeAsked.waitFor({ state: 'detached' });
+      expect(changes).toEqual(['PATCH', 'PATCH']);
+      expect((await read()).remainingStock).toBe(40);
+      // Still open with what was typed, for another amount or a second thought.
+      expect(await page.getByTestId('stock-amount').inputValue()).toBe('5');
+      await page.getByTestId('stock-submit').click();
+      await page.getByTestId('confirm-ok').click();
+      await page.locator('.ant-modal').first().waitFor({ state: 'hidden' });
+      expect((await read()).remainingStock).toBe(35);
+      // Adding asks nothing.
+      await page.getByRole('button', { name: 'Stock', exact: true }).click();
+      await page.getByTestId('stock-amount').fill('3');
+      await settle();
+      await page.getByTestId('stock-submit').click();
+      expect(
+        await eventually(
+          async () => (await read()).remainingStock,
+          (n) => n === 38,
+        ),
+      ).toBe(38);
+      expect(await page.locator('.ant-modal-confirm').count()).toBe(0);
+      expect(changes).toEqual(['PATCH', 'PATCH', 'POST', 'POST']);
+    } finally {
+      page.off('request', seen);
+    }
   });
 
   it('shows a user’s coupons past the first 100 page by page, saying more exist', async () => {

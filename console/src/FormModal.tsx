@@ -1,5 +1,5 @@
 import { useEffect, useState, type ReactNode } from 'react';
-import { Alert, Form, Modal, type FormInstance } from 'antd';
+import { Alert, App, Form, Modal, type FormInstance } from 'antd';
 import { ApiError } from './api';
 import { showApiErrors } from './apiForm';
 import { useLazyIdempotencyKey } from './hooks';
@@ -19,6 +19,8 @@ export function FormModal<V extends object>(props: {
   onClose(): void;
   /** `key`: one Idempotency-Key per filled-in form, so a submit repeated after a lost answer is applied once. */
   onSubmit(values: V, key: string): Promise<void>;
+  /** The question to ask before these values are sent (cancelled, nothing is), or null when they need none. */
+  confirm?(values: V): string | null;
   children: ReactNode;
 }) {
   const { form, onClose } = props;
@@ -27,6 +29,7 @@ export function FormModal<V extends object>(props: {
   const [busy, setBusy] = useState(false);
   const key = useLazyIdempotencyKey();
   const { t } = useI18n();
+  const { modal } = App.useApp();
   // No answer at all (the server unreachable, the connection lost): not the value's fault, and the change may have been made.
   const [noAnswer, setNoAnswer] = useState(false);
   // The form's store outlives the dialog, and its values win over initialValues when the form mounts
@@ -56,6 +59,8 @@ export function FormModal<V extends object>(props: {
         initialValues={props.initialValues}
         onValuesChange={key.renew}
         onFinish={async (values) => {
+          const question = props.confirm?.(values);
+          if (question && !(await modal.confirm({ title: question, okButtonProps: { danger: true, 'data-testid': 'confirm-ok' } }))) return;
           setBusy(true);
           setNoAnswer(false);
           try {

@@ -1,5 +1,5 @@
 import { useState } from 'react';
-import { App, Button, Card, Progress, Space, Table, Tag, Tooltip, Typography } from 'antd';
+import { App, Button, Card, Popconfirm, Progress, Space, Table, Tag, Tooltip, Typography } from 'antd';
 import { LineChartOutlined, PauseCircleOutlined, PlayCircleOutlined, PlusOutlined, ReloadOutlined } from '@ant-design/icons';
 import { Link } from 'react-router-dom';
 import { client, ok, type Coupon, type Counts, type CouponView } from '../api';
@@ -43,37 +43,47 @@ export function StockBar({ coupon, t }: { coupon: Pick<CouponView, 'initStock' |
   );
 }
 
-/** Pause or resume, as a button that reports what it did. */
-export function PauseButton({ coupon, onDone }: { coupon: Pick<CouponView, 'id' | 'status'>; onDone(c: CouponView): void }) {
+/** Pause or resume, as a button that reports what it did. Pausing stops a live sale, so it is asked first. */
+export function PauseButton({ coupon, onDone }: { coupon: Pick<CouponView, 'id' | 'name' | 'status'>; onDone(c: CouponView): void }) {
   const { t } = useI18n();
   const { message } = App.useApp();
   const [busy, setBusy] = useState(false);
   const pausing = coupon.status === 'ACTIVE';
+  const change = async () => {
+    setBusy(true);
+    try {
+      const c = await ok(
+        client.PATCH('/admin/coupons/{couponId}', {
+          params: { path: { couponId: coupon.id } },
+          body: { status: pausing ? 'PAUSED' : 'ACTIVE' },
+        }),
+      );
+      void message.success(t(pausing ? 'paused' : 'resumed', { name: c.name }));
+      onDone(c);
+    } catch (err) {
+      void message.error((err as Error).message);
+    } finally {
+      setBusy(false);
+    }
+  };
+  // Disabled rather than left out when resuming: the button stays the same element, and keeps the focus.
   return (
-    <Button
-      size="small"
-      loading={busy}
-      icon={pausing ? <PauseCircleOutlined /> : <PlayCircleOutlined />}
-      onClick={async () => {
-        setBusy(true);
-        try {
-          const c = await ok(
-            client.PATCH('/admin/coupons/{couponId}', {
-              params: { path: { couponId: coupon.id } },
-              body: { status: pausing ? 'PAUSED' : 'ACTIVE' },
-            }),
-          );
-          void message.success(t(pausing ? 'paused' : 'resumed', { name: c.name }));
-          onDone(c);
-        } catch (err) {
-          void message.error((err as Error).message);
-        } finally {
-          setBusy(false);
-        }
-      }}
+    <Popconfirm
+      disabled={!pausing}
+      title={t('confirmPause', { name: coupon.name })}
+      okText={t('pause')}
+      okButtonProps={{ danger: true, 'data-testid': 'pause-confirm' }}
+      onConfirm={change}
     >
-      {t(pausing ? 'pause' : 'resume')}
-    </Button>
+      <Button
+        size="small"
+        loading={busy}
+        icon={pausing ? <PauseCircleOutlined /> : <PlayCircleOutlined />}
+        onClick={pausing ? undefined : change}
+      >
+        {t(pausing ? 'pause' : 'resume')}
+      </Button>
+    </Popconfirm>
   );
 }
 

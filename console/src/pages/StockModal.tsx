@@ -23,6 +23,9 @@ export function StockModal({ coupon, onClose, onDone }: { coupon: CouponView | n
       errorField="amount"
       submitTestId="stock-submit"
       onClose={onClose}
+      confirm={({ direction, amount }) =>
+        direction === -1 && coupon ? t('confirmRemoveStock', { amount: count(Number(amount)), name: coupon.name }) : null
+      }
       onSubmit={async ({ direction, amount }, key) => {
         if (!coupon) return;
         const c = await ok(
