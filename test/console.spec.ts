@@ -70,9 +70,12 @@ async function grab(userId: string, key = `${userId}-1`, coupon = couponId): Pro
 }
 
 beforeAll(async () => {
-  // The console the server serves is the one built from this tree, not whatever an earlier build left.
+  // The console the server serves is the one built from this tree, not whatever an earlier build left,
+  // and built as `npm run build` does: Vite keeps jest's NODE_ENV=test, which builds React's development
+  // mode, whose StrictMode mounts everything twice and loses the focus of dialogs that have just opened.
   execFileSync(process.execPath, ['node_modules/vite/bin/vite.js', 'build', '--config', 'console/vite.config.ts', '--logLevel', 'error'], {
     stdio: 'inherit',
+    env: { ...process.env, NODE_ENV: 'production' },
   });
   mkdirSync(SHOTS, { recursive: true });
   t = await startTestApp({ WEBHOOK_RELAY_ENABLED: 'true' });
