@@ -2,7 +2,7 @@ import { execFileSync } from 'node:child_process';
 import { mkdirSync, rmSync, truncateSync, writeFileSync } from 'node:fs';
 import { brotliDecompressSync, gunzipSync } from 'node:zlib';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from '@jest/globals';
-import type { Browser, Page } from 'playwright-core';
+import type { Browser, Locator, Page } from 'playwright-core';
 import request from 'supertest';
 import * as undici from 'undici';
 import { IssuanceRunner } from '../src/issuance/issuance-runner.js';
@@ -54,6 +54,26 @@ async function closeDrawer(): Promise<void> {
   await noToasts();
   await page.locator('.ant-drawer-open .ant-drawer-close').click();
   await page.locator('.ant-drawer-open').waitFor({ state: 'detached' });
+}
+
+/** The element with the focus, named by its test id, else by its text. */
+const focused = () => page.evaluate<string>(`(e => e?.getAttribute('data-testid') || e?.textContent || '')(document.activeElement)`);
+
+/**
+ * Opens a dialog from the keyboard (the focus on `opener`, Enter), closes it with Escape or its Cancel
+ * button, and returns what has the focus then: `name`, the opener's test id or text, when it came back.
+ */
+async function focusAfter(opener: Locator, name: string, close: 'Escape' | 'Cancel'): Promise<string> {
+  await noToasts();
+  await opener.focus();
+  await page.keyboard.press('Enter');
+  const dialog = page.locator('.ant-modal-wrap').filter({ visible: true });
+  await dialog.waitFor();
+  await settle();
+  if (close === 'Escape') await page.keyboard.press('Escape');
+  else await dialog.getByRole('button', { name: 'Cancel' }).click();
+  await dialog.waitFor({ state: 'hidden' });
+  return eventually(focused, (v) => v === name, 2000);
 }
 
 async function shot(name: string): Promise<void> {
@@ -1031,5 +1051,48 @@ describe('admin console in a browser', () => {
     await first.click();
     await page.locator('.ant-modal .ant-select', { hasText: `#${couponId} Double 11` }).waitFor();
     await page.keyboard.press('Escape');
+  });
+
+  it('gives the focus back to the button that opened a dialog when it closes, by Escape or Cancel', async () => {
+    const coupon = await createCoupon(t.url, { name: 'Focus' });
+    const uc = await grabUserCoupon(t.url, coupon.id, 'focus-user');
+    // A discrepancy, for a compensation to decide.
+    await t.db.query('UPDATE coupon_stock SET stock = stock - 1 WHERE coupon_id = ?', [coupon.id]);
+    const started = await request(t.url).post('/admin/reconciliation/runs').set(bearer(adminToken()));
+    const run = async () => (await request(t.url).get(`/admin/reconciliation/runs/${started.body.runId}`).set(bearer(adminToken()))).body;
+    expect((await eventually(run, (r) => r.status !== 'RUNNING', 20_000)).status).toBe('COMPLETED');
+    const compensations = (await request(t.url).get(`/admin/compensations?runId=${started.body.runId}`).set(bearer(adminToken()))).body
+      .items as { id: string; discrepancy: { couponId: string } }[];
+    const compensation = compensations.find((c) => c.discrepancy.couponId === coupon.id)?.id;
+
+    await page.goto(`${t.url}/console/users?userId=focus-user#token=${adminToken()}`);
+    await page.getByTestId(`void-${uc.id}`).waitFor();
+    for (const close of ['Escape', 'Cancel'] as const) {
+      const opener = `void-${uc.id}`;
+      expect([opener, close, await focusAfter(page.getByTestId(opener), opener, close)]).toEqual([opener, close, opener]);
+    }
+    await page.goto(`${t.url}/console/reconciliation/${started.body.runId}`);
+    for (const [opener, close] of [
+      [`approve-${compensation}`, 'Escape'],
+      [`reject-${compensation}`, 'Cancel'],
+    ] as const) {
+      await page.getByTestId(opener).waitFor();
+      expect([opener, close, await focusAfter(page.getByTestId(opener), opener, close)]).toEqual([opener, close, opener]);
+    }
+    await page.goto(`${t.url}/console/bulk?couponId=${coupon.id}`);
+    await page.getByTestId('new-job').waitFor();
+    expect(await focusAfter(page.getByTestId('new-job'), 'new-job', 'Escape')).toBe('new-job');
+    await page.goto(`${t.url}/console/campaigns/${coupon.id}`);
+    for (const [opener, close] of [
+      ['Stock', 'Escape'],
+      ['Rate limit', 'Cancel'],
+    ] as const) {
+      const button = page.getByRole('button', { name: opener, exact: true });
+      await button.waitFor();
+      expect([opener, close, await focusAfter(button, opener, close)]).toEqual([opener, close, opener]);
+    }
+    // Left as it was: the stock put back, the compensation no longer pending.
+    await t.db.query('UPDATE coupon_stock SET stock = stock + 1 WHERE coupon_id = ?', [coupon.id]);
+    await request(t.url).post(`/admin/compensations/${compensation}/reject`).set(bearer(adminToken())).send({ reason: 'Test data' });
   });
 });

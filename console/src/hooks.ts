@@ -52,6 +52,23 @@ export function usePoll<T>(load: () => Promise<T>, deps: unknown[], everyMs?: nu
   return { data, error, loading, reload };
 }
 
+/**
+ * A dialog's subject and whether it is open. Closed, it keeps its subject until the closing
+ * animation ends (`afterClose`): a dialog unmounted at once never runs antd's close, which gives
+ * the focus back to the element that opened it.
+ */
+export function useDialog<T>() {
+  const [shown, setShown] = useState<{ of: T; open: boolean } | null>(null);
+  return {
+    of: shown?.of ?? null,
+    open: shown?.open ?? false,
+    show: (of: T) => setShown({ of, open: true }),
+    close: () => setShown((s) => s && { ...s, open: false }),
+    // Opened again while it was closing: that one stays.
+    afterClose: () => setShown((s) => (s?.open ? s : null)),
+  };
+}
+
 /** One page of a list the API pages with a cursor. */
 export interface Page<T> {
   items: T[];

@@ -5,7 +5,7 @@ import { Link } from 'react-router-dom';
 import { ApiError, client, ok, type Compensation } from '../api';
 import { showApiErrors } from '../apiForm';
 import { time } from '../format';
-import type { PagedList } from '../hooks';
+import { useDialog, type PagedList } from '../hooks';
 import { keyLabel, label, useI18n } from '../i18n';
 import { LoadMore } from '../LoadMore';
 
@@ -40,13 +40,17 @@ function explanation(details: unknown): string | null {
 function Decide({
   decision,
   compensation,
+  open,
   onClose,
+  afterClose,
   onDone,
   onStale,
 }: {
   decision: 'approve' | 'reject';
   compensation: Compensation;
+  open: boolean;
   onClose(): void;
+  afterClose(): void;
   onDone(): void;
   onStale(): void;
 }) {
@@ -57,7 +61,8 @@ function Decide({
   const [refusal, setRefusal] = useState<string | null>(null);
   return (
     <Modal
-      open
+      open={open}
+      afterClose={afterClose}
       title={
         decision === 'approve'
           ? t('approveTitle', { id: compensation.id, action: compensation.action })
@@ -109,7 +114,7 @@ function Decide({
 /** The compensations `list` has read, a "load more" under them while the API has more. */
 export function CompensationTable({ list }: { list: PagedList<Compensation> }) {
   const { t } = useI18n();
-  const [deciding, setDeciding] = useState<{ decision: 'approve' | 'reject'; compensation: Compensation } | null>(null);
+  const deciding = useDialog<{ decision: 'approve' | 'reject'; compensation: Compensation }>();
   return (
     <>
       <Table<Compensation>
@@ -189,7 +194,7 @@ export function CompensationTable({ list }: { list: PagedList<Compensation> }) {
                     size="small"
                     type="primary"
                     icon={<CheckOutlined />}
-                    onClick={() => setDeciding({ decision: 'approve', compensation: c })}
+                    onClick={() => deciding.show({ decision: 'approve', compensation: c })}
                     data-testid={`approve-${c.id}`}
                   >
                     {t('approve')}
@@ -198,7 +203,7 @@ export function CompensationTable({ list }: { list: PagedList<Compensation> }) {
                     size="small"
                     danger
                     icon={<CloseOutlined />}
-                    onClick={() => setDeciding({ decision: 'reject', compensation: c })}
+                    onClick={() => deciding.show({ decision: 'reject', compensation: c })}
                     data-testid={`reject-${c.id}`}
                   >
                     {t('reject')}
@@ -208,12 +213,16 @@ export function CompensationTable({ list }: { list: PagedList<Compensation> }) {
           },
         ]}
       />
-      {deciding && (
+      {deciding.of && (
         <Decide
-          {...deciding}
-          onClose={() => setDeciding(null)}
+          // A dialog opened for another one while this one closed starts with an empty form.
+          key={`${deciding.of.decision}-${deciding.of.compensation.id}`}
+          {...deciding.of}
+          open={deciding.open}
+          onClose={deciding.close}
+          afterClose={deciding.afterClose}
           onDone={() => {
-            setDeciding(null);
+            deciding.close();
             void list.reload();
           }}
           onStale={() => void list.reload()}

@@ -5,7 +5,7 @@ import { useSearchParams } from 'react-router-dom';
 import { client, ok, type UserCoupon, type UserCouponStatus } from '../api';
 import { showApiErrors } from '../apiForm';
 import { time } from '../format';
-import { useIdempotencyKey, usePagedList, usePoll } from '../hooks';
+import { useDialog, useIdempotencyKey, usePagedList, usePoll } from '../hooks';
 import { useI18n, type Translate } from '../i18n';
 import { LoadMore } from '../LoadMore';
 
@@ -85,7 +85,21 @@ function HistoryDrawer({ userCouponId, onClose }: { userCouponId: string | null;
 
 type Action = { kind: 'void'; coupon: UserCoupon } | { kind: 'reissue'; coupon: UserCoupon | null };
 
-function ActionModal({ action, userId, onClose, onDone }: { action: Action | null; userId: string; onClose(): void; onDone(): void }) {
+function ActionModal({
+  action,
+  open,
+  userId,
+  onClose,
+  afterClose,
+  onDone,
+}: {
+  action: Action | null;
+  open: boolean;
+  userId: string;
+  onClose(): void;
+  afterClose(): void;
+  onDone(): void;
+}) {
   const { t } = useI18n();
   const { message } = App.useApp();
   const [form] = Form.useForm<{ reason: string; couponId?: string; fromStock: boolean }>();
@@ -97,8 +111,9 @@ function ActionModal({ action, userId, onClose, onDone }: { action: Action | nul
   return (
     <Modal
       title={title}
-      open
+      open={open}
       onCancel={onClose}
+      afterClose={afterClose}
       onOk={() => form.submit()}
       okText={action.kind === 'void' ? t('voidIt') : t('reissue')}
       okButtonProps={{ danger: action.kind === 'void', loading: busy, 'data-testid': 'action-submit' }}
@@ -176,7 +191,7 @@ export function UserCoupons() {
   const [params, setParams] = useSearchParams();
   const userId = params.get('userId') ?? '';
   const historyOf = params.get('history');
-  const [action, setAction] = useState<Action | null>(null);
+  const action = useDialog<Action>();
   const list = usePagedList(
     async (cursor) =>
       userId
@@ -196,7 +211,7 @@ export function UserCoupons() {
       title={userId ? t('userCouponsOf', { user: userId }) : t('navUsers')}
       extra={
         userId && (
-          <Button icon={<UndoOutlined />} onClick={() => setAction({ kind: 'reissue', coupon: null })}>
+          <Button icon={<UndoOutlined />} onClick={() => action.show({ kind: 'reissue', coupon: null })}>
             {t('reissue')}
           </Button>
         )
@@ -257,7 +272,7 @@ export function UserCoupons() {
                     // A held (LOCKED) coupon cannot be voided either: the API answers COUPON_LOCKED until its order lets it go.
                     disabled={uc.status === 'USED' || uc.status === 'VOID' || uc.status === 'LOCKED'}
                     title={uc.status === 'LOCKED' ? t('voidLockedHint') : undefined}
-                    onClick={() => setAction({ kind: 'void', coupon: uc })}
+                    onClick={() => action.show({ kind: 'void', coupon: uc })}
                     data-testid={`void-${uc.id}`}
                   >
                     {t('voidIt')}
@@ -267,7 +282,7 @@ export function UserCoupons() {
                     size="small"
                     disabled={uc.status === 'UNUSED' || uc.status === 'LOCKED'}
                     title={uc.status === 'UNUSED' || uc.status === 'LOCKED' ? t('reissueUsableHint') : undefined}
-                    onClick={() => setAction({ kind: 'reissue', coupon: uc })}
+                    onClick={() => action.show({ kind: 'reissue', coupon: uc })}
                     data-testid={`reissue-${uc.id}`}
                   >
                     {t('reissue')}
@@ -281,13 +296,15 @@ export function UserCoupons() {
       <LoadMore list={list} />
       {/* A form per action (its own Idempotency-Key), not one kept across them. */}
       <ActionModal
-        key={action ? `${action.kind}-${action.coupon?.id ?? 'new'}` : 'none'}
-        action={action}
+        key={action.of ? `${action.of.kind}-${action.of.coupon?.id ?? 'new'}` : 'none'}
+        action={action.of}
+        open={action.open}
         userId={userId}
-        onClose={() => setAction(null)}
+        onClose={action.close}
+        afterClose={action.afterClose}
         onDone={() => {
-          const voided = action?.kind === 'void' ? action.coupon.id : null;
-          setAction(null);
+          const voided = action.of?.kind === 'void' ? action.of.coupon.id : null;
+          action.close();
           void list.reload();
           if (voided) setParam('history', voided);
         }}
