@@ -357,6 +357,7 @@ describe('admin console in a browser', () => {
     await shot('03-campaign-live');
     // Pause: grabs are refused while the tag says so; resume: they go through again.
     await page.getByRole('button', { name: 'Pause' }).click();
+    await settle();
     await page.getByTestId('pause-confirm').click();
     await page.locator('.ant-tag', { hasText: 'Paused' }).waitFor();
     expect(await grab('paused-fan')).toBe(409);
@@ -670,6 +671,7 @@ describe('admin console in a browser', () => {
     expect([untouched.body.initStock, untouched.body.remainingStock]).toEqual([60, 31]);
     await settle();
     await page.getByTestId('stock-submit').click();
+    await settle();
     await page.getByTestId('confirm-ok').click();
     // Any message under the field, then its words: a different refusal fails here naming itself.
     const refusal = page.locator('.ant-form-item-explain-error');
@@ -678,6 +680,7 @@ describe('admin console in a browser', () => {
     await page.getByTestId('stock-amount').fill('5');
     await settle();
     await page.getByTestId('stock-submit').click();
+    await settle();
     await page.getByTestId('confirm-ok').click();
     expect(
       await eventually(
@@ -743,11 +746,13 @@ describe('admin console in a browser', () => {
       await page.getByRole('button', { name: 'Pause' }).click();
       const pauseAsked = page.locator('.ant-popconfirm', { hasText: 'Pause Asked first? Every grab is refused until it is resumed.' });
       await pauseAsked.waitFor();
+      await settle();
       await pauseAsked.getByRole('button', { name: 'Cancel' }).click();
       await pauseAsked.waitFor({ state: 'hidden' });
       expect(changes).toEqual([]);
       expect((await read()).status).toBe('ACTIVE');
       await page.getByRole('button', { name: 'Pause' }).click();
+      await settle();
       await page.getByTestId('pause-confirm').click();
       await page.locator('.ant-tag', { hasText: 'Paused' }).waitFor();
       expect(changes).toEqual(['PATCH']);
@@ -769,6 +774,7 @@ describe('admin console in a browser', () => {
         hasText: 'Remove 5 units from the stock of Asked first? They can no longer be grabbed.',
       });
       await removeAsked.waitFor();
+      await settle();
       await removeAsked.getByRole('button', { name: 'Cancel' }).click();
       await removeAsked.waitFor({ state: 'detached' });
       expect(changes).toEqual(['PATCH', 'PATCH']);
@@ -776,6 +782,7 @@ describe('admin console in a browser', () => {
       // Still open with what was typed, for another amount or a second thought.
       expect(await page.getByTestId('stock-amount').inputValue()).toBe('5');
       await page.getByTestId('stock-submit').click();
+      await settle();
       await page.getByTestId('confirm-ok').click();
       await page.locator('.ant-modal').first().waitFor({ state: 'hidden' });
       expect((await read()).remainingStock).toBe(35);
