@@ -137,15 +137,24 @@ describe('order rules (issue 23 item 2)', () => {
     expect([replay.status, replay.body.firstUse]).toEqual([200, false]);
   });
 
-  it('a hold placed before the refund of another coupon on the order cannot be confirmed after it', async () => {
+  it("the refund of a coupon releases the order's other holds: they cannot be confirmed, and their coupons are free at once", async () => {
     const orderNo = order();
     const [a, b] = [await userCoupon('u5', { ...off(100, true), returnOnRefund: true }), await userCoupon('u5', off(100, true))];
     expect((await redeem({ userCouponId: a, orderNo, orderAmountCents: 1000, userId: 'u5' })).status).toBe(201);
-    expect((await hold({ userCouponId: b, orderNo, orderAmountCents: 1000, userId: 'u5' })).status).toBe(201);
+    expect((await hold({ userCouponId: b, orderNo, orderAmountCents: 1000, userId: 'u5', ttlSeconds: 86400 })).status).toBe(201);
     expect((await post('/redemptions/refunds', { userCouponId: a, orderNo, refundNo: `RF-${orderNo}` })).status).toBe(201);
     const confirm = await redeem({ userCouponId: b, orderNo, orderAmountCents: 1000, userId: 'u5' });
-    expect([confirm.status, confirm.body.code]).toEqual([409, 'ORDER_REFUNDED']);
-    expect((await post('/redemptions/holds/release', { userCouponId: b, orderNo, userId: 'u5' })).status).toBe(200);
+    expect([confirm.status, confirm.body.code]).toEqual([409, 'HOLD_RELEASED']);
+    const released = await post('/redemptions/holds/release', { userCouponId: b, orderNo, userId: 'u5' });
+    expect([released.status, released.headers['idempotent-replayed'], released.body.status, released.body.releaseReason]).toEqual([
+      200,
+      'true',
+      'RELEASED',
+      'CANCELLED',
+    ]);
+    const [{ status }] = (await t.db.query('SELECT status FROM user_coupon WHERE id = ?', [b])) as { status: string }[];
+    expect(status).toBe('UNUSED');
+    expect((await redeem({ userCouponId: b, orderNo: order(), orderAmountCents: 1000, userId: 'u5' })).status).toBe(201);
   });
 
   it('two coupons racing onto one order, 20 rounds: exactly one wins, the other 409 ORDER_HAS_COUPON', async () => {

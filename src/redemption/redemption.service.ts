@@ -15,7 +15,7 @@ import { StateMachineService } from '../ledger/state-machine.service.js';
 import { TxIds } from '../ledger/tx-id.js';
 import { usableDiscount, userCouponNotFound } from './checks.js';
 import { effectiveHold, Hold } from './hold.entity.js';
-import { findHold, releaseTimedOutHold } from './holds.js';
+import { findHold, releaseHold, releaseTimedOutHold } from './holds.js';
 import { lockOrder, markOrderRefunded, OrderRow, orderDiscount, refuseRefundedOrder } from './order.js';
 import { RedeemDto, RefundDto } from './redemption.dto.js';
 import { Redemption, Refund } from './redemption.entity.js';
@@ -231,8 +231,23 @@ export class RedemptionService {
       });
       await em.insert(Refund, refund);
       refund.id = String(refund.id);
+      await this.releaseHoldsOf(em, dto.orderNo, new Date());
       return { refund, replacement, replayed: false };
     });
+  }
+
+  /**
+   * A refunded order takes no coupon, so its other holds could never be confirmed: their coupons go
+   * back now (hold CANCELLED, or TIMEOUT if its time had passed), not when the hold times out. The
+   * caller holds the order's lock; each coupon is locked before its hold, as a release does.
+   */
+  private async releaseHoldsOf(em: EntityManager, orderNo: string, now: Date): Promise<void> {
+    for (const { userCouponId } of await em.findBy(Hold, { orderNo, status: 'ACTIVE' })) {
+      const uc = await lockUserCoupon(em, userCouponId, 'exclusive');
+      const hold = uc && (await findHold(em, orderNo, uc.id, true));
+      if (!uc || hold?.status !== 'ACTIVE') continue;
+      await releaseHold(em, this.stateMachine, uc, hold, effectiveHold(hold, now).status === 'RELEASED' ? 'TIMEOUT' : 'CANCELLED', now);
+    }
   }
 
   /** The refund already recorded for this refundNo, or for this redemption under another refundNo. */
