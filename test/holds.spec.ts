@@ -343,6 +343,14 @@ describe('checkout holds', () => {
     expect(await steps(abandoned.id)).toEqual(['null>UNUSED', 'UNUSED>LOCKED', 'LOCKED>EXPIRED']);
   });
 
+  it('a hold for a coupon already redeemed on the same order is 409 COUPON_ALREADY_USED, saying used, not "on another order"', async () => {
+    const uc = await userCoupon('ulla');
+    const orderNo = order();
+    expect((await redeem(tokenFor('ulla'), { userCouponId: uc.id, orderNo, orderAmountCents: 20000 })).status).toBe(201);
+    const res = await hold(tokenFor('ulla'), { userCouponId: uc.id, orderNo, orderAmountCents: 20000 });
+    expect([res.status, res.body.code, res.body.message]).toEqual([409, 'COUPON_ALREADY_USED', 'This coupon was used already']);
+  });
+
   it('refuses bad input with 400 naming the fields and changes nothing', async () => {
     const uc = await userCoupon('jack');
     const fingerprint = await databaseFingerprint(t.db);

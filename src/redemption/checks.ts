@@ -18,7 +18,7 @@ export async function usableDiscount(
   now: Date,
 ): Promise<{ coupon: Coupon; discountCents: number }> {
   const status = effectiveStatus(uc, now);
-  if (status === 'USED') throw new AppError('COUPON_ALREADY_USED', 'This coupon was used on another order');
+  if (status === 'USED') throw new AppError('COUPON_ALREADY_USED', 'This coupon was used already');
   if (status === 'LOCKED') {
     throw new AppError('COUPON_LOCKED', 'This coupon is held for another order', { lockedUntil: uc.lockedUntil?.toISOString() });
   }
