@@ -1,3 +1,4 @@
+import { jest } from '@jest/globals';
 import { readFileSync } from 'node:fs';
 import { Ajv2020 } from 'ajv/dist/2020.js';
 import request from 'supertest';
@@ -633,14 +634,135 @@ describe('webhooks', () => {
       `INSERT INTO webhook_delivery (endpoint_id, log_id, user_coupon_id, event_type, payload, event_at, status, attempts, created_at) VALUES ?`,
       [rows],
     );
-    const res = await request(t.url).post(`/admin/webhooks/${hook.id}/redeliver`).set(admin()).send({});
+    // Each batch in a transaction of its own, so that no transaction locks more than 1,000 deliveries.
+    const tx = t.app.get(TransactionService);
+    const real = tx.inTransaction.bind(tx);
+    let transactions = 0;
+    const spy = jest.spyOn(tx, 'inTransaction').mockImplementation((fn, ...rest) => {
+      if (new Error().stack?.includes('WebhookService.redeliver')) transactions++;
+      return real(fn, ...rest);
+    });
+    const res = await request(t.url)
+      .post(`/admin/webhooks/${hook.id}/redeliver`)
+      .set(admin())
+      .send({})
+      .then((r) => r)
+      .finally(() => spy.mockRestore());
     expect([res.status, res.body]).toEqual([200, { redelivered: n }]);
+    expect(transactions).toBe(3);
     const [{ pending }] = (await t.db.query(
       `SELECT COUNT(*) AS pending FROM webhook_delivery WHERE endpoint_id = ? AND status = 'PENDING' AND next_attempt_at IS NOT NULL`,
       [hook.id],
     )) as { pending: string }[];
     expect(Number(pending)).toBe(n);
     await request(t.url).delete(`/admin/webhooks/${hook.id}`).set(admin());
+  });
+
+  it('a delivery sent again has one attempt: DELIVERED once, then refused, it is FAILED at once, not retried on the schedule', async () => {
+    const back = await new WebhookReceiver().start();
+    try {
+      const hook = await createHook(back.url, { events: ['user_coupon.issued'] });
+      back.secret = hook.secret;
+      const coupon = await createCoupon(t.url);
+      const uc = await grab(coupon.id, 'wh-once-more');
+      expect(await settledDelivery(hook.id, uc)).toMatchObject({ status: 'DELIVERED', attemptCount: 1 });
+      const [delivery] = (await deliveries(hook.id)).items as { id: string }[];
+
+      back.answer = () => 503;
+      const res = await request(t.url)
+        .post(`/admin/webhooks/${hook.id}/redeliver`)
+        .set(admin())
+        .send({ deliveryIds: [delivery.id] });
+      expect([res.status, res.body]).toEqual([200, { redelivered: 1 }]);
+      // On the schedule (1 s between retries here) it would be PENDING for 3 s more and end with 4 attempts.
+      expect(await settledDelivery(hook.id, uc)).toMatchObject({
+        status: 'FAILED',
+        attemptCount: 2,
+        lastStatusCode: 503,
+        nextAttemptAt: null,
+      });
+      await sleep(1_500);
+      expect(back.received.map((r) => r.status)).toEqual([200, 503]);
+      expect(back.received[1].webhookId).toBe(back.received[0].webhookId);
+      await request(t.url).delete(`/admin/webhooks/${hook.id}`).set(admin());
+    } finally {
+      await back.close();
+    }
+  });
+
+  it('an attempt whose outcome is written late or twice changes nothing: a delivery made due again since stays due', async () => {
+    const hook = await createHook('http://127.0.0.1:9/never', { events: ['user_coupon.issued'] });
+    await request(t.url).patch(`/admin/webhooks/${hook.id}`).set(admin()).send({ enabled: false });
+    const at = new Date();
+    // Delivered on its first attempt, then sent again by an operator: due, one attempt written so far.
+    const inserted = (await t.db.query(
+      `INSERT INTO webhook_delivery (endpoint_id, log_id, user_coupon_id, event_type, payload, event_at, status, attempts, next_attempt_at, final_attempt, created_at)
+       VALUES (?, 1, 1, 'user_coupon.issued', '{}', ?, 'PENDING', 1, ?, 1, ?)`,
+      [hook.id, at, at, at],
+    )) as { insertId: number };
+    const deliveryId = String(inserted.insertId);
+    const sender = t.app.get(WebhookRelay).sender as unknown as { outcomes: unknown[]; flush: () => Promise<boolean> };
+    const outcome = (attempts: number, statusCode: number) => ({
+      deliveryId,
+      endpointId: hook.id,
+      attempts,
+      final: attempts > 1,
+      at,
+      durationMs: 3,
+      statusCode,
+      error: null,
+    });
+    const row = async () =>
+      (
+        (await t.db.query(
+          `SELECT d.status, d.attempts, (SELECT COUNT(*) FROM webhook_delivery_attempt a WHERE a.delivery_id = d.id) AS written
+           FROM webhook_delivery d WHERE d.id = ?`,
+          [deliveryId],
+        )) as { status: string; attempts: number; written: string }[]
+      ).map((r) => [r.status, Number(r.attempts), Number(r.written)])[0];
+
+    // The first attempt's outcome once more (a flush retried after its COMMIT was lost, or a relay that lost its lease).
+    sender.outcomes.push(outcome(1, 200));
+    await sender.flush();
+    expect(await row()).toEqual(['PENDING', 1, 0]);
+    // The resend's own outcome is written.
+    sender.outcomes.push(outcome(2, 200));
+    await sender.flush();
+    expect(await row()).toEqual(['DELIVERED', 2, 1]);
+    await request(t.url).delete(`/admin/webhooks/${hook.id}`).set(admin());
+  });
+
+  it('a resend racing the removal of its endpoint is answered 404 WEBHOOK_NOT_FOUND, named deliveries or not', async () => {
+    for (const body of [{ deliveryIds: ['placeholder'] }, {}]) {
+      const hook = await createHook('http://127.0.0.1:9/never', { events: ['user_coupon.issued'] });
+      await request(t.url).patch(`/admin/webhooks/${hook.id}`).set(admin()).send({ enabled: false });
+      const at = new Date();
+      const inserted = (await t.db.query(
+        `INSERT INTO webhook_delivery (endpoint_id, log_id, user_coupon_id, event_type, payload, event_at, status, attempts, created_at)
+         VALUES (?, 1, 1, 'user_coupon.issued', '{}', ?, 'FAILED', 4, ?)`,
+        [hook.id, at, at],
+      )) as { insertId: number };
+      if (body.deliveryIds) body.deliveryIds = [String(inserted.insertId)];
+      // The removal, as DELETE /admin/webhooks/:id does it, open in its own transaction while the resend comes in.
+      const removal = t.db.createQueryRunner();
+      await removal.connect();
+      await removal.startTransaction();
+      try {
+        await removal.query(`DELETE FROM webhook_endpoint WHERE id = ?`, [hook.id]);
+        await removal.query(`DELETE FROM webhook_delivery WHERE endpoint_id = ?`, [hook.id]);
+        const resend = request(t.url)
+          .post(`/admin/webhooks/${hook.id}/redeliver`)
+          .set(admin())
+          .send(body)
+          .then((r) => r);
+        await sleep(300);
+        await removal.commitTransaction();
+        const res = await resend;
+        expect([JSON.stringify(body), res.status, res.body.code]).toEqual([JSON.stringify(body), 404, 'WEBHOOK_NOT_FOUND']);
+      } finally {
+        await removal.release();
+      }
+    }
   });
 
   it('an endpoint write that fails after its deliveries committed is done again alone: nothing counted twice or lost, no attempt written twice', async () => {

@@ -20,12 +20,16 @@ interface Due {
   log_id: string;
   payload: string;
   attempts: number;
+  final_attempt: number;
 }
 
 interface Outcome {
   deliveryId: string;
   endpointId: string;
+  /** The delivery's attempts with this one: written only if the row still has one fewer (this attempt is its latest). */
   attempts: number;
+  /** The delivery's last attempt whatever the retry schedule says (an operator's resend). */
+  final: boolean;
   at: Date;
   durationMs: number;
   statusCode: number | null;
@@ -100,7 +104,7 @@ export class Sender {
       if (free <= 0) continue;
       const skip = [...busy];
       const due = (await this.dataSource.query(
-        `SELECT d.id, d.log_id, d.payload, d.attempts FROM webhook_delivery d
+        `SELECT d.id, d.log_id, d.payload, d.attempts, d.final_attempt FROM webhook_delivery d
          WHERE d.endpoint_id = ? AND d.status = 'PENDING' AND d.next_attempt_at <= ?
            ${skip.length > 0 ? `AND d.id NOT IN (${skip.map(() => '?').join(', ')})` : ''}
            AND NOT EXISTS (SELECT 1 FROM webhook_delivery p FORCE INDEX (idx_coupon_order) WHERE p.endpoint_id = d.endpoint_id
@@ -129,6 +133,7 @@ export class Sender {
       deliveryId: String(d.id),
       endpointId: String(ep.id),
       attempts: Number(d.attempts) + 1,
+      final: Number(d.final_attempt) === 1,
       at,
       durationMs: Math.round(performance.now() - started),
       statusCode,
@@ -232,18 +237,23 @@ export class Sender {
 
   /** The outcome is a failure after the last retry: the delivery is FAILED. */
   private givenUp(o: Outcome): boolean {
-    return !ok(o) && this.delays[o.attempts - 1] === undefined;
+    return !ok(o) && (o.final || this.delays[o.attempts - 1] === undefined);
   }
 
-  /** Returns the outcomes written: those of deliveries still pending (not deleted with their endpoint meanwhile). */
+  /**
+   * Returns the outcomes written: those of deliveries still pending (not deleted with their endpoint
+   * meanwhile) with no attempt written since this one started. So an outcome is written once, even
+   * when its flush is retried after a COMMIT that was lost but took effect; and one written late (by
+   * a relay whose lease another instance took over) cannot close a delivery an operator has since
+   * made due again, whose attempt would then never be sent.
+   */
   private async writeDeliveries(em: EntityManager, all: readonly Outcome[], now: Date): Promise<Outcome[]> {
     // Locked, so that an endpoint deleted meanwhile (its deliveries with it) leaves no attempt rows behind.
-    const live = (await em.query(
-      `SELECT id FROM webhook_delivery WHERE id IN (${all.map(() => '?').join(', ')}) AND status = 'PENDING' FOR UPDATE`,
+    const live = (await em.query(`SELECT id, attempts FROM webhook_delivery WHERE id IN (?) AND status = 'PENDING' FOR UPDATE`, [
       all.map((o) => o.deliveryId),
-    )) as { id: string }[];
-    const liveIds = new Set(live.map((r) => String(r.id)));
-    const batch = all.filter((o) => liveIds.has(o.deliveryId));
+    ])) as { id: string; attempts: number }[];
+    const attemptsOf = new Map(live.map((r) => [String(r.id), Number(r.attempts)]));
+    const batch = all.filter((o) => attemptsOf.get(o.deliveryId) === o.attempts - 1);
     if (batch.length === 0) return batch;
     await em.query(
       `INSERT INTO webhook_delivery_attempt (delivery_id, attempted_at, status_code, error, duration_ms) VALUES ${batch.map(() => '(?, ?, ?, ?, ?)').join(', ')}`,

@@ -70,7 +70,7 @@ export class WebhookService {
     }
     const url = dto.url === undefined ? undefined : checkWebhookUrl(dto.url, this.allowedHosts);
     return this.tx.inTransaction(async (em) => {
-      const row = await findEndpoint(em, id, true);
+      const row = await findEndpoint(em, id, 'update');
       if (!row) throw notFound(id);
       const set: Record<string, unknown> = { updated_at: new Date() };
       if (url !== undefined) set.url = url;
@@ -146,8 +146,8 @@ export class WebhookService {
 
   /**
    * Sends deliveries again (an operator's resend, after a receiver's outage outlasted the retries,
-   * or its bug dropped what it was sent): each becomes PENDING and due now, for one more attempt
-   * (its retries are spent; a failure makes it FAILED again). Named ones may be FAILED or DELIVERED;
+   * or its bug dropped what it was sent): each becomes PENDING and due now, for one attempt, not the
+   * retry schedule again (final_attempt; a failure makes it FAILED at once). Named ones may be FAILED or DELIVERED;
    * without names, every FAILED one goes, in batches of their own transactions. One already PENDING
    * is on its way and left alone. Events reach the receiver under their first webhook-id, possibly
    * after later events of the same coupon.
@@ -159,18 +159,22 @@ export class WebhookService {
         ? Promise.resolve(0)
         : execute(
             em,
-            `UPDATE webhook_delivery SET status = 'PENDING', next_attempt_at = ?, delivered_at = NULL
-             WHERE endpoint_id = ? AND status <> 'PENDING' AND id IN (${ids.map(() => '?').join(', ')})`,
-            [now, id, ...ids],
+            `UPDATE webhook_delivery SET status = 'PENDING', next_attempt_at = ?, delivered_at = NULL, final_attempt = 1
+             WHERE endpoint_id = ? AND status <> 'PENDING' AND id IN (?)`,
+            [now, id, ids],
           );
+    // Share-locked, so that a removal of the endpoint waits (or is waited for) and is answered as such,
+    // not as deliveries missing or a count of deleted ones.
+    const endpointHeld = async (em: EntityManager) => {
+      if (!(await findEndpoint(em, id, 'share'))) throw notFound(id);
+    };
     const named = dto.deliveryIds;
     if (named) {
       return this.tx.inTransaction(async (em) => {
-        if (!(await findEndpoint(em, id))) throw notFound(id);
-        const found = (await em.query(
-          `SELECT id FROM webhook_delivery WHERE endpoint_id = ? AND id IN (${named.map(() => '?').join(', ')}) FOR UPDATE`,
-          [id, ...named],
-        )) as { id: string }[];
+        await endpointHeld(em);
+        const found = (await em.query(`SELECT id FROM webhook_delivery WHERE endpoint_id = ? AND id IN (?) FOR UPDATE`, [id, named])) as {
+          id: string;
+        }[];
         const ours = new Set(found.map((r) => String(r.id)));
         const missing = named.filter((d) => !ours.has(d));
         if (missing.length > 0)
@@ -181,14 +185,17 @@ export class WebhookService {
         return { redelivered: await due(em, named) };
       });
     }
-    if (!(await findEndpoint(this.dataSource, id))) throw notFound(id);
     // By id from where the last batch ended: a delivery failing again meanwhile is not taken twice.
     let after = '0';
     let redelivered = 0;
     for (;;) {
       const batch = await this.tx.inTransaction(async (em) => {
+        await endpointHeld(em);
+        // next_attempt_at IS NULL (as on every FAILED one) lets idx_due hand the rows over in id order,
+        // so the LIMIT bounds what is read and locked.
         const rows = (await em.query(
-          `SELECT id FROM webhook_delivery WHERE endpoint_id = ? AND status = 'FAILED' AND id > ? ORDER BY id LIMIT ? FOR UPDATE`,
+          `SELECT id FROM webhook_delivery WHERE endpoint_id = ? AND status = 'FAILED' AND next_attempt_at IS NULL AND id > ?
+           ORDER BY id LIMIT ? FOR UPDATE`,
           [id, after, REDELIVER_BATCH],
         )) as { id: string }[];
         const ids = rows.map((r) => String(r.id));

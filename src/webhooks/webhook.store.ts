@@ -37,8 +37,9 @@ export function toWebhookView(r: EndpointRow): WebhookView {
   };
 }
 
-export async function findEndpoint(db: Db, id: string, lock = false): Promise<EndpointRow | undefined> {
-  const rows = (await db.query(`SELECT * FROM webhook_endpoint WHERE id = ?${lock ? ' FOR UPDATE' : ''}`, [id])) as EndpointRow[];
+export async function findEndpoint(db: Db, id: string, lock?: 'update' | 'share'): Promise<EndpointRow | undefined> {
+  const locking = lock === 'update' ? ' FOR UPDATE' : lock === 'share' ? ' LOCK IN SHARE MODE' : '';
+  const rows = (await db.query(`SELECT * FROM webhook_endpoint WHERE id = ?${locking}`, [id])) as EndpointRow[];
   return rows[0];
 }
 

@@ -10,6 +10,7 @@ import { HandEditsTouchUserCoupons1765065600000 } from './1765065600000-hand-edi
 import { BulkSkippedExpired1765152000000 } from './1765152000000-bulk-skipped-expired.js';
 import { BulkListDigest1765238400000 } from './1765238400000-bulk-list-digest.js';
 import { AdminRequestKeys1765324800000 } from './1765324800000-admin-request-keys.js';
+import { WebhookFinalAttempt1765411200000 } from './1765411200000-webhook-final-attempt.js';
 
 /** Every migration, in order, each resumable where it stopped (resumable-migration.ts). The app, the CLI (ormconfig.ts) and the tests all use this list. */
 export const migrations = [
@@ -24,4 +25,5 @@ export const migrations = [
   BulkSkippedExpired1765152000000,
   BulkListDigest1765238400000,
   AdminRequestKeys1765324800000,
+  WebhookFinalAttempt1765411200000,
 ].map(resumable);
