@@ -215,6 +215,28 @@ describe('migrations stopped halfway (MySQL and MariaDB commit each DDL statemen
     }
   });
 
+  it('clears the digest of the text in doubt whenever it clears the doubt: when counting the statement, and when the server refuses one this run marked', async () => {
+    const config = testConfig();
+    await ensureDatabase(config);
+    const db = `\`${config.DB_NAME}\``;
+    const name = 'Cleared1799999999992';
+    const create = 'CREATE TABLE cleared (id INT PRIMARY KEY)';
+    const progress = () => admin.query(`SELECT steps, in_doubt, doubt_digest FROM ${db}.migration_progress WHERE name = ?`, [name]);
+    try {
+      // The CREATE is counted; the INSERT then fails on its duplicate key, leaving the row as the count wrote it.
+      await expect(runOn(config, migrationOf(name, [create, 'INSERT INTO cleared (id) VALUES (1), (1)']))).rejects.toThrow(
+        /Duplicate entry/,
+      );
+      expect(await progress()).toEqual([{ steps: 1, in_doubt: 0, doubt_digest: null }]);
+      await expect(runOn(config, migrationOf(name, [create, 'ALTER TABLE cleared ADD COLUMN b INT AFTER missing']))).rejects.toThrow(
+        /Unknown column 'missing'/,
+      );
+      expect(await progress()).toEqual([{ steps: 1, in_doubt: 0, doubt_digest: null }]);
+    } finally {
+      await dropTestDatabase(config);
+    }
+  });
+
   it('takes "already applied" for a statement left in doubt only if its text is the one that was in doubt', async () => {
     const config = testConfig();
     await ensureDatabase(config);

@@ -142,7 +142,11 @@ export function resumable<M extends MigrationInterface>(Migration: new () => M):
         digest = fold(digest, sql, params);
         if (current < done) return [];
         const count = () =>
-          q.query('UPDATE migration_progress SET steps = ?, in_doubt = 0, digest = ? WHERE name = ?', [current + 1, digest, name]);
+          q.query('UPDATE migration_progress SET steps = ?, in_doubt = 0, doubt_digest = NULL, digest = ? WHERE name = ?', [
+            current + 1,
+            digest,
+            name,
+          ]);
         if (kind === 'dml') {
           // After a DDL statement the session is back in autocommit: the transaction is opened here.
           await q.query('START TRANSACTION');
@@ -163,7 +167,7 @@ export function resumable<M extends MigrationInterface>(Migration: new () => M):
           if (!(inDoubt && ALREADY_APPLIED.has(errnoOf(err) ?? 0))) {
             // Refused by the server, so not applied; a lost connection leaves the mark.
             if (!isDatabaseOutage(err) && doubted === digest)
-              await q.query('UPDATE migration_progress SET in_doubt = 0 WHERE name = ?', [name]);
+              await q.query('UPDATE migration_progress SET in_doubt = 0, doubt_digest = NULL WHERE name = ?', [name]);
             throw err;
           }
           // "Already applied" may be the doing of the text that was in doubt, not of an edit of it (a column's type changed, say).
