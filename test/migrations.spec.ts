@@ -1,6 +1,7 @@
 import { setTimeout as sleep } from 'node:timers/promises';
 import { DataSource, MigrationInterface, QueryRunner } from 'typeorm';
 import { ensureDatabase } from '../src/database/bootstrap-database.js';
+import { isDatabaseOutage } from '../src/common/db-errors.js';
 import { resumable } from '../src/database/resumable-migration.js';
 import { dataSourceOptions } from '../src/database/data-source-options.js';
 import { migrations } from '../src/database/migrations/index.js';
@@ -237,6 +238,62 @@ describe('migrations stopped halfway (MySQL and MariaDB commit each DDL statemen
     }
   });
 
+  /** The session of a migration while it runs `statement` (in the given state, if one is given). */
+  async function migrating(sessions: DataSource, db: string, statement: string, state?: string): Promise<number> {
+    for (;;) {
+      const [session] = (await sessions.query(
+        `SELECT id FROM information_schema.processlist WHERE db = ? AND info LIKE ? AND (? IS NULL OR state = ?)`,
+        [db, `${statement}%`, state ?? null, state ?? null],
+      )) as { id: string }[];
+      if (session) return Number(session.id);
+      await sleep(5);
+    }
+  }
+
+  /**
+   * One run of migration `name`, whose one statement is `statement` on `table`, that loses its connection (KILL) while the
+   * statement is marked in doubt: once the statement took effect, before its count (`applied`), or before it took effect.
+   */
+  async function cutOff(
+    config: ReturnType<typeof testConfig>,
+    sessions: DataSource,
+    { name, statement, table, applied }: { name: string; statement: string; table: string; applied: boolean },
+  ): Promise<void> {
+    const [readerOfTable, lockerOfProgress] = [sessions.createQueryRunner(), sessions.createQueryRunner()];
+    try {
+      // The statement waits for the table behind a reader, so it can be killed there, or the progress row locked
+      // in the meantime: the statement then takes effect and its count waits.
+      await readerOfTable.startTransaction();
+      await readerOfTable.query(`SELECT * FROM ${table}`);
+      const run = runOn(config, migrationOf(name, [statement]));
+      void run.catch(() => undefined);
+      const waiting = await migrating(sessions, config.DB_NAME, statement, 'Waiting for table metadata lock');
+      if (applied) {
+        await lockerOfProgress.startTransaction();
+        await lockerOfProgress.query('SELECT * FROM migration_progress WHERE name = ? FOR UPDATE', [name]);
+        await readerOfTable.commitTransaction();
+        await sessions.query(`KILL ${await migrating(sessions, config.DB_NAME, 'UPDATE migration_progress SET steps')}`);
+      } else await sessions.query(`KILL ${waiting}`);
+      await expect(run).rejects.toThrow();
+    } finally {
+      if (readerOfTable.isTransactionActive) await readerOfTable.rollbackTransaction();
+      if (lockerOfProgress.isTransactionActive) await lockerOfProgress.rollbackTransaction();
+      await readerOfTable.release();
+      await lockerOfProgress.release();
+    }
+    expect(await sessions.query('SELECT steps, in_doubt FROM migration_progress WHERE name = ?', [name])).toEqual([
+      { steps: 0, in_doubt: 1 },
+    ]);
+  }
+
+  const columnType = async (config: ReturnType<typeof testConfig>, table: string, column: string) =>
+    (
+      (await admin.query(
+        `SELECT column_type AS t FROM information_schema.columns WHERE table_schema = ? AND table_name = ? AND column_name = ?`,
+        [config.DB_NAME, table, column],
+      )) as { t: string }[]
+    ).map((r) => r.t);
+
   it('takes "already applied" for a statement left in doubt only if its text is the one that was in doubt', async () => {
     const config = testConfig();
     await ensureDatabase(config);
@@ -245,51 +302,50 @@ describe('migrations stopped halfway (MySQL and MariaDB commit each DDL statemen
     const alter = 'ALTER TABLE doubtful ADD COLUMN b INT';
     const sessions = new DataSource({ ...dataSourceOptions(config), poolSize: 3 });
     await sessions.initialize();
-    const [readerOfTable, lockerOfProgress] = [sessions.createQueryRunner(), sessions.createQueryRunner()];
-    /** The session of the migration while it runs `statement` (in the given state, if one is given). */
-    const migrating = async (statement: string, state?: string) => {
-      for (;;) {
-        const [session] = (await sessions.query(
-          `SELECT id FROM information_schema.processlist WHERE db = ? AND info LIKE ? AND (? IS NULL OR state = ?)`,
-          [config.DB_NAME, `${statement}%`, state ?? null, state ?? null],
-        )) as { id: string }[];
-        if (session) return Number(session.id);
-        await sleep(5);
-      }
-    };
     try {
       await sessions.query('CREATE TABLE doubtful (id INT PRIMARY KEY)');
-      // The ALTER waits for the table behind a reader, so the progress row can be locked in the meantime:
-      // the ALTER then takes effect and its count waits, and the lost connection leaves it applied but in doubt.
-      await readerOfTable.startTransaction();
-      await readerOfTable.query('SELECT * FROM doubtful');
-      const run = runOn(config, migrationOf(name, [alter]));
-      void run.catch(() => undefined);
-      await migrating(alter, 'Waiting for table metadata lock');
-      await lockerOfProgress.startTransaction();
-      await lockerOfProgress.query('SELECT * FROM migration_progress WHERE name = ? FOR UPDATE', [name]);
-      await readerOfTable.commitTransaction();
-      await sessions.query(`KILL ${await migrating('UPDATE migration_progress SET steps')}`);
-      await expect(run).rejects.toThrow();
-      await lockerOfProgress.rollbackTransaction();
-      expect(await sessions.query('SELECT steps, in_doubt FROM migration_progress WHERE name = ?', [name])).toEqual([
-        { steps: 0, in_doubt: 1 },
-      ]);
+      await cutOff(config, sessions, { name, statement: alter, table: 'doubtful', applied: true });
 
       await expect(runOn(config, migrationOf(name, ['ALTER TABLE doubtful ADD COLUMN b BIGINT']))).rejects.toThrow(
         /Migration Doubtful1799999999993 lost its connection while sending its statement 1, which has been edited since; the server answers the new text with "Duplicate column name 'b'"/,
       );
       expect(await runOn(config, migrationOf(name, [alter]))).toEqual([name]);
-      expect(
-        await sessions.query(
-          `SELECT column_type AS t FROM information_schema.columns WHERE table_schema = ? AND table_name = 'doubtful' AND column_name = 'b'`,
-          [config.DB_NAME],
-        ),
-      ).toEqual([{ t: 'int(11)' }]);
+      expect(await columnType(config, 'doubtful', 'b')).toEqual(['int(11)']);
       expect(await sessions.query(`SELECT name FROM ${db}.migrations`)).toEqual([{ name }]);
     } finally {
-      await readerOfTable.release();
-      await lockerOfProgress.release();
+      await sessions.destroy();
+      await dropTestDatabase(config);
+    }
+  });
+
+  it('keeps the doubt an earlier run left when the server refuses this run its statement: the refusal says nothing of whether the earlier one took effect', async () => {
+    const config = testConfig();
+    await ensureDatabase(config);
+    const name = 'Kept1799999999991';
+    const alter = 'ALTER TABLE kept ADD COLUMN b INT';
+    const sessions = new DataSource({ ...dataSourceOptions(config), poolSize: 3 });
+    await sessions.initialize();
+    const lockerOfTable = sessions.createQueryRunner();
+    try {
+      await sessions.query('CREATE TABLE kept (id INT PRIMARY KEY)');
+      await cutOff(config, sessions, { name, statement: alter, table: 'kept', applied: true });
+      // Refusals for a reason of the moment: the table locked by another session past the statement's time limit.
+      await lockerOfTable.query('LOCK TABLES kept WRITE');
+      for (const text of [alter, 'ALTER TABLE kept ADD COLUMN b BIGINT']) {
+        const refusal = await runOn(config, migrationOf(name, ['SET max_statement_time = 1', text])).then(
+          () => undefined,
+          (err: unknown) => err,
+        );
+        expect(refusal).toMatchObject({ message: expect.stringMatching(/max_statement_time exceeded/) as unknown });
+        // A refusal by the server, not a lost connection (which leaves any mark as it is).
+        expect(isDatabaseOutage(refusal)).toBe(false);
+      }
+      await lockerOfTable.query('UNLOCK TABLES');
+      expect(await runOn(config, migrationOf(name, [alter]))).toEqual([name]);
+      expect(await columnType(config, 'kept', 'b')).toEqual(['int(11)']);
+    } finally {
+      await lockerOfTable.query('UNLOCK TABLES');
+      await lockerOfTable.release();
       await sessions.destroy();
       await dropTestDatabase(config);
     }

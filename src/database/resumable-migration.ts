@@ -98,8 +98,9 @@ const fold = (digest: string, sql: string, params?: unknown[]) =>
  * transaction of their own, so both or neither took effect; a DDL statement commits itself, so a
  * stop can fall between it and its count. Such a DDL is marked in doubt before it is sent, and the
  * mark cleared with its count, or when the server refuses it (DDL is atomic on MariaDB 10.6+ and
- * MySQL 8: refused is not applied). Only a statement still in doubt on the next run, the first one
- * not counted, may answer "already applied" (ALREADY_APPLIED), which then counts as done if its
+ * MySQL 8: refused is not applied), unless an earlier run left it in doubt: refusing this run's
+ * statement says nothing of whether that run's took effect. Only a statement still in doubt on the
+ * next run, the first one not counted, may answer "already applied" (ALREADY_APPLIED), which then counts as done if its
  * text is the one that was in doubt (an edited one is refused: the answer may be the old text's);
  * a real error (a column a drifted schema lacks) fails every run alike. The counted ones are skipped, once
  * their digest shows they are the statements that ran: a migration edited before the statement it
@@ -165,8 +166,9 @@ export function resumable<M extends MigrationInterface>(Migration: new () => M):
           result = await q.query(sql, params);
         } catch (err) {
           if (!(inDoubt && ALREADY_APPLIED.has(errnoOf(err) ?? 0))) {
-            // Refused by the server, so not applied; a lost connection leaves the mark.
-            if (!isDatabaseOutage(err) && doubted === digest)
+            // Refused by the server, so this run's statement did not take effect (a lost connection leaves the
+            // mark): a mark this run made is cleared, an earlier run's stays, as that run's statement may have.
+            if (!isDatabaseOutage(err) && !inDoubt)
               await q.query('UPDATE migration_progress SET in_doubt = 0, doubt_digest = NULL WHERE name = ?', [name]);
             throw err;
           }
