@@ -351,6 +351,34 @@ describe('migrations stopped halfway (MySQL and MariaDB commit each DDL statemen
     }
   });
 
+  it('sends an edit of a statement in doubt as "either text may have taken effect": once it is cut off too, no "already applied" counts as done', async () => {
+    const config = testConfig();
+    await ensureDatabase(config);
+    const name = 'Either1799999999990';
+    const [int, bigint] = ['ALTER TABLE edits ADD COLUMN b INT', 'ALTER TABLE edits ADD COLUMN b BIGINT'];
+    const sessions = new DataSource({ ...dataSourceOptions(config), poolSize: 3 });
+    await sessions.initialize();
+    try {
+      await sessions.query('CREATE TABLE edits (id INT PRIMARY KEY)');
+      await cutOff(config, sessions, { name, statement: int, table: 'edits', applied: false });
+      expect(await columnType(config, 'edits', 'b')).toEqual([]);
+      await cutOff(config, sessions, { name, statement: bigint, table: 'edits', applied: true });
+      expect(await columnType(config, 'edits', 'b')).toEqual(['bigint(20)']);
+      // "Duplicate column" is the edit's doing here, but the same answer would come if the first text had taken effect.
+      for (const text of [int, bigint])
+        await expect(runOn(config, migrationOf(name, [text]))).rejects.toThrow(
+          /Migration Either1799999999990 lost its connection while sending its statement 1 in more than one text: any of them may have taken effect, so the server's answer to this one, "Duplicate column name 'b'", may be another's doing/,
+        );
+      // What the message asks for: the column undone by hand, the text in the migration then runs.
+      await sessions.query('ALTER TABLE edits DROP COLUMN b');
+      expect(await runOn(config, migrationOf(name, [int]))).toEqual([name]);
+      expect(await columnType(config, 'edits', 'b')).toEqual(['int(11)']);
+    } finally {
+      await sessions.destroy();
+      await dropTestDatabase(config);
+    }
+  });
+
   it('resumes by position a migration stopped under the first version of the progress table, which kept no digest', async () => {
     const config = testConfig();
     await ensureDatabase(config);

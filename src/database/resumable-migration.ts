@@ -26,6 +26,12 @@ const ADD_COLUMNS = [
   'ALTER TABLE migration_progress ADD COLUMN doubt_digest CHAR(64) NULL',
 ];
 const ER_DUP_FIELDNAME = 1060;
+/**
+ * The doubt_digest of a statement in doubt sent in a text other than the one in doubt: any of its
+ * texts may have taken effect. No digest equals it (it is not hexadecimal); it fills CHAR(64), so it
+ * reads back the same whatever the sql_mode says of a CHAR's trailing spaces.
+ */
+const EITHER_TEXT = 'EITHER TEXT MAY HAVE TAKEN EFFECT'.padEnd(64, '.');
 
 /** What a DDL statement that already took effect answers when it is sent again. */
 const ALREADY_APPLIED = new Set([
@@ -96,17 +102,20 @@ const fold = (digest: string, sql: string, params?: unknown[]) =>
  * The migration, resumable where it stopped. Its changing statements are counted in
  * migration_progress, the count written after each one: a DML statement and its count in one
  * transaction of their own, so both or neither took effect; a DDL statement commits itself, so a
- * stop can fall between it and its count. Such a DDL is marked in doubt before it is sent, and the
- * mark cleared with its count, or when the server refuses it (DDL is atomic on MariaDB 10.6+ and
- * MySQL 8: refused is not applied), unless an earlier run left it in doubt: refusing this run's
- * statement says nothing of whether that run's took effect. Only a statement still in doubt on the
- * next run, the first one not counted, may answer "already applied" (ALREADY_APPLIED), which then counts as done if its
- * text is the one that was in doubt (an edited one is refused: the answer may be the old text's);
- * a real error (a column a drifted schema lacks) fails every run alike. The counted ones are skipped, once
- * their digest shows they are the statements that ran: a migration edited before the statement it
- * stopped at (a fix of the failing statement itself is fine) is refused rather than resumed at a
- * position that now means something else. The count is dropped in the transaction that records the
- * migration as run.
+ * stop can fall between it and its count. Such a DDL is marked in doubt, with its text's digest,
+ * before it is sent, and the mark cleared with its count, or when the server refuses it (DDL is
+ * atomic on MariaDB 10.6+ and MySQL 8: refused is not applied), unless an earlier run left it in
+ * doubt: refusing this run's statement says nothing of whether that run's took effect. Only a
+ * statement still in doubt on the next run, the first one not counted, may answer "already applied"
+ * (ALREADY_APPLIED), which then counts as done if its text is the one that was in doubt; an edited
+ * text so answered is refused, as the answer may be the old text's doing. An edited text is sent
+ * marked EITHER_TEXT, the old text's digest put back if the server refuses the edit: if its
+ * connection is lost too, no "already applied" counts as done any more (what the texts did is to be
+ * undone by hand; the statement then runs). A real error (a column a drifted schema lacks) fails every run alike. The counted ones
+ * are skipped, once their digest shows they are the statements that ran: a migration edited before
+ * the statement it stopped at (a fix of the failing statement itself is fine) is refused rather
+ * than resumed at a position that now means something else. The count is dropped in the
+ * transaction that records the migration as run.
  */
 export function resumable<M extends MigrationInterface>(Migration: new () => M): new () => M {
   const Resumable = class extends (Migration as new () => MigrationInterface) {
@@ -157,28 +166,41 @@ export function resumable<M extends MigrationInterface>(Migration: new () => M):
           return result;
         }
         const inDoubt = row !== undefined && Number(row.in_doubt) === 1 && current === done;
-        // An earlier run's doubt is about that run's text: it stays until that text is run again.
-        const doubted = inDoubt && row.doubt_digest !== null ? row.doubt_digest : digest;
+        // The text an earlier run left in doubt (a row from before doubt_digest: taken as this one), or EITHER_TEXT.
+        const doubted = inDoubt ? (row.doubt_digest ?? digest) : digest;
+        // Once a text other than the doubted one is sent, either may take effect: no answer is then one text's doing.
+        const mark = doubted === digest ? digest : EITHER_TEXT;
         // Outside a DML step the session is in autocommit: the mark is committed before the DDL is sent.
-        await q.query('UPDATE migration_progress SET in_doubt = 1, doubt_digest = ? WHERE name = ?', [doubted, name]);
+        await q.query('UPDATE migration_progress SET in_doubt = 1, doubt_digest = ? WHERE name = ?', [mark, name]);
         let result: unknown = [];
         try {
           result = await q.query(sql, params);
         } catch (err) {
-          if (!(inDoubt && ALREADY_APPLIED.has(errnoOf(err) ?? 0))) {
-            // Refused by the server, so this run's statement did not take effect (a lost connection leaves the
-            // mark): a mark this run made is cleared, an earlier run's stays, as that run's statement may have.
-            if (!isDatabaseOutage(err) && !inDoubt)
-              await q.query('UPDATE migration_progress SET in_doubt = 0, doubt_digest = NULL WHERE name = ?', [name]);
-            throw err;
-          }
-          // "Already applied" may be the doing of the text that was in doubt, not of an edit of it (a column's type changed, say).
-          if (doubted !== digest)
+          const alreadyApplied = inDoubt && ALREADY_APPLIED.has(errnoOf(err) ?? 0);
+          // Only the doubted text's own "already applied" is its doing: an edit of it may get the same answer for what the
+          // doubted text did (a column's type changed, say).
+          if (!(alreadyApplied && doubted === digest)) {
+            // A lost connection leaves the mark: this text may have taken effect.
+            if (isDatabaseOutage(err)) throw err;
+            // Refused by the server, so this text did not take effect: the doubt is put back as it was before this run. A mark
+            // this run made is cleared; an earlier run's stays, as that run's statement may have taken effect.
+            if (!inDoubt) await q.query('UPDATE migration_progress SET in_doubt = 0, doubt_digest = NULL WHERE name = ?', [name]);
+            else if (mark !== row.doubt_digest)
+              await q.query('UPDATE migration_progress SET doubt_digest = ? WHERE name = ?', [row.doubt_digest, name]);
+            if (!alreadyApplied) throw err;
+            const answer = (err as Error).message;
+            if (doubted === EITHER_TEXT)
+              throw new Error(
+                `Migration ${name} lost its connection while sending its statement ${current + 1} in more than one text: any of them may have taken effect, so the server's answer to this one, "${answer}", may be another's doing. ` +
+                  `Undo by hand what any of those texts did, and run the migrations again: the text then in the migration runs.`,
+                { cause: err },
+              );
             throw new Error(
-              `Migration ${name} lost its connection while sending its statement ${current + 1}, which has been edited since; the server answers the new text with "${(err as Error).message}", which may be the old text's doing. ` +
+              `Migration ${name} lost its connection while sending its statement ${current + 1}, which has been edited since; the server answers the new text with "${answer}", which may be the old text's doing. ` +
                 `Undo by hand what the old statement did, if it did anything, and run the migrations again: the new text then runs.`,
               { cause: err },
             );
+          }
         }
         await count();
         return result;
