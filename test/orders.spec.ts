@@ -157,6 +157,37 @@ describe('order rules (issue 23 item 2)', () => {
     expect((await redeem({ userCouponId: b, orderNo: order(), orderAmountCents: 1000, userId: 'u5' })).status).toBe(201);
   });
 
+  it("a refund goes through when another hold on its order has a coupon that is not LOCKED (a gap left for reconciliation); the release's log names the refund", async () => {
+    const orderNo = order();
+    const [a, b, c] = [
+      await userCoupon('u6', { ...off(100, true), returnOnRefund: true }),
+      await userCoupon('u6', off(100, true)),
+      await userCoupon('u6', off(100, true)),
+    ];
+    expect((await redeem({ userCouponId: a, orderNo, orderAmountCents: 1000, userId: 'u6' })).status).toBe(201);
+    for (const held of [b, c]) expect((await hold({ userCouponId: held, orderNo, orderAmountCents: 1000, userId: 'u6' })).status).toBe(201);
+    // A hand edit behind the service's back: c's hold is ACTIVE, its coupon no longer LOCKED.
+    await t.db.query(`UPDATE user_coupon SET status = 'UNUSED' WHERE id = ?`, [c]);
+    const refundNo = `RF-${orderNo}`;
+    const refund = await post('/redemptions/refunds', { userCouponId: a, orderNo, refundNo });
+    expect(refund.status).toBe(201);
+    const holds = (await t.db.query(`SELECT user_coupon_id, status FROM redemption_hold WHERE order_no = ? ORDER BY id`, [orderNo])) as {
+      user_coupon_id: string;
+      status: string;
+    }[];
+    expect(holds.map((h) => [String(h.user_coupon_id), h.status])).toEqual([
+      [b, 'RELEASED'],
+      [c, 'ACTIVE'],
+    ]);
+    const [log] = (await t.db.query(`SELECT reason FROM user_coupon_state_log WHERE user_coupon_id = ? ORDER BY id DESC LIMIT 1`, [b])) as {
+      reason: string;
+    }[];
+    expect(log.reason).toBe(`hold released: CANCELLED (order refunded: refund ${refundNo})`);
+    // Put back as it was, so that the invariants hold again: c LOCKED, then released by its user.
+    await t.db.query(`UPDATE user_coupon SET status = 'LOCKED' WHERE id = ?`, [c]);
+    expect((await post('/redemptions/holds/release', { userCouponId: c, orderNo, userId: 'u6' })).status).toBe(200);
+  });
+
   it('two coupons racing onto one order, 20 rounds: exactly one wins, the other 409 ORDER_HAS_COUPON', async () => {
     for (let round = 0; round < 20; round++) {
       const user = `racer-${round}`;

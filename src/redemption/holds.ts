@@ -34,10 +34,12 @@ export async function releaseHold(
   hold: Pick<Hold, 'id' | 'orderNo' | 'expiresAt'>,
   reason: ReleaseReason,
   now: Date,
+  cause?: string,
 ): Promise<void> {
   const closed = await markReleased(em, hold.id, releasedAt(hold, reason, now), reason);
   if (closed !== 1) throw new AppError('STATUS_CONFLICT', `Hold ${hold.id} is no longer active`, { holdId: hold.id });
-  await stateMachine.transit(em, uc.id, 'LOCKED', releasedTo(uc, now), TxIds.hold(hold.orderNo), `hold released: ${reason}`, now);
+  const logReason = `hold released: ${reason}${cause ? ` (${cause})` : ''}`;
+  await stateMachine.transit(em, uc.id, 'LOCKED', releasedTo(uc, now), TxIds.hold(hold.orderNo), logReason, now);
 }
 
 /** How reconciliation closes an ACTIVE hold. */

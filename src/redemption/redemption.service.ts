@@ -231,7 +231,7 @@ export class RedemptionService {
       });
       await em.insert(Refund, refund);
       refund.id = String(refund.id);
-      await this.releaseHoldsOf(em, dto.orderNo, new Date());
+      await this.releaseHoldsOf(em, dto.orderNo, dto.refundNo, new Date());
       return { refund, replacement, replayed: false };
     });
   }
@@ -239,14 +239,17 @@ export class RedemptionService {
   /**
    * A refunded order takes no coupon, so its other holds could never be confirmed: their coupons go
    * back now (hold CANCELLED, or TIMEOUT if its time had passed), not when the hold times out. The
-   * caller holds the order's lock; each coupon is locked before its hold, as a release does.
+   * caller holds the order's lock; each coupon is locked before its hold, as a release does. A hold
+   * whose coupon is not LOCKED (a gap reconciliation reports as HOLD_WITHOUT_LOCKED, for an admin to
+   * settle) is left alone: the refund must not fail over another coupon's state.
    */
-  private async releaseHoldsOf(em: EntityManager, orderNo: string, now: Date): Promise<void> {
+  private async releaseHoldsOf(em: EntityManager, orderNo: string, refundNo: string, now: Date): Promise<void> {
     for (const { userCouponId } of await em.findBy(Hold, { orderNo, status: 'ACTIVE' })) {
       const uc = await lockUserCoupon(em, userCouponId, 'exclusive');
       const hold = uc && (await findHold(em, orderNo, uc.id, true));
-      if (!uc || hold?.status !== 'ACTIVE') continue;
-      await releaseHold(em, this.stateMachine, uc, hold, effectiveHold(hold, now).status === 'RELEASED' ? 'TIMEOUT' : 'CANCELLED', now);
+      if (!uc || uc.status !== 'LOCKED' || hold?.status !== 'ACTIVE') continue;
+      const reason = effectiveHold(hold, now).status === 'RELEASED' ? 'TIMEOUT' : 'CANCELLED';
+      await releaseHold(em, this.stateMachine, uc, hold, reason, now, `order refunded: refund ${refundNo}`);
     }
   }
 
