@@ -5,7 +5,8 @@ import { everySeconds } from '../src/common/cron-job.js';
 import { HOLD_SWEEP_JOB } from '../src/redemption/hold-sweep.cron.job.js';
 import { tryAcquireLease } from '../src/database/lease.js';
 import { HOLD_SWEEP_LEASE, HoldSweepService } from '../src/redemption/hold-sweep.service.js';
-import { createCoupon, CouponInput, newKey, newUserCoupon } from './support/factories.js';
+import { createCoupon, CouponInput, grabUserCoupon, newKey, newUserCoupon } from './support/factories.js';
+import { TransactionService } from '../src/database/transaction.service.js';
 import { adminToken, bearer, serviceToken, startTestApp, TestApp, tokenFor } from './support/harness.js';
 import { checkInvariants } from '../src/ledger/invariants.js';
 import { databaseFingerprint } from './support/fingerprint.js';
@@ -435,6 +436,43 @@ describe('checkout holds', () => {
       }
     }
     expect(outcomes.confirmed + outcomes.released).toBe(20);
+  });
+
+  it('the sweep never waits for a coupon a release or refund holds, whatever index its hold query takes', async () => {
+    const n = 120;
+    const coupon = await createCoupon(t.url, { totalStock: n, perUserLimit: n });
+    const ucs: string[] = [];
+    for (let i = 0; i < n; i++) ucs.push((await grabUserCoupon(t.url, coupon.id, 'swept')).id);
+    const orders = ucs.map(() => order());
+    for (let i = 0; i < n; i += 20)
+      await Promise.all(
+        ucs
+          .slice(i, i + 20)
+          .map((id, j) => hold(tokenFor('swept'), { userCouponId: id, orderNo: orders[i + j], orderAmountCents: 20000, ttlSeconds: 1 })),
+      );
+    await sleep(1100);
+    // A release (or a refund releasing the order's holds) of the last one, in progress: its coupon, then its hold, locked.
+    const busy = t.db.createQueryRunner();
+    await busy.connect();
+    // READ COMMITTED, as every transaction of the service is.
+    await busy.startTransaction('READ COMMITTED');
+    try {
+      await busy.query(`SELECT id FROM user_coupon WHERE id = ? FOR UPDATE`, [ucs[n - 1]]);
+      await busy.query(`SELECT id FROM redemption_hold WHERE user_coupon_id = ? AND status = 'ACTIVE' FOR UPDATE`, [ucs[n - 1]]);
+      // With the hold query on idx_hold_status (the plan MariaDB picks for a long list of coupons) the sweep
+      // read the held coupon's hold too and waited for it, while holding the other coupons a refund goes on to lock.
+      const swept = t.app
+        .get(TransactionService)
+        .inTransaction((em) => t.app.get(HoldSweepService).releaseBatch(em, new Date(), 1000, 'test-sweep'));
+      const outcome = await Promise.race([swept, sleep(3000).then(() => 'waited')]);
+      expect(outcome).toEqual({ locked: expect.any(Number), released: expect.any(Number) });
+      expect((await Promise.all(ucs.map(stored))).filter((s) => s === 'LOCKED')).toEqual(['LOCKED']);
+    } finally {
+      await busy.rollbackTransaction();
+      await busy.release();
+    }
+    await sweep();
+    expect(await stored(ucs[n - 1])).toBe('UNUSED');
   });
 
   it('the sweep racing confirmations at the timeout: each coupon ends USED exactly when its confirmation answered 201', async () => {
