@@ -143,6 +143,8 @@ describe('redemption', () => {
       {},
       { userCouponId: 'abc', orderNo: 'B', orderAmountCents: 1 },
       { userCouponId: '1', orderNo: '', orderAmountCents: 1 },
+      { userCouponId: '1', orderNo: '   ', orderAmountCents: 1 },
+      { userCouponId: '1', orderNo: '\u3000', orderAmountCents: 1 },
       { userCouponId: '1', orderNo: 'x'.repeat(65), orderAmountCents: 1 },
       { userCouponId: '1', orderNo: 'B', orderAmountCents: -1 },
       { userCouponId: '1', orderNo: 'B', orderAmountCents: 1e300 },
@@ -252,6 +254,18 @@ describe('redemption', () => {
       const notThere = await refund({ userCouponId: first, orderNo: 'ORD-SP  ', refundNo: 'RF-SP-2' });
       expect([notThere.status, notThere.body.code]).toEqual([409, 'NOT_REDEEMED']);
       expect(await count(`SELECT COUNT(*) AS n FROM refund WHERE refund_no LIKE 'RF-SP%'`)).toBe(2);
+      // Spaces alone name no order and no refund.
+      for (const blank of [
+        { userCouponId: first, orderNo: ' ', refundNo: 'RF-SP-3' },
+        { userCouponId: first, orderNo: 'ORD-SP', refundNo: '  ' },
+      ]) {
+        const res = await refund(blank);
+        expect([res.status, res.body.code, JSON.stringify(res.body.details)]).toEqual([
+          400,
+          'VALIDATION_FAILED',
+          expect.stringMatching(/not only spaces/),
+        ]);
+      }
     });
 
     it('answers REFUND_RETURN_DISABLED, NOT_REDEEMED, 404, 422 and 403 as it should, writing nothing', async () => {

@@ -2,7 +2,8 @@ import { ApiProperty, ApiPropertyOptional, PickType } from '@nestjs/swagger';
 import { IsInt, IsString, Matches, Max, Min } from 'class-validator';
 import { ActingForUserId, IsId, IsOmittable, MAX_CENTS, TextLength } from '../common/validation.js';
 
-const PRINTABLE = /^[^\p{C}]+$/u;
+/** Printable and not only spaces: order and refund numbers are kept as sent, spaces included, but a blank one names nothing. */
+const PRINTABLE = /^(?!\s*$)[^\p{C}]+$/u;
 
 export class RedeemDto {
   @ApiProperty({ example: '1024' })
@@ -12,7 +13,7 @@ export class RedeemDto {
   @ApiProperty({ minLength: 1, maxLength: 64 })
   @IsString()
   @TextLength(1, 64)
-  @Matches(PRINTABLE, { message: 'orderNo must be printable' })
+  @Matches(PRINTABLE, { message: 'orderNo must be printable and not only spaces' })
   orderNo!: string;
 
   @ApiProperty({ minimum: 0 })
@@ -44,12 +45,12 @@ export class RefundDto {
   @ApiProperty()
   @IsString()
   @TextLength(1, 64)
-  @Matches(PRINTABLE, { message: 'orderNo must be printable' })
+  @Matches(PRINTABLE, { message: 'orderNo must be printable and not only spaces' })
   orderNo!: string;
 
   @ApiProperty()
   @IsString()
   @TextLength(1, 64)
-  @Matches(PRINTABLE, { message: 'refundNo must be printable' })
+  @Matches(PRINTABLE, { message: 'refundNo must be printable and not only spaces' })
   refundNo!: string;
 }
