@@ -161,7 +161,7 @@ describe('webhook deliveries to a host name', () => {
         WEBHOOK_POLL_MS: '50',
         WEBHOOK_RETRY_DELAYS: '1',
         NODE_OPTIONS: `--import=${new URL('./support/fake-dns.mjs', import.meta.url).href}`,
-        FAKE_DNS: 'receiver.test=127.0.0.1,metadata.test=169.254.169.254',
+        FAKE_DNS: 'receiver.test=127.0.0.1|169.254.169.254,metadata.test=169.254.169.254',
       },
     });
   });
@@ -181,17 +181,25 @@ describe('webhook deliveries to a host name', () => {
     const receiver = await hook('receiver.test');
     rx.secret = receiver.secret;
     const metadata = await hook('metadata.test');
-    const coupon = await call(server.url, 'POST', '/admin/coupons', { token: adminToken(), body: couponBody({ totalStock: 1 }) });
-    const grab = await call(server.url, 'POST', `/coupons/${coupon.body.id as string}/grab`, {
-      token: tokenFor('dns-user'),
-      headers: { 'idempotency-key': 'dns-1' },
-    });
-    expect(grab.status).toBe(201);
-    /** The endpoint's one delivery once its first attempt is written. */
+    const coupon = await call(server.url, 'POST', '/admin/coupons', { token: adminToken(), body: couponBody({ totalStock: 2 }) });
+    const grabOne = async (key: string) => {
+      const res = await call(server.url, 'POST', `/coupons/${coupon.body.id as string}/grab`, {
+        token: tokenFor(`dns-${key}`),
+        headers: { 'idempotency-key': key },
+      });
+      expect(res.status).toBe(201);
+      return res;
+    };
+    const grab = await grabOne('dns-1');
+    /** The endpoint's newest delivery once its first attempt is written. */
     const attempted = async (hookId: string) => {
       for (const deadline = Date.now() + 20_000; Date.now() < deadline; await sleep(50)) {
         const list = await call(server.url, 'GET', `/admin/webhooks/${hookId}/deliveries`, { token: adminToken() });
-        const [item] = list.body.items as { status: string; attempts: { statusCode: number | null; error: string | null }[] }[];
+        const [item] = list.body.items as {
+          status: string;
+          userCouponId: string;
+          attempts: { statusCode: number | null; error: string | null }[];
+        }[];
         if (item?.attempts.length) return item;
       }
       throw new Error(`no attempt for endpoint ${hookId}`);
@@ -204,6 +212,16 @@ describe('webhook deliveries to a host name', () => {
       statusCode: null,
       error: expect.stringContaining('metadata.test resolves to 169.254.169.254, a linkLocal address, where no webhook is delivered'),
     });
+    // The receiver's name now resolves to the metadata service (DNS rebinding): the next connection is refused.
+    rx.dropConnections();
+    const second = await grabOne('dns-2');
+    for (const deadline = Date.now() + 20_000; (await attempted(receiver.id)).userCouponId !== second.body.id && Date.now() < deadline;)
+      await sleep(50);
+    expect((await attempted(receiver.id)).attempts[0]).toMatchObject({
+      statusCode: null,
+      error: expect.stringContaining('receiver.test resolves to 169.254.169.254'),
+    });
+    expect(rx.received.map((r) => r.event.data.userCoupon.id)).toEqual([grab.body.id]);
     expect(rx.badSignatures).toBe(0);
   });
 });

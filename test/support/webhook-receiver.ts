@@ -37,6 +37,11 @@ export class WebhookReceiver {
     return this;
   }
 
+  /** Closes the connections open to it, kept alive or not: the next delivery has to connect again. */
+  dropConnections(): void {
+    this.server?.closeAllConnections();
+  }
+
   private async handle(req: IncomingMessage, res: ServerResponse): Promise<void> {
     const chunks: Buffer[] = [];
     for await (const c of req) chunks.push(c as Buffer);
