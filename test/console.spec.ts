@@ -468,6 +468,11 @@ describe('admin console in a browser', () => {
     await page.getByTestId('redeliver-failed').click();
     await page.locator('.ant-popconfirm').getByRole('button', { name: 'Send again' }).click();
     await page.getByText('0 sent again').waitFor();
+    // Nothing left for the relay to send (its outcome of the resend written, nothing made due): so nothing more arrives later.
+    const pending = async () =>
+      Number(((await t.db.query(`SELECT COUNT(*) AS n FROM webhook_delivery WHERE status = 'PENDING'`)) as { n: string }[])[0].n);
+    for (const until = Date.now() + 10_000; (await pending()) > 0 && Date.now() < until;) await new Promise((r) => setTimeout(r, 50));
+    expect(await pending()).toBe(0);
     expect(receiver.accepted).toHaveLength(before + 1);
     await page.locator('.ant-drawer-open .ant-drawer-close').click();
     await page.locator('.ant-drawer-open').waitFor({ state: 'detached' });
