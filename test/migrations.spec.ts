@@ -44,6 +44,7 @@ describe('migrations', () => {
       'redemption',
       'redemption_hold',
       'refund',
+      'refund_number',
       'tx_marker',
       'user_coupon',
       'user_coupon_state_log',
@@ -68,7 +69,7 @@ describe('migrations', () => {
     expect(await tables()).toEqual([]);
     const applied = await ds.runMigrations({ transaction: 'each' });
     expect(applied.map((m) => m.name)).toEqual(migrations.map((m) => new m().name));
-    expect(await tables()).toHaveLength(20);
+    expect(await tables()).toHaveLength(21);
     expect(await ds.showMigrations()).toBe(false);
   });
   /** Undoes the migrations that came after `name` (the class name), leaving `name` the last one applied. */
@@ -105,12 +106,17 @@ describe('migrations', () => {
         ['M-1', 500, 0],
         ['M-1 ', 700, 1],
       ]);
+      // The refunds made before RefundNumbers1765497600000 have their numbers taken.
+      const numbers = (await ds.query(`SELECT n.refund_no AS n FROM refund_number n JOIN refund r ON r.id = n.refund_id`)) as {
+        n: string;
+      }[];
+      expect(numbers.map((r) => r.n)).toEqual(['R-1']);
       await undoAfter(ExactOrderNumbers1764979200000.name);
       await expect(ds.undoLastMigration({ transaction: 'each' })).rejects.toThrow(/coupon_order holds order_no values/);
       await ds.runMigrations({ transaction: 'each' });
       expect(await ds.showMigrations()).toBe(false);
     } finally {
-      for (const table of ['refund', 'redemption', 'coupon_order']) await ds.query(`DELETE FROM ${table}`);
+      for (const table of ['refund_number', 'refund', 'redemption', 'coupon_order']) await ds.query(`DELETE FROM ${table}`);
     }
   });
 });

@@ -222,6 +222,37 @@ describe('redemption', () => {
       expect(await count(`SELECT COUNT(*) AS n FROM refund WHERE refund_no = 'TW-1'`)).toBe(1);
     });
 
+    it('a refundNo answered with an earlier refund of its redemption names that refund for good: it makes no other, racing or not', async () => {
+      const ucs = await Promise.all([1, 2, 3, 4].map(() => userCoupon('alias', { returnOnRefund: true })));
+      for (const [i, uc] of ucs.entries())
+        expect((await redeem(tokenFor('alias'), { userCouponId: uc, orderNo: `AL-${i}`, orderAmountCents: 10000 })).status).toBe(201);
+      const first = await refund({ userCouponId: ucs[0], orderNo: 'AL-0', refundNo: 'AL-R1' });
+      expect(first.status).toBe(201);
+      const alias = await refund({ userCouponId: ucs[0], orderNo: 'AL-0', refundNo: 'AL-R2' });
+      expect([alias.status, alias.headers['idempotent-replayed'], alias.body]).toEqual([201, 'true', first.body]);
+      // AL-R2 now names the refund of coupon 0: another coupon's refund under it is a reused key.
+      const taken = await refund({ userCouponId: ucs[1], orderNo: 'AL-1', refundNo: 'AL-R2' });
+      expect([taken.status, taken.body.code]).toEqual([422, 'IDEMPOTENCY_KEY_REUSED']);
+      expect((await refund({ userCouponId: ucs[0], orderNo: 'AL-0', refundNo: 'AL-R2' })).body).toEqual(first.body);
+      expect((await refund({ userCouponId: ucs[1], orderNo: 'AL-1', refundNo: 'AL-R3' })).status).toBe(201);
+
+      // Racing: the number answered as coupon 2's refund and asked for coupon 3's new one at once.
+      expect((await refund({ userCouponId: ucs[2], orderNo: 'AL-2', refundNo: 'AL-R4' })).status).toBe(201);
+      const raced = await Promise.all([
+        refund({ userCouponId: ucs[2], orderNo: 'AL-2', refundNo: 'AL-R5' }),
+        refund({ userCouponId: ucs[3], orderNo: 'AL-3', refundNo: 'AL-R5' }),
+      ]);
+      expect(raced.map((r) => r.status).sort()).toEqual([201, 422]);
+      const named = (await t.db.query(
+        `SELECT r.user_coupon_id AS uc FROM refund_number n JOIN refund r ON r.id = n.refund_id WHERE n.refund_no = 'AL-R5'`,
+      )) as {
+        uc: string;
+      }[];
+      expect(named).toHaveLength(1);
+      const winner = raced.find((r) => r.status === 201)!;
+      expect(winner.body.userCouponId).toBe(String(named[0].uc));
+    });
+
     it('treats order and refund numbers as case-sensitive', async () => {
       const ucId = await userCoupon('casey', { returnOnRefund: true });
       expect((await redeem(tokenFor('casey'), { userCouponId: ucId, orderNo: 'ord-case', orderAmountCents: 10000 })).status).toBe(201);

@@ -68,6 +68,11 @@ const repeatToLearn = (key: Record<string, unknown>) => (err: unknown) => {
  * Using a coupon on an order, and returning it on refund. Both are idempotent by a unique key and
  * run as one transaction that locks the user coupon row first, so repeats and races serialize on it.
  */
+/** Every number a refund was asked for under, in one table: its primary key is where a number is taken (a duplicate throws). */
+function takeRefundNumber(em: EntityManager, refundNo: string, refundId: string): Promise<unknown> {
+  return em.query(`INSERT INTO refund_number (refund_no, refund_id) VALUES (?, ?)`, [refundNo, refundId]);
+}
+
 @Injectable()
 export class RedemptionService {
   constructor(
@@ -184,13 +189,13 @@ export class RedemptionService {
   }
 
   private async doRefund(dto: RefundDto): Promise<{ refund: Refund; replacement: UserCoupon | null; replayed: boolean }> {
-    const earlier = await this.refunds.findOneBy({ refundNo: dto.refundNo });
+    const earlier = await this.refundNamed(this.refunds.manager, dto.refundNo);
     if (earlier) return this.replayRefund(earlier, dto);
     try {
       return await this.refundOnce(dto);
     } catch (err) {
       // The same refundNo committed meanwhile, for this coupon (answer it) or another (422).
-      const winner = isDuplicateKey(err) ? await this.refunds.findOneBy({ refundNo: dto.refundNo }) : null;
+      const winner = isDuplicateKey(err) ? await this.refundNamed(this.refunds.manager, dto.refundNo) : null;
       if (winner) return this.replayRefund(winner, dto);
       throw err;
     }
@@ -207,7 +212,11 @@ export class RedemptionService {
       const redemption = await em.findOneBy(Redemption, { orderNo: dto.orderNo, userCouponId: uc.id });
       if (!redemption) throw new AppError('NOT_REDEEMED', 'This coupon was not redeemed on this order');
       const sameRedemption = await em.findOneBy(Refund, { redemptionId: redemption.id });
-      if (sameRedemption) return this.replayRefund(sameRedemption, dto, em);
+      if (sameRedemption) {
+        // Answered with that refund, this number names it from now on: it can make no other refund.
+        await takeRefundNumber(em, dto.refundNo, sameRedemption.id);
+        return this.replayRefund(sameRedemption, dto, em);
+      }
       const coupon = await em.findOneByOrFail(Coupon, { id: uc.couponId });
       if (!coupon.returnOnRefund) throw new AppError('REFUND_RETURN_DISABLED', 'This coupon is not returned on refund');
       const ended = validityEnded(coupon, new Date());
@@ -231,6 +240,7 @@ export class RedemptionService {
       });
       await em.insert(Refund, refund);
       refund.id = String(refund.id);
+      await takeRefundNumber(em, dto.refundNo, refund.id);
       await this.releaseHoldsOf(em, dto.orderNo, dto.refundNo, new Date());
       return { refund, replacement, replayed: false };
     });
@@ -253,9 +263,15 @@ export class RedemptionService {
     }
   }
 
+  /** The refund a refund number names: its own, or the one it was answered with (see refundOnce). */
+  private async refundNamed(em: EntityManager, refundNo: string): Promise<Refund | null> {
+    const [row] = (await em.query(`SELECT refund_id FROM refund_number WHERE refund_no = ?`, [refundNo])) as { refund_id: string }[];
+    return row ? em.findOneBy(Refund, { id: String(row.refund_id) }) : null;
+  }
+
   /** The refund already recorded for this refundNo, or for this redemption under another refundNo. */
   private async replayRefund(r: Refund, dto: RefundDto, em: EntityManager = this.refunds.manager) {
-    if (r.refundNo === dto.refundNo && (r.userCouponId !== dto.userCouponId || r.orderNo !== dto.orderNo)) {
+    if (r.userCouponId !== dto.userCouponId || r.orderNo !== dto.orderNo) {
       throw new AppError('IDEMPOTENCY_KEY_REUSED', 'This refundNo was already used for another order or coupon');
     }
     const replacement = r.replacementUserCouponId ? await findUserCoupon(em, r.replacementUserCouponId) : null;

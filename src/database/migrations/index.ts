@@ -11,6 +11,7 @@ import { BulkSkippedExpired1765152000000 } from './1765152000000-bulk-skipped-ex
 import { BulkListDigest1765238400000 } from './1765238400000-bulk-list-digest.js';
 import { AdminRequestKeys1765324800000 } from './1765324800000-admin-request-keys.js';
 import { WebhookFinalAttempt1765411200000 } from './1765411200000-webhook-final-attempt.js';
+import { RefundNumbers1765497600000 } from './1765497600000-refund-numbers.js';
 
 /** Every migration, in order, each resumable where it stopped (resumable-migration.ts). The app, the CLI (ormconfig.ts) and the tests all use this list. */
 export const migrations = [
@@ -26,4 +27,5 @@ export const migrations = [
   BulkListDigest1765238400000,
   AdminRequestKeys1765324800000,
   WebhookFinalAttempt1765411200000,
+  RefundNumbers1765497600000,
 ].map(resumable);
