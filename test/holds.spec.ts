@@ -278,6 +278,31 @@ describe('checkout holds', () => {
     expect((await redeem(tokenFor('frank'), { userCouponId: uc.id, orderNo: second, orderAmountCents: 20000 })).status).toBe(201);
   });
 
+  it('a release of a timed-out hold answers it (TIMEOUT) without Idempotent-Replayed, every time, swept first or not', async () => {
+    const [swept, unswept] = [await userCoupon('gina'), await userCoupon('gina')];
+    const [o1, o2] = [order(), order()];
+    await hold(tokenFor('gina'), { userCouponId: swept.id, orderNo: o1, orderAmountCents: 20000, ttlSeconds: 1 });
+    await sleep(1100);
+    await sweep();
+    expect(await holdRow(o1, swept.id)).toEqual({ status: 'RELEASED', release_reason: 'TIMEOUT' });
+    await hold(tokenFor('gina'), { userCouponId: unswept.id, orderNo: o2, orderAmountCents: 20000, ttlSeconds: 1 });
+    await sleep(1100);
+    for (const [uc, orderNo] of [
+      [swept.id, o1],
+      [unswept.id, o2],
+      [swept.id, o1],
+      [unswept.id, o2],
+    ]) {
+      const res = await release(tokenFor('gina'), { userCouponId: uc, orderNo });
+      expect([orderNo, res.status, res.body.releaseReason, res.headers['idempotent-replayed']]).toEqual([
+        orderNo,
+        200,
+        'TIMEOUT',
+        undefined,
+      ]);
+    }
+  });
+
   it('a plain redemption by another order takes a coupon whose hold timed out; a void too', async () => {
     const a = await userCoupon('gina');
     const b = await userCoupon('gina');

@@ -96,7 +96,9 @@ export class HoldService {
 
   /**
    * Gives the coupon back: hold RELEASED (CANCELLED), coupon LOCKED -> UNUSED, or EXPIRED when its
-   * validity ended. A hold already released (cancelled or timed out) answers as it is.
+   * validity ended. A hold already released answers as it is, as a replay when it was cancelled (by
+   * a release or its order's refund); one that timed out is answered alike whether or not the sweep
+   * stored the timeout first, never as a replay of a request.
    */
   release(principal: Principal, dto: ReleaseHoldDto): Promise<{ hold: Hold; replayed: boolean }> {
     const userId = actingFor(principal, dto.userId);
@@ -109,7 +111,7 @@ export class HoldService {
           const hold = uc && uc.userId === userId ? await findHold(em, dto.orderNo, uc.id, true) : null;
           if (!uc || !hold) throw holdNotFound();
           if (hold.status === 'CONFIRMED') throw new AppError('HOLD_ALREADY_CONFIRMED', 'The order was paid: the coupon is used');
-          if (hold.status === 'RELEASED') return { hold, replayed: true };
+          if (hold.status === 'RELEASED') return { hold, replayed: hold.releaseReason === 'CANCELLED' };
           // Past its time it is released already to every reader; storing that is what the sweep would do.
           const reason = effectiveHold(hold, now).status === 'RELEASED' ? 'TIMEOUT' : 'CANCELLED';
           await releaseHold(em, this.stateMachine, uc, hold, reason, now);
