@@ -1035,6 +1035,89 @@ describe('admin console in a browser', () => {
     }
   });
 
+  it('fits a phone, 375 by 812: no page scrolls sideways, and each page’s buttons are on the screen', async () => {
+    const coupon = await createCoupon(t.url, { name: 'On a phone: spend ¥100 save ¥10, a name long enough to wrap' });
+    const job = await request(t.url)
+      .post(`/admin/coupons/${coupon.id}/issuances`)
+      .set(bearer(adminToken()))
+      .set('Idempotency-Key', `phone-${coupon.id}`)
+      .send({ userIds: ['phone-1'], reason: 'Phone layout', fromStock: true });
+    expect(job.status).toBe(202);
+    const started = await request(t.url).post('/admin/reconciliation/runs').set(bearer(adminToken()));
+    expect(started.status).toBe(202);
+    const tab = await newTab();
+    watchErrors(tab);
+    const width = 375;
+    const height = 812;
+    try {
+      await tab.setViewportSize({ width, height });
+      const header = () => [tab.getByTestId('menu-toggle'), tab.getByTestId('language'), tab.getByRole('button', { name: 'Sign out' })];
+      const screens: { name: string; path: string; buttons: () => Locator[] }[] = [
+        {
+          name: 'campaigns',
+          path: `campaigns#token=${adminToken()}`,
+          buttons: () => [tab.getByTestId('new-campaign'), tab.getByRole('button', { name: 'Refresh' })],
+        },
+        {
+          name: 'campaign-live',
+          path: `campaigns/${coupon.id}`,
+          buttons: () => [
+            tab.getByRole('button', { name: 'Back' }),
+            tab.getByRole('button', { name: 'Pause' }),
+            tab.getByRole('button', { name: 'Stock', exact: true }),
+            tab.getByRole('button', { name: 'Rate limit', exact: true }),
+            tab.getByRole('button', { name: 'Bulk issue' }),
+            tab.getByTestId('live-window'),
+            tab.getByTestId('counts-refresh'),
+          ],
+        },
+        {
+          name: 'bulk',
+          path: 'bulk',
+          buttons: () => [
+            tab.getByTestId('new-job'),
+            tab.getByRole('combobox', { name: 'Campaigns' }),
+            tab.getByTestId(`job-${job.body.jobId}`),
+          ],
+        },
+        {
+          name: 'runs',
+          path: 'reconciliation',
+          buttons: () => [tab.getByTestId('start-run'), tab.getByRole('combobox', { name: 'Mode' })],
+        },
+        { name: 'run', path: `reconciliation/${started.body.runId}`, buttons: () => [tab.getByRole('button', { name: 'Back' })] },
+      ];
+      for (const { name, path, buttons } of screens) {
+        await tab.goto(`${t.url}/console/${path}`);
+        for (const b of [...header(), ...buttons()]) await b.waitFor();
+        await tab.waitForTimeout(400);
+        await tab.screenshot({ path: `${SHOTS}/16-phone-${name}.png`, fullPage: true });
+        const scrollWidth = await tab.evaluate<number>('document.documentElement.scrollWidth');
+        expect([name, scrollWidth <= width ? 'fits' : scrollWidth]).toEqual([name, 'fits']);
+        // Within the width seen (the viewport less a scrollbar, if the page has one); further down is a scroll away, as on any phone.
+        const seen = await tab.evaluate<number>('document.documentElement.clientWidth');
+        for (const b of [...header(), ...buttons()]) {
+          const box = await b.boundingBox();
+          const inside = box !== null && box.x >= 0 && box.x + box.width <= seen;
+          expect([name, b.toString(), box, inside]).toEqual([name, b.toString(), box, true]);
+        }
+      }
+      // A bulk job's drawer too: all of it on the screen, closed from its own button.
+      await tab.goto(`${t.url}/console/bulk`);
+      await tab.getByTestId(`job-${job.body.jobId}`).click();
+      await tab.getByTestId('job-detail').waitFor();
+      await tab.waitForTimeout(400);
+      await tab.screenshot({ path: `${SHOTS}/16-phone-bulk-job.png` });
+      const drawer = await tab.locator('.ant-drawer-open .ant-drawer-section').boundingBox();
+      expect(drawer && drawer.x >= 0 && drawer.x + drawer.width <= width).toBe(true);
+      expect(await tab.locator('.ant-drawer-open .ant-drawer-body').evaluate((e) => e.scrollWidth <= e.clientWidth)).toBe(true);
+      await tab.locator('.ant-drawer-open .ant-drawer-close').click();
+      await tab.locator('.ant-drawer-open').waitFor({ state: 'detached' });
+    } finally {
+      await tab.context().close();
+    }
+  });
+
   it('speaks Chinese after the switch', async () => {
     // A toast of the tests before, in English, would otherwise sit in the screenshots.
     await noToasts();

@@ -1,5 +1,5 @@
 import { useEffect, useState, type ReactNode } from 'react';
-import { App as AntApp, ConfigProvider, Layout, Menu, Segmented, Space, Typography, Button, theme } from 'antd';
+import { App as AntApp, ConfigProvider, Grid, Layout, Menu, Segmented, Space, Typography, Button, theme } from 'antd';
 import {
   ApiOutlined,
   AuditOutlined,
@@ -63,6 +63,8 @@ export function App() {
   // page; read before the first paint, or a narrow window would paint the menu open first.
   const [narrow, setNarrow] = useState(() => window.matchMedia('screen and (max-width: 991.98px)').matches);
   const [menuOpen, setMenuOpen] = useState(false);
+  // A phone (below antd's sm, 576 px) has no room for the user's name and every label in the header.
+  const phone = Grid.useBreakpoint().sm === false;
   const navigate = useNavigate();
   const location = useLocation();
 
@@ -150,7 +152,13 @@ export function App() {
       </Layout.Sider>
       <Layout>
         <Layout.Header
-          style={{ background: '#fff', padding: '0 24px', display: 'flex', justifyContent: 'space-between', alignItems: 'center' }}
+          style={{
+            background: '#fff',
+            padding: phone ? '0 12px' : '0 24px',
+            display: 'flex',
+            justifyContent: 'space-between',
+            alignItems: 'center',
+          }}
         >
           {narrow ? (
             <Button
@@ -163,15 +171,18 @@ export function App() {
           ) : (
             <span />
           )}
-          <Space size="large">
-            <Typography.Text type="secondary">{t('signedInAs', { user: readClaims(session.token)?.sub ?? '?' })}</Typography.Text>
+          <Space size={phone ? 'small' : 'large'}>
+            {!phone && (
+              <Typography.Text type="secondary">{t('signedInAs', { user: readClaims(session.token)?.sub ?? '?' })}</Typography.Text>
+            )}
             {languageSwitch}
-            <Button icon={<LogoutOutlined />} onClick={() => signOut(null)}>
-              {t('signOut')}
+            {/* On a phone the icon alone, still named for screen readers. */}
+            <Button icon={<LogoutOutlined />} aria-label={phone ? t('signOut') : undefined} onClick={() => signOut(null)}>
+              {!phone && t('signOut')}
             </Button>
           </Space>
         </Layout.Header>
-        <Layout.Content style={{ padding: 24 }}>
+        <Layout.Content style={{ padding: phone ? 12 : 24 }}>
           <ErrorBoundary key={location.pathname} t={t} onBack={() => navigate('/campaigns')}>
             <Routes>
               <Route path="/campaigns" element={<Campaigns />} />

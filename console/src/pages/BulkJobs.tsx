@@ -3,7 +3,6 @@ import {
   Alert,
   App,
   Button,
-  Card,
   Descriptions,
   Drawer,
   Form,
@@ -28,6 +27,7 @@ import { count, time } from '../format';
 import { useIdempotencyKey, usePagedList, usePoll } from '../hooks';
 import { LoadMore } from '../LoadMore';
 import { label, useI18n, type Translate } from '../i18n';
+import { PageCard } from '../PageCard';
 
 const STATUS_COLOR = { QUEUED: 'default', RUNNING: 'processing', COMPLETED: 'green', FAILED: 'red', CANCELLED: 'orange' } as const;
 const SKIP_REASONS = ['USER_LIMIT_REACHED', 'SOLD_OUT', 'INVALID_USER_ID', 'DUPLICATE', 'COUPON_EXPIRED'] as const;
@@ -358,7 +358,7 @@ function JobDetail({ jobId, onClose, onChanged }: { jobId: string | null; onClos
             />
           </Space>
           <JobProgress job={j} />
-          <Descriptions size="small" column={2} bordered>
+          <Descriptions size="small" column={{ xs: 1, sm: 2 }} bordered>
             <Descriptions.Item label={t('couponId')}>
               <Link to={`/campaigns/${j.couponId}`}>#{j.couponId}</Link>
             </Descriptions.Item>
@@ -371,7 +371,7 @@ function JobDetail({ jobId, onClose, onChanged }: { jobId: string | null; onClos
             <Descriptions.Item label={t('skipped')}>{count(j.skipped)}</Descriptions.Item>
             <Descriptions.Item label={t('createdAt')}>{time(j.createdAt)}</Descriptions.Item>
             <Descriptions.Item label={t('startedAt')}>{time(j.startedAt)}</Descriptions.Item>
-            <Descriptions.Item label={t('finishedAt')} span={2}>
+            <Descriptions.Item label={t('finishedAt')} span="filled">
               {time(j.finishedAt)}
             </Descriptions.Item>
           </Descriptions>
@@ -415,16 +415,16 @@ export function BulkJobs() {
   const couponName = (id: string) => coupons.options?.find((c) => c.value === id)?.label ?? `#${id}`;
 
   return (
-    <Card
+    <PageCard
       title={t('bulkJobs')}
       extra={
-        <Space>
+        <Space wrap>
           <Select
             allowClear
             showSearch={{ optionFilterProp: 'label' }}
             placeholder={t('allCampaigns')}
             aria-label={t('campaigns')}
-            style={{ width: 260 }}
+            style={{ width: 260, maxWidth: '100%' }}
             value={couponId}
             options={coupons.options}
             loading={coupons.loading}
@@ -513,6 +513,6 @@ export function BulkJobs() {
         }}
       />
       <JobDetail jobId={detailOf} onClose={() => setDetailOf(null)} onChanged={() => void list.reload()} />
-    </Card>
+    </PageCard>
   );
 }

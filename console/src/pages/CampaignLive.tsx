@@ -9,6 +9,7 @@ import { Chart } from '../chart';
 import { count, time, yuan } from '../format';
 import { usePoll } from '../hooks';
 import { label, useI18n, type Translate } from '../i18n';
+import { PageCard } from '../PageCard';
 import { lockedCount, PauseButton, StatusTags, StockBar } from './Campaigns';
 import { RateLimitModal } from './RateLimitModal';
 import { StockModal } from './StockModal';
@@ -53,7 +54,12 @@ function chartOption(series: Series, stockTrail: [number, number][], t: Translat
     tooltip: { trigger: 'axis' },
     legend: { top: 0 },
     grid: { left: 56, right: 64, top: 40, bottom: 32 },
-    xAxis: { type: 'time', min: from, max: x[x.length - 1], axisLabel: { formatter: (v: number) => dayjs(v).format('HH:mm:ss') } },
+    xAxis: {
+      type: 'time',
+      min: from,
+      max: x[x.length - 1],
+      axisLabel: { formatter: (v: number) => dayjs(v).format('HH:mm:ss'), hideOverlap: true },
+    },
     yAxis: [
       { type: 'value', name: t('grabsAxis'), minInterval: 1 },
       { type: 'value', name: t('remaining'), min: 0, max: series.initStock || undefined, splitLine: { show: false } },
@@ -122,7 +128,7 @@ export function CampaignLive() {
 
   return (
     <Space orientation="vertical" size="large" style={{ width: '100%' }}>
-      <Space>
+      <Space wrap>
         <Link to="/campaigns">
           <Button icon={<ArrowLeftOutlined />}>{t('back')}</Button>
         </Link>
@@ -148,23 +154,24 @@ export function CampaignLive() {
         </Link>
       </Space>
       {detail.error && <Typography.Text type="danger">{detail.error.message}</Typography.Text>}
-      <Row gutter={16}>
-        <Col span={6}>
-          <Card>
+      {/* Two by two on a phone, four in a row from md up. */}
+      <Row gutter={[16, 16]}>
+        <Col xs={12} md={6}>
+          <Card style={{ height: '100%' }}>
             <Statistic title={t('remaining')} value={live.data?.remainingStock ?? '—'} data-testid="live-remaining" />
           </Card>
         </Col>
-        <Col span={6}>
-          <Card>
+        <Col xs={12} md={6}>
+          <Card style={{ height: '100%' }}>
             <Statistic title={t('initStock')} value={live.data?.initStock ?? '—'} />
           </Card>
         </Col>
-        <Col span={6}>
-          <Card>
+        <Col xs={12} md={6}>
+          <Card style={{ height: '100%' }}>
             <Statistic title={t('lastSecond')} value={recent} data-testid="live-recent" />
           </Card>
         </Col>
-        <Col span={6}>
+        <Col xs={12} md={6}>
           <Card style={{ height: '100%' }}>
             <Typography.Text type="secondary">{t('stock')}</Typography.Text>
             {live.data && <StockBar coupon={live.data} t={t} />}
@@ -178,7 +185,7 @@ export function CampaignLive() {
           </Card>
         </Col>
       </Row>
-      <Card
+      <PageCard
         title={t('grabsPerSecond', { minutes: windowSeconds / 60 })}
         extra={
           <Segmented<number>
@@ -190,25 +197,25 @@ export function CampaignLive() {
         }
       >
         {option && <Chart option={option} height={340} testId="live-chart" />}
-      </Card>
+      </PageCard>
       {coupon && (
-        <Card
+        <PageCard
           title={t('countsTitle')}
           extra={
-            <Space>
+            <Space wrap>
               <Typography.Text type="secondary">{t('countsNote')}</Typography.Text>
               <Button size="small" icon={<ReloadOutlined />} onClick={() => void detail.reload()} data-testid="counts-refresh" />
             </Space>
           }
         >
-          <Row gutter={16} style={{ marginBottom: 24 }}>
+          <Row gutter={[16, 16]} style={{ marginBottom: 24 }}>
             {(['issued', 'unused', 'locked', 'used', 'expired', 'void'] as const).map((k) => (
-              <Col span={4} key={k}>
+              <Col xs={8} md={4} key={k}>
                 <Statistic title={t(k)} value={k === 'locked' ? lockedCount(coupon.counts) : coupon.counts[k]} data-testid={`count-${k}`} />
               </Col>
             ))}
           </Row>
-          <Descriptions size="small" column={2} bordered>
+          <Descriptions size="small" column={{ xs: 1, md: 2 }} bordered>
             <Descriptions.Item label={t('discountAmount')}>{describeDiscount(coupon, t)}</Descriptions.Item>
             <Descriptions.Item label={t('perUserLimit')}>{t('perUserDesc', { n: coupon.perUserLimit })}</Descriptions.Item>
             <Descriptions.Item label={t('grabWindow')}>
@@ -225,7 +232,7 @@ export function CampaignLive() {
             <Descriptions.Item label={t('returnOnRefund')}>{coupon.returnOnRefund ? '✓' : '—'}</Descriptions.Item>
             <Descriptions.Item label={t('stackable')}>{coupon.stackable ? '✓' : '—'}</Descriptions.Item>
           </Descriptions>
-        </Card>
+        </PageCard>
       )}
       {/* The live numbers (updated every second), not the detail's of up to COUNTS_MS ago. */}
       <StockModal coupon={stockOpen && current ? current : null} onClose={() => setStockOpen(false)} onDone={() => void detail.reload()} />

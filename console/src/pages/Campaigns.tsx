@@ -1,5 +1,5 @@
 import { useState } from 'react';
-import { App, Button, Card, Popconfirm, Progress, Space, Table, Tag, Tooltip, Typography } from 'antd';
+import { App, Button, Popconfirm, Progress, Space, Table, Tag, Tooltip, Typography } from 'antd';
 import { LineChartOutlined, PauseCircleOutlined, PlayCircleOutlined, PlusOutlined, ReloadOutlined } from '@ant-design/icons';
 import { Link } from 'react-router-dom';
 import { client, ok, type Coupon, type Counts, type CouponView } from '../api';
@@ -7,6 +7,7 @@ import { count, phase, shortTime } from '../format';
 import { usePagedList } from '../hooks';
 import { LoadMore } from '../LoadMore';
 import { useI18n, type Translate } from '../i18n';
+import { PageCard } from '../PageCard';
 import { CreateCampaign } from './CreateCampaign';
 import { StockModal } from './StockModal';
 
@@ -98,10 +99,10 @@ export function Campaigns() {
   );
 
   return (
-    <Card
+    <PageCard
       title={t('campaigns')}
       extra={
-        <Space>
+        <Space wrap>
           <Button icon={<ReloadOutlined />} onClick={() => void list.reload()} loading={list.loading}>
             {t('refresh')}
           </Button>
@@ -177,6 +178,6 @@ export function Campaigns() {
         onClose={() => setStockOf(null)}
         onDone={() => void list.reload()}
       />
-    </Card>
+    </PageCard>
   );
 }

@@ -7,6 +7,7 @@ import { time } from '../format';
 import { usePagedList, usePoll } from '../hooks';
 import { label, useI18n } from '../i18n';
 import { LoadMore } from '../LoadMore';
+import { PageCard } from '../PageCard';
 import { CompensationTable } from './CompensationTable';
 
 const RUN_COLOR = { RUNNING: 'processing', COMPLETED: 'success', FAILED: 'error' } as const;
@@ -21,7 +22,7 @@ function RunDetail({ runId }: { runId: string }) {
   const r = run.data;
   return (
     <Space orientation="vertical" size="large" style={{ width: '100%' }}>
-      <Space>
+      <Space wrap>
         <Link to="/reconciliation">
           <Button icon={<ArrowLeftOutlined />}>{t('back')}</Button>
         </Link>
@@ -33,18 +34,18 @@ function RunDetail({ runId }: { runId: string }) {
       {run.error && <Alert type="error" title={run.error.message} />}
       {r && (
         <Card>
-          <Row gutter={16}>
-            <Col span={6}>
+          <Row gutter={[16, 16]}>
+            <Col xs={12} md={6}>
               <Statistic title={t('checked')} value={r.checked} />
             </Col>
-            <Col span={6}>
+            <Col xs={12} md={6}>
               <Statistic
                 title={t('discrepancies')}
                 value={r.discrepancies}
                 styles={{ content: { color: r.discrepancies ? '#cf1322' : '#3f8600' } }}
               />
             </Col>
-            <Col span={12}>
+            <Col xs={24} md={12}>
               <Descriptions size="small" column={1}>
                 <Descriptions.Item label={t('mode')}>{label(t, r.mode)}</Descriptions.Item>
                 <Descriptions.Item label={t('triggeredBy')}>{r.triggeredBy}</Descriptions.Item>
@@ -89,10 +90,10 @@ function Runs() {
     3000,
   );
   return (
-    <Card
+    <PageCard
       title={t('runs')}
       extra={
-        <Space>
+        <Space wrap>
           <Select<Run['mode']>
             aria-label={t('mode')}
             value={mode}
@@ -165,7 +166,7 @@ function Runs() {
         ]}
       />
       <LoadMore list={runs} />
-    </Card>
+    </PageCard>
   );
 }
 
