@@ -76,6 +76,20 @@ async function focusAfter(opener: Locator, name: string, close: 'Escape' | 'Canc
   return eventually(focused, (v) => v === name, 2000);
 }
 
+/** As focusAfter, for a drawer: closed with Escape or its close button (×). */
+async function focusAfterDrawer(opener: Locator, name: string, close: 'Escape' | 'Close'): Promise<string> {
+  await noToasts();
+  await opener.focus();
+  await page.keyboard.press('Enter');
+  const drawer = page.locator('.ant-drawer-open');
+  await drawer.waitFor();
+  await settle();
+  if (close === 'Escape') await page.keyboard.press('Escape');
+  else await drawer.locator('.ant-drawer-close').click();
+  await drawer.waitFor({ state: 'detached' });
+  return eventually(focused, (v) => v === name, 2000);
+}
+
 async function shot(name: string): Promise<void> {
   await settle();
   await page.screenshot({ path: `${SHOTS}/${name}.png`, fullPage: true });
@@ -1195,5 +1209,31 @@ describe('admin console in a browser', () => {
     // Left as it was: the stock put back, the compensation no longer pending.
     await t.db.query('UPDATE coupon_stock SET stock = stock + 1 WHERE coupon_id = ?', [coupon.id]);
     await request(t.url).post(`/admin/compensations/${compensation}/reject`).set(bearer(adminToken())).send({ reason: 'Test data' });
+  });
+
+  it('gives the focus back to the button that opened a drawer when it closes, by Escape or its close button', async () => {
+    const coupon = await createCoupon(t.url, { name: 'Drawer focus' });
+    const uc = await grabUserCoupon(t.url, coupon.id, 'drawer-focus-user');
+    const webhook = await request(t.url).post('/admin/webhooks').set(bearer(adminToken())).send({ url: receiver.url });
+    expect(webhook.status).toBe(201);
+    const job = await request(t.url)
+      .post(`/admin/coupons/${coupon.id}/issuances`)
+      .set(bearer(adminToken()))
+      .set('Idempotency-Key', `drawer-focus-${coupon.id}`)
+      .send({ userIds: ['drawer-focus-1'], reason: 'Drawer focus', fromStock: true });
+    expect(job.status).toBe(202);
+    const drawers: [string, string, string][] = [
+      [`users?userId=drawer-focus-user#token=${adminToken()}`, `history-${uc.id}`, 'history'],
+      ['webhooks', `deliveries-${webhook.body.id}`, 'deliveries'],
+      [`bulk?couponId=${coupon.id}`, `job-${job.body.jobId}`, 'job'],
+      ['campaigns', 'new-campaign', 'create'],
+    ];
+    for (const [path, opener] of drawers) {
+      await page.goto(`${t.url}/console/${path}`);
+      await page.getByTestId(opener).waitFor();
+      for (const close of ['Escape', 'Close'] as const) {
+        expect([opener, close, await focusAfterDrawer(page.getByTestId(opener), opener, close)]).toEqual([opener, close, opener]);
+      }
+    }
   });
 });

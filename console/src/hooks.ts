@@ -1,4 +1,4 @@
-import { useCallback, useEffect, useMemo, useRef, useState } from 'react';
+import { useCallback, useEffect, useLayoutEffect, useMemo, useRef, useState } from 'react';
 import { ApiError, newIdempotencyKey } from './api';
 
 /**
@@ -67,6 +67,26 @@ export function useDialog<T>() {
     // Opened again while it was closing: that one stays.
     afterClose: () => setShown((s) => (s?.open ? s : null)),
   };
+}
+
+/**
+ * Gives the focus back to the element that had it when a drawer destroyed on close
+ * (`destroyOnHidden`) opened. Ant Design 6 returns it only from the drawer's afterOpenChange, which
+ * for such a drawer never brought it back (not even a handler of our own there): the focus fell to
+ * the page's body. Drawers that stay mounted return the focus themselves.
+ */
+export function useDrawerFocusReturn(open: boolean): void {
+  const opener = useRef<Element | null>(null);
+  // A layout effect, to run before the drawer's autofocus (an effect) moves the focus into it.
+  useLayoutEffect(() => {
+    if (open) opener.current = document.activeElement;
+  }, [open]);
+  // An effect, to run after the drawer's focus trap has let go (in its effect's cleanup).
+  useEffect(() => {
+    if (open || !opener.current) return;
+    if (opener.current instanceof HTMLElement && opener.current.isConnected) opener.current.focus({ preventScroll: true });
+    opener.current = null;
+  }, [open]);
 }
 
 /** One page of a list the API pages with a cursor. */

@@ -24,7 +24,7 @@ import { Link, useSearchParams } from 'react-router-dom';
 import { client, fetchWithUploadProgress, ok, type IssuanceJob, type SkippedLine } from '../api';
 import { showApiErrors } from '../apiForm';
 import { count, time } from '../format';
-import { useIdempotencyKey, usePagedList, usePoll } from '../hooks';
+import { useDrawerFocusReturn, useIdempotencyKey, usePagedList, usePoll } from '../hooks';
 import { LoadMore } from '../LoadMore';
 import { label, useI18n, type Translate } from '../i18n';
 import { PageCard } from '../PageCard';
@@ -335,6 +335,7 @@ function JobDetail({ jobId, onClose, onChanged }: { jobId: string | null; onClos
     every || undefined,
   );
   const j = job.data;
+  useDrawerFocusReturn(jobId !== null);
   return (
     <Drawer title={jobId ? t('job', { id: jobId }) : ''} size={760} open={jobId !== null} onClose={onClose} destroyOnHidden>
       {job.error && <Alert type="error" title={job.error.message} style={{ marginBottom: 16 }} />}

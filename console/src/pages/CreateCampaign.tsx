@@ -4,7 +4,7 @@ import dayjs, { type Dayjs } from 'dayjs';
 import type { components } from '../../../client/schema';
 import { ApiError, client, ok, type CouponView } from '../api';
 import { showApiErrors } from '../apiForm';
-import { useLazyIdempotencyKey } from '../hooks';
+import { useDrawerFocusReturn, useLazyIdempotencyKey } from '../hooks';
 import { yuan } from '../format';
 import { useI18n } from '../i18n';
 
@@ -111,6 +111,7 @@ function toBody(v: Values): components['schemas']['CreateCouponDto'] {
 export function CreateCampaign({ open, onClose, onCreated }: { open: boolean; onClose(): void; onCreated(c: CouponView): void }) {
   const { t } = useI18n();
   const { message } = App.useApp();
+  useDrawerFocusReturn(open);
   const [form] = Form.useForm<Values>();
   const key = useLazyIdempotencyKey();
   const [busy, setBusy] = useState(false);
