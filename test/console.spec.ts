@@ -958,6 +958,49 @@ describe('admin console in a browser', () => {
     expect(await grab('after-validity', 'after-validity', soon.id)).toBe(409);
   });
 
+  it('drops an outcome from the chart and its legend once the window no longer has it', async () => {
+    const coupon = await createCoupon(t.url, { name: 'Legend' });
+    // The series as the server would give them, with what the test puts in the window.
+    let outcomes: Record<string, (n: number) => number> = { ISSUED: () => 4, SOLD_OUT: () => 3 };
+    await page.route(`**/admin/coupons/${coupon.id}/series**`, (route) => {
+      const seconds = Number(new URL(route.request().url()).searchParams.get('seconds'));
+      const body = {
+        couponId: coupon.id,
+        status: 'ACTIVE',
+        initStock: 100,
+        remainingStock: 90,
+        from: new Date(Date.now() - (seconds - 1) * 1000).toISOString(),
+        seconds,
+        outcomes: Object.fromEntries(Object.entries(outcomes).map(([o, n]) => [o, Array.from({ length: seconds }, (_, i) => n(i))])),
+      };
+      return route.fulfill({ json: body });
+    });
+    try {
+      await page.goto(`${t.url}/console/campaigns/${coupon.id}#token=${adminToken()}`);
+      const summary = () => page.getByTestId('live-chart').locator('[aria-label]').first().getAttribute('aria-label');
+      // Pixels of the colour sold-out bars and their legend mark are drawn in (#f5222d), on the chart's canvas.
+      const soldOutPixels = () =>
+        page.evaluate<number>(`(() => {
+          const c = document.querySelector('[data-testid="live-chart"] canvas');
+          const d = c.getContext('2d').getImageData(0, 0, c.width, c.height).data;
+          let n = 0;
+          for (let i = 0; i < d.length; i += 4) if (Math.abs(d[i] - 245) + Math.abs(d[i + 1] - 34) + Math.abs(d[i + 2] - 45) < 12) n++;
+          return n;
+        })()`);
+      expect(await eventually(summary, (v) => (v ?? '').includes('Sold out'))).toContain('Sold out 900');
+      expect(await eventually(soldOutPixels, (n) => n > 0)).toBeGreaterThan(0);
+      // Sold-out answers age out of the window: the next polls no longer have them.
+      outcomes = { ISSUED: () => 4 };
+      expect(await eventually(summary, (v) => !(v ?? '').includes('Sold out'))).toBe(
+        'Grab answers in the last 5 min: Issued 1200. Remaining stock 90.',
+      );
+      await page.waitForTimeout(1500);
+      expect(await soldOutPixels()).toBe(0);
+    } finally {
+      await page.unroute(`**/admin/coupons/${coupon.id}/series**`);
+    }
+  });
+
   it('changes a campaign’s rate limit, and empties it back to the default', async () => {
     const coupon = await createCoupon(t.url, { name: 'Rate limited' });
     const stored = async () => (await request(t.url).get(`/admin/coupons/${coupon.id}`).set(bearer(adminToken()))).body.rateLimitPerSecond;

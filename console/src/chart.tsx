@@ -11,7 +11,12 @@ echarts.use([AriaComponent, BarChart, LineChart, GridComponent, LegendComponent,
 export function Chart({ option, height = 320, testId }: { option: EChartsOption; height?: number; testId?: string }) {
   return (
     <div data-testid={testId}>
-      <ReactEChartsCore echarts={echarts} option={option} style={{ height }} notMerge={false} lazyUpdate />
+      {/*
+        Merged, so the legend keeps what the operator switched off; but a series missing from the
+        new option is removed (matched by id), not left drawn with its last data and named in the
+        legend, as a merge alone leaves it.
+      */}
+      <ReactEChartsCore echarts={echarts} option={option} style={{ height }} notMerge={false} replaceMerge={['series']} lazyUpdate />
     </div>
   );
 }

@@ -66,6 +66,7 @@ function chartOption(series: Series, stockTrail: [number, number][], t: Translat
     ],
     series: [
       ...outcomes.map((o) => ({
+        id: o,
         name: label(t, o),
         type: 'bar' as const,
         stack: 'grabs',
@@ -74,6 +75,7 @@ function chartOption(series: Series, stockTrail: [number, number][], t: Translat
         data: series.outcomes[o].map((n, i) => [x[i], n]),
       })),
       {
+        id: 'remaining',
         name: t('remaining'),
         type: 'line' as const,
         yAxisIndex: 1,
