@@ -1001,6 +1001,22 @@ describe('admin console in a browser', () => {
     }
   });
 
+  it('labels the stock every unit added or removed counts in as total, not initial', async () => {
+    const coupon = await createCoupon(t.url, { name: 'Restocked', totalStock: 50 });
+    const added = await request(t.url).post(`/admin/coupons/${coupon.id}/stock`).set(bearer(adminToken())).send({ delta: 10 });
+    expect(added.status).toBe(200);
+    await page.goto(`${t.url}/console/campaigns/${coupon.id}#token=${adminToken()}`);
+    const figure = (title: string) =>
+      page.locator('.ant-statistic', { has: page.locator('.ant-statistic-header', { hasText: title }) }).locator('.ant-statistic-content');
+    // 50 at creation and 10 added: the figure is 60, so "initial" would be wrong.
+    await figure('Total stock, changes included').getByText('60', { exact: true }).waitFor();
+    expect(await page.getByText('Initial stock').count()).toBe(0);
+    await page.getByTestId('language').getByText('中文').click();
+    await figure('总库存（含增减）').getByText('60', { exact: true }).waitFor();
+    expect(await page.getByText('初始库存').count()).toBe(0);
+    await page.getByTestId('language').getByText('English').click();
+  });
+
   it('changes a campaign’s rate limit, and empties it back to the default', async () => {
     const coupon = await createCoupon(t.url, { name: 'Rate limited' });
     const stored = async () => (await request(t.url).get(`/admin/coupons/${coupon.id}`).set(bearer(adminToken()))).body.rateLimitPerSecond;
