@@ -284,7 +284,7 @@ describe('admin console in a browser', () => {
     // The grab window names its years.
     const listedRow = page.locator('.ant-table-row', { has: page.getByTestId(`campaign-${couponId}`) });
     expect(await listedRow.getByText(/^Grab window:/).textContent()).toMatch(
-      /^Grab window: \d{4}-\d\d-\d\d \d\d:\d\d → \d{4}-\d\d-\d\d \d\d:\d\d$/,
+      /^Grab window: \d{4}-\d\d-\d\d \d\d:\d\d UTC[+-]\d\d:\d\d → \d{4}-\d\d-\d\d \d\d:\d\d UTC[+-]\d\d:\d\d$/,
     );
   });
 
@@ -1015,6 +1015,39 @@ describe('admin console in a browser', () => {
     await figure('总库存（含增减）').getByText('60', { exact: true }).waitFor();
     expect(await page.getByText('初始库存').count()).toBe(0);
     await page.getByTestId('language').getByText('English').click();
+  });
+
+  it('shows times in the operator’s time zone, saying which by its offset from UTC', async () => {
+    const coupon = await createCoupon(t.url, { name: 'Zoned' });
+    const { grabStartAt, grabEndAt } = (await request(t.url).get(`/admin/coupons/${coupon.id}`).set(bearer(adminToken()))).body as {
+      grabStartAt: string;
+      grabEndAt: string;
+    };
+    const context = await browser.newContext({ viewport: { width: 1440, height: 900 }, locale: 'en-US', timezoneId: 'Asia/Shanghai' });
+    await context.route(
+      (url) => !url.href.startsWith(t.url),
+      (route) => route.abort(),
+    );
+    const tab = await context.newPage();
+    watchErrors(tab);
+    // Shanghai keeps UTC+8 all year.
+    const shanghai = (iso: string, to: 16 | 19) => {
+      const local = new Date(Date.parse(iso) + 8 * 3_600_000).toISOString();
+      return `${local.slice(0, 10)} ${local.slice(11, to)} UTC+08:00`;
+    };
+    try {
+      await tab.goto(`${t.url}/console/campaigns#token=${adminToken()}`);
+      const row = tab.locator('.ant-table-row', { has: tab.getByTestId(`campaign-${coupon.id}`) });
+      expect(await row.getByText(/^Grab window:/).textContent()).toBe(
+        `Grab window: ${shanghai(grabStartAt, 16)} → ${shanghai(grabEndAt, 16)}`,
+      );
+      await tab.goto(`${t.url}/console/campaigns/${coupon.id}`);
+      const shown = tab.locator('.ant-descriptions-row', { hasText: 'Grab window' }).locator('.ant-descriptions-item-content').first();
+      await shown.waitFor();
+      expect(await shown.textContent()).toBe(`${shanghai(grabStartAt, 19)} → ${shanghai(grabEndAt, 19)}`);
+    } finally {
+      await context.close();
+    }
   });
 
   it('changes a campaign’s rate limit, and empties it back to the default', async () => {

@@ -6,9 +6,14 @@ import dayjs from 'dayjs';
  */
 export const count = (n: number) => n.toLocaleString('en-US');
 export const yuan = (cents: number) => (cents / 100).toFixed(cents % 100 === 0 ? 0 : 2);
-export const time = (iso: string | null | undefined) => (iso ? dayjs(iso).format('YYYY-MM-DD HH:mm:ss') : '—');
+/**
+ * Times are shown in the operator's own time zone, named by its offset from UTC (UTC+08:00), each
+ * time its own: operators in several zones compare notes, and a range may cross a change of
+ * daylight saving time. An offset, not an abbreviation: "CST" is China, Cuba or the US central zone.
+ */
+export const time = (iso: string | null | undefined) => (iso ? dayjs(iso).format('YYYY-MM-DD HH:mm:ss [UTC]Z') : '—');
 /** To the minute, with the year: a grab window can span years, and "01-01 00:00" alone could be any of them. */
-export const shortTime = (iso: string) => dayjs(iso).format('YYYY-MM-DD HH:mm');
+export const shortTime = (iso: string) => dayjs(iso).format('YYYY-MM-DD HH:mm [UTC]Z');
 
 export type Phase = 'notStarted' | 'running' | 'ended' | 'soldOut';
 
