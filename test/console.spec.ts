@@ -103,6 +103,48 @@ async function grab(userId: string, key = `${userId}-1`, coupon = couponId): Pro
   return res.status;
 }
 
+/**
+ * Where the live page's chart is drawn: its canvas's box and its card's, and how many pixels of
+ * bars (greenish: issued, antialiased when thin) lie in the newest fifth of the plot that the card
+ * shows. A canvas sized once, before the page settled, and never again, was wider than its card:
+ * the newest bars and the Remaining axis were cut off while the figures above counted the grabs.
+ */
+interface ChartPlacement {
+  canvas: { x: number; width: number };
+  card: { x: number; width: number };
+  inside: boolean;
+  newestBarPixels: number;
+}
+async function chartPlacement(tab: Page): Promise<ChartPlacement> {
+  return tab.evaluate<ChartPlacement>(`(() => {
+    const chart = document.querySelector('[data-testid="live-chart"]');
+    const canvas = chart.querySelector('canvas');
+    const c = canvas.getBoundingClientRect();
+    const k = chart.closest('.ant-card').getBoundingClientRect();
+    // The plot's margins, in CSS pixels: grid { left: 56, right: 64, top: 40, bottom: 32 } in CampaignLive.tsx.
+    const plotRight = c.right - 64;
+    const from = plotRight - (c.width - 120) / 5;
+    const to = Math.min(plotRight, k.right);
+    const scale = canvas.width / c.width;
+    let newestBarPixels = 0;
+    if (to > from) {
+      const x0 = Math.floor((from - c.left) * scale);
+      const w = Math.max(1, Math.floor((to - from) * scale));
+      const y0 = Math.floor(40 * scale);
+      const h = Math.floor((c.height - 72) * scale);
+      const d = canvas.getContext('2d').getImageData(x0, y0, w, h).data;
+      for (let i = 0; i < d.length; i += 4) if (d[i + 3] > 0 && d[i + 1] - d[i] > 30 && d[i + 1] - d[i + 2] > 30) newestBarPixels++;
+    }
+    const round = (r) => ({ x: Math.round(r.x), width: Math.round(r.width) });
+    return {
+      canvas: round(c),
+      card: round(k),
+      inside: c.left >= k.left && c.right <= k.right + 0.5,
+      newestBarPixels,
+    };
+  })()`);
+}
+
 beforeAll(async () => {
   // The console the server serves is the one built from this tree, not whatever an earlier build left,
   // and built as `npm run build` does: Vite keeps jest's NODE_ENV=test, which builds React's development
@@ -368,6 +410,10 @@ describe('admin console in a browser', () => {
     expect(await eventually(issued, (n) => n === 25)).toBe(25);
     await page.getByTestId('live-window').getByText('1 min').click();
     await page.waitForTimeout(1200);
+    // The whole chart in its card, the grabs just made drawn at its right end.
+    const placed = await chartPlacement(page);
+    expect(placed).toEqual({ ...placed, inside: true, newestBarPixels: expect.any(Number) });
+    expect(placed.newestBarPixels).toBeGreaterThan(0);
     await shot('03-campaign-live');
     // Pause: grabs are refused while the tag says so; resume: they go through again.
     await page.getByRole('button', { name: 'Pause' }).click();
@@ -1141,6 +1187,35 @@ describe('admin console in a browser', () => {
     }
   });
 
+  it('keeps the live chart in its card when the menu opens as the chart is first drawn', async () => {
+    const tab = await newTab();
+    watchErrors(tab);
+    try {
+      await tab.setViewportSize({ width: 800, height: 900 });
+      await tab.goto(`${t.url}/console/campaigns#token=${adminToken()}`);
+      await tab.getByTestId(`campaign-${couponId}`).waitFor();
+      // The menu opens (its 0.2 s unfolding narrows the page) the moment the chart's canvas appears:
+      // the chart is still being created then, as it is whenever the page's layout moves under it
+      // while it loads.
+      await tab.evaluate(`new MutationObserver((_, observer) => {
+        if (!document.querySelector('[data-testid="live-chart"] canvas')) return;
+        observer.disconnect();
+        document.querySelector('[data-testid="menu-toggle"]').click();
+      }).observe(document.body, { childList: true, subtree: true })`);
+      await tab.getByTestId(`campaign-${couponId}`).click();
+      await tab.getByTestId('live-chart').locator('canvas').first().waitFor();
+      expect(await tab.getByTestId('menu-toggle').getAttribute('aria-expanded')).toBe('true');
+      const placed = await eventually(
+        () => chartPlacement(tab),
+        (p) => p.inside,
+        2000,
+      );
+      expect(placed).toEqual({ ...placed, inside: true });
+    } finally {
+      await tab.context().close();
+    }
+  });
+
   it('fits a phone, 375 by 812: no page scrolls sideways, and each page’s buttons are on the screen', async () => {
     const coupon = await createCoupon(t.url, { name: 'On a phone: spend ¥100 save ¥10, a name long enough to wrap' });
     const job = await request(t.url)
@@ -1151,6 +1226,7 @@ describe('admin console in a browser', () => {
     expect(job.status).toBe(202);
     const started = await request(t.url).post('/admin/reconciliation/runs').set(bearer(adminToken()));
     expect(started.status).toBe(202);
+    expect(await grab('phone-fan', 'phone-fan-1', coupon.id)).toBe(201);
     const tab = await newTab();
     watchErrors(tab);
     const width = 375;
@@ -1206,6 +1282,15 @@ describe('admin console in a browser', () => {
           const box = await b.boundingBox();
           const inside = box !== null && box.x >= 0 && box.x + box.width <= seen;
           expect([name, b.toString(), box, inside]).toEqual([name, b.toString(), box, true]);
+        }
+        if (name === 'campaign-live') {
+          await tab.getByTestId('live-chart').locator('canvas').first().waitFor();
+          const placed = await eventually(
+            () => chartPlacement(tab),
+            (p) => p.newestBarPixels > 0,
+          );
+          expect(placed).toEqual({ ...placed, inside: true, newestBarPixels: expect.any(Number) });
+          expect(placed.newestBarPixels).toBeGreaterThan(0);
         }
       }
       // A bulk job's drawer too: all of it on the screen, closed from its own button.
