@@ -1033,12 +1033,14 @@ describe('admin console in a browser', () => {
           for (let i = 0; i < d.length; i += 4) if (Math.abs(d[i] - 245) + Math.abs(d[i + 1] - 34) + Math.abs(d[i + 2] - 45) < 12) n++;
           return n;
         })()`);
-      expect(await eventually(summary, (v) => (v ?? '').includes('Sold out'))).toContain('Sold out 900');
+      expect(await eventually(summary, (v) => (v ?? '').includes('Sold out'))).toBe(
+        'Grab answers in the last 5 min: Issued 1,200, Sold out 900. Remaining stock 90.',
+      );
       expect(await eventually(soldOutPixels, (n) => n > 0)).toBeGreaterThan(0);
       // Sold-out answers age out of the window: the next polls no longer have them.
       outcomes = { ISSUED: () => 4 };
       expect(await eventually(summary, (v) => !(v ?? '').includes('Sold out'))).toBe(
-        'Grab answers in the last 5 min: Issued 1200. Remaining stock 90.',
+        'Grab answers in the last 5 min: Issued 1,200. Remaining stock 90.',
       );
       await page.waitForTimeout(1500);
       expect(await soldOutPixels()).toBe(0);

@@ -43,13 +43,13 @@ function chartOption(series: Series, stockTrail: [number, number][], t: Translat
   const from = Date.parse(series.from);
   const x = Array.from({ length: series.seconds }, (_, i) => from + i * 1000);
   const outcomes = Object.keys(series.outcomes).sort((a, b) => (ORDER.indexOf(a) + 1 || 99) - (ORDER.indexOf(b) + 1 || 99));
-  const totals = outcomes.map((o) => `${label(t, o)} ${series.outcomes[o].reduce((a, b) => a + b, 0)}`).join(', ');
+  const totals = outcomes.map((o) => `${label(t, o)} ${count(series.outcomes[o].reduce((a, b) => a + b, 0))}`).join(', ');
   return {
     animation: false,
     // What the chart shows, in words: ECharts puts it on the chart as its aria-label.
     aria: {
       enabled: true,
-      label: { description: t('chartSummary', { minutes: series.seconds / 60, totals, remaining: series.remainingStock }) },
+      label: { description: t('chartSummary', { minutes: series.seconds / 60, totals, remaining: count(series.remainingStock) }) },
     },
     tooltip: { trigger: 'axis' },
     legend: { top: 0 },
