@@ -52,7 +52,8 @@ function chartOption(series: Series, stockTrail: [number, number][], t: Translat
       label: { description: t('chartSummary', { minutes: series.seconds / 60, totals, remaining: count(series.remainingStock) }) },
     },
     tooltip: { trigger: 'axis' },
-    legend: { top: 0 },
+    // Named in order: series replaced on each update would otherwise be listed in the order they first appeared.
+    legend: { top: 0, data: [...outcomes.map((o) => label(t, o)), t('remaining')] },
     grid: { left: 56, right: 64, top: 40, bottom: 32 },
     xAxis: {
       type: 'time',
