@@ -235,6 +235,12 @@ describe('redemption', () => {
       expect([taken.status, taken.body.code]).toEqual([422, 'IDEMPOTENCY_KEY_REUSED']);
       expect((await refund({ userCouponId: ucs[0], orderNo: 'AL-0', refundNo: 'AL-R2' })).body).toEqual(first.body);
       expect((await refund({ userCouponId: ucs[1], orderNo: 'AL-1', refundNo: 'AL-R3' })).status).toBe(201);
+      // A refund made by an instance older than refund_number (a rolling deploy) has no row there: its number is still taken.
+      await t.db.query(`DELETE FROM refund_number WHERE refund_no = 'AL-R3'`);
+      const older = await refund({ userCouponId: ucs[0], orderNo: 'AL-0', refundNo: 'AL-R3' });
+      expect([older.status, older.body.code]).toEqual([422, 'IDEMPOTENCY_KEY_REUSED']);
+      const own = await refund({ userCouponId: ucs[1], orderNo: 'AL-1', refundNo: 'AL-R3' });
+      expect([own.status, own.headers['idempotent-replayed']]).toEqual([201, 'true']);
 
       // Racing: the number answered as coupon 2's refund and asked for coupon 3's new one at once.
       expect((await refund({ userCouponId: ucs[2], orderNo: 'AL-2', refundNo: 'AL-R4' })).status).toBe(201);

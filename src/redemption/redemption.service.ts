@@ -263,9 +263,16 @@ export class RedemptionService {
     }
   }
 
-  /** The refund a refund number names: its own, or the one it was answered with (see refundOnce). */
+  /**
+   * The refund a refund number names: its own, or the one it was answered with (see refundOnce).
+   * The refund table is read too: a refund made by an instance older than refund_number (a rolling
+   * deploy) has no row there, and its number must still be answered, not be a duplicate key (500).
+   */
   private async refundNamed(em: EntityManager, refundNo: string): Promise<Refund | null> {
-    const [row] = (await em.query(`SELECT refund_id FROM refund_number WHERE refund_no = ?`, [refundNo])) as { refund_id: string }[];
+    const [row] = (await em.query(
+      `SELECT refund_id FROM refund_number WHERE refund_no = ? UNION ALL SELECT id FROM refund WHERE refund_no = ? LIMIT 1`,
+      [refundNo, refundNo],
+    )) as { refund_id: string }[];
     return row ? em.findOneBy(Refund, { id: String(row.refund_id) }) : null;
   }
 
