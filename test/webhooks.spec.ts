@@ -14,6 +14,7 @@ import { checkWebhookUrl, guardedLookup } from '../src/webhooks/url-policy.js';
 import { createCoupon, newKey } from './support/factories.js';
 import { adminToken, bearer, startTestApp, TestApp, tokenFor } from './support/harness.js';
 import { WebhookReceiver } from './support/webhook-receiver.js';
+import { waitForStatement } from './support/processlist.js';
 
 const admin = () => bearer(adminToken());
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
@@ -742,6 +743,85 @@ describe('webhooks', () => {
     await request(t.url).delete(`/admin/webhooks/${hook.id}`).set(admin());
   });
 
+  it("outcomes count towards their endpoint only when written: another relay's stale ones count nowhere, one whose COMMIT went unanswered once", async () => {
+    const hook = await createHook('http://127.0.0.1:9/never', { events: ['user_coupon.issued'] });
+    const later = new Date(Date.now() + 3_600_000);
+    const delivery = async (attempts: number) =>
+      String(
+        (
+          (await t.db.query(
+            `INSERT INTO webhook_delivery (endpoint_id, log_id, user_coupon_id, event_type, payload, event_at, status, attempts, next_attempt_at, final_attempt, created_at)
+             VALUES (?, ?, 1, 'user_coupon.issued', '{}', NOW(3), 'PENDING', ?, ?, 1, NOW(3))`,
+            [hook.id, attempts + 1, attempts, later],
+          )) as { insertId: number }
+        ).insertId,
+      );
+    const sender = t.app.get(WebhookRelay).sender as unknown as {
+      outcomes: unknown[];
+      flush: () => Promise<boolean>;
+      tx: TransactionService;
+    };
+    const failedOnce = (deliveryId: string, attempts: number) => ({
+      deliveryId,
+      endpointId: hook.id,
+      attempts,
+      final: true,
+      at: new Date(),
+      durationMs: 3,
+      statusCode: 503,
+      error: 'HTTP 503',
+    });
+    const endpoint = async () =>
+      (
+        (await t.db.query(`SELECT failed_in_row, enabled FROM webhook_endpoint WHERE id = ?`, [hook.id])) as {
+          failed_in_row: number;
+          enabled: number;
+        }[]
+      ).map((r) => [Number(r.failed_in_row), Number(r.enabled)])[0];
+    const settled = async (deliveryId: string) => {
+      for (let until = Date.now() + 5_000; Date.now() < until; await sleep(50)) {
+        const [row] = (await t.db.query(`SELECT status FROM webhook_delivery WHERE id = ?`, [deliveryId])) as { status: string }[];
+        if (row.status !== 'PENDING') return row.status;
+      }
+      return 'PENDING';
+    };
+
+    // Two relays overlapping at a lease hand-over both report the same last attempt: written by neither here (the row has moved on).
+    const stale = await delivery(2);
+    sender.outcomes.push(failedOnce(stale, 2), failedOnce(stale, 2));
+    await sender.flush();
+    await sleep(200);
+    expect(await endpoint()).toEqual([0, 1]);
+
+    // The delivery write committed but its answer was lost: written again it is not, yet it counts once.
+    const lost = await delivery(0);
+    const tx = sender.tx;
+    let calls = 0;
+    sender.tx = Object.assign(Object.create(tx) as TransactionService, {
+      inTransaction: async <T>(fn: (em: never) => Promise<T>) => {
+        const result = await tx.inTransaction(fn as never);
+        if (calls++ === 0) throw new Error('injected: the COMMIT was answered by a lost connection');
+        return result;
+      },
+    });
+    try {
+      sender.outcomes.push(failedOnce(lost, 1));
+      await sender.flush().catch(() => undefined);
+      expect(calls).toBe(1);
+      expect(await settled(lost)).toBe('FAILED');
+      await sender.flush();
+      for (let until = Date.now() + 5_000; (await endpoint())[0] === 0 && Date.now() < until;) await sleep(50);
+      expect(await endpoint()).toEqual([1, 1]);
+    } finally {
+      sender.tx = tx;
+    }
+    const [{ n }] = (await t.db.query(`SELECT COUNT(*) AS n FROM webhook_delivery_attempt WHERE delivery_id IN (?)`, [[stale, lost]])) as {
+      n: string;
+    }[];
+    expect(Number(n)).toBe(1);
+    await request(t.url).delete(`/admin/webhooks/${hook.id}`).set(admin());
+  });
+
   it('a resend racing the removal of its endpoint is answered 404 WEBHOOK_NOT_FOUND, named deliveries or not', async () => {
     for (const body of [{ deliveryIds: ['placeholder'] }, {}]) {
       const hook = await createHook('http://127.0.0.1:9/never', { events: ['user_coupon.issued'] });
@@ -765,7 +845,11 @@ describe('webhooks', () => {
           .set(admin())
           .send(body)
           .then((r) => r);
-        await sleep(300);
+        // Committed only once the resend waits for one of the removal's locks: it has read past the endpoint's existence by then.
+        await waitForStatement(t.db, [
+          'SELECT * FROM webhook\\_endpoint WHERE id = % LOCK IN SHARE MODE',
+          'SELECT id FROM webhook\\_delivery WHERE endpoint\\_id = %FOR UPDATE',
+        ]);
         await removal.commitTransaction();
         const res = await resend;
         expect([JSON.stringify(body), res.status, res.body.code]).toEqual([JSON.stringify(body), 404, 'WEBHOOK_NOT_FOUND']);

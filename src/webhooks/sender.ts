@@ -34,6 +34,8 @@ interface Outcome {
   durationMs: number;
   statusCode: number | null;
   error: string | null;
+  /** Put back after a delivery write that failed: its COMMIT may have taken effect, so an empty rewrite does not mean "not ours". */
+  requeued?: boolean;
 }
 
 const ok = (o: Outcome) => o.statusCode !== null && o.statusCode >= 200 && o.statusCode < 300;
@@ -208,14 +210,19 @@ export class Sender {
       try {
         written = await this.tx.inTransaction((em) => this.writeDeliveries(em, batch, now));
       } catch (err) {
+        for (const o of batch) o.requeued = true;
         this.outcomes = batch.concat(this.outcomes);
         throw err;
       }
       for (const o of batch) this.inFlight.get(o.endpointId)?.delete(o.deliveryId);
+      // An outcome not written now is another attempt's (a relay that lost its lease sent it too) and
+      // counts nowhere, unless its own earlier write may have committed unanswered.
+      const taken = new Set(written);
+      const settled = batch.filter((o) => taken.has(o) || o.requeued);
       // Counted once committed: a transaction rerun after a deadlock would count its outcomes twice.
-      for (const o of written) (ok(o) ? delivered : this.givenUp(o) ? failed : retried).inc();
+      for (const o of settled) (ok(o) ? delivered : this.givenUp(o) ? failed : retried).inc();
       // The common case, successes on endpoints with nothing to reset, needs no endpoint write at all.
-      this.endpointNews.push(...batch.filter((o) => this.givenUp(o) || (ok(o) && this.failing.has(o.endpointId))));
+      this.endpointNews.push(...settled.filter((o) => this.givenUp(o) || (ok(o) && this.failing.has(o.endpointId))));
     }
     const news = this.endpointNews;
     this.endpointNews = [];
