@@ -443,7 +443,7 @@ export interface paths {
         put?: never;
         /**
          * Release the hold of an order (cancelled): the coupon is UNUSED again, or EXPIRED past its validity
-         * @description Repeats answer the same hold with `Idempotent-Replayed: true` once it was cancelled; a hold that timed out is answered (TIMEOUT) without it, whether or not the sweep stored the timeout. After a confirmation 409 HOLD_ALREADY_CONFIRMED.
+         * @description Repeats answer the same hold with `Idempotent-Replayed: true` once it was cancelled; a hold that timed out (TIMEOUT) or was closed by reconciliation (RECONCILIATION) is answered without it, whether or not the sweep stored the timeout. After a confirmation 409 HOLD_ALREADY_CONFIRMED.
          *
          *     Auth: Any valid bearer token (a user; `sub` is the user id).
          */

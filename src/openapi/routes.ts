@@ -170,7 +170,7 @@ export const ROUTES: Record<string, RouteContract> = {
   'POST /redemptions/holds/release': {
     summary: 'Release the hold of an order (cancelled): the coupon is UNUSED again, or EXPIRED past its validity',
     description:
-      'Repeats answer the same hold with `Idempotent-Replayed: true` once it was cancelled; a hold that timed out is answered (TIMEOUT) without it, whether or not the sweep stored the timeout. After a confirmation 409 HOLD_ALREADY_CONFIRMED.',
+      'Repeats answer the same hold with `Idempotent-Replayed: true` once it was cancelled; a hold that timed out (TIMEOUT) or was closed by reconciliation (RECONCILIATION) is answered without it, whether or not the sweep stored the timeout. After a confirmation 409 HOLD_ALREADY_CONFIRMED.',
     auth: 'user',
     ok: { 200: { schema: 'Hold', description: 'The released hold', headers: REPLAYED } },
     errors: ['FORBIDDEN', 'HOLD_NOT_FOUND', 'HOLD_ALREADY_CONFIRMED', 'STATUS_CONFLICT'],
