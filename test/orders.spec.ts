@@ -188,6 +188,22 @@ describe('order rules (issue 23 item 2)', () => {
     expect((await post('/redemptions/holds/release', { userCouponId: c, orderNo, userId: 'u6' })).status).toBe(200);
   });
 
+  it("a refusal names no other customer's coupons or order amount: ORDER_HAS_COUPON and ORDER_AMOUNT_MISMATCH show only the caller's own", async () => {
+    const orderNo = order();
+    const mine = await userCoupon('owner', off(100, true));
+    expect((await hold({ userCouponId: mine, orderNo, orderAmountCents: 1234, userId: 'owner' })).status).toBe(201);
+    const [stackable, plain] = [await userCoupon('squatter', off(100, true)), await userCoupon('squatter', off(100))];
+    const priced = await hold({ userCouponId: stackable, orderNo, orderAmountCents: 999, userId: 'squatter' });
+    expect([priced.status, priced.body.code, priced.body.details ?? null]).toEqual([422, 'ORDER_AMOUNT_MISMATCH', null]);
+    expect(priced.body.message).not.toContain('1234');
+    const taken = await redeem({ userCouponId: plain, orderNo, orderAmountCents: 1234, userId: 'squatter' });
+    expect([taken.status, taken.body.code, taken.body.details]).toEqual([409, 'ORDER_HAS_COUPON', { userCouponIds: [] }]);
+    // The owner is told what is on the order.
+    const own = await redeem({ userCouponId: await userCoupon('owner', off(100, true)), orderNo, orderAmountCents: 999, userId: 'owner' });
+    expect([own.status, own.body.code, own.body.details]).toEqual([422, 'ORDER_AMOUNT_MISMATCH', { orderAmountCents: 1234 }]);
+    expect((await post('/redemptions/holds/release', { userCouponId: mine, orderNo, userId: 'owner' })).status).toBe(200);
+  });
+
   it('two coupons racing onto one order, 20 rounds: exactly one wins, the other 409 ORDER_HAS_COUPON', async () => {
     for (let round = 0; round < 20; round++) {
       const user = `racer-${round}`;

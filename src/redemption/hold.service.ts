@@ -73,7 +73,7 @@ export class HoldService {
     const same = await findHold(em, dto.orderNo, uc.id, false);
     if (same) return replayHold(same, userId, dto);
     const { coupon, discountCents } = await usableDiscount(em, uc, dto.orderAmountCents, now);
-    const granted = await orderDiscount(em, order, dto.orderAmountCents, uc.id, coupon, discountCents, now);
+    const granted = await orderDiscount(em, order, dto.orderAmountCents, uc, coupon, discountCents, now);
     if (uc.status === 'LOCKED') await releaseTimedOutHold(em, this.stateMachine, uc, now);
     const hold = Object.assign(new Hold(), {
       userCouponId: uc.id,

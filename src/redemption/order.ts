@@ -37,16 +37,18 @@ export function refuseRefundedOrder(order: OrderRow): void {
 }
 
 /**
- * The order rules for adding `userCouponId` (of template `coupon`) to a locked order: not refunded,
+ * The order rules for adding user coupon `uc` (of template `coupon`) to a locked order: not refunded,
  * at most one coupon unless all of them are stackable, stacked ones naming the same amount, and
  * stacked discounts never beyond the order's amount. Answers the discount granted: `discountCents`,
- * cut down to what the other coupons leave of the order.
+ * cut down to what the other coupons leave of the order. A refusal names the order's coupons and
+ * amount only as far as they are this user's: an order number is no secret, another customer's
+ * coupons and cart are.
  */
 export async function orderDiscount(
   em: EntityManager,
   order: OrderRow,
   orderAmountCents: number,
-  userCouponId: string,
+  uc: { id: string; userId: string },
   coupon: Pick<Coupon, 'stackable'>,
   discountCents: number,
   now: Date,
@@ -54,7 +56,7 @@ export async function orderDiscount(
   refuseRefundedOrder(order);
   // Timed-out holds count as released, as everywhere; a confirmed hold is counted by its redemption.
   const others = (await em.query(
-    `SELECT x.user_coupon_id, x.discount_cents, c.stackable
+    `SELECT x.user_coupon_id, x.discount_cents, c.stackable, uc.user_id
      FROM (
        SELECT user_coupon_id, discount_cents FROM redemption_hold WHERE order_no = ? AND status = 'ACTIVE' AND expires_at > ?
        UNION ALL
@@ -62,8 +64,8 @@ export async function orderDiscount(
      ) x
      JOIN user_coupon uc ON uc.id = x.user_coupon_id JOIN coupon c ON c.id = uc.coupon_id
      WHERE x.user_coupon_id <> ?`,
-    [order.orderNo, now, order.orderNo, userCouponId],
-  )) as { user_coupon_id: string; discount_cents: string; stackable: number }[];
+    [order.orderNo, now, order.orderNo, uc.id],
+  )) as { user_coupon_id: string; discount_cents: string; stackable: number; user_id: string }[];
   if (others.length === 0) {
     // Nothing on the order any more (its holds released or timed out): the cart may have changed
     // since, so the order takes this amount.
@@ -72,14 +74,17 @@ export async function orderDiscount(
     }
     return discountCents;
   }
-  const onOrder = others.map((o) => String(o.user_coupon_id));
+  const onOrder = others.filter((o) => o.user_id === uc.userId).map((o) => String(o.user_coupon_id));
+  const foreign = onOrder.length < others.length;
   if (!coupon.stackable || others.some((o) => !o.stackable)) {
     throw new AppError('ORDER_HAS_COUPON', `Order ${order.orderNo} already carries a coupon`, { userCouponIds: onOrder });
   }
   if (orderAmountCents !== order.orderAmountCents) {
-    throw new AppError('ORDER_AMOUNT_MISMATCH', `Order ${order.orderNo} was priced at ${order.orderAmountCents} cents`, {
-      orderAmountCents: order.orderAmountCents,
-    });
+    throw foreign
+      ? new AppError('ORDER_AMOUNT_MISMATCH', `Order ${order.orderNo} was priced at another amount`)
+      : new AppError('ORDER_AMOUNT_MISMATCH', `Order ${order.orderNo} was priced at ${order.orderAmountCents} cents`, {
+          orderAmountCents: order.orderAmountCents,
+        });
   }
   const room = order.orderAmountCents - others.reduce((sum, o) => sum + Number(o.discount_cents), 0);
   if (room <= 0) {

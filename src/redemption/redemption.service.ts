@@ -113,7 +113,7 @@ export class RedemptionService {
       const hold = await findHold(em, dto.orderNo, uc.id, true);
       if (hold) return { redemption: await this.confirm(em, uc, hold, order, dto, now), firstUse: true };
       const { coupon, discountCents } = await usableDiscount(em, uc, dto.orderAmountCents, now);
-      const granted = await orderDiscount(em, order, dto.orderAmountCents, uc.id, coupon, discountCents, now);
+      const granted = await orderDiscount(em, order, dto.orderAmountCents, uc, coupon, discountCents, now);
       if (uc.status === 'LOCKED') await releaseTimedOutHold(em, this.stateMachine, uc, now);
       const redemption = await this.insertRedemption(em, uc.id, dto, userId, granted, now);
       await this.stateMachine.transit(em, uc.id, 'UNUSED', 'USED', TxIds.order(dto.orderNo), 'redeemed', now);
