@@ -12,6 +12,7 @@ import { BulkListDigest1765238400000 } from './1765238400000-bulk-list-digest.js
 import { AdminRequestKeys1765324800000 } from './1765324800000-admin-request-keys.js';
 import { WebhookFinalAttempt1765411200000 } from './1765411200000-webhook-final-attempt.js';
 import { RefundNumbers1765497600000 } from './1765497600000-refund-numbers.js';
+import { SkipReasonIndex1765584000000 } from './1765584000000-skip-reason-index.js';
 
 /** Every migration, in order, each resumable where it stopped (resumable-migration.ts). The app, the CLI (ormconfig.ts) and the tests all use this list. */
 export const migrations = [
@@ -28,4 +29,5 @@ export const migrations = [
   AdminRequestKeys1765324800000,
   WebhookFinalAttempt1765411200000,
   RefundNumbers1765497600000,
+  SkipReasonIndex1765584000000,
 ].map(resumable);
