@@ -740,6 +740,28 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/admin/issuance-jobs/{jobId}/skipped.csv": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * A bulk issuance job's skipped lines as a CSV to upload again (all of them, or of one reason)
+         * @description A header line `user_id`, then the user id of each skipped line (`reason` given: of that reason only), in line order: the list a text/csv issuance takes as it is, so the SOLD_OUT lines of a sale go back up as a new job once stock is added. Streamed, however many lines; the text of an invalid line that a spreadsheet would take for a formula (`=`, `+`, `-`, `@`) starts with `'`. See docs/bulk-issuance.md.
+         *
+         *     Auth: Bearer token with the role `admin`.
+         */
+        get: operations["IssuanceController_skippedCsv"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/admin/issuance-jobs/{jobId}/cancel": {
         parameters: {
             query?: never;
@@ -9687,6 +9709,8 @@ export interface operations {
                 limit?: number;
                 /** @description nextCursor of the previous page */
                 cursor?: string;
+                /** @description Only the lines skipped for this reason */
+                reason?: "USER_LIMIT_REACHED" | "SOLD_OUT" | "INVALID_USER_ID" | "DUPLICATE" | "COUPON_EXPIRED";
             };
             header?: never;
             path: {
@@ -9705,6 +9729,196 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["SkippedPage"];
+                };
+            };
+            /** @description VALIDATION_FAILED */
+            400: {
+                headers: {
+                    /** @description The request's id: the client's `X-Request-Id` when it is 1-128 of [A-Za-z0-9._:-], else a generated UUID */
+                    "x-request-id": string;
+                    /** @description The language of `message` when it is not English: the request's Accept-Language chose it (zh-CN, zh, zh-TW all give zh-CN) */
+                    "Content-Language"?: "zh-CN";
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "code": "VALIDATION_FAILED",
+                     *       "message": "validation failed"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"] & {
+                        /** @enum {string} */
+                        code?: "VALIDATION_FAILED";
+                    };
+                };
+            };
+            /** @description UNAUTHENTICATED */
+            401: {
+                headers: {
+                    /** @description The request's id: the client's `X-Request-Id` when it is 1-128 of [A-Za-z0-9._:-], else a generated UUID */
+                    "x-request-id": string;
+                    /** @description The language of `message` when it is not English: the request's Accept-Language chose it (zh-CN, zh, zh-TW all give zh-CN) */
+                    "Content-Language"?: "zh-CN";
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "code": "UNAUTHENTICATED",
+                     *       "message": "unauthenticated"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"] & {
+                        /** @enum {string} */
+                        code?: "UNAUTHENTICATED";
+                    };
+                };
+            };
+            /** @description FORBIDDEN */
+            403: {
+                headers: {
+                    /** @description The request's id: the client's `X-Request-Id` when it is 1-128 of [A-Za-z0-9._:-], else a generated UUID */
+                    "x-request-id": string;
+                    /** @description The language of `message` when it is not English: the request's Accept-Language chose it (zh-CN, zh, zh-TW all give zh-CN) */
+                    "Content-Language"?: "zh-CN";
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "code": "FORBIDDEN",
+                     *       "message": "forbidden"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"] & {
+                        /** @enum {string} */
+                        code?: "FORBIDDEN";
+                    };
+                };
+            };
+            /** @description ISSUANCE_JOB_NOT_FOUND */
+            404: {
+                headers: {
+                    /** @description The request's id: the client's `X-Request-Id` when it is 1-128 of [A-Za-z0-9._:-], else a generated UUID */
+                    "x-request-id": string;
+                    /** @description The language of `message` when it is not English: the request's Accept-Language chose it (zh-CN, zh, zh-TW all give zh-CN) */
+                    "Content-Language"?: "zh-CN";
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "code": "ISSUANCE_JOB_NOT_FOUND",
+                     *       "message": "issuance job not found"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"] & {
+                        /** @enum {string} */
+                        code?: "ISSUANCE_JOB_NOT_FOUND";
+                    };
+                };
+            };
+            /** @description REQUEST_TIMEOUT */
+            408: {
+                headers: {
+                    /** @description The request's id: the client's `X-Request-Id` when it is 1-128 of [A-Za-z0-9._:-], else a generated UUID */
+                    "x-request-id": string;
+                    /** @description The language of `message` when it is not English: the request's Accept-Language chose it (zh-CN, zh, zh-TW all give zh-CN) */
+                    "Content-Language"?: "zh-CN";
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "code": "REQUEST_TIMEOUT",
+                     *       "message": "request timeout"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"] & {
+                        /** @enum {string} */
+                        code?: "REQUEST_TIMEOUT";
+                    };
+                };
+            };
+            /** @description HEADERS_TOO_LARGE */
+            431: {
+                headers: {
+                    /** @description The request's id: the client's `X-Request-Id` when it is 1-128 of [A-Za-z0-9._:-], else a generated UUID */
+                    "x-request-id": string;
+                    /** @description The language of `message` when it is not English: the request's Accept-Language chose it (zh-CN, zh, zh-TW all give zh-CN) */
+                    "Content-Language"?: "zh-CN";
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "code": "HEADERS_TOO_LARGE",
+                     *       "message": "headers too large"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"] & {
+                        /** @enum {string} */
+                        code?: "HEADERS_TOO_LARGE";
+                    };
+                };
+            };
+            /** @description SERVICE_UNAVAILABLE */
+            503: {
+                headers: {
+                    /** @description The request's id: the client's `X-Request-Id` when it is 1-128 of [A-Za-z0-9._:-], else a generated UUID */
+                    "x-request-id": string;
+                    /** @description Seconds to wait before retrying */
+                    "Retry-After"?: string;
+                    /** @description The language of `message` when it is not English: the request's Accept-Language chose it (zh-CN, zh, zh-TW all give zh-CN) */
+                    "Content-Language"?: "zh-CN";
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "code": "SERVICE_UNAVAILABLE",
+                     *       "message": "service unavailable"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Error"] & {
+                        /** @enum {string} */
+                        code?: "SERVICE_UNAVAILABLE";
+                    };
+                };
+            };
+        };
+    };
+    IssuanceController_skippedCsv: {
+        parameters: {
+            query?: {
+                /** @description Only the lines skipped for this reason */
+                reason?: "USER_LIMIT_REACHED" | "SOLD_OUT" | "INVALID_USER_ID" | "DUPLICATE" | "COUPON_EXPIRED";
+            };
+            header?: never;
+            path: {
+                jobId: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The file, `text/csv; charset=utf-8` */
+            200: {
+                headers: {
+                    /** @description The request's id: the client's `X-Request-Id` when it is 1-128 of [A-Za-z0-9._:-], else a generated UUID */
+                    "x-request-id": string;
+                    /** @description A download: `attachment; filename="job-<jobId>-skipped[-<reason>].csv"` */
+                    "Content-Disposition": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example user_id
+                     *     alice
+                     *     bob
+                     */
+                    "text/csv": string;
                 };
             };
             /** @description VALIDATION_FAILED */

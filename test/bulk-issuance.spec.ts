@@ -2,6 +2,7 @@ import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
 import { Agent, request as httpRequest } from 'node:http';
 import request from 'supertest';
 import { IssuanceRunner, MAX_PAUSES } from '../src/issuance/issuance-runner.js';
+import { listSkips } from '../src/issuance/issuance.store.js';
 import { healthOnAgent, sendOnAgent } from './support/early-answer.js';
 import { createCoupon, newKey } from './support/factories.js';
 import { adminToken, bearer, startTestApp, TestApp, tokenFor } from './support/harness.js';
@@ -144,6 +145,126 @@ describe('bulk issuance', () => {
       .get('/me/coupons')
       .set(bearer(tokenFor('u2')));
     expect(mine.body.items.map((c: { source: string }) => c.source)).toEqual(['BULK']);
+  });
+
+  /** Every page of a job's skipped lines of `reason`, `limit` at a time, with the cursors that led on. */
+  const skippedOf = async (jobId: string, reason: string, limit: number) => {
+    const pages: { lines: number[]; nextCursor: string | null }[] = [];
+    let cursor: string | null = null;
+    do {
+      const res: request.Response = await request(t.url)
+        .get(`/admin/issuance-jobs/${jobId}/skipped?reason=${reason}&limit=${limit}${cursor ? `&cursor=${cursor}` : ''}`)
+        .set(admin());
+      expect(res.status).toBe(200);
+      expect(res.body.items.every((i: { reason: string }) => i.reason === reason)).toBe(true);
+      pages.push({ lines: res.body.items.map((i: { line: number }) => i.line), nextCursor: res.body.nextCursor });
+      cursor = res.body.nextCursor;
+    } while (cursor);
+    return pages;
+  };
+  const skippedCsv = (jobId: string, query = '') =>
+    request(t.url).get(`/admin/issuance-jobs/${jobId}/skipped.csv${query}`).set(admin()).buffer(true);
+
+  it("lists a job's skipped lines of one reason, paged, and exports them as a CSV that goes back up as a new job for exactly those users", async () => {
+    const coupon = await createCoupon(t.url, { totalStock: 3, perUserLimit: 1 });
+    // Stock for three: s1-s3 take it, the valid ids after them are SOLD_OUT, among invalid lines and a repeat.
+    const userIds = ['s1', 's2', 's3', '=1+2', 's4', 's1', '-s5', '@s6', 'two\nlines', 's7', 's8', 's9', 'a,"b"', ''];
+    const created = await post(coupon.id, { userIds, reason: 'sale', fromStock: true });
+    expect(created.status).toBe(202);
+    const jobId = created.body.jobId as string;
+    await run();
+    expect(await job(jobId)).toMatchObject({
+      status: 'COMPLETED',
+      issued: 3,
+      skippedByReason: { SOLD_OUT: 5, INVALID_USER_ID: 5, DUPLICATE: 1 },
+    });
+
+    // Two a page: the cursor is the last SOLD_OUT line listed, and the next page starts past it, not at the next line skipped.
+    expect(await skippedOf(jobId, 'SOLD_OUT', 2)).toEqual([
+      { lines: [5, 7], nextCursor: '7' },
+      { lines: [10, 11], nextCursor: '11' },
+      { lines: [12], nextCursor: null },
+    ]);
+    expect(await skippedOf(jobId, 'DUPLICATE', 20)).toEqual([{ lines: [6], nextCursor: null }]);
+    expect(await skippedOf(jobId, 'USER_LIMIT_REACHED', 20)).toEqual([{ lines: [], nextCursor: null }]);
+
+    const soldOut = await skippedCsv(jobId, '?reason=SOLD_OUT');
+    expect(soldOut.status).toBe(200);
+    expect(soldOut.headers['content-type']).toBe('text/csv; charset=utf-8');
+    expect(soldOut.headers['content-disposition']).toBe(`attachment; filename="job-${jobId}-skipped-SOLD_OUT.csv"`);
+    expect(soldOut.text).toBe('user_id\r\ns4\r\n-s5\r\ns7\r\ns8\r\ns9\r\n');
+
+    // All reasons: what a spreadsheet would run starts with a quote; a user id (-s5) never does, or it would not upload again.
+    const all = await skippedCsv(jobId);
+    expect(all.status).toBe(200);
+    expect(all.headers['content-disposition']).toBe(`attachment; filename="job-${jobId}-skipped.csv"`);
+    expect(all.text).toBe(
+      ['user_id', "'=1+2", 's4', 's1', '-s5', "'@s6", '"two\nlines"', 's7', 's8', 's9', '"a,""b"""', '""', ''].join('\r\n'),
+    );
+
+    // After the sale: stock for the ones who missed out, and their file uploaded as it came.
+    expect((await request(t.url).post(`/admin/coupons/${coupon.id}/stock`).set(admin()).send({ delta: 10 })).status).toBe(200);
+    const again = await postCsv(coupon.id, Buffer.from(soldOut.text), 'reason=restock&fromStock=true');
+    expect(again.status).toBe(202);
+    await run();
+    expect(await job(again.body.jobId as string)).toMatchObject({ status: 'COMPLETED', total: 5, issued: 5, skipped: 0 });
+    const restocked = (await bulkCoupons(coupon.id)).filter((r) => r.reason === 'restock').map((r) => r.user_id);
+    expect(restocked.sort()).toEqual(['-s5', 's4', 's7', 's8', 's9']);
+    expect(await stockOf(coupon.id)).toBe(5);
+  });
+
+  it('streams a CSV of thousands of skipped lines read a page at a time, each line once, from the index of its reason', async () => {
+    const coupon = await createCoupon(t.url, { totalStock: 1 });
+    // 6,001 lines: the odd ones valid (the first issued, the rest SOLD_OUT), the even ones invalid.
+    const lines = Array.from({ length: 6001 }, (_, i) => (i % 2 === 0 ? `many-${i + 1}` : `bad id ${i + 1}`));
+    const created = await postCsv(coupon.id, lines.join('\n'), 'reason=many&fromStock=true');
+    expect(created.status).toBe(202);
+    const jobId = created.body.jobId as string;
+    t.config.BULK_BATCH_SIZE = 500;
+    try {
+      await run();
+    } finally {
+      t.config.BULK_BATCH_SIZE = 7;
+    }
+    expect(await job(jobId)).toMatchObject({ status: 'COMPLETED', issued: 1, skippedByReason: { SOLD_OUT: 3000, INVALID_USER_ID: 3000 } });
+
+    const soldOut = await skippedCsv(jobId, '?reason=SOLD_OUT');
+    expect(soldOut.status).toBe(200);
+    expect(soldOut.headers['content-length']).toBeUndefined();
+    expect(soldOut.text).toBe(['user_id', ...lines.filter((_, i) => i > 0 && i % 2 === 0), ''].join('\r\n'));
+    const all = await skippedCsv(jobId);
+    expect(all.text).toBe(['user_id', ...lines.slice(1), ''].join('\r\n'));
+
+    // The statement a page of one reason is read with: its plan reads that reason's lines only, in order.
+    const sent: [string, unknown[]][] = [];
+    const recorder = { query: async (sql: string, params: unknown[]) => (sent.push([sql, params]), []) };
+    await listSkips(recorder as unknown as Parameters<typeof listSkips>[0], jobId, 'SOLD_OUT', 0, 2001);
+    const [plan] = (await t.db.query(`EXPLAIN ${sent[0][0]}`, sent[0][1])) as { key: string; Extra: string | null }[];
+    expect(plan.key).toBe('idx_issuance_skip_reason');
+    expect(plan.Extra ?? '').not.toMatch(/filesort/);
+  });
+
+  it('refuses an unknown reason with 400 and an unknown job with 404, on the list and on its CSV', async () => {
+    const coupon = await createCoupon(t.url);
+    const created = await post(coupon.id, { userIds: ['r1'], reason: 'r', fromStock: false });
+    const jobId = created.body.jobId as string;
+    for (const path of [`/admin/issuance-jobs/${jobId}/skipped`, `/admin/issuance-jobs/${jobId}/skipped.csv`]) {
+      for (const query of ['?reason=sold_out', '?reason=ISSUED', '?reason=', '?reason=SOLD_OUT&reason=DUPLICATE']) {
+        const res = await request(t.url).get(`${path}${query}`).set(admin());
+        expect([path, query, res.status, res.body.code]).toEqual([path, query, 400, 'VALIDATION_FAILED']);
+      }
+    }
+    // The CSV is the whole list: no page of it.
+    const paged = await skippedCsv(jobId, '?limit=10');
+    expect([paged.status, paged.body.code]).toEqual([400, 'VALIDATION_FAILED']);
+    for (const path of [
+      '/admin/issuance-jobs/999999999/skipped?reason=SOLD_OUT',
+      '/admin/issuance-jobs/999999999/skipped.csv?reason=SOLD_OUT',
+    ]) {
+      const res = await request(t.url).get(path).set(admin());
+      expect([path, res.status, res.body.code]).toEqual([path, 404, 'ISSUANCE_JOB_NOT_FOUND']);
+      expect(res.headers['content-disposition']).toBeUndefined();
+    }
   });
 
   it('counts grabs and bulk issues together for perUserLimit, and a bulk coupon stops the user grabbing', async () => {

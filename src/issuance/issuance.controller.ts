@@ -1,4 +1,4 @@
-import { Controller, Get, Headers, HttpCode, Param, Post, Query, Req, Res } from '@nestjs/common';
+import { Controller, Get, Headers, HttpCode, Param, Post, Query, Req, Res, StreamableFile } from '@nestjs/common';
 import { ApiAcceptedResponse, ApiBody, ApiConsumes, ApiHeader, ApiOkResponse, ApiTags, ApiBearerAuth } from '@nestjs/swagger';
 import type { FastifyReply, FastifyRequest } from 'fastify';
 import type { Readable } from 'node:stream';
@@ -13,6 +13,7 @@ import {
   JobCreatedView,
   JobListQuery,
   JsonIssuanceDto,
+  SkippedCsvQuery,
   SkippedPage,
   SkippedQuery,
 } from './issuance.dto.js';
@@ -89,7 +90,17 @@ export class IssuanceController {
   @Get('issuance-jobs/:jobId/skipped')
   @ApiOkResponse({ type: SkippedPage })
   skipped(@Param('jobId', IdPipe) jobId: string, @Query() q: SkippedQuery): Promise<SkippedPage> {
-    return this.issuance.skipped(jobId, Number(q.cursor ?? 0), q.limit ?? DEFAULT_PAGE_LIMIT);
+    return this.issuance.skipped(jobId, q.reason, Number(q.cursor ?? 0), q.limit ?? DEFAULT_PAGE_LIMIT);
+  }
+
+  /** One user id per line, as the issuance route takes a text/csv list: the SOLD_OUT lines go back up as a new job. */
+  @Get('issuance-jobs/:jobId/skipped.csv')
+  async skippedCsv(@Param('jobId', IdPipe) jobId: string, @Query() q: SkippedCsvQuery): Promise<StreamableFile> {
+    const csv = await this.issuance.skippedCsv(jobId, q.reason);
+    return new StreamableFile(csv, {
+      type: 'text/csv; charset=utf-8',
+      disposition: `attachment; filename="job-${jobId}-skipped${q.reason ? `-${q.reason}` : ''}.csv"`,
+    });
   }
 
   @Post('issuance-jobs/:jobId/cancel')

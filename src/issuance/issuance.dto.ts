@@ -1,6 +1,7 @@
+import { applyDecorators } from '@nestjs/common';
 import { ApiProperty, ApiPropertyOptional } from '@nestjs/swagger';
 import { Transform } from 'class-transformer';
-import { ArrayMaxSize, ArrayMinSize, IsArray, IsBoolean, IsString } from 'class-validator';
+import { ArrayMaxSize, ArrayMinSize, IsArray, IsBoolean, IsIn, IsString } from 'class-validator';
 import { IsId, IsOmittable, TextLength } from '../common/validation.js';
 import { PageQuery } from '../common/page.js';
 import { JOB_STATUSES, SKIP_REASONS } from './issuance.store.js';
@@ -48,7 +49,23 @@ export class CsvIssuanceQuery {
   fromStock?: boolean;
 }
 
-export class SkippedQuery extends PageQuery {}
+const ReasonFilter = () =>
+  applyDecorators(
+    ApiPropertyOptional({ enum: SKIP_REASONS, description: 'Only the lines skipped for this reason' }),
+    IsOmittable(),
+    IsIn(SKIP_REASONS),
+  );
+
+export class SkippedQuery extends PageQuery {
+  @ReasonFilter()
+  reason?: SkipReason;
+}
+
+/** The CSV of a job's skipped lines is all of them (of one reason when given): no page. */
+export class SkippedCsvQuery {
+  @ReasonFilter()
+  reason?: SkipReason;
+}
 
 export class JobListQuery extends PageQuery {
   @ApiPropertyOptional({ description: "Only this coupon's jobs", example: '1' })

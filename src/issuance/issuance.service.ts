@@ -1,4 +1,5 @@
 import { createHash } from 'node:crypto';
+import { Readable } from 'node:stream';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { Injectable, type OnApplicationShutdown } from '@nestjs/common';
 import { DataSource } from 'typeorm';
@@ -26,10 +27,14 @@ import {
   touchUpload,
   UPLOAD_HEARTBEAT_MS,
 } from './issuance.store.js';
+import type { SkipReason } from './issuance.store.js';
 import { IssuanceRunner } from './issuance-runner.js';
+import { SKIPPED_CSV_HEADER, skippedCsvLine } from './skipped-csv.js';
 
 /** Lines written to the database per statement while a list streams in. */
 const UPLOAD_CHUNK = 2000;
+/** Skipped lines read per statement while their CSV streams out. */
+const CSV_PAGE = 2000;
 
 /**
  * How long a repeat of a key waits for the first request's list to be stored before it answers 409
@@ -252,14 +257,36 @@ export class IssuanceService implements OnApplicationShutdown {
     return toPage(await listJobs(this.ds.manager, couponId, cursor, limit + 1), limit, toJobView);
   }
 
-  async skipped(jobId: string, cursor: number, limit: number) {
+  async skipped(jobId: string, reason: SkipReason | undefined, cursor: number, limit: number) {
     await this.get(jobId);
-    const rows = await listSkips(this.ds.manager, jobId, cursor, limit + 1);
+    const rows = await listSkips(this.ds.manager, jobId, reason, cursor, limit + 1);
     return toPage(
       rows.map((r) => ({ ...r, id: String(r.line) })),
       limit,
       ({ line, userId, reason }) => ({ line, userId, reason }),
     );
+  }
+
+  /**
+   * All of the job's skipped lines (of `reason` when given) as a CSV a new job takes as its list,
+   * read a page at a time as the client takes them: a million lines are never in memory. Unknown
+   * jobs are refused before the answer starts; a job still running shows the lines skipped by the
+   * time each page is read.
+   */
+  async skippedCsv(jobId: string, reason: SkipReason | undefined): Promise<Readable> {
+    await this.get(jobId);
+    const em = this.ds.manager;
+    async function* pages() {
+      yield SKIPPED_CSV_HEADER;
+      for (let after = 0; ;) {
+        const rows = await listSkips(em, jobId, reason, after, CSV_PAGE);
+        if (rows.length > 0) yield rows.map((r) => skippedCsvLine(r.userId)).join('');
+        if (rows.length < CSV_PAGE) return;
+        after = rows[rows.length - 1].line;
+      }
+    }
+    // Bytes, not objects: an object stream would read 16 pages ahead of a slow client.
+    return Readable.from(pages(), { objectMode: false });
   }
 
   /** QUEUED or RUNNING -> CANCELLED; the runner's batch in flight (it holds the job row) commits first. */

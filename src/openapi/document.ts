@@ -101,7 +101,9 @@ function successResponses(route: RouteContract): Record<string, unknown> {
               content:
                 answer.schema === 'text'
                   ? { 'text/plain': { schema: { type: 'string' } } }
-                  : { 'application/json': { schema: ref(answer.schema) } },
+                  : answer.schema === 'csv'
+                    ? { 'text/csv': { schema: { type: 'string' }, example: 'user_id\r\nalice\r\nbob\r\n' } }
+                    : { 'application/json': { schema: ref(answer.schema) } },
             }),
       },
     ]),

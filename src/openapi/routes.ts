@@ -22,7 +22,10 @@ import type { ErrorCode } from '../common/errors.js';
 import type { HeaderName } from './schemas.js';
 
 export interface SuccessAnswer {
-  /** A components/schemas name (RESPONSE_SCHEMAS, or a view class @nestjs/swagger registered) for a JSON body, 'text' for text/plain, 'none' for no body. */
+  /**
+   * A components/schemas name (RESPONSE_SCHEMAS, or a view class @nestjs/swagger registered) for a JSON body, 'text' for text/plain,
+   * 'csv' for text/csv (UTF-8), 'none' for no body.
+   */
   schema: string;
   description: string;
   headers?: HeaderName[];
@@ -354,6 +357,16 @@ export const ROUTES: Record<string, RouteContract> = {
     summary: 'The lines a bulk issuance job did not issue, with their reason',
     auth: ['admin'],
     ok: { 200: { schema: 'SkippedPage', description: 'In line order; nextCursor is the last line number of the page' } },
+    errors: ['ISSUANCE_JOB_NOT_FOUND'],
+  },
+  'GET /admin/issuance-jobs/{jobId}/skipped.csv': {
+    summary: "A bulk issuance job's skipped lines as a CSV to upload again (all of them, or of one reason)",
+    description:
+      'A header line `user_id`, then the user id of each skipped line (`reason` given: of that reason only), in line order: the list a ' +
+      'text/csv issuance takes as it is, so the SOLD_OUT lines of a sale go back up as a new job once stock is added. Streamed, however many ' +
+      "lines; the text of an invalid line that a spreadsheet would take for a formula (`=`, `+`, `-`, `@`) starts with `'`. See docs/bulk-issuance.md.",
+    auth: ['admin'],
+    ok: { 200: { schema: 'csv', description: 'The file, `text/csv; charset=utf-8`', requiredHeaders: ['Content-Disposition'] } },
     errors: ['ISSUANCE_JOB_NOT_FOUND'],
   },
   'POST /admin/issuance-jobs/{jobId}/cancel': {

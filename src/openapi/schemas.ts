@@ -306,6 +306,10 @@ export const HEADERS = {
     description: '`no-cache, no-store, must-revalidate`: a health answer (200 or 503) no cache may keep',
     schema: { type: 'string', const: 'no-cache, no-store, must-revalidate' },
   },
+  'Content-Disposition': {
+    description: 'A download: `attachment; filename="job-<jobId>-skipped[-<reason>].csv"`',
+    schema: { type: 'string', pattern: '^attachment; filename="job-[0-9]+-skipped(-[A-Z_]+)?\\.csv"$' },
+  },
   'Content-Language': {
     description:
       "The language of `message` when it is not English: the request's Accept-Language chose it (zh-CN, zh, zh-TW all give zh-CN)",
