@@ -1,5 +1,5 @@
 import { execFileSync } from 'node:child_process';
-import { mkdirSync, rmSync, truncateSync, writeFileSync } from 'node:fs';
+import { mkdirSync, readFileSync, rmSync, truncateSync, writeFileSync } from 'node:fs';
 import { brotliDecompressSync, gunzipSync } from 'node:zlib';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from '@jest/globals';
 import type { Browser, Locator, Page } from 'playwright-core';
@@ -700,6 +700,43 @@ describe('admin console in a browser', () => {
     await closeDrawer();
     await page.getByTestId('jobs').locator('.ant-tag', { hasText: 'Cancelled' }).waitFor();
     await shot('13-bulk-jobs');
+  });
+
+  it("filters a bulk job's skipped lines by reason and downloads them, of that reason or all, as the CSV the API gives", async () => {
+    const jobs = (await request(t.url).get(`/admin/issuance-jobs?couponId=${couponId}`).set(bearer(adminToken()))).body.items as {
+      id: string;
+      total: number;
+    }[];
+    const jobId = jobs.find((j) => j.total === 6)?.id ?? '';
+    await page.getByTestId(`job-${jobId}`).click();
+    await page.locator('[data-testid="job-detail"][data-status="COMPLETED"]').waitFor();
+    const rows = page.getByTestId('skipped-lines').locator('.ant-table-row');
+    await rows.nth(2).waitFor();
+    await page.getByLabel('Skipped lines of one reason').click();
+    await page.locator('.ant-select-item-option', { hasText: 'Repeated in the list (1)' }).click();
+    await eventually(
+      () => rows.allTextContents(),
+      (r) => r.length === 1,
+    );
+    expect(await rows.allTextContents()).toEqual(['5bulk-1Repeated in the list']);
+    const save = async () => {
+      const [download] = await Promise.all([page.waitForEvent('download'), page.getByTestId('download-skipped').click()]);
+      return { name: download.suggestedFilename(), text: readFileSync(await download.path(), 'utf8') };
+    };
+    expect(await save()).toEqual({ name: `job-${jobId}-skipped-DUPLICATE.csv`, text: 'user_id\r\nbulk-1\r\n' });
+    // Cleared, the filter shows every reason again, and so does the file.
+    await page.getByTestId('job-detail').locator('.ant-select-clear').click();
+    await eventually(
+      () => rows.allTextContents(),
+      (r) => r.length === 3,
+    );
+    expect(await save()).toEqual({ name: `job-${jobId}-skipped.csv`, text: 'user_id\r\nfan-0\r\nbulk-1\r\nbad id!\r\n' });
+    // Nothing skipped for this reason: nothing to download.
+    await page.getByLabel('Skipped lines of one reason').click();
+    await page.locator('.ant-select-item-option', { hasText: 'Sold out (0)' }).click();
+    await page.getByTestId('skipped-lines').getByText('No line was skipped').waitFor();
+    expect(await page.getByTestId('download-skipped').isDisabled()).toBe(true);
+    await closeDrawer();
   });
 
   it('removes stock, refusing what is no whole number of units and more than remains', async () => {

@@ -19,7 +19,7 @@ import {
   Typography,
   Upload,
 } from 'antd';
-import { PlusOutlined, StopOutlined, UploadOutlined } from '@ant-design/icons';
+import { DownloadOutlined, PlusOutlined, StopOutlined, UploadOutlined } from '@ant-design/icons';
 import { Link, useSearchParams } from 'react-router-dom';
 import { client, fetchWithUploadProgress, ok, type IssuanceJob, type SkippedLine } from '../api';
 import { showApiErrors } from '../apiForm';
@@ -292,15 +292,67 @@ function CancelJob({ job, onDone }: { job: IssuanceJob; onDone(): void }) {
   );
 }
 
-function SkippedLines({ jobId, skipped }: { jobId: string; skipped: number }) {
+type SkipReason = SkippedLine['reason'];
+
+/** Saves the job's skipped lines (of `reason`) as the server's CSV, under the file name it gives. */
+async function downloadSkipped(jobId: string, reason: SkipReason | undefined): Promise<void> {
+  const call = client.GET('/admin/issuance-jobs/{jobId}/skipped.csv', { params: { path: { jobId }, query: { reason } }, parseAs: 'blob' });
+  const csv = await ok(call);
+  const { response } = await call;
+  const url = URL.createObjectURL(csv);
+  const link = document.createElement('a');
+  link.href = url;
+  link.download = /filename="([^"]+)"/.exec(response.headers.get('content-disposition') ?? '')?.[1] ?? '';
+  link.click();
+  // Chrome reads the file after click() returns: revoked at once, the download would fail.
+  setTimeout(() => URL.revokeObjectURL(url), 60_000);
+}
+
+function SkippedLines({ job }: { job: IssuanceJob }) {
   const { t } = useI18n();
+  const { message } = App.useApp();
+  const [reason, setReason] = useState<SkipReason>();
+  const [downloading, setDownloading] = useState(false);
   // Reloaded when the count grows: the list only ever gets longer while the job runs.
   const lines = usePagedList(
-    (cursor) => ok(client.GET('/admin/issuance-jobs/{jobId}/skipped', { params: { path: { jobId }, query: { limit: 100, cursor } } })),
-    [jobId, skipped],
+    (cursor) =>
+      ok(
+        client.GET('/admin/issuance-jobs/{jobId}/skipped', { params: { path: { jobId: job.id }, query: { limit: 100, cursor, reason } } }),
+      ),
+    [job.id, job.skipped, reason],
   );
+  const download = async () => {
+    setDownloading(true);
+    try {
+      await downloadSkipped(job.id, reason);
+    } catch (err) {
+      void message.error((err as Error).message);
+    } finally {
+      setDownloading(false);
+    }
+  };
   return (
     <>
+      <Space wrap style={{ marginBottom: 12 }}>
+        <Select<SkipReason>
+          allowClear
+          placeholder={t('allReasons')}
+          aria-label={t('filterByReason')}
+          style={{ width: 260, maxWidth: '100%' }}
+          value={reason}
+          onChange={setReason}
+          options={SKIP_REASONS.map((r) => ({ value: r, label: `${label(t, r)} (${count(job.skippedByReason[r])})` }))}
+        />
+        <Button
+          icon={<DownloadOutlined />}
+          loading={downloading}
+          disabled={(reason ? job.skippedByReason[reason] : job.skipped) === 0}
+          onClick={() => void download()}
+          data-testid="download-skipped"
+        >
+          {t('downloadCsv')}
+        </Button>
+      </Space>
       {lines.error && <Alert type="error" title={lines.error.message} />}
       <Table<SkippedLine>
         rowKey="line"
@@ -313,7 +365,7 @@ function SkippedLines({ jobId, skipped }: { jobId: string; skipped: number }) {
         columns={[
           { title: t('line'), dataIndex: 'line', width: 80, align: 'right' },
           { title: t('userId'), dataIndex: 'userId', render: (u: string) => <Typography.Text code>{u}</Typography.Text> },
-          { title: t('reason'), dataIndex: 'reason', render: (r: SkippedLine['reason']) => <Tag>{label(t, r)}</Tag> },
+          { title: t('reason'), dataIndex: 'reason', render: (r: SkipReason) => <Tag>{label(t, r)}</Tag> },
         ]}
       />
       <LoadMore list={lines} />
@@ -388,7 +440,7 @@ function JobDetail({ jobId, onClose, onChanged }: { jobId: string | null; onClos
           </div>
           <div>
             <Typography.Title level={5}>{t('skippedLines')}</Typography.Title>
-            <SkippedLines jobId={j.id} skipped={j.skipped} />
+            <SkippedLines job={j} />
           </div>
         </Space>
       )}
