@@ -411,7 +411,10 @@ export class AppConfig {
   @IsBoolean()
   BULK_RUNNER_ENABLED: boolean = true;
 
-  /** The deadline of a bulk issuance upload (every other request has REQUEST_TIMEOUT_MS): long enough for 64 MiB to arrive and be stored. */
+  /**
+   * The deadline of a bulk issuance upload (every other request has REQUEST_TIMEOUT_MS): long enough for 64 MiB to arrive and be
+   * stored; and of a job's skipped lines as CSV (skipped-csv.ts), a million lines streamed to a client as slow.
+   */
   @Transform(toInt)
   @IsInt()
   @Min(1000)
