@@ -7,6 +7,7 @@ import { healthOnAgent, sendOnAgent } from './support/early-answer.js';
 import { createCoupon, newKey } from './support/factories.js';
 import { adminToken, bearer, startTestApp, TestApp, tokenFor } from './support/harness.js';
 import { checkInvariantsAfterEach } from './support/scoped-invariants.js';
+import { startStallProxy, type StallProxy } from './support/stall-proxy.js';
 import { startTcpProxy, type TcpProxy } from './support/tcp-proxy.js';
 
 /**
@@ -781,5 +782,59 @@ describe('bulk issuance through a database outage', () => {
     expect([retried.status, retried.body.code]).toEqual([202, undefined]);
     expect(retried.body.jobId).not.toBe(jobId);
     expect(await t.db.query(`SELECT status FROM issuance_job WHERE id = ?`, [jobId])).toEqual([{ status: 'DISCARDED' }]);
+  }, 60_000);
+});
+
+describe("a bulk job's skipped lines as CSV, streamed past REQUEST_TIMEOUT_MS", () => {
+  const real = { host: process.env.DB_HOST ?? '127.0.0.1', port: Number(process.env.DB_PORT ?? 3306) };
+  let proxy: StallProxy;
+  let t: TestApp;
+  beforeAll(async () => {
+    proxy = await startStallProxy(real);
+    t = await startTestApp({
+      DB_HOST: '127.0.0.1',
+      DB_PORT: String(proxy.port),
+      REQUEST_TIMEOUT_MS: '1000',
+      BULK_UPLOAD_TIMEOUT_MS: '20000',
+    });
+  });
+  afterAll(async () => {
+    proxy.resume();
+    await t.close();
+    await proxy.close();
+  });
+
+  it('goes on to its last line when the database stalls mid-file for longer than the deadline of other requests', async () => {
+    const coupon = await createCoupon(t.url);
+    // Every line invalid, so skipped as it is stored: 50 pages of the file, no run needed.
+    const lines = Array.from({ length: 100_000 }, (_, i) => `bad line ${i}`);
+    const created = await request(t.url)
+      .post(`/admin/coupons/${coupon.id}/issuances?reason=r&fromStock=false`)
+      .set(bearer(adminToken()))
+      .set('Idempotency-Key', newKey('stream'))
+      .set('Content-Type', 'text/csv')
+      .send(lines.join('\n'));
+    expect(created.status).toBe(202);
+
+    const started = Date.now();
+    const answer = await new Promise<{ status: number; complete: boolean; text: string }>((resolve, reject) => {
+      const req = httpRequest(new URL(`${t.url}/admin/issuance-jobs/${created.body.jobId}/skipped.csv`), { headers: bearer(adminToken()) });
+      req.on('response', (res) => {
+        const chunks: Buffer[] = [];
+        // The first bytes are out: the pages still to read wait 1.5 s for the database (the connection idles out after 2 s).
+        res.once('data', () => {
+          proxy.stall();
+          setTimeout(() => proxy.resume(), 1500);
+        });
+        res.on('data', (c: Buffer) => chunks.push(c));
+        res.on('end', () => resolve({ status: res.statusCode ?? 0, complete: res.complete, text: Buffer.concat(chunks).toString() }));
+        res.on('error', reject);
+      });
+      req.on('error', reject);
+      req.end();
+    });
+    expect(Date.now() - started).toBeGreaterThan(1500);
+    expect([answer.status, answer.complete]).toEqual([200, true]);
+    expect(answer.text).toBe(['user_id', ...lines, ''].join('\r\n'));
   }, 60_000);
 });
