@@ -630,15 +630,16 @@ describe('webhooks', () => {
     // Disabled, so that the relay leaves them PENDING while they are counted.
     await request(t.url).patch(`/admin/webhooks/${hook.id}`).set(admin()).send({ enabled: false });
     const n = 2_500;
-    const rows = Array.from({ length: n }, (_, i) => [
+    // Among eight times as many delivered ones, as on an endpoint whose receiver was down for a while.
+    const rows = Array.from({ length: n * 9 }, (_, i) => [
       hook.id,
       i + 1,
       i + 1,
       'user_coupon.issued',
       '{}',
       new Date(),
-      'FAILED',
-      12,
+      i % 9 === 0 ? 'FAILED' : 'DELIVERED',
+      i % 9 === 0 ? 12 : 1,
       new Date(),
     ]);
     await t.db.query(
@@ -649,9 +650,21 @@ describe('webhooks', () => {
     const tx = t.app.get(TransactionService);
     const real = tx.inTransaction.bind(tx);
     let transactions = 0;
-    const spy = jest.spyOn(tx, 'inTransaction').mockImplementation((fn, ...rest) => {
-      if (new Error().stack?.includes('WebhookService.redeliver')) transactions++;
-      return real(fn, ...rest);
+    // Each batch's statements, recorded as they are sent.
+    const sent: [string, unknown[]][] = [];
+    const spy = jest.spyOn(tx, 'inTransaction').mockImplementation((fn) => {
+      if (!new Error().stack?.includes('WebhookService.redeliver')) return real(fn);
+      transactions++;
+      return real((em) =>
+        fn(
+          new Proxy(em, {
+            get: (target, prop) =>
+              prop === 'query'
+                ? (sql: string, params: unknown[]) => (sent.push([sql, params]), target.query(sql, params))
+                : Reflect.get(target, prop, target),
+          }),
+        ),
+      );
     });
     const res = await request(t.url)
       .post(`/admin/webhooks/${hook.id}/redeliver`)
@@ -661,6 +674,11 @@ describe('webhooks', () => {
       .finally(() => spy.mockRestore());
     expect([res.status, res.body]).toEqual([200, { redelivered: n }]);
     expect(transactions).toBe(3);
+    // A batch is read in id order off idx_due, so its LIMIT bounds the rows read and locked: no sort of
+    // every FAILED one (nor a walk of the delivered ones by id).
+    const [batchSql, batchParams] = sent.find(([sql]) => /status = 'FAILED'/.test(sql)) ?? ['', []];
+    const [plan] = (await t.db.query(`EXPLAIN ${batchSql}`, batchParams)) as { key: string; Extra: string | null }[];
+    expect([plan.key, /filesort/.test(plan.Extra ?? '')]).toEqual(['idx_due', false]);
     const [{ pending }] = (await t.db.query(
       `SELECT COUNT(*) AS pending FROM webhook_delivery WHERE endpoint_id = ? AND status = 'PENDING' AND next_attempt_at IS NOT NULL`,
       [hook.id],
