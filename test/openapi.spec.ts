@@ -48,6 +48,14 @@ describe('the OpenAPI document', () => {
     expect(doc.servers).toHaveLength(1);
   });
 
+  it('gives every path parameter the pattern the route checks it against', () => {
+    for (const { key, op } of operations()) {
+      const params = (op as { parameters?: { in: string; name: string; schema?: { pattern?: string } }[] }).parameters ?? [];
+      for (const p of params.filter((x) => x.in === 'path'))
+        expect([key, p.name, typeof p.schema?.pattern]).toEqual([key, p.name, 'string']);
+    }
+  });
+
   it('documents each error code under the status it is answered with', () => {
     for (const { key, op } of operations()) {
       for (const [status, response] of Object.entries(op.responses)) {

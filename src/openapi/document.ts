@@ -9,7 +9,8 @@ import { HEADERS, type HeaderName, IDEMPOTENCY_KEY_SCHEMA, type JsonSchema, ref,
 
 export const API_VERSION = '0.1.0';
 const METHODS = ['get', 'put', 'post', 'delete', 'options', 'head', 'patch', 'trace'] as const;
-const ID_PARAMS = new Set(['couponId', 'userCouponId', 'runId', 'id', 'webhookId']);
+/** A path parameter named `id` or `<thing>Id` (a user id aside) holds a row id: so a route added later cannot be left without the pattern. */
+const isIdParam = (name: string) => name === 'id' || (name.endsWith('Id') && name !== 'userId');
 
 /** One line per @ApiTags name used by a controller. */
 const TAGS: Record<string, string> = {
@@ -134,7 +135,7 @@ function applyRoute(method: string, op: Operation, route: RouteContract): void {
   op.security = route.auth === 'public' ? [] : [{ bearer: [] }];
   if (Array.isArray(route.auth)) op['x-roles'] = [...route.auth];
   for (const p of op.parameters ?? []) {
-    if (p.in === 'path' && ID_PARAMS.has(p.name)) p.schema = { type: 'string', pattern: ID_PATTERN.source, example: '1' };
+    if (p.in === 'path' && isIdParam(p.name)) p.schema = { type: 'string', pattern: ID_PATTERN.source, example: '1' };
     if (p.in === 'path' && p.name === 'userId') p.schema = { type: 'string', pattern: USER_ID_PATTERN.source, example: 'alice' };
     if ((p.in === 'path' && p.name === 'idempotencyKey') || (p.in === 'header' && p.name === 'Idempotency-Key')) {
       p.schema = { ...IDEMPOTENCY_KEY_SCHEMA, ...p.schema, type: 'string' };
