@@ -64,15 +64,15 @@ const repeatToLearn = (key: Record<string, unknown>) => (err: unknown) => {
   throw withLookup(err, { ...key, lookup: 'repeat the same request: it answers the committed result, or does it now' });
 };
 
-/**
- * Using a coupon on an order, and returning it on refund. Both are idempotent by a unique key and
- * run as one transaction that locks the user coupon row first, so repeats and races serialize on it.
- */
 /** Every number a refund was asked for under, in one table: its primary key is where a number is taken (a duplicate throws). */
 function takeRefundNumber(em: EntityManager, refundNo: string, refundId: string): Promise<unknown> {
   return em.query(`INSERT INTO refund_number (refund_no, refund_id) VALUES (?, ?)`, [refundNo, refundId]);
 }
 
+/**
+ * Using a coupon on an order, and returning it on refund. Both are idempotent by a unique key and
+ * run as one transaction that locks the user coupon row first, so repeats and races serialize on it.
+ */
 @Injectable()
 export class RedemptionService {
   constructor(
