@@ -169,7 +169,26 @@ describe('bulk issuance', () => {
   it("lists a job's skipped lines of one reason, paged, and exports them as a CSV that goes back up as a new job for exactly those users", async () => {
     const coupon = await createCoupon(t.url, { totalStock: 3, perUserLimit: 1 });
     // Stock for three: s1-s3 take it, the valid ids after them are SOLD_OUT, among invalid lines and a repeat.
-    const userIds = ['s1', 's2', 's3', '=1+2', 's4', 's1', '-s5', '@s6', 'two\nlines', 's7', 's8', 's9', 'a,"b"', ''];
+    const long = 'a'.repeat(70);
+    const userIds = [
+      's1',
+      's2',
+      's3',
+      '=1+2',
+      's4',
+      's1',
+      '-s5',
+      '@s6',
+      'two\nlines',
+      's7',
+      's8',
+      's9',
+      'a,"b"',
+      '',
+      long,
+      'x\nalice\ny',
+      'a;=1',
+    ];
     const created = await post(coupon.id, { userIds, reason: 'sale', fromStock: true });
     expect(created.status).toBe(202);
     const jobId = created.body.jobId as string;
@@ -177,7 +196,7 @@ describe('bulk issuance', () => {
     expect(await job(jobId)).toMatchObject({
       status: 'COMPLETED',
       issued: 3,
-      skippedByReason: { SOLD_OUT: 5, INVALID_USER_ID: 5, DUPLICATE: 1 },
+      skippedByReason: { SOLD_OUT: 5, INVALID_USER_ID: 8, DUPLICATE: 1 },
     });
 
     // Two a page: the cursor is the last SOLD_OUT line listed, and the next page starts past it, not at the next line skipped.
@@ -195,12 +214,31 @@ describe('bulk issuance', () => {
     expect(soldOut.headers['content-disposition']).toBe(`attachment; filename="job-${jobId}-skipped-SOLD_OUT.csv"`);
     expect(soldOut.text).toBe('user_id\r\ns4\r\n-s5\r\ns7\r\ns8\r\ns9\r\n');
 
-    // All reasons: what a spreadsheet would run starts with a quote; a user id (-s5) never does, or it would not upload again.
+    // All reasons: an invalid line's text starts with a quote, so that it is no formula and no user id (the first
+    // 64 characters of a longer one would be); one line each (the upload reads a line as one entry); a user id
+    // (-s5) is written as it is, or it would not upload again.
     const all = await skippedCsv(jobId);
     expect(all.status).toBe(200);
     expect(all.headers['content-disposition']).toBe(`attachment; filename="job-${jobId}-skipped.csv"`);
     expect(all.text).toBe(
-      ['user_id', "'=1+2", 's4', 's1', '-s5', "'@s6", '"two\nlines"', 's7', 's8', 's9', '"a,""b"""', '""', ''].join('\r\n'),
+      [
+        'user_id',
+        "'=1+2",
+        's4',
+        's1',
+        '-s5',
+        "'@s6",
+        "'two lines",
+        's7',
+        's8',
+        's9',
+        `"'a,""b"""`,
+        "'",
+        `'${long.slice(0, 64)}`,
+        "'x alice y",
+        `"'a;=1"`,
+        '',
+      ].join('\r\n'),
     );
 
     // After the sale: stock for the ones who missed out, and their file uploaded as it came.
@@ -212,6 +250,12 @@ describe('bulk issuance', () => {
     const restocked = (await bulkCoupons(coupon.id)).filter((r) => r.reason === 'restock').map((r) => r.user_id);
     expect(restocked.sort()).toEqual(['-s5', 's4', 's7', 's8', 's9']);
     expect(await stockOf(coupon.id)).toBe(5);
+    // The file of all reasons uploaded as it came: every invalid line is invalid again, nobody it mentions gets a coupon.
+    const report = await postCsv(coupon.id, Buffer.from(all.text), 'reason=report&fromStock=false');
+    expect(report.status).toBe(202);
+    await run();
+    expect(await job(report.body.jobId as string)).toMatchObject({ status: 'COMPLETED', skippedByReason: { INVALID_USER_ID: 8 } });
+    expect((await bulkCoupons(coupon.id)).filter((r) => ['alice', long.slice(0, 64)].includes(r.user_id))).toEqual([]);
   });
 
   it('streams a CSV of thousands of skipped lines read a page at a time, each line once, from the index of its reason', async () => {
@@ -234,7 +278,7 @@ describe('bulk issuance', () => {
     expect(soldOut.headers['content-length']).toBeUndefined();
     expect(soldOut.text).toBe(['user_id', ...lines.filter((_, i) => i > 0 && i % 2 === 0), ''].join('\r\n'));
     const all = await skippedCsv(jobId);
-    expect(all.text).toBe(['user_id', ...lines.slice(1), ''].join('\r\n'));
+    expect(all.text).toBe(['user_id', ...lines.slice(1).map((l) => (l.startsWith('bad') ? `'${l}` : l)), ''].join('\r\n'));
 
     // The statement a page of one reason is read with: its plan reads that reason's lines only, in order.
     const sent: [string, unknown[]][] = [];
@@ -821,10 +865,10 @@ describe("a bulk job's skipped lines as CSV, streamed past REQUEST_TIMEOUT_MS", 
       const req = httpRequest(new URL(`${t.url}/admin/issuance-jobs/${created.body.jobId}/skipped.csv`), { headers: bearer(adminToken()) });
       req.on('response', (res) => {
         const chunks: Buffer[] = [];
-        // The first bytes are out: the pages still to read wait 1.5 s for the database (the connection idles out after 2 s).
+        // The first bytes are out: the pages still to read wait 1.3 s for the database (the connection idles out after 2 s).
         res.once('data', () => {
           proxy.stall();
-          setTimeout(() => proxy.resume(), 1500);
+          setTimeout(() => proxy.resume(), 1300);
         });
         res.on('data', (c: Buffer) => chunks.push(c));
         res.on('end', () => resolve({ status: res.statusCode ?? 0, complete: res.complete, text: Buffer.concat(chunks).toString() }));
@@ -833,8 +877,28 @@ describe("a bulk job's skipped lines as CSV, streamed past REQUEST_TIMEOUT_MS", 
       req.on('error', reject);
       req.end();
     });
-    expect(Date.now() - started).toBeGreaterThan(1500);
+    expect(Date.now() - started).toBeGreaterThan(1300);
     expect([answer.status, answer.complete]).toEqual([200, true]);
-    expect(answer.text).toBe(['user_id', ...lines, ''].join('\r\n'));
+    expect(answer.text).toBe(['user_id', ...lines.map((l) => `'${l}`), ''].join('\r\n'));
   }, 60_000);
+
+  it('answers 503 within REQUEST_TIMEOUT_MS when the database does not answer before the file starts, as other routes do', async () => {
+    const coupon = await createCoupon(t.url);
+    const created = await request(t.url)
+      .post(`/admin/coupons/${coupon.id}/issuances?reason=r&fromStock=false`)
+      .set(bearer(adminToken()))
+      .set('Idempotency-Key', newKey('stall'))
+      .set('Content-Type', 'text/csv')
+      .send('bad line');
+    expect(created.status).toBe(202);
+    proxy.stall();
+    try {
+      const started = Date.now();
+      const res = await request(t.url).get(`/admin/issuance-jobs/${created.body.jobId}/skipped.csv`).set(bearer(adminToken()));
+      expect([res.status, res.body.code]).toEqual([503, 'SERVICE_UNAVAILABLE']);
+      expect(Date.now() - started).toBeLessThan(1500);
+    } finally {
+      proxy.resume();
+    }
+  });
 });

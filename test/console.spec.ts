@@ -730,7 +730,7 @@ describe('admin console in a browser', () => {
       () => rows.allTextContents(),
       (r) => r.length === 3,
     );
-    expect(await save()).toEqual({ name: `job-${jobId}-skipped.csv`, text: 'user_id\r\nfan-0\r\nbulk-1\r\nbad id!\r\n' });
+    expect(await save()).toEqual({ name: `job-${jobId}-skipped.csv`, text: "user_id\r\nfan-0\r\nbulk-1\r\n'bad id!\r\n" });
     // Nothing skipped for this reason: nothing to download.
     await page.getByLabel('Skipped lines of one reason').click();
     await page.locator('.ant-select-item-option', { hasText: 'Sold out (0)' }).click();

@@ -7,6 +7,7 @@ import { isDuplicateKey } from '../common/db-errors.js';
 import { AppError } from '../common/errors.js';
 import { USER_ID_PATTERN, validationFailed } from '../common/validation.js';
 import { toPage } from '../common/page.js';
+import { AppConfig } from '../config/app-config.js';
 import { CouponService } from '../coupon/coupon.service.js';
 import { pollUntil, runWithDeadline } from '../database/deadline-pool.js';
 import { TransactionService } from '../database/transaction.service.js';
@@ -112,6 +113,7 @@ export class IssuanceService implements OnApplicationShutdown {
     private readonly tx: TransactionService,
     private readonly coupons: CouponService,
     private readonly runner: IssuanceRunner,
+    private readonly config: AppConfig,
   ) {}
 
   /** 202 for a new job, or the job this key made before (`replayed`). */
@@ -274,15 +276,23 @@ export class IssuanceService implements OnApplicationShutdown {
    * time each page is read.
    */
   async skippedCsv(jobId: string, reason: SkipReason | undefined): Promise<Readable> {
-    await this.get(jobId);
+    // The file's own deadline is an upload's; each wait for the database is not. Until the file starts,
+    // a request's (an outage is a 503, as elsewhere); after, the connection's idle limit
+    // (2 x REQUEST_TIMEOUT_MS): a page stalled longer has lost its client, and must not hold a
+    // connection of the pool for minutes.
+    const within = <T>(ms: number, fn: () => Promise<T>) => runWithDeadline({ at: Date.now() + ms, answered: false }, fn);
     const em = this.ds.manager;
+    const read = (after: number) => listSkips(em, jobId, reason, after, CSV_PAGE);
+    const first = await within(this.config.REQUEST_TIMEOUT_MS, async () => {
+      await this.get(jobId);
+      return read(0);
+    });
+    const idle = 2 * this.config.REQUEST_TIMEOUT_MS;
     async function* pages() {
       yield SKIPPED_CSV_HEADER;
-      for (let after = 0; ;) {
-        const rows = await listSkips(em, jobId, reason, after, CSV_PAGE);
-        if (rows.length > 0) yield rows.map((r) => skippedCsvLine(r.userId)).join('');
+      for (let rows = first; ; rows = await within(idle, () => read(rows[rows.length - 1].line))) {
+        if (rows.length > 0) yield rows.map((r) => skippedCsvLine(r.userId, r.reason)).join('');
         if (rows.length < CSV_PAGE) return;
-        after = rows[rows.length - 1].line;
       }
     }
     // Bytes, not objects: an object stream would read 16 pages ahead of a slow client.

@@ -1,5 +1,4 @@
 import type { FastifyInstance } from 'fastify';
-import { USER_ID_PATTERN } from '../common/validation.js';
 
 /** The CSV of a job's skipped lines, as Fastify spells its route. */
 export const SKIPPED_CSV_ROUTE = '/admin/issuance-jobs/:jobId/skipped.csv';
@@ -10,21 +9,19 @@ export const SKIPPED_CSV_ROUTE = '/admin/issuance-jobs/:jobId/skipped.csv';
  */
 export const SKIPPED_CSV_HEADER = 'user_id\r\n';
 
-/** A spreadsheet takes a cell starting with one of these for a formula (CSV injection). */
-const FORMULA_START = /^[=+\-@\t\r]/;
-
 /**
- * One line of the file (RFC 4180: CRLF). A user id is written as it is, a leading `-` included: it
- * holds no parenthesis, quote, space or `|`, so a spreadsheet cannot call anything with it, and an
- * edited one would no longer upload as the same user. The text of an invalid line may hold
- * anything (a JSON list's entries may even hold line breaks): one that a spreadsheet would run gets
- * a `'` in front, and one that is empty (a blank line would be no line at all) or holds a quote,
- * comma or line break is quoted.
+ * One line of the file (RFC 4180: CRLF). A skipped user id is written as it is, a leading `-`
+ * included: it holds no parenthesis, quote, space or `|`, so a spreadsheet cannot call anything with
+ * it, and an edited one would no longer upload as the same user. The text of an INVALID_USER_ID line
+ * may hold anything, and is its first 64 characters only: it is written after a `'`, so that it can
+ * neither upload again as a user id (not even when those 64 characters make one) nor start a formula,
+ * with its line breaks and tabs as spaces (the upload reads a line as one entry, quoted or not), and
+ * quoted when it holds a quote, comma or semicolon (the separators spreadsheets split on).
  */
-export function skippedCsvLine(userId: string): string {
-  if (USER_ID_PATTERN.test(userId)) return `${userId}\r\n`;
-  const text = FORMULA_START.test(userId) ? `'${userId}` : userId;
-  return /^$|[",\r\n]/.test(text) ? `"${text.replaceAll('"', '""')}"\r\n` : `${text}\r\n`;
+export function skippedCsvLine(userId: string, reason: string): string {
+  if (reason !== 'INVALID_USER_ID') return `${userId}\r\n`;
+  const text = `'${userId.replace(/[\r\n\t]/g, ' ')}`;
+  return /[",;]/.test(text) ? `"${text.replaceAll('"', '""')}"\r\n` : `${text}\r\n`;
 }
 
 /**
