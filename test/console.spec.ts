@@ -1061,10 +1061,12 @@ describe('admin console in a browser', () => {
     try {
       await page.goto(`${t.url}/console/campaigns/${coupon.id}#token=${adminToken()}`);
       const summary = () => page.getByTestId('live-chart').locator('[aria-label]').first().getAttribute('aria-label');
-      // Pixels of the colour sold-out bars and their legend mark are drawn in (#f5222d), on the chart's canvas.
+      // Pixels of the colour sold-out bars and their legend mark are drawn in (#f5222d), on the chart's
+      // canvas; null while there is no canvas (the chart not drawn yet, or being created again).
       const soldOutPixels = () =>
-        page.evaluate<number>(`(() => {
+        page.evaluate<number | null>(`(() => {
           const c = document.querySelector('[data-testid="live-chart"] canvas');
+          if (!c) return null;
           const d = c.getContext('2d').getImageData(0, 0, c.width, c.height).data;
           let n = 0;
           for (let i = 0; i < d.length; i += 4) if (Math.abs(d[i] - 245) + Math.abs(d[i + 1] - 34) + Math.abs(d[i + 2] - 45) < 12) n++;
@@ -1073,14 +1075,14 @@ describe('admin console in a browser', () => {
       expect(await eventually(summary, (v) => (v ?? '').includes('Sold out'))).toBe(
         'Grab answers in the last 5 min: Issued 1,200, Sold out 900. Remaining stock 90.',
       );
-      expect(await eventually(soldOutPixels, (n) => n > 0)).toBeGreaterThan(0);
+      expect(await eventually(soldOutPixels, (n) => n !== null && n > 0)).toBeGreaterThan(0);
       // Sold-out answers age out of the window: the next polls no longer have them.
       outcomes = { ISSUED: () => 4 };
       expect(await eventually(summary, (v) => !(v ?? '').includes('Sold out'))).toBe(
         'Grab answers in the last 5 min: Issued 1,200. Remaining stock 90.',
       );
       await page.waitForTimeout(1500);
-      expect(await soldOutPixels()).toBe(0);
+      expect(await eventually(soldOutPixels, (n) => n !== null)).toBe(0);
     } finally {
       await page.unroute(`**/admin/coupons/${coupon.id}/series**`);
     }
