@@ -88,6 +88,49 @@ describe('reconciliation of holds and orders', () => {
     expect(await findings()).toEqual([]);
   });
 
+  it('a LOCKED status its log never reached is one LOG_MISMATCH, set back without a move; no release logged from LOCKED', async () => {
+    const coupon = await createCoupon(t.url, { totalStock: 5 });
+    const grab = await request(t.url)
+      .post(`/coupons/${coupon.id}/grab`)
+      .set(bearer(tokenFor('lnr')))
+      .set('Idempotency-Key', newKey());
+    expect(grab.status).toBe(201);
+    const ucId = grab.body.id as string;
+    await sql(`UPDATE user_coupon SET status = 'LOCKED' WHERE id = ?`, [ucId]);
+    const found = await findings();
+    expect(found.map((p) => [p.discrepancy.type, p.action, p.discrepancy.userCouponId])).toEqual([
+      ['LOG_MISMATCH', 'MARK_CONSISTENT', ucId],
+    ]);
+    expect((await decide(found[0].id)).status).toBe(200);
+    expect(await one(`SELECT status FROM user_coupon WHERE id = ?`, [ucId])).toEqual({ status: 'UNUSED' });
+    expect(await logOf(ucId)).toEqual(['null>UNUSED']);
+    expect(await findings()).toEqual([]);
+  });
+
+  it('a release proposed for a coupon whose log no longer ends in LOCKED is refused 409 with nothing changed', async () => {
+    const h = await held('lwh-log');
+    await sql(`DELETE FROM redemption_hold WHERE id = ?`, [h.holdId]);
+    const [proposal] = await findings();
+    expect(proposal.action).toBe('RELEASE_COUPON');
+    // After the run, the log's lock step goes behind the service's back.
+    await sql(`DELETE FROM user_coupon_state_log WHERE user_coupon_id = ? AND to_status = 'LOCKED'`, [h.ucId]);
+    const tables = ['user_coupon', 'user_coupon_state_log', 'redemption_hold'];
+    const fingerprint = await databaseFingerprint(t.db, tables);
+    const res = await decide(proposal.id);
+    expect([res.status, res.body.code, res.body.details]).toEqual([
+      409,
+      'STATUS_CONFLICT',
+      { userCouponId: h.ucId, status: 'LOCKED', loggedStatus: 'UNUSED' },
+    ]);
+    expect(await databaseFingerprint(t.db, tables)).toEqual(fingerprint);
+    expect((await decide(proposal.id, 'reject')).status).toBe(200);
+    // The next run proposes the repair that fits: the status set back to the log's.
+    const next = await findings();
+    expect(next.map((p) => [p.discrepancy.type, p.action])).toEqual([['LOG_MISMATCH', 'MARK_CONSISTENT']]);
+    expect((await decide(next[0].id)).status).toBe(200);
+    expect(await logOf(h.ucId)).toEqual(['null>UNUSED']);
+  });
+
   it('HOLD_WITHOUT_LOCKED: an ACTIVE hold of a coupon moved on is closed RELEASED (RECONCILIATION), or CONFIRMED when the order used it', async () => {
     const released = await held('hwl');
     // The coupon went back to UNUSED (logged) but its hold stayed ACTIVE.

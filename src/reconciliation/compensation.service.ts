@@ -7,7 +7,7 @@ import { counter } from '../common/metrics.js';
 import { Page, toPage } from '../common/page.js';
 import { execute, TransactionService } from '../database/transaction.service.js';
 import { StateMachineService } from '../ledger/state-machine.service.js';
-import { removeLogRows, writeLog } from '../ledger/state-log.js';
+import { findLog, removeLogRows, writeLog } from '../ledger/state-log.js';
 import { StockService } from '../ledger/stock.service.js';
 import { TxIds } from '../ledger/tx-id.js';
 import { countFromStock, lockUserCoupon, setStatus } from '../ledger/user-coupons.js';
@@ -111,6 +111,15 @@ export class CompensationService {
     );
     if (uc?.status !== 'LOCKED' || active) {
       throw changedSinceRun(`User coupon ${p.userCouponId}`, { status: uc?.status ?? null, activeHoldId: active?.id ?? null });
+    }
+    // The move is logged from LOCKED: from any other last step it would break the log's replay (invariant 5).
+    const logged = (await findLog(em, p.userCouponId)).at(-1)?.toStatus ?? null;
+    if (logged !== 'LOCKED') {
+      throw new AppError(
+        'STATUS_CONFLICT',
+        `User coupon ${p.userCouponId} is LOCKED but its state log ends in ${logged ?? 'nothing'}: the status is what is wrong, which a LOG_MISMATCH repair sets back; reject this compensation and run reconciliation again`,
+        { userCouponId: p.userCouponId, status: 'LOCKED', loggedStatus: logged },
+      );
     }
     const to = releasedTo(uc, now);
     await this.stateMachine.transit(

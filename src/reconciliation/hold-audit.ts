@@ -42,7 +42,9 @@ export type HoldFinding = LockedWithoutHoldFinding | HoldWithoutLockedFinding;
 /**
  * Invariant 6 for the user coupons with ids in [lo, hi]: LOCKED exactly when one ACTIVE hold
  * references it. A LOCKED coupon without one is proposed for release (to UNUSED, or EXPIRED past its
- * validity); an ACTIVE hold whose coupon is not LOCKED, or is LOCKED for another of its holds (the
+ * validity) when its log says LOCKED too; when the log ends elsewhere, the status is what is wrong,
+ * and the log audit's LOG_MISMATCH sets it back without a move (a release would log a step from a
+ * state the log never reached); an ACTIVE hold whose coupon is not LOCKED, or is LOCKED for another of its holds (the
  * first one whose expiry the coupon carries), is proposed for closing: CONFIRMED when a USED redemption of
  * the same (order, coupon) exists, else RELEASED.
  */
@@ -53,6 +55,7 @@ export async function holdChunk(q: Queryable, lo: bigint, hi: bigint, now: Date)
      FROM user_coupon uc
      WHERE uc.id BETWEEN ? AND ? AND BINARY uc.status = 'LOCKED'
        AND NOT EXISTS (SELECT 1 FROM redemption_hold h WHERE h.user_coupon_id = uc.id AND h.status = 'ACTIVE')
+       AND BINARY (SELECT l.to_status FROM user_coupon_state_log l WHERE l.user_coupon_id = uc.id ORDER BY l.id DESC LIMIT 1) = 'LOCKED'
      ORDER BY uc.id`,
     range,
   );
