@@ -235,6 +235,18 @@ describe.each(['grouped', 'per-request'])('grab (GRAB_STRATEGY=%s)', (strategy) 
     }
   });
 
+  it('refuses a removal that would take the total stock below zero, even with that much remaining after a hand edit', async () => {
+    const coupon = await createCoupon(t.url, { totalStock: 5 });
+    // More remaining than was ever created: reconciliation reports it as STOCK_MISMATCH.
+    await t.db.query(`UPDATE coupon_stock SET stock = stock + 3 WHERE coupon_id = ?`, [coupon.id]);
+    const below = await request(t.url).post(`/admin/coupons/${coupon.id}/stock`).set(bearer(adminToken())).send({ delta: -7 });
+    expect([below.status, below.body.code, below.body.details]).toEqual([409, 'INSUFFICIENT_STOCK', { delta: -7, initStock: 5 }]);
+    expect(await stockOf(coupon.id)).toEqual({ init_stock: '5', stock: '8' });
+    await t.db.query(`UPDATE coupon_stock SET stock = stock - 3 WHERE coupon_id = ?`, [coupon.id]);
+    const all = await request(t.url).post(`/admin/coupons/${coupon.id}/stock`).set(bearer(adminToken())).send({ delta: -5 });
+    expect([all.status, all.body.initStock, all.body.remainingStock]).toEqual([200, 0, 0]);
+  });
+
   it('computes validity from the template: N days from issue, or the fixed window', async () => {
     const relative = await createCoupon(t.url, { validity: { type: 'RELATIVE', days: 3 } });
     const start = new Date(Date.now() + 86_400_000).toISOString();

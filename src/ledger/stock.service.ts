@@ -41,17 +41,25 @@ export class StockService {
 
   /**
    * An admin's stock change: adds to (or removes from) both the initial and the remaining stock, so
-   * init_stock == stock + issued keeps holding. Removing more than remains is INSUFFICIENT_STOCK.
+   * init_stock == stock + issued keeps holding. Removing more than remains is INSUFFICIENT_STOCK, and
+   * so is removing more than was ever created, which only a row edited by hand can remain (its
+   * total would go negative).
    */
   async adjust(em: EntityManager, couponId: string, delta: number, at = new Date()): Promise<void> {
     const changed = await execute(
       em,
-      `UPDATE coupon_stock SET stock = stock + ?, init_stock = init_stock + ?, updated_at = ? WHERE coupon_id = ? AND stock + ? >= 0`,
-      [delta, delta, at, couponId, delta],
+      `UPDATE coupon_stock SET stock = stock + ?, init_stock = init_stock + ?, updated_at = ?
+       WHERE coupon_id = ? AND stock + ? >= 0 AND init_stock + ? >= 0`,
+      [delta, delta, at, couponId, delta, delta],
     );
     if (changed === 1) return;
-    if (!(await this.find(em, couponId)))
-      throw new AppError('COUPON_NOT_FOUND', `Coupon ${couponId} has no stock row; reconciliation proposes to recreate it`);
+    const row = await this.find(em, couponId);
+    if (!row) throw new AppError('COUPON_NOT_FOUND', `Coupon ${couponId} has no stock row; reconciliation proposes to recreate it`);
+    if (row.initStock + delta < 0)
+      throw new AppError('INSUFFICIENT_STOCK', `Cannot remove ${-delta} units: only ${row.initStock} were ever created`, {
+        delta,
+        initStock: row.initStock,
+      });
     throw new AppError('INSUFFICIENT_STOCK', `Cannot remove ${-delta} units: fewer remain`, { delta });
   }
 
