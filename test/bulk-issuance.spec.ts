@@ -412,6 +412,35 @@ describe('bulk issuance', () => {
     expect((await bulkCoupons(coupon.id)).map((r) => r.user_id)).toEqual(['c1', 'c2', 'c3', 'c4']);
   });
 
+  it('takes a first line uid or id as the user it names; header=present or absent (RFC 4180) says which the first line is', async () => {
+    const coupon = await createCoupon(t.url, { totalStock: 10 });
+    const plain = await postCsv(coupon.id, 'uid\nh1\n');
+    const present = await csvAs(coupon.id, 'text/csv; header=present', Buffer.from('h2\nh3\n'));
+    const absent = await csvAs(coupon.id, 'text/csv; header=absent', Buffer.from('user_id\nh4\n'));
+    expect([plain.status, present.status, absent.status]).toEqual([202, 202, 202]);
+    await run();
+    expect(await job(plain.body.jobId)).toMatchObject({ status: 'COMPLETED', total: 2, issued: 2 });
+    expect(await job(present.body.jobId)).toMatchObject({ status: 'COMPLETED', total: 1, issued: 1 });
+    expect(await job(absent.body.jobId)).toMatchObject({ status: 'COMPLETED', total: 2, issued: 2 });
+    expect((await bulkCoupons(coupon.id)).map((r) => r.user_id)).toEqual(['h1', 'h3', 'h4', 'uid', 'user_id']);
+    // Another value is refused before anything is stored: the key stays free.
+    const key = newKey('bulk');
+    const send = (type: string) =>
+      request(t.url)
+        .post(`/admin/coupons/${coupon.id}/issuances?reason=r&fromStock=false`)
+        .set(admin())
+        .set('Idempotency-Key', key)
+        .set('Content-Type', type)
+        .send('h5\n');
+    const bad = await send('text/csv; header=yes');
+    expect([bad.status, bad.body.code, bad.body.details]).toEqual([
+      400,
+      'VALIDATION_FAILED',
+      { fields: { 'Content-Type': ['its header parameter must be present or absent (RFC 4180)'] } },
+    ]);
+    expect((await send('text/csv')).status).toBe(202);
+  });
+
   it('issues a 20,000-line CSV in batches, exactly once per user, resuming after being stopped midway', async () => {
     const coupon = await createCoupon(t.url, { totalStock: 30000 });
     const csv = Array.from({ length: 20000 }, (_, i) => `big-${i}`).join('\n');

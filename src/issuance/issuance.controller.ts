@@ -19,7 +19,7 @@ import {
 } from './issuance.dto.js';
 import { IssuanceService } from './issuance.service.js';
 import { isCsv } from './upload.js';
-import { csvDecoder, userIdLines } from './user-id-lines.js';
+import { csvDecoder, csvHeader, userIdLines } from './user-id-lines.js';
 
 async function* jsonLines(userIds: readonly string[]) {
   for (let i = 0; i < userIds.length; i++) yield { lineNo: i + 1, text: userIds[i] };
@@ -61,7 +61,8 @@ export class IssuanceController {
       );
       if (Object.keys(missing).length > 0) throw validationFailed(missing);
       request = { reason: query.reason as string, fromStock: query.fromStock as boolean };
-      lines = userIdLines(req.body as Readable, csvDecoder(req.headers['content-type']));
+      const type = req.headers['content-type'];
+      lines = userIdLines(req.body as Readable, csvDecoder(type), csvHeader(type));
     } else {
       const fields = Object.keys(query).filter((f) => query[f as keyof CsvIssuanceQuery] !== undefined);
       if (fields.length > 0)

@@ -1,5 +1,5 @@
 import { Readable } from 'node:stream';
-import { csvDecoder, CSV_MAX_LINE_CHARS, userIdLines } from './user-id-lines.js';
+import { csvDecoder, csvHeader, CSV_MAX_LINE_CHARS, userIdLines } from './user-id-lines.js';
 
 /** The lines of an upload that arrives in these chunks. */
 async function lines(...chunks: (string | Buffer)[]): Promise<[number, string][]> {
@@ -37,6 +37,30 @@ describe('userIdLines', () => {
       [4, '"a"b"'],
       [5, '"'],
     ]);
+  });
+
+  it('passes over a first line user_id or userId unless told; id, uid and user are user ids', async () => {
+    for (const header of ['user_id', 'userId', 'USERID']) expect(await lines(`${header}\nu-1\n`)).toEqual([[2, 'u-1']]);
+    for (const id of ['id', 'uid', 'user'])
+      expect(await lines(`${id}\nu-1\n`)).toEqual([
+        [1, id],
+        [2, 'u-1'],
+      ]);
+  });
+
+  it("follows RFC 4180's header parameter: present passes over the first line whatever it is, absent keeps it", async () => {
+    const as = (header: 'present' | 'absent', text: string) =>
+      linesOf(userIdLines(Readable.from([Buffer.from(text)]), csvDecoder(undefined), header));
+    expect(await as('present', '\nu-0\nu-1\n')).toEqual([[3, 'u-1']]);
+    expect(await as('absent', 'user_id\nu-1\n')).toEqual([
+      [1, 'user_id'],
+      [2, 'u-1'],
+    ]);
+    expect(csvHeader('text/csv')).toBe('guess');
+    expect(csvHeader('text/csv; charset=utf-8; header=present')).toBe('present');
+    expect(csvHeader('text/csv;Header="ABSENT"')).toBe('absent');
+    for (const bad of ['text/csv; header=yes', 'text/csv; header='])
+      expect(() => csvHeader(bad)).toThrow(expect.objectContaining({ code: 'VALIDATION_FAILED' }));
   });
 
   it('a body that fails mid-way (the client reset the connection) is the client’s 400, not an outage', async () => {

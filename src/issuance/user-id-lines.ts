@@ -16,20 +16,41 @@ export const csvTooLarge = () => new AppError('PAYLOAD_TOO_LARGE', 'The upload i
  */
 export const uploadStalled = () => new AppError('REQUEST_TIMEOUT', 'The upload stopped arriving', undefined, { Connection: 'close' });
 
-/** A first line naming the column rather than a user. */
-const HEADER = /^(user_?id|userid|user|uid|id)$/i;
+/**
+ * A first line naming the column rather than a user, when the upload does not say: the name the
+ * skipped-lines CSV writes and the JSON body's field. Shorter names (`id`, `uid`, `user`) are user ids too.
+ */
+const HEADER = /^user_?id$/i;
+
+/**
+ * RFC 4180's `header` parameter of text/csv: `present` passes over the first line whatever it is,
+ * `absent` takes it as a user id; left out, a first line `user_id` or `userId` is taken as a header.
+ */
+export type CsvHeader = 'present' | 'absent' | 'guess';
+
+export function csvHeader(contentType: string | undefined): CsvHeader {
+  const value = /;\s*header\s*=\s*"?([^";\s]*)"?/i.exec(contentType ?? '')?.[1]?.toLowerCase();
+  if (value === undefined) return 'guess';
+  if (value === 'present' || value === 'absent') return value;
+  throw validationFailed({ 'Content-Type': ['its header parameter must be present or absent (RFC 4180)'] });
+}
+
 /** Longer lines are kept to this many characters: an invalid user id whatever they hold. */
 export const CSV_MAX_LINE_CHARS = 4096;
 
 /**
  * The user ids of a `text/csv` upload, one per line with its line number in the file, as they arrive: never the whole body in memory.
- * Blank lines are passed over and a header-like first line is dropped; a line in double quotes is
+ * Blank lines are passed over and a first line that is a header (`header`) is dropped; a line in double quotes is
  * taken without them; CRLF, CR alone (old Mac
  * files) and a BOM are fine. The text is UTF-8 unless the Content-Type names another charset
  * (csvDecoder). Bytes that are not text in it are 400, more than 64 MiB or 1,000,000 ids 413. Each
  * chunk is scanned once: a line without an end costs no more than a short one.
  */
-export async function* userIdLines(body: Readable, decoder = csvDecoder(undefined)): AsyncGenerator<{ lineNo: number; text: string }> {
+export async function* userIdLines(
+  body: Readable,
+  decoder = csvDecoder(undefined),
+  header: CsvHeader = 'guess',
+): AsyncGenerator<{ lineNo: number; text: string }> {
   let bytes = 0;
   let lines = 0;
   let lineNo = 0;
@@ -70,7 +91,7 @@ export async function* userIdLines(body: Readable, decoder = csvDecoder(undefine
     if (line === '') return null;
     const wasFirst = first;
     first = false;
-    if (wasFirst && HEADER.test(line)) return null;
+    if (wasFirst && (header === 'present' || (header === 'guess' && HEADER.test(line)))) return null;
     if (++lines > CSV_MAX_LINES)
       throw new AppError('PAYLOAD_TOO_LARGE', `At most ${CSV_MAX_LINES} user ids per upload`, { maxLines: CSV_MAX_LINES });
     return { lineNo, text: line };

@@ -328,7 +328,8 @@ export const ROUTES: Record<string, RouteContract> = {
     summary: 'Issue the coupon to a list of users (bulk issuance job)',
     description:
       'A JSON body (up to 10,000 `userIds`, 1 MiB: the 64 KiB of other routes does not apply) or a `text/csv` body of one user id per line (up to 1,000,000 lines, 64 MiB; blank lines and a ' +
-      'header-like first line are passed over; `reason` and `fromStock` then go in the query). The list is stored as it streams in, then ' +
+      'header line are passed over: the first line with `Content-Type: text/csv; header=present` (RFC 4180), never with `header=absent`, ' +
+      'and without the parameter when it is `user_id` or `userId`; `reason` and `fromStock` then go in the query). The list is stored as it streams in, then ' +
       'a job issues it in batches: 202 with the job id at once. A repeat of the Idempotency-Key answers the same job (`Idempotent-Replayed: true`). ' +
       'Each user gets at most one coupon from a job; invalid ids, repeats, users at perUserLimit (grabs and bulk together) and lines past the ' +
       'stock (fromStock) are skipped with their reason, as are the lines reached after the fixed validity ended (COUPON_EXPIRED); a coupon ' +
