@@ -1,6 +1,6 @@
 import { createHmac } from 'node:crypto';
-import { Agent, request as httpRequest, IncomingHttpHeaders } from 'node:http';
-import { connect } from 'node:net';
+import { Agent, request as httpRequest, IncomingHttpHeaders, type Server } from 'node:http';
+import { connect, type Socket } from 'node:net';
 import { gzipSync } from 'node:zlib';
 import request from 'supertest';
 import { healthOnAgent, sendOnAgent } from './support/early-answer.js';
@@ -474,6 +474,36 @@ describe('hardening', () => {
       agent.destroy();
     }
   }, 30_000);
+
+  it('a connection kept alive through many answers sent as they arrive (the coupon page from memory, an unknown route) gathers no listener per request', async () => {
+    const coupon = await createCoupon(t.url);
+    const server = t.app.getHttpServer() as Server;
+    const sockets: Socket[] = [];
+    const opened = (s: Socket) => sockets.push(s);
+    server.on('connection', opened);
+    const agent = new Agent({ keepAlive: true, maxSockets: 1 });
+    const get = (path: string) =>
+      new Promise<number>((resolve, reject) => {
+        const req = httpRequest(`${t.url}${path}`, { agent }, (res) => {
+          res.resume();
+          res.on('end', () => resolve(res.statusCode ?? 0));
+        });
+        req.on('error', reject);
+        req.end();
+      });
+    const listenersAfter = async (rounds: number) => {
+      for (let i = 0; i < rounds; i++) expect([await get(`/coupons/${coupon.id}`), await get('/nope')]).toEqual([200, 404]);
+      return sockets.map((s) => s.listenerCount('close'));
+    };
+    try {
+      const early = await listenersAfter(2);
+      expect(await listenersAfter(20)).toEqual(early);
+      expect(sockets).toHaveLength(1);
+    } finally {
+      agent.destroy();
+      server.off('connection', opened);
+    }
+  });
 
   it('a compressed body (Content-Encoding gzip) is 415 UNSUPPORTED_MEDIA_TYPE, JSON or CSV; identity is taken', async () => {
     const coupon = await createCoupon(t.url);

@@ -1,6 +1,7 @@
 import type { IncomingMessage } from 'node:http';
 import type { Socket } from 'node:net';
 import type { FastifyReply, FastifyRequest } from 'fastify';
+import { announcesBody } from './validation.js';
 
 /** The most of a refused body read and dropped: the largest body any route takes (a bulk upload's CSV). */
 const DRAIN_MAX_BYTES = 64 * 1024 * 1024;
@@ -38,7 +39,9 @@ export class UnreadBodies {
     // closing server closes it a moment later.
     if (this.closing) void reply.header('connection', 'close');
     const body = req.raw;
-    if (body.complete) return;
+    // Not `complete` yet either when answered in the turn it arrived (the coupon page from memory, a
+    // 404), before Node's parser has ended it: a listener added then stayed until the connection closed.
+    if (body.complete || !announcesBody(req)) return;
     const socket = body.socket;
     socket.once('close', () => {
       if (!body.complete) body.destroy();
