@@ -2657,8 +2657,10 @@ export interface operations {
                 headers: {
                     /** @description The request's id: the client's `X-Request-Id` when it is 1-128 of [A-Za-z0-9._:-], else a generated UUID */
                     "x-request-id": string;
-                    /** @description `gzip` when the request's Accept-Encoding takes gzip and the JSON is 1 KiB or more; absent otherwise. These answers carry `Vary: Accept-Encoding` */
+                    /** @description `gzip` when the request's Accept-Encoding takes gzip and the JSON is 1 KiB or more; absent otherwise */
                     "Content-Encoding"?: "gzip";
+                    /** @description `Accept-Encoding` (after `Origin` when the request came from an allowed browser origin): the answer is gzip'd or not by it, so a shared cache keeps both forms apart */
+                    Vary: string;
                     [name: string]: unknown;
                 };
                 content: {
@@ -2773,8 +2775,10 @@ export interface operations {
                 headers: {
                     /** @description The request's id: the client's `X-Request-Id` when it is 1-128 of [A-Za-z0-9._:-], else a generated UUID */
                     "x-request-id": string;
-                    /** @description `gzip` when the request's Accept-Encoding takes gzip and the JSON is 1 KiB or more; absent otherwise. These answers carry `Vary: Accept-Encoding` */
+                    /** @description `gzip` when the request's Accept-Encoding takes gzip and the JSON is 1 KiB or more; absent otherwise */
                     "Content-Encoding"?: "gzip";
+                    /** @description `Accept-Encoding` (after `Origin` when the request came from an allowed browser origin): the answer is gzip'd or not by it, so a shared cache keeps both forms apart */
+                    Vary: string;
                     [name: string]: unknown;
                 };
                 content: {

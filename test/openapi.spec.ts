@@ -90,7 +90,7 @@ describe('the answer checker', () => {
   const answer = {
     method: 'GET',
     route: '/coupons/:couponId',
-    headers: { 'x-request-id': 'r-1', 'content-type': 'application/json; charset=utf-8' },
+    headers: { 'x-request-id': 'r-1', 'content-type': 'application/json; charset=utf-8', vary: 'Accept-Encoding' },
   };
   const coupon = {
     id: '1',
@@ -123,7 +123,7 @@ describe('the answer checker', () => {
     ]);
     expect(
       checker.check({ ...answer, headers: { 'content-type': 'application/json' }, status: 200, body: JSON.stringify(coupon) }),
-    ).toEqual(['required header x-request-id is missing']);
+    ).toEqual(['required header x-request-id is missing', 'required header Vary is missing']);
     expect(
       checker.check({
         ...answer,

@@ -51,7 +51,7 @@ export interface RouteContract {
 }
 
 const REPLAYED: HeaderName[] = ['Idempotent-Replayed'];
-const GZIPPED: HeaderName[] = ['Content-Encoding'];
+const GZIPPED: HeaderName[] = ['Content-Encoding', 'Vary'];
 
 export const ROUTES: Record<string, RouteContract> = {
   'GET /coupons': {

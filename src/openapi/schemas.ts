@@ -298,9 +298,14 @@ export const HEADERS = {
     schema: { type: 'string', pattern: '^[0-9]+$' },
   },
   'Content-Encoding': {
-    description:
-      "`gzip` when the request's Accept-Encoding takes gzip and the JSON is 1 KiB or more; absent otherwise. These answers carry `Vary: Accept-Encoding`",
+    description: "`gzip` when the request's Accept-Encoding takes gzip and the JSON is 1 KiB or more; absent otherwise",
     schema: { type: 'string', const: 'gzip' },
+  },
+  Vary: {
+    description:
+      "`Accept-Encoding` (after `Origin` when the request came from an allowed browser origin): the answer is gzip'd or not by it, so a shared cache keeps both forms apart",
+    required: true,
+    schema: { type: 'string', pattern: '(^|, )Accept-Encoding$' },
   },
   'Cache-Control': {
     description: '`no-cache, no-store, must-revalidate`: a health answer (200 or 503) no cache may keep',
