@@ -2659,7 +2659,7 @@ export interface operations {
                     "x-request-id": string;
                     /** @description `gzip` when the request's Accept-Encoding takes gzip and the JSON is 1 KiB or more; absent otherwise */
                     "Content-Encoding"?: "gzip";
-                    /** @description `Accept-Encoding` (after `Origin` when the request came from an allowed browser origin): the answer is gzip'd or not by it, so a shared cache keeps both forms apart */
+                    /** @description `Accept-Encoding` (after `Origin` when CORS_ORIGINS is set): the answer is gzip'd or not by it, so a shared cache keeps both forms apart */
                     Vary: string;
                     [name: string]: unknown;
                 };
@@ -2777,7 +2777,7 @@ export interface operations {
                     "x-request-id": string;
                     /** @description `gzip` when the request's Accept-Encoding takes gzip and the JSON is 1 KiB or more; absent otherwise */
                     "Content-Encoding"?: "gzip";
-                    /** @description `Accept-Encoding` (after `Origin` when the request came from an allowed browser origin): the answer is gzip'd or not by it, so a shared cache keeps both forms apart */
+                    /** @description `Accept-Encoding` (after `Origin` when CORS_ORIGINS is set): the answer is gzip'd or not by it, so a shared cache keeps both forms apart */
                     Vary: string;
                     [name: string]: unknown;
                 };

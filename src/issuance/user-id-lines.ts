@@ -18,7 +18,7 @@ export const uploadStalled = () => new AppError('REQUEST_TIMEOUT', 'The upload s
 
 /**
  * A first line naming the column rather than a user, when the upload does not say: the name the
- * skipped-lines CSV writes and the JSON body's field. Shorter names (`id`, `uid`, `user`) are user ids too.
+ * skipped-lines CSV writes, or the API's for a user id. Shorter names (`id`, `uid`, `user`) are user ids too.
  */
 const HEADER = /^user_?id$/i;
 

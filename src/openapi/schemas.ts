@@ -303,7 +303,7 @@ export const HEADERS = {
   },
   Vary: {
     description:
-      "`Accept-Encoding` (after `Origin` when the request came from an allowed browser origin): the answer is gzip'd or not by it, so a shared cache keeps both forms apart",
+      "`Accept-Encoding` (after `Origin` when CORS_ORIGINS is set): the answer is gzip'd or not by it, so a shared cache keeps both forms apart",
     required: true,
     schema: { type: 'string', pattern: '(^|, )Accept-Encoding$' },
   },
