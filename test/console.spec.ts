@@ -564,6 +564,8 @@ describe('admin console in a browser', () => {
     for (const named of ['Issued from stock', 'Difference', 'Units', 'Action performed'])
       await labels.getByText(named, { exact: true }).first().waitFor();
     expect(await labels.allTextContents()).not.toContain('issuedFromStock');
+    // The action lists only what the details above it do not already say.
+    expect((await labels.allTextContents()).filter((l) => l === 'Remaining stock')).toHaveLength(1);
     await shot('08-compensation-done');
   });
 

@@ -31,6 +31,14 @@ export function JsonView({ value }: { value: unknown }) {
   );
 }
 
+/** The action's parameters the details do not already show with the same value (most repeat them). */
+function beyondDetails(params: unknown, details: unknown): unknown {
+  if (typeof params !== 'object' || params === null || typeof details !== 'object' || details === null) return params;
+  const shown = details as Record<string, unknown>;
+  const rest = Object.entries(params).filter(([k, v]) => JSON.stringify(shown[k]) !== JSON.stringify(v));
+  return rest.length > 0 ? Object.fromEntries(rest) : null;
+}
+
 /** The reconciliation's own sentence about what it found, when it wrote one. */
 function explanation(details: unknown): string | null {
   const e = (details as { explanation?: unknown } | null)?.explanation;
@@ -132,7 +140,7 @@ export function CompensationTable({ list }: { list: PagedList<Compensation> }) {
               <Typography.Text strong>{t('details')}</Typography.Text>
               <JsonView value={c.discrepancy.details} />
               <Typography.Text strong>{t('action')}</Typography.Text>
-              <JsonView value={c.params} />
+              <JsonView value={beyondDetails(c.params, c.discrepancy.details)} />
               {c.result !== null && (
                 <>
                   <Typography.Text strong>{t('whatWasDone')}</Typography.Text>
