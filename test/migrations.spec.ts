@@ -6,6 +6,7 @@ import { resumable } from '../src/database/resumable-migration.js';
 import { dataSourceOptions } from '../src/database/data-source-options.js';
 import { migrations } from '../src/database/migrations/index.js';
 import { ExactOrderNumbers1764979200000 } from '../src/database/migrations/1764979200000-exact-order-numbers.js';
+import { ORDER_LOCK_STRIPES } from '../src/redemption/order.js';
 import { createTestDatabase, dropTestDatabase, testConfig } from './support/harness.js';
 
 describe('migrations', () => {
@@ -35,6 +36,7 @@ describe('migrations', () => {
       'compensation',
       'coupon',
       'coupon_order',
+      'coupon_order_lock',
       'coupon_stock',
       'discrepancy',
       'issuance_job',
@@ -62,6 +64,12 @@ describe('migrations', () => {
       [config.DB_NAME],
     )) as { p: number }[];
     expect(datetimes.map((d) => Number(d.p))).toEqual([3]);
+    // Every stripe the order lock can pick is a row (an order on a missing one would lock nothing).
+    const [{ n, top }] = (await ds.query(`SELECT COUNT(*) AS n, MAX(stripe) AS top FROM coupon_order_lock`)) as {
+      n: string;
+      top: number;
+    }[];
+    expect([Number(n), Number(top)]).toEqual([ORDER_LOCK_STRIPES, ORDER_LOCK_STRIPES - 1]);
   });
 
   it('goes down to nothing and up again cleanly', async () => {
@@ -69,7 +77,7 @@ describe('migrations', () => {
     expect(await tables()).toEqual([]);
     const applied = await ds.runMigrations({ transaction: 'each' });
     expect(applied.map((m) => m.name)).toEqual(migrations.map((m) => new m().name));
-    expect(await tables()).toHaveLength(21);
+    expect(await tables()).toHaveLength(22);
     expect(await ds.showMigrations()).toBe(false);
   });
   /** Undoes the migrations that came after `name` (the class name), leaving `name` the last one applied. */

@@ -1,6 +1,6 @@
 import request from 'supertest';
 import { CouponInput, newUserCoupon } from './support/factories.js';
-import { bearer, serviceToken, startTestApp, TestApp } from './support/harness.js';
+import { bearer, burstAgent, serviceToken, startTestApp, TestApp } from './support/harness.js';
 import { checkInvariants } from '../src/ledger/invariants.js';
 import { databaseFingerprint } from './support/fingerprint.js';
 
@@ -217,6 +217,31 @@ describe('order rules (issue 23 item 2)', () => {
       expect(answers.find((r) => r.status === 409)!.body.code).toBe('ORDER_HAS_COUPON');
     }
   });
+
+  it('90 requests onto a new order whose row is created by a refused one: never a 5xx, exactly one coupon wins, 30 rounds', async () => {
+    // The request that inserts an order's row may be refused and roll it back while the others
+    // queue on that row; they must then be decided one after the other. Kept-alive sockets put all
+    // 90 in flight at once (a new connection each spreads them out and hides the race).
+    const user = 'crowd';
+    for (let round = 0; round < 30; round++) {
+      const orderNo = order();
+      const winner = await userCoupon(user, off(1000));
+      const answers = await Promise.all(
+        Array.from({ length: 90 }, (_, i) =>
+          post(i % 2 ? '/redemptions/holds' : '/redemptions', {
+            // All but one name a coupon that is not the user's: refused after the order's lock.
+            userCouponId: i === 45 ? winner : '999999999',
+            orderNo,
+            orderAmountCents: 5000,
+            userId: user,
+          }).agent(burstAgent),
+        ),
+      );
+      expect(answers.filter((r) => r.status >= 500).map((r) => [r.status, r.body.code])).toEqual([]);
+      expect(answers.filter((r) => r.status === 201).map((r) => r.body.userCouponId)).toEqual([winner]);
+      expect(answers.filter((r) => r.status !== 201).every((r) => r.body.code === 'USER_COUPON_NOT_FOUND')).toBe(true);
+    }
+  }, 120_000);
 
   it('ten stackable coupons racing onto one order of 3500: the discounts add up to exactly 3500, never more', async () => {
     const user = 'stacker';

@@ -8,13 +8,27 @@ export interface OrderRow {
   refunded: boolean;
 }
 
+/** Rows of coupon_order_lock, filled by the OrderLockStripes migration. */
+export const ORDER_LOCK_STRIPES = 1024;
+
 /**
- * Locks the order's row, creating it with this amount when this is the order's first coupon. Every
+ * The first lock of every hold, redemption and refund of an order: its stripe row, which always
+ * exists. The order's own row cannot be the first lock: its first requests create it, and waiters on
+ * a row whose inserter rolled back deadlock on inserting it again (see the OrderLockStripes
+ * migration). Orders sharing a stripe wait for each other only for the length of one transaction.
+ */
+async function lockOrderStripe(em: EntityManager, orderNo: string): Promise<void> {
+  await em.query(`SELECT stripe FROM coupon_order_lock WHERE stripe = CRC32(?) % ${ORDER_LOCK_STRIPES} FOR UPDATE`, [orderNo]);
+}
+
+/**
+ * Locks the order, creating its row with this amount when this is the order's first coupon. Every
  * hold, redemption and refund of an order takes this lock before the user coupon's, so two coupons
  * racing onto one order are decided one after the other, each seeing what the other committed.
  * Inside the caller's transaction: a refusal rolls the new row back with everything else.
  */
 export async function lockOrder(em: EntityManager, orderNo: string, orderAmountCents: number, now: Date): Promise<OrderRow> {
+  await lockOrderStripe(em, orderNo);
   await em.query(
     `INSERT INTO coupon_order (order_no, order_amount_cents, refunded, created_at) VALUES (?, ?, 0, ?) ON DUPLICATE KEY UPDATE order_no = order_no`,
     [orderNo, orderAmountCents, now],
@@ -28,7 +42,7 @@ export async function lockOrder(em: EntityManager, orderNo: string, orderAmountC
 
 /** A refund marks its order, under the order's lock: from then on it takes no new hold or redemption. */
 export async function markOrderRefunded(em: EntityManager, orderNo: string): Promise<void> {
-  await em.query(`SELECT order_no FROM coupon_order WHERE order_no = ? FOR UPDATE`, [orderNo]);
+  await lockOrderStripe(em, orderNo);
   await em.query(`UPDATE coupon_order SET refunded = 1 WHERE order_no = ?`, [orderNo]);
 }
 

@@ -13,6 +13,7 @@ import { AdminRequestKeys1765324800000 } from './1765324800000-admin-request-key
 import { WebhookFinalAttempt1765411200000 } from './1765411200000-webhook-final-attempt.js';
 import { RefundNumbers1765497600000 } from './1765497600000-refund-numbers.js';
 import { SkipReasonIndex1765584000000 } from './1765584000000-skip-reason-index.js';
+import { OrderLockStripes1765670400000 } from './1765670400000-order-lock-stripes.js';
 
 /** Every migration, in order, each resumable where it stopped (resumable-migration.ts). The app, the CLI (ormconfig.ts) and the tests all use this list. */
 export const migrations = [
@@ -30,4 +31,5 @@ export const migrations = [
   WebhookFinalAttempt1765411200000,
   RefundNumbers1765497600000,
   SkipReasonIndex1765584000000,
+  OrderLockStripes1765670400000,
 ].map(resumable);
