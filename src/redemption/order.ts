@@ -1,4 +1,5 @@
 import type { EntityManager } from 'typeorm';
+import { isDuplicateKey } from '../common/db-errors.js';
 import { AppError } from '../common/errors.js';
 import type { Coupon } from '../coupon/coupon.entity.js';
 
@@ -11,38 +12,50 @@ export interface OrderRow {
 /** Rows of coupon_order_lock, filled by the OrderLockStripes migration. */
 export const ORDER_LOCK_STRIPES = 1024;
 
-/**
- * The first lock of every hold, redemption and refund of an order: its stripe row, which always
- * exists. The order's own row cannot be the first lock: its first requests create it, and waiters on
- * a row whose inserter rolled back deadlock on inserting it again (see the OrderLockStripes
- * migration). Orders sharing a stripe wait for each other only for the length of one transaction.
- */
-async function lockOrderStripe(em: EntityManager, orderNo: string): Promise<void> {
-  await em.query(`SELECT stripe FROM coupon_order_lock WHERE stripe = CRC32(?) % ${ORDER_LOCK_STRIPES} FOR UPDATE`, [orderNo]);
-}
+/** The stripe row an order's requests lock first; `?` is the order number. */
+const STRIPE_OF_ORDER = `stripe = CRC32(?) % ${ORDER_LOCK_STRIPES}`;
 
 /**
- * Locks the order, creating its row with this amount when this is the order's first coupon. Every
- * hold, redemption and refund of an order takes this lock before the user coupon's, so two coupons
- * racing onto one order are decided one after the other, each seeing what the other committed.
- * Inside the caller's transaction: a refusal rolls the new row back with everything else.
+ * Locks the order: first its stripe row, which always exists, then its own row, creating it with
+ * this amount when this is the order's first coupon. Every hold, redemption and refund of an order
+ * takes this lock before the user coupon's, so two coupons racing onto one order are decided one
+ * after the other, each seeing what the other committed. The order's own row cannot be the first
+ * lock: its first requests create it, and waiters on a row whose inserter rolled back deadlock on
+ * inserting it again (see the OrderLockStripes migration). Orders sharing a stripe wait for each
+ * other only for the length of one transaction. Inside the caller's transaction: a refusal rolls
+ * the new row back with everything else.
  */
 export async function lockOrder(em: EntityManager, orderNo: string, orderAmountCents: number, now: Date): Promise<OrderRow> {
-  await lockOrderStripe(em, orderNo);
-  await em.query(
-    `INSERT INTO coupon_order (order_no, order_amount_cents, refunded, created_at) VALUES (?, ?, 0, ?) ON DUPLICATE KEY UPDATE order_no = order_no`,
-    [orderNo, orderAmountCents, now],
-  );
-  const [row] = (await em.query(`SELECT order_amount_cents, refunded FROM coupon_order WHERE order_no = ? FOR UPDATE`, [orderNo])) as {
-    order_amount_cents: string;
-    refunded: number;
-  }[];
-  return { orderNo, orderAmountCents: Number(row.order_amount_cents), refunded: Boolean(row.refunded) };
+  // One statement locks both: the stripe is read (and locked) first, the order's row after it.
+  const [row] = (await em.query(
+    `SELECT o.order_amount_cents, o.refunded FROM coupon_order_lock s LEFT JOIN coupon_order o ON o.order_no = ?
+     WHERE s.${STRIPE_OF_ORDER} FOR UPDATE`,
+    [orderNo, orderNo],
+  )) as { order_amount_cents: string | null; refunded: number | null }[];
+  if (row.order_amount_cents !== null) {
+    return { orderNo, orderAmountCents: Number(row.order_amount_cents), refunded: Boolean(row.refunded) };
+  }
+  try {
+    await em.query(`INSERT INTO coupon_order (order_no, order_amount_cents, refunded, created_at) VALUES (?, ?, 0, ?)`, [
+      orderNo,
+      orderAmountCents,
+      now,
+    ]);
+    return { orderNo, orderAmountCents, refunded: false };
+  } catch (err) {
+    // Another node of a cluster created it (a stripe lock is local to its node): lock the row it made.
+    if (!isDuplicateKey(err)) throw err;
+    const [made] = (await em.query(`SELECT order_amount_cents, refunded FROM coupon_order WHERE order_no = ? FOR UPDATE`, [orderNo])) as {
+      order_amount_cents: string;
+      refunded: number;
+    }[];
+    return { orderNo, orderAmountCents: Number(made.order_amount_cents), refunded: Boolean(made.refunded) };
+  }
 }
 
 /** A refund marks its order, under the order's lock: from then on it takes no new hold or redemption. */
 export async function markOrderRefunded(em: EntityManager, orderNo: string): Promise<void> {
-  await lockOrderStripe(em, orderNo);
+  await em.query(`SELECT stripe FROM coupon_order_lock WHERE ${STRIPE_OF_ORDER} FOR UPDATE`, [orderNo]);
   await em.query(`UPDATE coupon_order SET refunded = 1 WHERE order_no = ?`, [orderNo]);
 }
 
