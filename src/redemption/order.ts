@@ -33,6 +33,8 @@ export async function lockOrder(em: EntityManager, orderNo: string, orderAmountC
     [orderNo, orderNo],
   )) as { order_amount_cents: string | null; refunded: number | null }[];
   if (row.order_amount_cents !== null) {
+    // A write, for a cluster: row locks are local to a node, and only writes are certified across nodes.
+    await em.query(`UPDATE coupon_order SET lock_version = lock_version + 1 WHERE order_no = ?`, [orderNo]);
     return { orderNo, orderAmountCents: Number(row.order_amount_cents), refunded: Boolean(row.refunded) };
   }
   try {

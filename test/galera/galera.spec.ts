@@ -120,6 +120,54 @@ describe('three instances on a three-node Galera cluster', () => {
     expect(await checkInvariants(asQueryable(2))).toEqual([]);
   });
 
+  it('coupons racing onto one order from the three nodes: one coupon per order, stacked discounts within its amount, new order or not', async () => {
+    const plain = await createCoupon({ totalStock: 500, perUserLimit: 10, discount: { thresholdCents: 0, amountCents: 1000 } });
+    const stacking = await createCoupon({
+      totalStock: 500,
+      perUserLimit: 10,
+      stackable: true,
+      discount: { thresholdCents: 0, amountCents: 1000 },
+    });
+    const service = tokenFor('order-service', ['service']);
+    const post = (instance: number, path: string, body: Record<string, unknown>) =>
+      callUntilAnswered(on(instance), 'POST', path, { token: service, body, timeoutMs: 60_000 });
+    const couponsOf = async (user: string, couponId: string, n: number) => {
+      const ids: string[] = [];
+      for (let i = 0; i < n; i++) {
+        const { reply } = await grabUntilAnswered(i, couponId, user, `${user}-${couponId}-${i}`);
+        expect(reply.status).toBe(201);
+        ids.push(String(reply.body.id));
+      }
+      return ids;
+    };
+    for (let round = 0; round < 8; round++) {
+      const user = `order-racer-${round}`;
+      const orderNo = `GO-${process.pid}-${round}`;
+      const [existing, stacked] = [round % 2 === 1, round % 4 >= 2];
+      const [first, ...racers] = await couponsOf(user, stacked ? stacking : plain, 4);
+      // An existing order has its row already (a hold placed and released); a new one is created by the race.
+      if (existing) {
+        expect((await post(0, '/redemptions/holds', { userCouponId: first, orderNo, orderAmountCents: 2500, userId: user })).status).toBe(
+          201,
+        );
+        expect((await post(1, '/redemptions/holds/release', { userCouponId: first, orderNo, userId: user })).status).toBe(200);
+      }
+      const answers = await Promise.all(
+        racers.map((uc, i) => post(i, '/redemptions', { userCouponId: uc, orderNo, orderAmountCents: 2500, userId: user })),
+      );
+      expect(answers.filter((r) => r.status >= 500 || r.status === 0)).toEqual([]);
+      const used = await onNode<{ n: string; off: string }>(
+        2,
+        `SELECT COUNT(*) AS n, COALESCE(SUM(discount_cents), 0) AS off FROM redemption WHERE order_no = ? AND status = 'USED'`,
+        [orderNo],
+      );
+      // Stackable: 1000 + 1000 + 500 of an order of 2500; otherwise one coupon.
+      expect([Number(used[0].n), Number(used[0].off)]).toEqual(stacked ? [3, 2500] : [1, 1000]);
+      expect(answers.filter((r) => r.status === 201)).toHaveLength(stacked ? 3 : 1);
+    }
+    expect(await checkInvariants(asQueryable(1))).toEqual([]);
+  });
+
   it('a reconciliation requested on the three instances at once starts once', async () => {
     const replies = await Promise.all(
       servers.map((s) => call(s.url, 'POST', '/admin/reconciliation/runs', { token: adminToken(), body: { mode: 'FULL' } })),
