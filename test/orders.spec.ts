@@ -2,6 +2,7 @@ import request from 'supertest';
 import { CouponInput, newUserCoupon } from './support/factories.js';
 import { bearer, burstAgent, serviceToken, startTestApp, TestApp } from './support/harness.js';
 import { checkInvariants } from '../src/ledger/invariants.js';
+import { lockOrder } from '../src/redemption/order.js';
 import { databaseFingerprint } from './support/fingerprint.js';
 
 describe('order rules (issue 23 item 2)', () => {
@@ -242,6 +243,34 @@ describe('order rules (issue 23 item 2)', () => {
       expect(answers.filter((r) => r.status !== 201).every((r) => r.body.code === 'USER_COUPON_NOT_FOUND')).toBe(true);
     }
   }, 120_000);
+
+  it("an order's row made elsewhere between the lock and the insert (another cluster node): the lock takes that row, its amount, and writes it", async () => {
+    const orderNo = order();
+    const found = await t.db.transaction('READ COMMITTED', async (em) => {
+      // Stands for another node's insert, replicated after this node's stripe lock saw no row.
+      const elsewhere = new Proxy(em, {
+        get: (target, prop) =>
+          prop === 'query'
+            ? async (sql: string, params: unknown[]) => {
+                if (sql.startsWith('INSERT INTO coupon_order ')) {
+                  await t.db.query(
+                    `INSERT INTO coupon_order (order_no, order_amount_cents, refunded, created_at) VALUES (?, 7000, 0, NOW(3))`,
+                    [orderNo],
+                  );
+                }
+                return target.query(sql, params);
+              }
+            : Reflect.get(target, prop),
+      });
+      return lockOrder(elsewhere, orderNo, 5000, new Date());
+    });
+    expect(found).toEqual({ orderNo, orderAmountCents: 7000, refunded: false });
+    const [row] = (await t.db.query(`SELECT order_amount_cents, lock_version FROM coupon_order WHERE order_no = ?`, [orderNo])) as {
+      order_amount_cents: string;
+      lock_version: string;
+    }[];
+    expect([Number(row.order_amount_cents), Number(row.lock_version)]).toEqual([7000, 1]);
+  });
 
   it('ten stackable coupons racing onto one order of 3500: the discounts add up to exactly 3500, never more', async () => {
     const user = 'stacker';

@@ -27,31 +27,40 @@ const STRIPE_OF_ORDER = `stripe = CRC32(?) % ${ORDER_LOCK_STRIPES}`;
  */
 export async function lockOrder(em: EntityManager, orderNo: string, orderAmountCents: number, now: Date): Promise<OrderRow> {
   // One statement locks both: the stripe is read (and locked) first, the order's row after it.
-  const [row] = (await em.query(
+  const [locked] = (await em.query(
     `SELECT o.order_amount_cents, o.refunded FROM coupon_order_lock s LEFT JOIN coupon_order o ON o.order_no = ?
      WHERE s.${STRIPE_OF_ORDER} FOR UPDATE`,
     [orderNo, orderNo],
-  )) as { order_amount_cents: string | null; refunded: number | null }[];
-  if (row.order_amount_cents !== null) {
-    // A write, for a cluster: row locks are local to a node, and only writes are certified across nodes.
-    await em.query(`UPDATE coupon_order SET lock_version = lock_version + 1 WHERE order_no = ?`, [orderNo]);
-    return { orderNo, orderAmountCents: Number(row.order_amount_cents), refunded: Boolean(row.refunded) };
+  )) as (StoredOrder | { order_amount_cents: null; refunded: null })[];
+  if (locked.order_amount_cents === null && (await insertOrder(em, orderNo, orderAmountCents, now))) {
+    return { orderNo, orderAmountCents, refunded: false };
   }
+  // A write, for a cluster: row locks are local to a node, and only writes are certified across nodes.
+  await em.query(`UPDATE coupon_order SET lock_version = lock_version + 1 WHERE order_no = ?`, [orderNo]);
+  const row =
+    locked.order_amount_cents !== null
+      ? locked
+      : ((await em.query(`SELECT order_amount_cents, refunded FROM coupon_order WHERE order_no = ?`, [orderNo])) as StoredOrder[])[0];
+  return { orderNo, orderAmountCents: Number(row.order_amount_cents), refunded: Boolean(row.refunded) };
+}
+
+interface StoredOrder {
+  order_amount_cents: string;
+  refunded: number;
+}
+
+/** False when the row is there already: another node of a cluster made it (a stripe lock is local to its node). */
+async function insertOrder(em: EntityManager, orderNo: string, orderAmountCents: number, now: Date): Promise<boolean> {
   try {
     await em.query(`INSERT INTO coupon_order (order_no, order_amount_cents, refunded, created_at) VALUES (?, ?, 0, ?)`, [
       orderNo,
       orderAmountCents,
       now,
     ]);
-    return { orderNo, orderAmountCents, refunded: false };
+    return true;
   } catch (err) {
-    // Another node of a cluster created it (a stripe lock is local to its node): lock the row it made.
-    if (!isDuplicateKey(err)) throw err;
-    const [made] = (await em.query(`SELECT order_amount_cents, refunded FROM coupon_order WHERE order_no = ? FOR UPDATE`, [orderNo])) as {
-      order_amount_cents: string;
-      refunded: number;
-    }[];
-    return { orderNo, orderAmountCents: Number(made.order_amount_cents), refunded: Boolean(made.refunded) };
+    if (isDuplicateKey(err)) return false;
+    throw err;
   }
 }
 
