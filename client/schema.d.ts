@@ -985,8 +985,8 @@ export interface components {
             amountCents?: number;
             /** @description PERCENT only (required there) */
             percentOff?: number;
-            /** @description PERCENT only: the most it takes off */
-            maxDiscountCents?: number;
+            /** @description PERCENT only: the most it takes off; null or left out: no cap */
+            maxDiscountCents?: number | null;
         };
         CreateCouponDto: {
             /** @description 1-200 characters shown to shoppers: not blank, no control characters */

@@ -48,6 +48,25 @@ describe('discount types, usable coupons and the public coupon list', () => {
       expect(read.body.discount).toEqual(percent.body.discount);
     });
 
+    it('takes a discount as a coupon shows it: maxDiscountCents null is no cap, the same request as leaving it out', async () => {
+      const key = newKey();
+      const body = couponBody({ discount: { type: 'PERCENT', thresholdCents: 0, percentOff: 40 } });
+      const first = await create(body).set('Idempotency-Key', key);
+      expect([first.status, first.body.discount]).toEqual([
+        201,
+        { type: 'PERCENT', thresholdCents: 0, percentOff: 40, maxDiscountCents: null },
+      ]);
+      const sentBack = await create({ ...body, discount: first.body.discount }).set('Idempotency-Key', key);
+      expect([sentBack.status, sentBack.headers['idempotent-replayed'], sentBack.body.id]).toEqual([201, 'true', first.body.id]);
+      const copy = await create({ ...body, discount: first.body.discount });
+      expect([copy.status, copy.body.discount]).toEqual([201, first.body.discount]);
+      const amount = await create({
+        ...couponBody(),
+        discount: { type: 'AMOUNT', thresholdCents: 0, amountCents: 5, maxDiscountCents: null },
+      });
+      expect([amount.status, amount.body.discount]).toEqual([201, { type: 'AMOUNT', thresholdCents: 0, amountCents: 5 }]);
+    });
+
     it('refuses bad discounts with 400 naming the field, creating nothing', async () => {
       const fingerprint = await databaseFingerprint(t.db);
       for (const [discount, field] of [

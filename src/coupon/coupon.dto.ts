@@ -1,5 +1,5 @@
 import { ApiProperty, ApiPropertyOptional } from '@nestjs/swagger';
-import { Type } from 'class-transformer';
+import { Transform, Type } from 'class-transformer';
 import {
   IsBoolean,
   IsIn,
@@ -80,7 +80,9 @@ export class DiscountDto {
   @Max(100)
   percentOff?: number;
 
-  @ApiPropertyOptional({ minimum: 1, description: 'PERCENT only: the most it takes off' })
+  @ApiPropertyOptional({ minimum: 1, nullable: true, description: 'PERCENT only: the most it takes off; null or left out: no cap' })
+  // null as a coupon answers it ("no cap"), so a discount read back can be sent again; the same as leaving it out.
+  @Transform(({ value }: { value: unknown }) => (value === null ? undefined : value))
   @IsOmittable()
   @IsInt()
   @Min(1)
