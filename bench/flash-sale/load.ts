@@ -2,6 +2,9 @@ import { performance } from 'node:perf_hooks';
 import { gunzipSync } from 'node:zlib';
 import { Client } from 'undici';
 
+/** A read's `id`: a Coupon's own, or a page's first coupon's. */
+const READ_ID = /^\{(?:"items":\[\{)?"id":"([^"]+)"/;
+
 /** What Chromium sends; the public list is large enough to be answered gzip'd. */
 export const BROWSER_ACCEPT_ENCODING = 'gzip, deflate, br, zstd';
 
@@ -27,7 +30,7 @@ export interface Answer {
   status: number;
   /** `code` of an error body; TRANSPORT_ERROR when no HTTP answer came back. */
   code: string | null;
-  /** `id` of a 2xx body (a Hold's `holdId`, a Redemption's `redemptionId`). */
+  /** `id` of a 2xx body (a Hold's `holdId`, a Redemption's `redemptionId`, a list page's first coupon's). */
   id: string | null;
   latencyMs: number;
   /** When the answer was complete, in ms since the first request was sent. */
@@ -55,6 +58,7 @@ export class LoadGenerator {
   private readonly clients: Client[] = [];
   /** How many TCP connections each worker's client has opened so far: (worker, count) names a connection. */
   private readonly opened: number[] = [];
+  private lastGzip: { bytes: Buffer; text: string } | undefined;
 
   constructor(
     private readonly baseUrl: string,
@@ -89,6 +93,16 @@ export class LoadGenerator {
 
   async close(): Promise<void> {
     await Promise.all(this.clients.map((c) => c.destroy()));
+  }
+
+  /**
+   * The text of a gzip'd answer. A read served from the server's memory repeats its bytes until the
+   * stock moves; decoding each copy again cost this generator, which shares the server's cores, 22 µs
+   * an answer (a list page: 449 bytes to 7 KB), a fifth of what the server spent answering it.
+   */
+  private gunzipped(bytes: Buffer): string {
+    if (this.lastGzip === undefined || !this.lastGzip.bytes.equals(bytes)) this.lastGzip = { bytes, text: gunzipSync(bytes).toString() };
+    return this.lastGzip.text;
   }
 
   /** Worker w's client, made on first use. */
@@ -130,12 +144,10 @@ export class LoadGenerator {
       const status = res.statusCode;
       // A gzip'd answer is decoded as the browser would; undici's request does not.
       const text =
-        res.headers['content-encoding'] === 'gzip'
-          ? gunzipSync(Buffer.from(await res.body.arrayBuffer())).toString()
-          : await res.body.text();
+        res.headers['content-encoding'] === 'gzip' ? this.gunzipped(Buffer.from(await res.body.arrayBuffer())) : await res.body.text();
       // A read's answer (a page of 20 coupons is 8 KB of JSON) is not parsed: parsing it cost the shared CPU
-      // more than the server spent answering it. A Coupon body starts with its id.
-      if (method === 'GET' && status === 200) return { status, code: null, id: /^\{"id":"([^"]+)"/.exec(text)?.[1] ?? null };
+      // more than the server spent answering it. A Coupon body starts with its id, a page with its first coupon's.
+      if (method === 'GET' && status === 200) return { status, code: null, id: READ_ID.exec(text)?.[1] ?? null };
       let body: { id?: unknown; holdId?: unknown; redemptionId?: unknown; code?: unknown } = {};
       try {
         body = JSON.parse(text) as typeof body;

@@ -220,6 +220,8 @@ export async function runDesign(design: Design, scenario: Scenario, w: Workload,
     violations = answerViolations(result.answers, allowed);
     const wrong = design.id === 'page' ? result.answers.filter((a) => a.status === 200 && a.id !== couponId).length : 0;
     if (wrong > 0) violations.push(`${wrong} coupon pages answered another coupon than ${couponId}`);
+    const empty = design.id === 'list' ? result.answers.filter((a) => a.status === 200 && a.id === null).length : 0;
+    if (empty > 0) violations.push(`${empty} list pages listed no coupon (the list has ${LIST_COUPONS} live ones)`);
   }
 
   let limiter: RunResult['limiter'];
