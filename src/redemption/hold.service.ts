@@ -34,8 +34,8 @@ const holdNotFound = () => new AppError('HOLD_NOT_FOUND', 'No hold of this coupo
 /**
  * Checkout holds: a coupon locked for one unpaid order (UNUSED -> LOCKED), confirmed by the
  * redemption of the same (order, coupon) (RedemptionService), released on cancel or timeout. Each
- * runs as one transaction that locks the order row (holds only), then the user coupon row, then
- * the hold, the same order as redemptions, so they serialize without deadlocking.
+ * runs as one transaction that locks the order (its stripe, then its row; holds only), then the
+ * user coupon row, then the hold, the same order as redemptions, so they serialize without deadlocking.
  */
 @Injectable()
 export class HoldService {
