@@ -369,7 +369,14 @@ describe('bulk issuance', () => {
     expect(first.headers['idempotent-replayed']).toBeUndefined();
     const elsewhere = await post(other.id, body, key);
     expect([elsewhere.status, elsewhere.body.code]).toEqual([422, 'IDEMPOTENCY_KEY_REUSED']);
-    for (const changed of [{ reason: 'other' }, { fromStock: true }, { userIds: ['w1', 'w2'] }, { userIds: ['w2'] }]) {
+    // A user id may hold a line break in JSON (it is skipped as INVALID_USER_ID): that list is not the two ids it spells.
+    for (const changed of [
+      { reason: 'other' },
+      { fromStock: true },
+      { userIds: ['w1', 'w2'] },
+      { userIds: ['w2'] },
+      { userIds: ['w1\nw2'] },
+    ]) {
       const reused = await post(coupon.id, { ...body, ...changed }, key);
       expect([changed, reused.status, reused.body.code, reused.body.details]).toEqual([
         changed,
@@ -388,6 +395,26 @@ describe('bulk issuance', () => {
     expect([csv.status, csv.body.jobId, csv.headers['idempotent-replayed']]).toEqual([202, first.body.jobId, 'true']);
     await run();
     expect(await bulkCoupons(coupon.id)).toHaveLength(1);
+  });
+
+  it('a list whose user id holds a line break is not the list of the ids it spells, as JSON or CSV', async () => {
+    const coupon = await createCoupon(t.url);
+    const key = newKey('split');
+    const first = await post(coupon.id, { userIds: ['s1\ns2'], reason: 'r', fromStock: false }, key);
+    expect(first.status).toBe(202);
+    const asTwo = await post(coupon.id, { userIds: ['s1', 's2'], reason: 'r', fromStock: false }, key);
+    const asCsv = await request(t.url)
+      .post(`/admin/coupons/${coupon.id}/issuances?reason=r&fromStock=false`)
+      .set(bearer(adminToken()))
+      .set('Idempotency-Key', key)
+      .set('Content-Type', 'text/csv')
+      .send('s1\ns2\n');
+    expect([asTwo.status, asTwo.body.code, asCsv.status, asCsv.body.code]).toEqual([
+      422,
+      'IDEMPOTENCY_KEY_REUSED',
+      422,
+      'IDEMPOTENCY_KEY_REUSED',
+    ]);
   });
 
   it('repeats of a key sent while the first list is still being stored wait for it and answer the same job', async () => {

@@ -54,10 +54,16 @@ const uploadLost = () =>
 const inProgress = (jobId?: string) =>
   new AppError('IDEMPOTENCY_IN_PROGRESS', 'The upload with this key is still in progress; retry shortly', jobId ? { jobId } : undefined);
 
-/** The digest store() keeps of a list: its lines' text in order (a JSON list and a CSV of the same ids agree). */
+/**
+ * The digest store() keeps of a list: its lines' text in order, each ended by a line break (a JSON
+ * list and a CSV of the same ids agree). A JSON id may hold a line break itself; such a text, and
+ * one starting with NUL, goes in as NUL and its JSON string instead, so ["a\nb"] is not ["a", "b"].
+ * Every other line hashes as it always has: a job stored before keeps its digest.
+ */
 const listHash = () => {
   const hash = createHash('sha256');
-  return { add: (text: string) => hash.update(`${text}\n`), hex: () => hash.digest('hex') };
+  const line = (text: string) => (text.includes('\n') || text.startsWith('\0') ? `\0${JSON.stringify(text)}` : text);
+  return { add: (text: string) => hash.update(`${line(text)}\n`), hex: () => hash.digest('hex') };
 };
 
 async function listDigest(lines: AsyncIterable<{ text: string }>): Promise<string> {
