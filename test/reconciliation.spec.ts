@@ -179,6 +179,51 @@ describe('reconciliation', () => {
     expect(await svc.runNow('FULL', 'test')).toMatchObject({ status: 'COMPLETED', discrepancies: 0 });
   });
 
+  it("a lost redemption comes back with the discount its template's rule gave on the order, PERCENT too; with the order's row lost, the most the rule takes off without an amount", async () => {
+    const rules: CouponInput['discount'][] = [
+      { type: 'AMOUNT', thresholdCents: 0, amountCents: 500 },
+      { type: 'PERCENT', thresholdCents: 1000, percentOff: 30, maxDiscountCents: 1000 },
+      { type: 'PERCENT', thresholdCents: 0, percentOff: 30 },
+    ];
+    const cases = [];
+    for (const [i, discount] of rules.entries()) {
+      for (const orderLost of [false, true]) {
+        const user = `lost-${i}-${orderLost}`;
+        const uc = await grab(await coupon({ discount }), user);
+        const orderNo = newKey('lost');
+        const used = await request(t.url)
+          .post('/redemptions')
+          .set(bearer(serviceToken()))
+          .send({ userCouponId: uc, orderNo, orderAmountCents: 4000, userId: user });
+        expect(used.status).toBe(201);
+        await sql(`DELETE FROM redemption WHERE user_coupon_id = ?`, [uc]);
+        if (orderLost) await sql(`DELETE FROM coupon_order WHERE order_no = ?`, [orderNo]);
+        cases.push({ uc, granted: used.body.discountCents as number, orderLost });
+      }
+    }
+    const found = await proposals((await svc.runNow('FULL', 'test')).id);
+    for (const p of found) expect((await decide(p.id, 'approve')).status).toBe(200);
+    const recorded = [];
+    for (const c of cases) {
+      const r = await one<{ a: string; d: string }>(
+        `SELECT order_amount_cents AS a, discount_cents AS d FROM redemption WHERE user_coupon_id = ? AND status = 'USED'`,
+        [c.uc],
+      );
+      recorded.push([Number(r.a), Number(r.d)]);
+    }
+    expect(cases.map((c) => c.granted)).toEqual([500, 500, 1000, 1000, 1200, 1200]);
+    // Order known: its amount and the discount granted. Lost: the AMOUNT's amount, the PERCENT's cap, or nothing for an uncapped PERCENT.
+    expect(recorded).toEqual([
+      [4000, 500],
+      [500, 500],
+      [4000, 1000],
+      [1000, 1000],
+      [4000, 1200],
+      [0, 0],
+    ]);
+    expect(await svc.runNow('FULL', 'test')).toMatchObject({ status: 'COMPLETED', discrepancies: 0 });
+  });
+
   it('deciding twice is 409, an unknown id 404, a stale proposal 409 with nothing changed; a rejection changes no data', async () => {
     const c = await coupon();
     await grab(c, 'd1');

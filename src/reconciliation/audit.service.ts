@@ -47,12 +47,10 @@ const count = async (q: Queryable, sql: string, params: unknown[]): Promise<numb
  */
 export async function loadUserCouponFacts(q: Queryable, ids: string[]): Promise<UserCouponFacts[]> {
   if (ids.length === 0) return [];
-  const rows: { id: string; coupon_id: string; user_id: string; status: UserCouponStatus; used_at: Date | null; discount_cents: string }[] =
-    await q.query(
-      `SELECT uc.id, uc.coupon_id, uc.user_id, uc.status, uc.used_at, c.discount_cents
-     FROM user_coupon uc JOIN coupon c ON c.id = uc.coupon_id WHERE uc.id IN (?) ORDER BY uc.id`,
-      [ids],
-    );
+  const rows: { id: string; coupon_id: string; user_id: string; status: UserCouponStatus; used_at: Date | null }[] = await q.query(
+    `SELECT id, coupon_id, user_id, status, used_at FROM user_coupon WHERE id IN (?) ORDER BY id`,
+    [ids],
+  );
   const logs: {
     id: string;
     user_coupon_id: string;
@@ -79,7 +77,6 @@ export async function loadUserCouponFacts(q: Queryable, ids: string[]): Promise<
     userId: uc.user_id,
     status: uc.status,
     usedAt: uc.used_at,
-    discountCents: Number(uc.discount_cents),
     log: logs
       .filter((l) => l.user_coupon_id === uc.id)
       .map((l): LogEntry => ({ id: l.id, from: l.from_status, to: l.to_status, txId: l.tx_id, reason: l.reason, createdAt: l.created_at })),

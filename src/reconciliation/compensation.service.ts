@@ -3,6 +3,8 @@ import { InjectRepository } from '@nestjs/typeorm';
 import { EntityManager, FindOptionsWhere, MoreThan, Repository } from 'typeorm';
 import { isDuplicateKey } from '../common/db-errors.js';
 import { AppError } from '../common/errors.js';
+import { Coupon } from '../coupon/coupon.entity.js';
+import { discountFor, discountOf } from '../coupon/discount.js';
 import { counter } from '../common/metrics.js';
 import { Page, toPage } from '../common/page.js';
 import { execute, TransactionService } from '../database/transaction.service.js';
@@ -238,17 +240,7 @@ export class CompensationService {
         await this.stateMachine.transit(em, userCouponId, s.from, s.to, s.txId ?? ctx.txId, ctx.reason, ctx.now);
         return { op: s.op, from: s.from, to: s.to };
       case 'RECREATE_REDEMPTION': {
-        // The coupon's hold (for a confirmed one) or else the order's row tell the amount (the
-        // order's may have been repriced since) and the discount granted; without them the amount
-        // is unknown and recorded as the discount, so the order never shows more off than it cost.
-        const [known]: { order_amount_cents: string; held: string | null }[] = await em.query(
-          `SELECT COALESCE(h.order_amount_cents, o.order_amount_cents) AS order_amount_cents, h.discount_cents AS held
-           FROM coupon_order o LEFT JOIN redemption_hold h ON h.order_no = o.order_no AND h.user_coupon_id = ?
-           WHERE o.order_no = ?`,
-          [userCouponId, s.orderNo],
-        );
-        const orderAmountCents = known ? Number(known.order_amount_cents) : s.discountCents;
-        const discountCents = known?.held != null ? Number(known.held) : Math.min(s.discountCents, orderAmountCents);
+        const { orderAmountCents, discountCents, amountKnown } = await recreatedAmounts(em, userCouponId, facts.couponId, s.orderNo);
         try {
           await em.query(
             `INSERT INTO redemption (user_coupon_id, order_no, user_id, order_amount_cents, discount_cents, status, used_at) VALUES (?, ?, ?, ?, ?, 'USED', ?)`,
@@ -261,7 +253,7 @@ export class CompensationService {
         return {
           op: s.op,
           orderNo: s.orderNo,
-          orderAmountCents: known ? orderAmountCents : 'unknown, recorded as the discount',
+          orderAmountCents: amountKnown ? orderAmountCents : 'unknown, recorded as the discount',
           discountCents,
         };
       }
@@ -278,4 +270,35 @@ export class CompensationService {
         return { op: s.op, holds: s.holds };
     }
   }
+}
+
+/**
+ * The amounts of a lost redemption, as the redemption worked them out: the coupon's hold (for a
+ * confirmed one) tells the order's amount and the discount granted; else the order's row tells the
+ * amount (the order's may have been repriced since) and the template's rule the discount on it
+ * (its threshold was met when the coupon was used). Without either the amount is unknown: the most
+ * the rule takes off without one (an AMOUNT's amount, a PERCENT's cap, else nothing) is recorded,
+ * as the order's amount too, so the order never shows more off than it cost.
+ */
+async function recreatedAmounts(
+  em: EntityManager,
+  userCouponId: string,
+  couponId: string,
+  orderNo: string,
+): Promise<{ orderAmountCents: number; discountCents: number; amountKnown: boolean }> {
+  const [hold]: { order_amount_cents: string; discount_cents: string }[] = await em.query(
+    `SELECT order_amount_cents, discount_cents FROM redemption_hold WHERE order_no = ? AND user_coupon_id = ?`,
+    [orderNo, userCouponId],
+  );
+  if (hold) return { orderAmountCents: Number(hold.order_amount_cents), discountCents: Number(hold.discount_cents), amountKnown: true };
+  const rule = discountOf(await em.findOneByOrFail(Coupon, { id: couponId }));
+  const [order]: { order_amount_cents: string }[] = await em.query(`SELECT order_amount_cents FROM coupon_order WHERE order_no = ?`, [
+    orderNo,
+  ]);
+  if (order) {
+    const orderAmountCents = Number(order.order_amount_cents);
+    return { orderAmountCents, discountCents: discountFor({ ...rule, thresholdCents: 0 }, orderAmountCents) ?? 0, amountKnown: true };
+  }
+  const most = rule.type === 'AMOUNT' ? rule.amountCents : (rule.maxDiscountCents ?? 0);
+  return { orderAmountCents: most, discountCents: most, amountKnown: false };
 }

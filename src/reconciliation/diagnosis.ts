@@ -55,7 +55,6 @@ export interface UserCouponFacts {
   userId: string;
   status: UserCouponStatus;
   usedAt: Date | null;
-  discountCents: number;
   /** Its state-log rows in id order. */
   log: LogEntry[];
   /** Redemptions with status USED that reference it. */
@@ -81,7 +80,8 @@ export type RepairStep =
   | { op: 'APPEND_LOG'; rows: PlannedLogRow[] }
   | { op: 'SET_STATUS'; from: UserCouponStatus; to: UserCouponStatus }
   | { op: 'TRANSIT'; from: UserCouponStatus; to: UserCouponStatus; txId: string | null }
-  | { op: 'RECREATE_REDEMPTION'; orderNo: string; userId: string; discountCents: number; usedAt: string }
+  /** The discount is the template's, on the order's amount, worked out when approved (a proposal stored before kept a discountCents it ignores). */
+  | { op: 'RECREATE_REDEMPTION'; orderNo: string; userId: string; usedAt: string }
   | { op: 'RESTORE_REDEMPTION'; redemptionId: string; from: string }
   | { op: 'CLOSE_HOLDS'; holds: { holdId: string; closeAs: HoldClosing }[] };
 
@@ -265,7 +265,6 @@ export function diagnoseUserCoupon(f: UserCouponFacts): UserCouponFinding | Doub
       op: 'RECREATE_REDEMPTION',
       orderNo: orderOf(recreateFrom) as string,
       userId: f.userId,
-      discountCents: f.discountCents,
       usedAt: (f.usedAt ?? recreateFrom.createdAt).toISOString(),
     });
   }
