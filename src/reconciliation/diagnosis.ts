@@ -203,6 +203,10 @@ export function diagnoseUserCoupon(f: UserCouponFacts): UserCouponFinding | Doub
       f.status === 'USED'
         ? `USED with no redemption and no use by an order in the log: the status goes back to ${target}, where the log left it.`
         : `${f.status} is not a status of the lifecycle: the status goes back to ${target}, where the log left it.`;
+  } else if (r.legal && r.status === 'LOCKED' && f.status !== 'LOCKED' && f.activeHolds.length > 0) {
+    // The hold agrees with the log: the status alone went astray, and releasing the hold would cancel a live checkout.
+    target = 'LOCKED';
+    explanation = `The log ends LOCKED and an ACTIVE hold (order ${f.activeHolds[0].orderNo}) holds it: the status goes back to LOCKED.`;
   } else if (r.legal && r.status !== null && r.status !== 'USED' && legalPath(r.status, f.status) === null) {
     target = r.status;
     explanation = `The complete, legal log ends at ${r.status}, from which ${f.status} cannot follow: the status goes back to ${r.status}.`;

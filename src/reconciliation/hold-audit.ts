@@ -46,7 +46,8 @@ export type HoldFinding = LockedWithoutHoldFinding | HoldWithoutLockedFinding;
  * and the log audit's LOG_MISMATCH sets it back without a move (a release would log a step from a
  * state the log never reached); an ACTIVE hold whose coupon is not LOCKED, or is LOCKED for another of its holds (the
  * first one whose expiry the coupon carries), is proposed for closing: CONFIRMED when a USED redemption of
- * the same (order, coupon) exists, else RELEASED.
+ * the same (order, coupon) exists, else RELEASED. A hold the coupon's log agrees with (it ends in LOCKED) and no
+ * redemption confirmed is left to the log audit, which sets the status back to LOCKED: the hold is the live one.
  */
 export async function holdChunk(q: Queryable, lo: bigint, hi: bigint, now: Date): Promise<HoldFinding[]> {
   const range = [String(lo), String(hi)];
@@ -75,6 +76,8 @@ export async function holdChunk(q: Queryable, lo: bigint, hi: bigint, now: Date)
        AND (uc.id IS NULL OR BINARY uc.status <> 'LOCKED' OR NOT (uc.locked_until <=> h.expires_at)
             OR EXISTS (SELECT 1 FROM redemption_hold e WHERE e.user_coupon_id = h.user_coupon_id AND e.status = 'ACTIVE'
                        AND e.expires_at <=> uc.locked_until AND e.id < h.id))
+       AND NOT (r.id IS NULL AND BINARY uc.status <> 'LOCKED'
+                AND BINARY (SELECT l.to_status FROM user_coupon_state_log l WHERE l.user_coupon_id = uc.id ORDER BY l.id DESC LIMIT 1) = 'LOCKED')
      ORDER BY h.id`,
     range,
   );
