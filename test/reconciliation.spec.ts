@@ -8,6 +8,7 @@ import { createCoupon, CouponInput, newKey } from './support/factories.js';
 import { adminToken, bearer, serviceToken, startTestApp, TestApp, tokenFor } from './support/harness.js';
 import { checkInvariants } from '../src/ledger/invariants.js';
 import { tryAcquireLease } from '../src/database/lease.js';
+import { AuditService } from '../src/reconciliation/audit.service.js';
 
 interface CompensationBody {
   id: string;
@@ -222,6 +223,31 @@ describe('reconciliation', () => {
       [0, 0],
     ]);
     expect(await svc.runNow('FULL', 'test')).toMatchObject({ status: 'COMPLETED', discrepancies: 0 });
+  });
+
+  it('a run that read a coupon before an approval repaired it does not report the repaired damage again', async () => {
+    const c = await coupon();
+    const ucs = [await grab(c, 'rr1'), await grab(c, 'rr2')];
+    for (const uc of ucs) await sql(`UPDATE user_coupon SET status = 'USED', used_at = NOW(3) WHERE id = ?`, [uc]);
+    const [first, second] = await proposals((await svc.runNow('FULL', 'test')).id);
+    // The next run reads its chunk, then both proposals are decided before it records what it read: one approved, one rejected.
+    const audits = t.app.get(AuditService);
+    const read = audits.userCouponChunk.bind(audits);
+    const spy = jest.spyOn(audits, 'userCouponChunk').mockImplementationOnce(async (...args) => {
+      const chunk = await read(...args);
+      expect((await decide(first.id, 'approve')).status).toBe(200);
+      expect((await decide(second.id, 'reject')).status).toBe(200);
+      return chunk;
+    });
+    try {
+      const run = await svc.runNow('FULL', 'test');
+      // The rejected one changed nothing: its damage is reported again; the approved one's is gone.
+      expect((await proposals(run.id)).map((p) => p.discrepancy.userCouponId)).toEqual([second.discrepancy.userCouponId]);
+      expect(spy).toHaveBeenCalled();
+    } finally {
+      spy.mockRestore();
+    }
+    await settleAll();
   });
 
   it('deciding twice is 409, an unknown id 404, a stale proposal 409 with nothing changed; a rejection changes no data', async () => {

@@ -30,21 +30,38 @@ const runDuration = histogram(
   [0.1, 1, 5, 15, 60, 300, 900, 3600],
 );
 
-/** The entity a finding is about, unique while its discrepancy is open (see Discrepancy.openKey). */
-function openKeyOf(f: Finding): string {
+/** What a finding is about: a coupon's stock, a user coupon (its LOCKED status, a hold of it, or its record), an order, or a redemption. */
+type Entity =
+  | { kind: 'coupon'; id: string }
+  | { kind: 'order'; id: string }
+  | { kind: 'redemption'; id: string }
+  | { kind: 'locked' | 'hold' | 'uc'; id: string; userCouponId: string };
+
+function entityOf(f: Finding): Entity {
   switch (f.type) {
     case 'STOCK_MISMATCH':
-      return `coupon:${f.couponId}`;
+      return { kind: 'coupon', id: f.couponId };
     case 'LOCKED_WITHOUT_HOLD':
-      return `locked:${f.userCouponId}`;
+      return { kind: 'locked', id: f.userCouponId, userCouponId: f.userCouponId };
     case 'HOLD_WITHOUT_LOCKED':
-      return `hold:${f.details.holdId}`;
+      return { kind: 'hold', id: f.details.holdId, userCouponId: f.userCouponId };
     case 'ORDER_DISCOUNT_EXCEEDED':
-      return `order:${f.orderNo}`;
+      return { kind: 'order', id: f.orderNo };
     default:
-      return f.couponId === null ? `redemption:${f.redemptionId}` : `uc:${f.userCouponId}`;
+      return f.couponId === null
+        ? { kind: 'redemption', id: f.redemptionId }
+        : { kind: 'uc', id: f.userCouponId, userCouponId: f.userCouponId };
   }
 }
+
+/** The entity a finding is about, unique while its discrepancy is open (see Discrepancy.openKey). */
+function openKeyOf(f: Finding): string {
+  const e = entityOf(f);
+  return `${e.kind}:${e.id}`;
+}
+
+/** Rolls back a finding whose entity no longer shows it (see record). */
+const REPAIRED = new Error('The finding was repaired since its snapshot');
 
 interface Started {
   runId: string;
@@ -442,7 +459,13 @@ export class ReconciliationService implements BeforeApplicationShutdown {
     return row ? new Date(row.started_at.getTime() - INCREMENTAL_SLACK_MS) : null;
   }
 
-  /** Writes a finding and its PENDING compensation; false when the same entity already has an open discrepancy. */
+  /**
+   * Writes a finding and its PENDING compensation; false when the same entity already has an open
+   * discrepancy, or no longer shows it. A finding is read in its chunk's snapshot; an approval that
+   * committed since closed the open discrepancy and repaired what the finding shows, which would
+   * then be proposed again. So the entity is audited once more after the insert, which waits for an
+   * approval still closing that discrepancy and so sees its commit.
+   */
   private async record(runId: string, f: Finding): Promise<boolean> {
     const openKey = openKeyOf(f);
     try {
@@ -467,14 +490,38 @@ export class ReconciliationService implements BeforeApplicationShutdown {
           JSON.stringify(f.params),
           now,
         ]);
+        if (!(await this.stillFound(em, f))) throw REPAIRED;
       });
     } catch (err) {
-      if (isDuplicateKey(err)) return false;
+      if (err === REPAIRED || isDuplicateKey(err)) return false;
       throw err;
     }
     foundTotal.inc({ type: f.type });
     this.logger.warn(`Reconciliation run ${runId}: ${f.type} ${openKey}, proposed ${f.action}`);
     return true;
+  }
+
+  /** Whether the entity's audit, read now, still gives the finding: its type, about the same entity. */
+  private async stillFound(em: EntityManager, f: Finding): Promise<boolean> {
+    const key = openKeyOf(f);
+    const again = await this.auditAgain(em, entityOf(f));
+    return again === null || again.some((g) => g.type === f.type && openKeyOf(g) === key);
+  }
+
+  /** The findings of one entity's audit; null for an order, whose review changes no data when approved. */
+  private async auditAgain(em: EntityManager, e: Entity): Promise<Finding[] | null> {
+    switch (e.kind) {
+      case 'order':
+        return null;
+      case 'coupon':
+        return (await this.audits.stockChunk(em, String(BigInt(e.id) - 1n), 1)).findings;
+      case 'redemption':
+        return (await this.audits.orphanRedemptionChunk(em, BigInt(e.id), BigInt(e.id))).findings;
+      default: {
+        const id = BigInt(e.userCouponId);
+        return [...(await this.audits.userCouponChunk(em, id, id, null)).findings, ...(await holdChunk(em, id, id, new Date()))];
+      }
+    }
   }
 
   /** Never throws: a run's background promise must not reject. */
