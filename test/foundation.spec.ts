@@ -20,6 +20,18 @@ describe('foundation', () => {
     expect(res.body).toEqual({ code: 'NOT_FOUND', message: expect.any(String) });
   });
 
+  it('gives unknown routes 404 whatever the type of their body, a CSV (which one route takes) included', async () => {
+    // A mistyped upload route: the trailing slash, the singular.
+    for (const path of ['/no/such/route', '/admin/coupons/1/issuances/', '/admin/coupons/1/issuance'])
+      for (const type of ['text/csv', 'application/json', 'text/plain', 'application/xml']) {
+        const res = await request(t.url)
+          .post(path)
+          .set('Content-Type', type)
+          .send(type === 'application/json' ? '{}' : 'a\n');
+        expect([path, type, res.status, res.body.code]).toEqual([path, type, 404, 'NOT_FOUND']);
+      }
+  });
+
   it('serves Prometheus metrics with the HTTP duration histogram labelled by route and status', async () => {
     await request(t.url).get('/health');
     const res = await request(t.url).get('/metrics');

@@ -42,6 +42,8 @@ export function acceptIssuanceUploads(fastify: FastifyInstance, uploadTimeoutMs:
     route.preParsing = [...asList(route.preParsing), capUpload];
   });
   fastify.addContentTypeParser('text/csv', (req, payload, done) => {
+    // An unknown route is 404 whatever its body, as with the other types (json-body.ts).
+    if (req.is404) return done(null, undefined);
     if (req.routeOptions.url !== ISSUANCE_ROUTE) return done(unsupportedMediaType(req), undefined);
     done(null, payload);
   });
