@@ -670,6 +670,9 @@ describe('bulk issuance', () => {
       ],
       ['a number in the list', () => post(coupon.id, { ...ok, userIds: [1] }), 400, 'VALIDATION_FAILED'],
       ['no reason', () => post(coupon.id, { userIds: ['y1'], fromStock: false }), 400, 'VALIDATION_FAILED'],
+      ['a blank reason', () => post(coupon.id, { ...ok, reason: ' \t ' }), 400, 'VALIDATION_FAILED'],
+      ['a reason with a NUL', () => post(coupon.id, { ...ok, reason: 'a\u0000b' }), 400, 'VALIDATION_FAILED'],
+      ['CSV with a reason holding a NUL', () => postCsv(coupon.id, 'y1\n', 'reason=a%00b&fromStock=false'), 400, 'VALIDATION_FAILED'],
       ['unknown field', () => post(coupon.id, { ...ok, extra: 1 }), 400, 'VALIDATION_FAILED'],
       [
         'query with JSON',

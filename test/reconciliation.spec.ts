@@ -554,6 +554,8 @@ describe('reconciliation', () => {
     await bad(await request(t.url).get('/admin/reconciliation/runs/abc').set(admin()));
     await bad(await request(t.url).post('/admin/compensations/1/approve').set(admin()).send({}));
     await bad(await request(t.url).post('/admin/compensations/1/reject').set(admin()).send({ reason: '' }));
+    await bad(await request(t.url).post('/admin/compensations/1/reject').set(admin()).send({ reason: '   ' }));
+    await bad(await request(t.url).post('/admin/compensations/1/approve').set(admin()).send({ reason: 'ok\u0000' }));
     await bad(
       await request(t.url)
         .post('/admin/compensations/1/reject')

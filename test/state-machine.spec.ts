@@ -229,6 +229,7 @@ describe('state machine', () => {
       ['a 20-digit id', '99999999999999999999', { reason: 'x' }],
       ['no reason', '1', {}],
       ['a blank reason', '1', { reason: '   ' }],
+      ['a reason with a control character', '1', { reason: 'bell\u0007' }],
       ['a reason of 256 characters', '1', { reason: 'r'.repeat(256) }],
       ['a number as reason', '1', { reason: 12 }],
       ['an unknown field', '1', { reason: 'x', force: true }],

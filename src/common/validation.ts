@@ -381,3 +381,14 @@ export function TextLength(min: number, max: number, options?: ValidationOptions
     wellFormed(target, property);
   };
 }
+
+/** Not blank, and no control characters but tabs and line breaks (a NUL cut the text short for C readers of the log). */
+const REASON = /^(?!\s*$)[\P{Cc}\t\n\r]+$/u;
+
+/** An operator's reason, written to the state log or a decision: 1..max code points of visible text. */
+export const ReasonText = (max: number) =>
+  applyDecorators(
+    IsString(),
+    TextLength(1, max),
+    Matches(REASON, { message: '$property must be text that is not blank, without control characters but tabs and line breaks' }),
+  );

@@ -2,7 +2,7 @@ import { applyDecorators } from '@nestjs/common';
 import { ApiProperty, ApiPropertyOptional } from '@nestjs/swagger';
 import { Transform } from 'class-transformer';
 import { ArrayMaxSize, ArrayMinSize, IsArray, IsBoolean, IsIn, IsString } from 'class-validator';
-import { IsId, IsOmittable, TextLength } from '../common/validation.js';
+import { IsId, IsOmittable, ReasonText } from '../common/validation.js';
 import { PageQuery } from '../common/page.js';
 import { JOB_STATUSES, SKIP_REASONS } from './issuance.store.js';
 import type { SkipReason } from './issuance.store.js';
@@ -25,7 +25,7 @@ export class JsonIssuanceDto {
   userIds!: string[];
 
   @ApiProperty({ minLength: 1, maxLength: 255, example: 'VIP November' })
-  @TextLength(1, 255)
+  @ReasonText(255)
   reason!: string;
 
   @ApiProperty({ description: 'Take each coupon from the stock (lines past the stock are skipped as SOLD_OUT)' })
@@ -39,7 +39,7 @@ const toBool = ({ value }: { value: unknown }) => (value === 'true' ? true : val
 export class CsvIssuanceQuery {
   @ApiPropertyOptional({ minLength: 1, maxLength: 255, description: 'Required with a text/csv body' })
   @IsOmittable()
-  @TextLength(1, 255)
+  @ReasonText(255)
   reason?: string;
 
   @ApiPropertyOptional({ enum: ['true', 'false'], description: 'Required with a text/csv body' })

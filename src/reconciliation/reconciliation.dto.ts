@@ -1,6 +1,6 @@
 import { ApiProperty, ApiPropertyOptional } from '@nestjs/swagger';
-import { IsIn, IsString } from 'class-validator';
-import { IsId, IsOmittable, TextLength } from '../common/validation.js';
+import { IsIn } from 'class-validator';
+import { IsId, IsOmittable, ReasonText } from '../common/validation.js';
 import { PageQuery } from '../common/page.js';
 import { COMPENSATION_STATUSES } from './compensation.entity.js';
 import type { CompensationStatus } from './compensation.entity.js';
@@ -32,7 +32,6 @@ export class ListCompensationsQuery extends PageQuery {
 
 export class DecisionDto {
   @ApiProperty({ minLength: 1, maxLength: 500 })
-  @IsString()
-  @TextLength(1, 500)
+  @ReasonText(500)
   reason!: string;
 }

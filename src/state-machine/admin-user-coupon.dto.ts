@@ -1,12 +1,10 @@
 import { ApiProperty, ApiPropertyOptional } from '@nestjs/swagger';
-import { IsBoolean, IsString, Matches } from 'class-validator';
-import { IsId, IsOmittable, IsUserId, TextLength, USER_ID_PATTERN } from '../common/validation.js';
+import { IsBoolean } from 'class-validator';
+import { IsId, IsOmittable, IsUserId, ReasonText, USER_ID_PATTERN } from '../common/validation.js';
 
 export class VoidUserCouponDto {
   @ApiProperty({ minLength: 1, maxLength: 255, description: 'Why the coupon is voided; written to the state log' })
-  @IsString()
-  @TextLength(1, 255)
-  @Matches(/\S/, { message: 'reason must not be blank' })
+  @ReasonText(255)
   reason!: string;
 }
 
@@ -20,9 +18,7 @@ export class ReissueUserCouponDto {
   userId!: string;
 
   @ApiProperty({ minLength: 1, maxLength: 255 })
-  @IsString()
-  @TextLength(1, 255)
-  @Matches(/\S/, { message: 'reason must not be blank' })
+  @ReasonText(255)
   reason!: string;
 
   @ApiProperty({ description: 'true: takes one unit of the coupon stock (409 SOLD_OUT when none is left); false: stock-neutral' })
