@@ -294,6 +294,39 @@ describe('reconciliation of holds and orders', () => {
     expect(await one(`SELECT BINARY status = 'UNUSED' AS exact FROM user_coupon WHERE id = ?`, [h.ucId])).toEqual({ exact: 1 });
   });
 
+  it('an ACTIVE hold whose user coupon row is gone is found and closed, inside the ids the table holds or past them', async () => {
+    const inside = await held('ghost');
+    await held('ghost'); // a higher id: the first stays inside the table's range of ids
+    await sql(`DELETE FROM user_coupon_state_log WHERE user_coupon_id = ?`, [inside.ucId]);
+    await sql(`DELETE FROM user_coupon WHERE id = ?`, [inside.ucId]);
+    const [{ hi }] = (await sql(`SELECT MAX(id) AS hi FROM user_coupon`)) as { hi: string }[];
+    const pastId = String(BigInt(hi) + 1000n);
+    const res = (await sql(
+      `INSERT INTO redemption_hold (user_coupon_id, order_no, user_id, order_amount_cents, discount_cents, status, expires_at, created_at)
+       VALUES (?, ?, 'ghost', 20000, 1000, 'ACTIVE', NOW(3) + INTERVAL 1 HOUR, NOW(3))`,
+      [pastId, newKey('ghost')],
+    )) as { insertId: number };
+    const pastHold = String(res.insertId);
+    const found = await findings();
+    const holds = found.filter((p) => p.discrepancy.type === 'HOLD_WITHOUT_LOCKED');
+    expect(holds.map((p) => [p.discrepancy.userCouponId, p.params.holdId, p.params.closeAs]).sort()).toEqual(
+      [
+        [inside.ucId, inside.holdId, 'RELEASED'],
+        [pastId, pastHold, 'RELEASED'],
+      ].sort(),
+    );
+    // The vanished coupon's unit of stock is the other finding.
+    expect(found.filter((p) => p.discrepancy.type !== 'HOLD_WITHOUT_LOCKED').map((p) => p.discrepancy.type)).toEqual(['STOCK_MISMATCH']);
+    for (const p of found) expect((await decide(p.id)).status).toBe(200);
+    expect(await sql(`SELECT status, release_reason FROM redemption_hold WHERE id IN (?, ?)`, [inside.holdId, pastHold])).toEqual([
+      { status: 'RELEASED', release_reason: 'RECONCILIATION' },
+      { status: 'RELEASED', release_reason: 'RECONCILIATION' },
+    ]);
+    expect(await findings()).toEqual([]);
+    // A hold of no user coupon breaks the invariant checks, closed or not: planted here, removed here.
+    await sql(`DELETE FROM redemption_hold WHERE id IN (?, ?)`, [inside.holdId, pastHold]);
+  });
+
   it('a stale proposal is refused 409 with nothing changed', async () => {
     const h = await held('stale');
     await sql(`DELETE FROM redemption_hold WHERE id = ?`, [h.holdId]);

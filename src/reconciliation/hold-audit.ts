@@ -76,8 +76,8 @@ export async function holdChunk(q: Queryable, lo: bigint, hi: bigint, now: Date)
        AND (uc.id IS NULL OR BINARY uc.status <> 'LOCKED' OR NOT (uc.locked_until <=> h.expires_at)
             OR EXISTS (SELECT 1 FROM redemption_hold e WHERE e.user_coupon_id = h.user_coupon_id AND e.status = 'ACTIVE'
                        AND e.expires_at <=> uc.locked_until AND e.id < h.id))
-       AND NOT (r.id IS NULL AND BINARY uc.status <> 'LOCKED'
-                AND BINARY (SELECT l.to_status FROM user_coupon_state_log l WHERE l.user_coupon_id = uc.id ORDER BY l.id DESC LIMIT 1) = 'LOCKED')
+       AND NOT (r.id IS NULL AND uc.id IS NOT NULL AND BINARY uc.status <> 'LOCKED'
+                AND BINARY (SELECT l.to_status FROM user_coupon_state_log l WHERE l.user_coupon_id = uc.id ORDER BY l.id DESC LIMIT 1) <=> 'LOCKED')
      ORDER BY h.id`,
     range,
   );

@@ -60,6 +60,19 @@ function openKeyOf(f: Finding): string {
   return `${e.kind}:${e.id}`;
 }
 
+const MAX_ID = 2n ** 64n - 1n;
+
+/** The id ranges outside `range` (all ids when there is none). */
+function beyond(range: { min: bigint; max: bigint } | null): [bigint, bigint][] {
+  if (range === null) return [[0n, MAX_ID]];
+  return (
+    [
+      [0n, range.min - 1n],
+      [range.max + 1n, MAX_ID],
+    ] as [bigint, bigint][]
+  ).filter(([lo, hi]) => lo <= hi);
+}
+
 /** Rolls back a finding whose entity no longer shows it (see record). */
 const REPAIRED = new Error('The finding was repaired since its snapshot');
 
@@ -324,13 +337,18 @@ export class ReconciliationService implements BeforeApplicationShutdown {
         if (chunk.lastCouponId === null) break;
         after = chunk.lastCouponId;
       }
-      await this.byIdRange(q, await this.audits.idRange(q, 'user_coupon'), async (cq, lo, hi) => {
+      const userCoupons = await this.audits.idRange(q, 'user_coupon');
+      await this.byIdRange(q, userCoupons, async (cq, lo, hi) => {
         const chunk = await this.snapshot(cq, async () => {
           const audited = await this.audits.userCouponChunk(cq, lo, hi, since, recheck);
           return { checked: audited.checked, findings: [...audited.findings, ...(await holdChunk(cq, lo, hi, new Date()))] };
         });
         await step('user_coupon', chunk);
       });
+      // Holds naming user coupons past either end of the table's ids (rows gone) are in no chunk above.
+      for (const [lo, hi] of beyond(userCoupons)) {
+        await step('hold', await this.snapshot(q, async () => ({ checked: 0, findings: await holdChunk(q, lo, hi, new Date()) })));
+      }
       await this.byIdRange(q, await this.audits.idRange(q, 'redemption'), async (cq, lo, hi) =>
         step('redemption', await this.snapshot(cq, () => this.audits.orphanRedemptionChunk(cq, lo, hi))),
       );
