@@ -77,6 +77,17 @@ describe('webhook URL policy and event types (no database)', () => {
       expect([bad, code(() => checkWebhookUrl(bad, []))]).toEqual([bad, 'WEBHOOK_URL_NOT_ALLOWED']);
       expect([bad, code(() => checkWebhookUrl(bad, parseAllowedHosts(new URL(bad).hostname)))]).toEqual([bad, 'WEBHOOK_URL_NOT_ALLOWED']);
     }
+    const why = (url: string) => {
+      try {
+        checkWebhookUrl(url, []);
+      } catch (err) {
+        return (err as Error).message;
+      }
+    };
+    expect([why('http://0.0.0.0:8080/'), why('http://[fe80::1]/')]).toEqual([
+      expect.stringContaining('0.0.0.0 is an unspecified address'),
+      expect.stringContaining('is a link-local address'),
+    ]);
     for (const ok of [
       'http://127.0.0.1:9000/',
       'http://[::1]:9000/',

@@ -17,7 +17,13 @@ export function hostAllowed(hostname: string, allowed: readonly string[]): boole
 const METADATA_V4 = new Set(['100.100.100.200', '168.63.129.16']);
 /** AWS's link-local services over IPv6 (metadata at ::254, the EKS Pod Identity agent at ::23). */
 const AWS_V6 = ipaddr.parseCIDR('fd00:ec2::/64');
-const NEVER = new Set(['linkLocal', 'unspecified', 'multicast', 'broadcast']);
+/** The ranges no webhook is delivered to, as the messages name them. */
+const NEVER = new Map([
+  ['linkLocal', 'a link-local address'],
+  ['unspecified', 'an unspecified address'],
+  ['multicast', 'a multicast address'],
+  ['broadcast', 'a broadcast address'],
+]);
 
 /** The IPv4 address an IPv6 one carries and reaches (NAT64, 6to4, IPv4-compatible), or null. */
 function embeddedIPv4(ip: ipaddr.IPv6): ipaddr.IPv4 | null {
@@ -28,7 +34,8 @@ function embeddedIPv4(ip: ipaddr.IPv6): ipaddr.IPv4 | null {
 
 function refusedIp(ip: ipaddr.IPv4 | ipaddr.IPv6): string | null {
   const range = ip.range();
-  if (NEVER.has(range)) return `a ${range} address`;
+  const never = NEVER.get(range);
+  if (never) return never;
   if (ip.kind() === 'ipv4') return METADATA_V4.has(ip.toString()) ? 'a cloud metadata address' : null;
   if (range === 'loopback') return null;
   if (ip.match(AWS_V6)) return 'a cloud metadata address';

@@ -210,7 +210,7 @@ describe('webhook deliveries to a host name', () => {
     const refused = await attempted(metadata.id);
     expect(refused.attempts[0]).toMatchObject({
       statusCode: null,
-      error: expect.stringContaining('metadata.test resolves to 169.254.169.254, a linkLocal address, where no webhook is delivered'),
+      error: expect.stringContaining('metadata.test resolves to 169.254.169.254, a link-local address, where no webhook is delivered'),
     });
     // The receiver's name now resolves to the metadata service (DNS rebinding): the next connection is refused.
     rx.dropConnections();
