@@ -19,13 +19,15 @@ const facts = (
   status: UserCouponStatus,
   entries: LogEntry[],
   orders: string[] = [],
-  more: { activeHolds?: ActiveHold[]; otherRedemptions?: OtherRedemption[] } = {},
+  more: { activeHolds?: ActiveHold[]; otherRedemptions?: OtherRedemption[]; expired?: boolean } = {},
 ): UserCouponFacts => ({
   userCouponId: '7',
   couponId: '3',
   userId: 'alice',
   status,
   usedAt: status === 'USED' ? T0 : null,
+  // An EXPIRED coupon is past its expiry unless a case says otherwise.
+  expired: more.expired ?? status === 'EXPIRED',
   log: entries,
   usedRedemptions: orders.map((orderNo, i) => ({ id: String(100 + i), orderNo })),
   otherRedemptions: more.otherRedemptions ?? [],
@@ -98,6 +100,11 @@ describe('reconciliation diagnosis', () => {
     // voided without a log row: the missing row is written
     expect(plan(facts('VOID', log([null, 'UNUSED'])))?.steps).toEqual([
       { op: 'APPEND_LOG', rows: [{ from: 'UNUSED', to: 'VOID', txId: null, reason: null, createdAt: null }] },
+    ]);
+    // expired without a log row: the missing row is written; expired by hand before its time: back to where the log left it
+    expect(ops(facts('EXPIRED', log([null, 'UNUSED'])))).toEqual(['APPEND_LOG']);
+    expect(plan(facts('EXPIRED', log([null, 'UNUSED']), [], { expired: false }))?.steps).toEqual([
+      { op: 'SET_STATUS', from: 'EXPIRED', to: 'UNUSED' },
     ]);
     // the log says used but not by an order, no redemption, row UNUSED: the stray log row goes
     expect(ops(facts('UNUSED', log([null, 'UNUSED'], ['UNUSED', 'USED', 'k'])))).toEqual(['REMOVE_LOG']);

@@ -45,12 +45,13 @@ const count = async (q: Queryable, sql: string, params: unknown[]): Promise<numb
  * Reads the facts of some user coupons (row, log, redemptions, ACTIVE holds). A compensation locks the row
  * through the ledger first, so it reads them as nobody else can change them.
  */
-export async function loadUserCouponFacts(q: Queryable, ids: string[]): Promise<UserCouponFacts[]> {
+export async function loadUserCouponFacts(q: Queryable, ids: string[], now = new Date()): Promise<UserCouponFacts[]> {
   if (ids.length === 0) return [];
-  const rows: { id: string; coupon_id: string; user_id: string; status: UserCouponStatus; used_at: Date | null }[] = await q.query(
-    `SELECT id, coupon_id, user_id, status, used_at FROM user_coupon WHERE id IN (?) ORDER BY id`,
-    [ids],
-  );
+  const rows: { id: string; coupon_id: string; user_id: string; status: UserCouponStatus; used_at: Date | null; expired: number }[] =
+    await q.query(
+      `SELECT id, coupon_id, user_id, status, used_at, expires_at <= ? AS expired FROM user_coupon WHERE id IN (?) ORDER BY id`,
+      [now, ids],
+    );
   const logs: {
     id: string;
     user_coupon_id: string;
@@ -77,6 +78,7 @@ export async function loadUserCouponFacts(q: Queryable, ids: string[]): Promise<
     userId: uc.user_id,
     status: uc.status,
     usedAt: uc.used_at,
+    expired: Boolean(Number(uc.expired)),
     log: logs
       .filter((l) => l.user_coupon_id === uc.id)
       .map((l): LogEntry => ({ id: l.id, from: l.from_status, to: l.to_status, txId: l.tx_id, reason: l.reason, createdAt: l.created_at })),

@@ -55,6 +55,8 @@ export interface UserCouponFacts {
   userId: string;
   status: UserCouponStatus;
   usedAt: Date | null;
+  /** Past its expires_at when read. */
+  expired: boolean;
   /** Its state-log rows in id order. */
   log: LogEntry[];
   /** Redemptions with status USED that reference it. */
@@ -207,6 +209,10 @@ export function diagnoseUserCoupon(f: UserCouponFacts): UserCouponFinding | Doub
     // The hold agrees with the log: the status alone went astray, and releasing the hold would cancel a live checkout.
     target = 'LOCKED';
     explanation = `The log ends LOCKED and an ACTIVE hold (order ${f.activeHolds[0].orderNo}) holds it: the status goes back to LOCKED.`;
+  } else if (f.status === 'EXPIRED' && !f.expired && r.legal && (r.status === 'UNUSED' || r.status === 'LOCKED')) {
+    // Only the sweep expires a coupon, once its time has come; a customer's valid coupon is not taken away by the repair.
+    target = r.status;
+    explanation = `EXPIRED before its expiry, and the log never got there: the status goes back to ${r.status}, where the log left it.`;
   } else if (r.legal && r.status !== null && r.status !== 'USED' && legalPath(r.status, f.status) === null) {
     target = r.status;
     explanation = `The complete, legal log ends at ${r.status}, from which ${f.status} cannot follow: the status goes back to ${r.status}.`;
