@@ -1152,6 +1152,8 @@ export interface components {
              * @description When the next attempt is due (PENDING only)
              */
             nextAttemptAt: string | null;
+            /** @description PENDING only: the earliest PENDING delivery of an earlier event of the same user coupon to this endpoint. Events of a coupon arrive in log order, so this one waits for that one, whenever it is due */
+            heldBackBy: string | null;
             /** Format: date-time */
             createdAt: string;
             /** Format: date-time */

@@ -461,8 +461,15 @@ describe('webhooks', () => {
     const others: string[] = [];
     for (let i = 0; i < 5; i++) others.push(await grab(coupon.id, `wh-free-${i}`));
     await rx.waitFor(() => forCoupons(others).length === 5, 10_000);
-    // The stuck coupon's first event is still pending, and its void waits behind it.
+    // The stuck coupon's first event is still pending, and its void waits behind it, as its delivery says.
     expect(forCoupons([stuck])).toEqual([]);
+    const pending = (await deliveries(webhookId, '?status=PENDING&limit=100')).items.filter((d) => d.userCouponId === stuck);
+    const [voided, issued] = pending;
+    expect(pending.map((d) => [d.type, d.heldBackBy])).toEqual([
+      ['user_coupon.voided', issued.id],
+      ['user_coupon.issued', null],
+    ]);
+    expect(voided.attemptCount).toBe(0);
     await rx.waitFor(() => forCoupons([stuck]).length === 2, 15_000);
     expect(forCoupons([stuck]).map((r) => [r.event.type, r.attempt])).toEqual([
       ['user_coupon.issued', 4],

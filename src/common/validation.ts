@@ -382,8 +382,13 @@ export function TextLength(min: number, max: number, options?: ValidationOptions
   };
 }
 
-/** Not blank, and no control characters but tabs and line breaks (a NUL cut the text short for C readers of the log). */
-const REASON = /^(?!\s*$)[\P{Cc}\t\n\r]+$/u;
+/**
+ * Not blank, and no control characters but tabs and line breaks (a NUL cut the text short for C
+ * readers of the log). Spelled out, not \p{Cc}: the pattern goes into the OpenAPI document, which
+ * clients read without the u flag.
+ */
+// eslint-disable-next-line no-control-regex -- matching control characters is the point
+const REASON = /^(?!\s*$)[^\x00-\x08\x0B\x0C\x0E-\x1F\x7F-\x9F]+$/;
 
 /** An operator's reason, written to the state log or a decision: 1..max code points of visible text. */
 export const ReasonText = (max: number) =>

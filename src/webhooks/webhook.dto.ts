@@ -103,6 +103,13 @@ export class DeliveryView {
   @ApiProperty({ nullable: true, type: String }) lastError!: string | null;
   @ApiProperty({ nullable: true, type: String, format: 'date-time', description: 'When the next attempt is due (PENDING only)' })
   nextAttemptAt!: string | null;
+  @ApiProperty({
+    nullable: true,
+    type: String,
+    description:
+      'PENDING only: the earliest PENDING delivery of an earlier event of the same user coupon to this endpoint. Events of a coupon arrive in log order, so this one waits for that one, whenever it is due',
+  })
+  heldBackBy!: string | null;
   @ApiProperty({ format: 'date-time' }) createdAt!: string;
   @ApiProperty({ nullable: true, type: String, format: 'date-time' }) deliveredAt!: string | null;
   @ApiProperty({ type: [AttemptView], description: 'Every attempt, oldest first' }) attempts!: AttemptView[];

@@ -102,10 +102,15 @@ export class WebhookService {
     if (!(await findEndpoint(this.dataSource, id))) throw notFound(id);
     const limit = q.limit ?? DEFAULT_PAGE_LIMIT;
     const rows = (await this.dataSource.query(
-      `SELECT id, log_id, user_coupon_id, event_type, status, attempts, next_attempt_at, last_status_code, last_error, created_at, delivered_at
-       FROM webhook_delivery WHERE endpoint_id = ? AND (? IS NULL OR status = ?) AND (? IS NULL OR id < ?) ORDER BY id DESC LIMIT ?`,
+      `SELECT d.id, d.log_id, d.user_coupon_id, d.event_type, d.status, d.attempts, d.next_attempt_at, d.last_status_code, d.last_error,
+              d.created_at, d.delivered_at,
+              CASE WHEN d.status = 'PENDING' THEN (
+                SELECT p.id FROM webhook_delivery p FORCE INDEX (idx_coupon_order)
+                WHERE p.endpoint_id = d.endpoint_id AND p.user_coupon_id = d.user_coupon_id AND p.log_id < d.log_id AND p.status = 'PENDING'
+                ORDER BY p.log_id LIMIT 1) END AS held_back_by
+       FROM webhook_delivery d WHERE d.endpoint_id = ? AND (? IS NULL OR d.status = ?) AND (? IS NULL OR d.id < ?) ORDER BY d.id DESC LIMIT ?`,
       [id, q.status ?? null, q.status ?? null, q.cursor ?? null, q.cursor ?? null, limit + 1],
-    )) as DeliveryRow[];
+    )) as (DeliveryRow & { held_back_by: string | null })[];
     const page = rows.slice(0, limit);
     const attempts = new Map<string, AttemptView[]>();
     if (page.length > 0) {
@@ -136,6 +141,7 @@ export class WebhookService {
         lastStatusCode: r.last_status_code,
         lastError: r.last_error,
         nextAttemptAt: r.status === 'PENDING' && r.next_attempt_at ? r.next_attempt_at.toISOString() : null,
+        heldBackBy: r.held_back_by === null ? null : String(r.held_back_by),
         createdAt: r.created_at.toISOString(),
         deliveredAt: r.delivered_at?.toISOString() ?? null,
         attempts: attempts.get(String(r.id)) ?? [],
