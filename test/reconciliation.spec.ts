@@ -225,6 +225,37 @@ describe('reconciliation', () => {
     expect(await svc.runNow('FULL', 'test')).toMatchObject({ status: 'COMPLETED', discrepancies: 0 });
   });
 
+  it("a lost stacked redemption comes back cut to what the order's other coupons left of it, the order's row lost or not", async () => {
+    const recorded = [];
+    for (const orderLost of [false, true]) {
+      const user = `stack-${orderLost}`;
+      const a = await grab(await coupon({ stackable: true, discount: { thresholdCents: 0, amountCents: 800 } }), user);
+      const b = await grab(await coupon({ stackable: true, discount: { thresholdCents: 0, amountCents: 500 } }), user);
+      const orderNo = newKey('stack');
+      const use = (userCouponId: string) =>
+        request(t.url)
+          .post('/redemptions')
+          .set(bearer(serviceToken()))
+          .send({ userCouponId, orderNo, orderAmountCents: 1000, userId: user });
+      expect((await use(a)).body.discountCents).toBe(800);
+      expect((await use(b)).body.discountCents).toBe(200);
+      await sql(`DELETE FROM redemption WHERE user_coupon_id = ?`, [b]);
+      if (orderLost) await sql(`DELETE FROM coupon_order WHERE order_no = ?`, [orderNo]);
+      const found = await proposals((await svc.runNow('FULL', 'test')).id);
+      for (const p of found) expect((await decide(p.id, 'approve')).status).toBe(200);
+      const r = await one<{ a: string; d: string }>(
+        `SELECT order_amount_cents AS a, discount_cents AS d FROM redemption WHERE user_coupon_id = ? AND status = 'USED'`,
+        [b],
+      );
+      recorded.push([Number(r.a), Number(r.d)]);
+    }
+    expect(recorded).toEqual([
+      [1000, 200],
+      [1000, 200],
+    ]);
+    expect(await svc.runNow('FULL', 'test')).toMatchObject({ status: 'COMPLETED', discrepancies: 0 });
+  });
+
   it('a run that read a coupon before an approval repaired it does not report the repaired damage again', async () => {
     const c = await coupon();
     const ucs = [await grab(c, 'rr1'), await grab(c, 'rr2')];

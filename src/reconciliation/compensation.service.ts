@@ -275,10 +275,12 @@ export class CompensationService {
 /**
  * The amounts of a lost redemption, as the redemption worked them out: the coupon's hold (for a
  * confirmed one) tells the order's amount and the discount granted; else the order's row tells the
- * amount (the order's may have been repriced since) and the template's rule the discount on it
- * (its threshold was met when the coupon was used). Without either the amount is unknown: the most
- * the rule takes off without one (an AMOUNT's amount, a PERCENT's cap, else nothing) is recorded,
- * as the order's amount too, so the order never shows more off than it cost.
+ * amount (the order's may have been repriced since), or the order's other redemptions, which named
+ * it too; the discount is the template's rule on it (its threshold was met when the coupon was
+ * used), cut to what the order's other coupons leave of it, as stacking cut it. Without any of them
+ * the amount is unknown: the most the rule takes off without one (an AMOUNT's amount, a PERCENT's
+ * cap, else nothing) is recorded, as the order's amount too, so the order never shows more off than
+ * it cost.
  */
 async function recreatedAmounts(
   em: EntityManager,
@@ -295,9 +297,16 @@ async function recreatedAmounts(
   const [order]: { order_amount_cents: string }[] = await em.query(`SELECT order_amount_cents FROM coupon_order WHERE order_no = ?`, [
     orderNo,
   ]);
-  if (order) {
-    const orderAmountCents = Number(order.order_amount_cents);
-    return { orderAmountCents, discountCents: discountFor({ ...rule, thresholdCents: 0 }, orderAmountCents) ?? 0, amountKnown: true };
+  const [others]: { named: string | null; taken: string }[] = await em.query(
+    `SELECT MIN(order_amount_cents) AS named, COALESCE(SUM(discount_cents), 0) AS taken FROM redemption
+     WHERE order_no = ? AND status = 'USED' AND user_coupon_id <> ?`,
+    [orderNo, userCouponId],
+  );
+  const amount = order ? Number(order.order_amount_cents) : others.named !== null ? Number(others.named) : null;
+  if (amount !== null) {
+    const room = Math.max(0, amount - Number(others.taken));
+    const discountCents = Math.min(discountFor({ ...rule, thresholdCents: 0 }, amount) ?? 0, room);
+    return { orderAmountCents: amount, discountCents, amountKnown: true };
   }
   const most = rule.type === 'AMOUNT' ? rule.amountCents : (rule.maxDiscountCents ?? 0);
   return { orderAmountCents: most, discountCents: most, amountKnown: false };
