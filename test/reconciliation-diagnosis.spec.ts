@@ -106,6 +106,21 @@ describe('reconciliation diagnosis', () => {
     expect(plan(facts('EXPIRED', log([null, 'UNUSED']), [], { expired: false }))?.steps).toEqual([
       { op: 'SET_STATUS', from: 'EXPIRED', to: 'UNUSED' },
     ]);
+    // the same with a log broken in the middle: still not expired, the status follows the log's legal part
+    expect(plan(facts('EXPIRED', log([null, 'UNUSED'], ['LOCKED', 'UNUSED']), [], { expired: false }))?.steps.at(-1)).toEqual({
+      op: 'SET_STATUS',
+      from: 'EXPIRED',
+      to: 'UNUSED',
+    });
+    // a live hold and a log ending LOCKED, even a broken one (a release's row lost): the status goes back to LOCKED
+    const hold = { activeHolds: [{ id: '9', orderNo: 'O2' }] };
+    for (const entries of [
+      log([null, 'UNUSED'], ['UNUSED', 'LOCKED']),
+      log([null, 'UNUSED'], ['UNUSED', 'LOCKED'], ['UNUSED', 'LOCKED']),
+    ]) {
+      const d = diagnoseUserCoupon(facts('UNUSED', entries, [], hold));
+      expect([d?.type, d && 'targetStatus' in d.details ? d.details.targetStatus : null]).toEqual(['LOG_MISMATCH', 'LOCKED']);
+    }
     // the log says used but not by an order, no redemption, row UNUSED: the stray log row goes
     expect(ops(facts('UNUSED', log([null, 'UNUSED'], ['UNUSED', 'USED', 'k'])))).toEqual(['REMOVE_LOG']);
     // the log says used by an order, row UNUSED, no redemption: the use stands and the redemption comes back

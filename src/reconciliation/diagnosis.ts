@@ -205,14 +205,15 @@ export function diagnoseUserCoupon(f: UserCouponFacts): UserCouponFinding | Doub
       f.status === 'USED'
         ? `USED with no redemption and no use by an order in the log: the status goes back to ${target}, where the log left it.`
         : `${f.status} is not a status of the lifecycle: the status goes back to ${target}, where the log left it.`;
-  } else if (r.legal && r.status === 'LOCKED' && f.status !== 'LOCKED' && f.activeHolds.length > 0) {
+  } else if (f.log.at(-1)?.to === 'LOCKED' && f.status !== 'LOCKED' && f.activeHolds.length > 0) {
     // The hold agrees with the log: the status alone went astray, and releasing the hold would cancel a live checkout.
+    // The log's last row decides, legal or not, as in the hold audit, which leaves such a hold to this repair.
     target = 'LOCKED';
     explanation = `The log ends LOCKED and an ACTIVE hold (order ${f.activeHolds[0].orderNo}) holds it: the status goes back to LOCKED.`;
-  } else if (f.status === 'EXPIRED' && !f.expired && r.legal && (r.status === 'UNUSED' || r.status === 'LOCKED')) {
+  } else if (f.status === 'EXPIRED' && !f.expired && (r.status === null || r.status === 'UNUSED' || r.status === 'LOCKED')) {
     // Only the sweep expires a coupon, once its time has come; a customer's valid coupon is not taken away by the repair.
-    target = r.status;
-    explanation = `EXPIRED before its expiry, and the log never got there: the status goes back to ${r.status}, where the log left it.`;
+    target = r.status ?? 'UNUSED';
+    explanation = `EXPIRED before its expiry, and the log never got there: the status goes back to ${target}, where the log left it.`;
   } else if (r.legal && r.status !== null && r.status !== 'USED' && legalPath(r.status, f.status) === null) {
     target = r.status;
     explanation = `The complete, legal log ends at ${r.status}, from which ${f.status} cannot follow: the status goes back to ${r.status}.`;

@@ -12,6 +12,7 @@ import { Lease, LeaseService } from '../database/lease.js';
 import { TransactionService } from '../database/transaction.service.js';
 import { AuditService, ChunkResult, Finding } from './audit.service.js';
 import { holdChunk, orderChunk } from './hold-audit.js';
+import { lockUserCoupon } from '../ledger/user-coupons.js';
 import { DiscrepancyType } from './diagnosis.js';
 import { ReconciliationRun, RunMode, RunView, toRunView } from './reconciliation-run.entity.js';
 
@@ -482,7 +483,8 @@ export class ReconciliationService implements BeforeApplicationShutdown {
    * discrepancy, or no longer shows it. A finding is read in its chunk's snapshot; an approval that
    * committed since closed the open discrepancy and repaired what the finding shows, which would
    * then be proposed again. So the entity is audited once more after the insert, which waits for an
-   * approval still closing that discrepancy and so sees its commit.
+   * approval still closing that discrepancy, and (a user coupon) after a shared lock on its row,
+   * which waits for an approval repairing it under another key: either way the audit sees the commit.
    */
   private async record(runId: string, f: Finding): Promise<boolean> {
     const openKey = openKeyOf(f);
@@ -536,6 +538,8 @@ export class ReconciliationService implements BeforeApplicationShutdown {
       case 'redemption':
         return (await this.audits.orphanRedemptionChunk(em, BigInt(e.id), BigInt(e.id))).findings;
       default: {
+        // Every approval locks the user coupon first: this waits for one repairing the coupon under another key, and sees its commit.
+        await lockUserCoupon(em, e.userCouponId, 'shared');
         const id = BigInt(e.userCouponId);
         return [...(await this.audits.userCouponChunk(em, id, id, null)).findings, ...(await holdChunk(em, id, id, new Date()))];
       }
