@@ -397,6 +397,14 @@ describe('bulk issuance', () => {
     expect(await bulkCoupons(coupon.id)).toHaveLength(1);
   });
 
+  it('a list holding a lone surrogate is not the one holding U+FFFD in its place', async () => {
+    const coupon = await createCoupon(t.url);
+    const key = newKey('surrogate');
+    expect((await post(coupon.id, { userIds: ['s1', '\ud800'], reason: 'r', fromStock: false }, key)).status).toBe(202);
+    const other = await post(coupon.id, { userIds: ['s1', '\ufffd'], reason: 'r', fromStock: false }, key);
+    expect([other.status, other.body.code]).toEqual([422, 'IDEMPOTENCY_KEY_REUSED']);
+  });
+
   it('a list whose user id holds a line break is not the list of the ids it spells, as JSON or CSV', async () => {
     const coupon = await createCoupon(t.url);
     const key = newKey('split');

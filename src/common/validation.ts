@@ -337,7 +337,7 @@ function codePointsUpTo(s: string, max: number): number {
 }
 
 // With the u flag a surrogate pair is one code point, so only a lone half matches.
-const LONE_SURROGATE = /\p{Cs}/u;
+export const LONE_SURROGATE = /\p{Cs}/u;
 
 /**
  * A string of `min`..`max` Unicode code points: the unit utf8mb4 VARCHAR(n) columns count, so a text

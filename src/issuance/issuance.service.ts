@@ -5,7 +5,7 @@ import { Injectable, type OnApplicationShutdown } from '@nestjs/common';
 import { DataSource } from 'typeorm';
 import { isDuplicateKey } from '../common/db-errors.js';
 import { AppError } from '../common/errors.js';
-import { USER_ID_PATTERN, validationFailed } from '../common/validation.js';
+import { LONE_SURROGATE, USER_ID_PATTERN, validationFailed } from '../common/validation.js';
 import { toPage } from '../common/page.js';
 import { AppConfig } from '../config/app-config.js';
 import { CouponService } from '../coupon/coupon.service.js';
@@ -56,13 +56,15 @@ const inProgress = (jobId?: string) =>
 
 /**
  * The digest store() keeps of a list: its lines' text in order, each ended by a line break (a JSON
- * list and a CSV of the same ids agree). A JSON id may hold a line break itself; such a text, and
- * one starting with NUL, goes in as NUL and its JSON string instead, so ["a\nb"] is not ["a", "b"].
- * Every other line hashes as it always has: a job stored before keeps its digest.
+ * list and a CSV of the same ids agree). A JSON id may hold a line break itself, or a lone surrogate
+ * (hashed as text it is U+FFFD); such a text, and one starting with NUL, goes in as NUL and its
+ * JSON string instead, so ["a\nb"] is not ["a", "b"], nor ["\ud800"] ["\ufffd"]. Every other line
+ * hashes as it always has: a job stored before keeps its digest.
  */
 const listHash = () => {
   const hash = createHash('sha256');
-  const line = (text: string) => (text.includes('\n') || text.startsWith('\0') ? `\0${JSON.stringify(text)}` : text);
+  const line = (text: string) =>
+    text.includes('\n') || text.startsWith('\0') || LONE_SURROGATE.test(text) ? `\0${JSON.stringify(text)}` : text;
   return { add: (text: string) => hash.update(`${line(text)}\n`), hex: () => hash.digest('hex') };
 };
 
