@@ -475,6 +475,40 @@ describe('hardening', () => {
     }
   }, 30_000);
 
+  it('a body refused before its end on a connection the client asked to close: the rest is read before the close, so the client sends it all and keeps the answer', async () => {
+    const { port } = new URL(t.url);
+    const total = 4 * 1024 * 1024;
+    for (const [version, connection] of [
+      ['1.1', 'Connection: close\r\n'],
+      ['1.0', ''],
+    ]) {
+      const socket = connect(Number(port), '127.0.0.1');
+      const received: Buffer[] = [];
+      let failed: Error | null = null;
+      socket.on('data', (b: Buffer) => received.push(b)).on('error', (err) => (failed = err));
+      const ended = new Promise((r) => socket.once('close', r));
+      const write = (data: string | Buffer) => new Promise<void>((r) => socket.write(data, () => r()));
+      await write(
+        `POST /admin/coupons HTTP/${version}\r\nHost: x\r\nAuthorization: Bearer ${adminToken()}\r\n` +
+          `Content-Type: application/json\r\nContent-Length: ${total}\r\n${connection}\r\n`,
+      );
+      const chunk = Buffer.alloc(64 * 1024, 'x');
+      await write(chunk);
+      // The answer comes before the rest is sent; the rest then goes to a server that has answered.
+      for (let i = 0; i < 100 && received.length === 0; i++) await new Promise((r) => setTimeout(r, 20));
+      for (let sent = chunk.length; sent < total && !failed; sent += chunk.length) await write(chunk);
+      socket.end();
+      await ended;
+      const answer = Buffer.concat(received).toString();
+      expect([version, answer.slice(0, 12), /\r\nconnection: close\r\n/i.test(answer), failed]).toEqual([
+        version,
+        'HTTP/1.1 413',
+        true,
+        null,
+      ]);
+    }
+  }, 30_000);
+
   it('a connection kept alive through many answers sent as they arrive (the coupon page from memory, an unknown route) gathers no listener per request', async () => {
     const coupon = await createCoupon(t.url);
     const server = t.app.getHttpServer() as Server;

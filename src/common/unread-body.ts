@@ -1,5 +1,5 @@
 import type { IncomingMessage } from 'node:http';
-import type { Socket } from 'node:net';
+import { Socket } from 'node:net';
 import type { FastifyReply, FastifyRequest } from 'fastify';
 import { announcesBody } from './validation.js';
 
@@ -16,9 +16,12 @@ const DRAIN_MAX_BYTES = 64 * 1024 * 1024;
  * does not drain a body it has started on: the next request on a kept-alive connection waited for
  * the request timeout behind it. The rest must arrive within the route's deadline of the answer.
  *
- * A body still being read (an upload cut off by its deadline), one longer than DRAIN_MAX_BYTES, a
- * 408, a connection the client asked to close, or a server shutting down closes the connection
- * after the answer. A body's reader must hear when its connection closes: Node ends no body whose
+ * A connection the client asked to close (`Connection: close`, HTTP/1.0) is closed once the rest
+ * has arrived, not right after the answer: Node destroys it then, and the rest still arriving was
+ * answered with a reset that took the answer with it (curl lost 1 in 10 of its 413s). Its write side
+ * is ended with the answer, as Node would; the server's sockets are half-open, so the read side
+ * drains. A body still being read (an upload cut off by its deadline), one longer than
+ * DRAIN_MAX_BYTES, a 408, or a server shutting down closes the connection after the answer. A body's reader must hear when its connection closes: Node ends no body whose
  * answer has gone, so the reader waited forever (a bulk upload's heartbeat kept it alive and its
  * Idempotency-Key taken for good). Destroyed without an error, which a stream reader hears as a
  * premature close: Fastify's own JSON reader answers an error with a second reply, and logged a
@@ -47,18 +50,14 @@ export class UnreadBodies {
       if (!body.complete) body.destroy();
     });
     const reading = body.listenerCount('data') + body.listenerCount('readable') > 0;
-    if (
-      this.closing ||
-      !reply.raw.shouldKeepAlive ||
-      body.destroyed ||
-      reading ||
-      reply.statusCode === 408 ||
-      Number(req.headers['content-length']) > DRAIN_MAX_BYTES
-    ) {
+    if (this.closing || body.destroyed || reading || reply.statusCode === 408 || Number(req.headers['content-length']) > DRAIN_MAX_BYTES) {
       void reply.header('connection', 'close');
       return;
     }
-    void reply.header('connection', 'keep-alive');
+    const keepAlive = reply.raw.shouldKeepAlive;
+    void reply.header('connection', keepAlive ? 'keep-alive' : 'close');
+    // Node ends an answer with Connection: close by socket.destroySoon(): here only the write side ends.
+    if (!keepAlive) socket.destroySoon = () => socket.end();
     let dropped = 0;
     body.on('data', (chunk: Buffer) => {
       dropped += chunk.length;
@@ -71,6 +70,11 @@ export class UnreadBodies {
     const done = () => {
       clearTimeout(giveUp);
       this.draining.delete(socket);
+      if (keepAlive) return;
+      // Closed as Node would have, once the answer is out: all of the body is in, so nothing arrives to be reset.
+      const close = () => Socket.prototype.destroySoon.call(socket);
+      if (reply.raw.writableFinished) close();
+      else reply.raw.once('finish', close);
     };
     body.once('end', done).once('close', done);
     body.resume();
