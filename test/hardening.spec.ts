@@ -509,7 +509,7 @@ describe('hardening', () => {
     }
   }, 30_000);
 
-  it('a connection kept alive through many answers sent as they arrive (the coupon page from memory, an unknown route) gathers no listener per request', async () => {
+  it('a connection kept alive through many answers sent as they arrive (the coupon page from memory, an unknown route, a refused body) gathers no listener per request', async () => {
     const coupon = await createCoupon(t.url);
     const server = t.app.getHttpServer() as Server;
     const sockets: Socket[] = [];
@@ -525,8 +525,20 @@ describe('hardening', () => {
         req.on('error', reject);
         req.end();
       });
+    const refused = async () =>
+      (
+        await sendOnAgent(
+          agent,
+          'POST',
+          `${t.url}/redemptions`,
+          { ...bearer(serviceToken()), 'Content-Type': 'text/plain' },
+          'x'.repeat(1024 * 1024),
+          false,
+        )
+      ).status;
     const listenersAfter = async (rounds: number) => {
-      for (let i = 0; i < rounds; i++) expect([await get(`/coupons/${coupon.id}`), await get('/nope')]).toEqual([200, 404]);
+      for (let i = 0; i < rounds; i++)
+        expect([await get(`/coupons/${coupon.id}`), await get('/nope'), await refused()]).toEqual([200, 404, 415]);
       return sockets.map((s) => s.listenerCount('close'));
     };
     try {

@@ -46,9 +46,10 @@ export class UnreadBodies {
     // 404), before Node's parser has ended it: a listener added then stayed until the connection closed.
     if (body.complete || !announcesBody(req)) return;
     const socket = body.socket;
-    socket.once('close', () => {
+    const onClose = () => {
       if (!body.complete) body.destroy();
-    });
+    };
+    socket.once('close', onClose);
     const reading = body.listenerCount('data') + body.listenerCount('readable') > 0;
     if (this.closing || body.destroyed || reading || reply.statusCode === 408 || Number(req.headers['content-length']) > DRAIN_MAX_BYTES) {
       void reply.header('connection', 'close');
@@ -70,6 +71,8 @@ export class UnreadBodies {
     const done = () => {
       clearTimeout(giveUp);
       this.draining.delete(socket);
+      // A kept-alive connection carries many bodies: each one's listener goes with it.
+      socket.off('close', onClose);
       if (keepAlive) return;
       // Closed as Node would have, once the answer is out: all of the body is in, so nothing arrives to be reset.
       const close = () => Socket.prototype.destroySoon.call(socket);
