@@ -45,12 +45,12 @@ const count = async (q: Queryable, sql: string, params: unknown[]): Promise<numb
  * Reads the facts of some user coupons (row, log, redemptions, ACTIVE holds). A compensation locks the row
  * through the ledger first, so it reads them as nobody else can change them.
  */
-export async function loadUserCouponFacts(q: Queryable, ids: string[], now = new Date()): Promise<UserCouponFacts[]> {
+export async function loadUserCouponFacts(q: Queryable, ids: string[]): Promise<UserCouponFacts[]> {
   if (ids.length === 0) return [];
   const rows: { id: string; coupon_id: string; user_id: string; status: UserCouponStatus; used_at: Date | null; expired: number }[] =
     await q.query(
       `SELECT id, coupon_id, user_id, status, used_at, expires_at <= ? AS expired FROM user_coupon WHERE id IN (?) ORDER BY id`,
-      [now, ids],
+      [new Date(), ids],
     );
   const logs: {
     id: string;

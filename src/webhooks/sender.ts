@@ -7,7 +7,7 @@ import { type AppConfig, parseAllowedHosts, retryDelays } from '../config/app-co
 import { execute, type TransactionService } from '../database/transaction.service.js';
 import { eventId } from './events.js';
 import { ADDRESS_REFUSED, guardedLookup, hostAllowed, refusedAddress } from './url-policy.js';
-import { type EndpointRow, enabledEndpoints } from './webhook.store.js';
+import { EARLIER_PENDING, type EndpointRow, enabledEndpoints } from './webhook.store.js';
 
 const delivered = counter('webhook_events_delivered_total', 'Deliveries answered 2xx', []);
 const retried = counter('webhook_events_retried_total', 'Delivery attempts that failed and were scheduled again', []);
@@ -109,8 +109,7 @@ export class Sender {
         `SELECT d.id, d.log_id, d.payload, d.attempts, d.final_attempt FROM webhook_delivery d
          WHERE d.endpoint_id = ? AND d.status = 'PENDING' AND d.next_attempt_at <= ?
            ${skip.length > 0 ? `AND d.id NOT IN (${skip.map(() => '?').join(', ')})` : ''}
-           AND NOT EXISTS (SELECT 1 FROM webhook_delivery p FORCE INDEX (idx_coupon_order) WHERE p.endpoint_id = d.endpoint_id
-             AND p.user_coupon_id = d.user_coupon_id AND p.log_id < d.log_id AND p.status = 'PENDING')
+           AND NOT EXISTS (SELECT 1 FROM ${EARLIER_PENDING})
          ORDER BY d.next_attempt_at, d.id LIMIT ?`,
         [ep.id, now, ...skip, free],
       )) as Due[];

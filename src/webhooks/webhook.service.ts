@@ -18,7 +18,7 @@ import type {
   UpdateWebhookDto,
   WebhookView,
 } from './webhook.dto.js';
-import { DeliveryRow, EndpointRow, findEndpoint, toWebhookView } from './webhook.store.js';
+import { DeliveryRow, EARLIER_PENDING, EndpointRow, findEndpoint, toWebhookView } from './webhook.store.js';
 
 /** Deliveries made due again per transaction when every FAILED one of an endpoint is sent again. */
 const REDELIVER_BATCH = 1000;
@@ -104,10 +104,7 @@ export class WebhookService {
     const rows = (await this.dataSource.query(
       `SELECT d.id, d.log_id, d.user_coupon_id, d.event_type, d.status, d.attempts, d.next_attempt_at, d.last_status_code, d.last_error,
               d.created_at, d.delivered_at,
-              CASE WHEN d.status = 'PENDING' THEN (
-                SELECT p.id FROM webhook_delivery p FORCE INDEX (idx_coupon_order)
-                WHERE p.endpoint_id = d.endpoint_id AND p.user_coupon_id = d.user_coupon_id AND p.log_id < d.log_id AND p.status = 'PENDING'
-                ORDER BY p.log_id LIMIT 1) END AS held_back_by
+              CASE WHEN d.status = 'PENDING' THEN (SELECT p.id FROM ${EARLIER_PENDING} ORDER BY p.log_id LIMIT 1) END AS held_back_by
        FROM webhook_delivery d WHERE d.endpoint_id = ? AND (? IS NULL OR d.status = ?) AND (? IS NULL OR d.id < ?) ORDER BY d.id DESC LIMIT ?`,
       [id, q.status ?? null, q.status ?? null, q.cursor ?? null, q.cursor ?? null, limit + 1],
     )) as (DeliveryRow & { held_back_by: string | null })[];

@@ -49,6 +49,14 @@ export async function enabledEndpoints(db: Db, shareLock = false): Promise<Endpo
   )) as EndpointRow[];
 }
 
+/**
+ * `FROM ... WHERE` of the PENDING deliveries (alias p) of earlier events of delivery d's user coupon
+ * to d's endpoint: events of a coupon arrive in log order, so d waits while one exists. The one
+ * spelling of that rule, for the sender that picks what is due and the list that says what waits.
+ */
+export const EARLIER_PENDING = `webhook_delivery p FORCE INDEX (idx_coupon_order)
+  WHERE p.endpoint_id = d.endpoint_id AND p.user_coupon_id = d.user_coupon_id AND p.log_id < d.log_id AND p.status = 'PENDING'`;
+
 export interface DeliveryRow {
   id: string;
   endpoint_id: string;
