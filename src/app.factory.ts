@@ -12,7 +12,7 @@ import { AppModule } from './app.module.js';
 import { AppConfig } from './config/app-config.js';
 import { HttpExceptionFilter, sendError } from './common/http-exception.filter.js';
 import { UnreadBodies } from './common/unread-body.js';
-import { strictJsonBodies } from './common/json-body.js';
+import { BODY_LIMIT_BYTES, strictJsonBodies } from './common/json-body.js';
 import { createPino, PinoNestLogger } from './common/logger.js';
 import { onResponse } from './common/request-log.js';
 import { StrictValidationPipe, UndeclaredInputGuard, validationFailed } from './common/validation.js';
@@ -24,8 +24,6 @@ import { CouponService } from './coupon/coupon.service.js';
 import { servePublicReadsFromMemory } from './coupon/public-reads.js';
 import { buildOpenApiDocument } from './openapi/document.js';
 import { HEADERS } from './openapi/schemas.js';
-
-export const BODY_LIMIT_BYTES = 64 * 1024;
 
 const CLIENT_REQUEST_ID = /^[A-Za-z0-9._:-]{1,128}$/;
 

@@ -333,6 +333,27 @@ describe('hardening', () => {
     expect((await rawGet(t.url, `/coupons/${coupon.id}`, [auth, 'Content-Length: 0'])).status).toBe(200);
   });
 
+  it('a body over 64 KiB on a GET is 413 like on any other method, before the token is looked at; one just under it is 400', async () => {
+    const coupon = await createCoupon(t.url, { totalStock: 5 });
+    const auth = `Authorization: Bearer ${tokenFor('get-big-body')}`;
+    // Node's client frames a GET's body only as told.
+    const answer = async (path: string, headerLines: string[], size: number) => {
+      const framing = headerLines.includes(chunked) ? [] : [`Content-Length: ${size}`];
+      const body = JSON.stringify({ pad: 'x'.repeat(size - 10) });
+      const res = await rawGet(t.url, path, ['Content-Type: application/json', ...framing, ...headerLines], body);
+      return [path, headerLines.join(' '), res.status, JSON.parse(res.body).code];
+    };
+    const chunked = 'Transfer-Encoding: chunked';
+    for (const path of ['/me/coupons', `/coupons/${coupon.id}`, '/coupons', '/admin/coupons', '/health'])
+      for (const headerLines of [[auth], [], [auth, chunked]]) {
+        const lines = headerLines.join(' ');
+        expect(await answer(path, headerLines, 64 * 1024 + 1)).toEqual([path, lines, 413, 'PAYLOAD_TOO_LARGE']);
+        expect((await answer(path, headerLines, 64 * 1024))[2]).not.toBe(413);
+      }
+    // The connection that carried a refused body still answers.
+    expect((await rawGet(t.url, '/me/coupons', [auth])).status).toBe(200);
+  });
+
   describe('times', () => {
     it('a time without its zone is 400 naming it; one with an offset is the instant it names', async () => {
       const create = (overrides: Record<string, unknown>) =>

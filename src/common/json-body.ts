@@ -1,7 +1,11 @@
+import type { Readable } from 'node:stream';
 import { TextDecoder } from 'node:util';
-import type { FastifyInstance, FastifyRequest } from 'fastify';
+import { errorCodes, type FastifyInstance, type FastifyRequest } from 'fastify';
 import { AppError } from './errors.js';
 import { validationFailed } from './validation.js';
+
+/** The most any body may take, bulk issuance's uploads apart. */
+export const BODY_LIMIT_BYTES = 64 * 1024;
 
 const utf8 = new TextDecoder('utf-8', { fatal: true });
 
@@ -28,6 +32,7 @@ export function strictJsonBodies(fastify: FastifyInstance): void {
       return done(
         new AppError('UNSUPPORTED_MEDIA_TYPE', `Content-Encoding ${encoding.slice(0, 64)} is not supported; send the body uncompressed`),
       );
+    if (req.method === 'GET' || req.method === 'HEAD') return measureBodyless(req, payload, done);
     done(null, payload);
   });
   // Every other type is refused unread, except an empty body: Content-Length 0 is no body whatever
@@ -37,17 +42,11 @@ export function strictJsonBodies(fastify: FastifyInstance): void {
     // An unknown route is 404 whatever its body, as when no parser matched.
     if (req.is404 || req.headers['content-length'] === '0') return done(null, undefined);
     if (req.headers['content-length'] !== undefined) return done(unsupportedMediaType(req), undefined);
-    const settle = (err: Error | null) => {
-      payload.off('data', onData).off('end', onEnd).off('error', settle);
-      // Paused, the rest of a refused body is left to UnreadBodies, as one with a length.
-      payload.pause();
-      done(err, undefined);
-    };
-    const onData = (chunk: Buffer) => {
-      if (chunk.length > 0) settle(unsupportedMediaType(req));
-    };
-    const onEnd = () => settle(null);
-    payload.on('data', onData).on('end', onEnd).on('error', settle);
+    readChunked(
+      payload,
+      (chunk) => (chunk.length > 0 ? unsupportedMediaType(req) : null),
+      (err) => done(err, undefined),
+    );
   });
   fastify.removeContentTypeParser('application/json');
   fastify.addContentTypeParser('application/json', { parseAs: 'buffer' }, (_req, body, done) => {
@@ -64,4 +63,39 @@ export function strictJsonBodies(fastify: FastifyInstance): void {
       done(validationFailed({ body: [`is not valid JSON (${(err as Error).message})`] }, 'The body is not valid JSON'), undefined);
     }
   });
+}
+
+/**
+ * Fastify reads no body on a GET or HEAD, and the input guard refuses one (400 `body`). One over the
+ * limit is 413 first, as on every other method: by its length, or counted as it arrives when chunked.
+ */
+function measureBodyless(req: FastifyRequest, payload: Readable, done: (err: Error | null, payload?: Readable) => void): void {
+  const tooLarge = () => new errorCodes.FST_ERR_CTP_BODY_TOO_LARGE();
+  const length = req.headers['content-length'];
+  if (length !== undefined || req.headers['transfer-encoding'] === undefined)
+    return done(Number(length) > BODY_LIMIT_BYTES ? tooLarge() : null, payload);
+  let seen = 0;
+  readChunked(
+    payload,
+    (chunk) => ((seen += chunk.length) > BODY_LIMIT_BYTES ? tooLarge() : null),
+    (err) => done(err, payload),
+  );
+}
+
+/**
+ * Reads a chunked body, whose length only its end tells, until `refuse` names an error for a chunk.
+ * Paused then, the rest of a refused body is left to UnreadBodies, as one refused on its length.
+ */
+function readChunked(payload: Readable, refuse: (chunk: Buffer) => Error | null, done: (err: Error | null) => void): void {
+  const settle = (err: Error | null) => {
+    payload.off('data', onData).off('end', onEnd).off('error', settle);
+    payload.pause();
+    done(err);
+  };
+  const onData = (chunk: Buffer) => {
+    const err = refuse(chunk);
+    if (err) settle(err);
+  };
+  const onEnd = () => settle(null);
+  payload.on('data', onData).on('end', onEnd).on('error', settle);
 }

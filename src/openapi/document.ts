@@ -46,11 +46,12 @@ function commonErrors(method: string, route: RouteContract): ErrorCode[] {
   // Any request: it did not all arrive within REQUEST_TIMEOUT_MS (a slow body, or slow headers
   // answered by the HTTP server before routing), or its headers are too large.
   // Any route refuses a query parameter or a body field it does not declare (UndeclaredInputGuard).
-  const codes: ErrorCode[] = ['REQUEST_TIMEOUT', 'HEADERS_TOO_LARGE', 'VALIDATION_FAILED'];
+  // Any body over the limit, a GET's included (json-body.ts).
+  const codes: ErrorCode[] = ['REQUEST_TIMEOUT', 'HEADERS_TOO_LARGE', 'VALIDATION_FAILED', 'PAYLOAD_TOO_LARGE'];
   const takesBody = method === 'post' || method === 'patch' || method === 'put' || method === 'delete';
   if (route.auth !== 'public') codes.push('UNAUTHENTICATED');
   if (Array.isArray(route.auth)) codes.push('FORBIDDEN');
-  if (takesBody) codes.push('PAYLOAD_TOO_LARGE', 'UNSUPPORTED_MEDIA_TYPE');
+  if (takesBody) codes.push('UNSUPPORTED_MEDIA_TYPE');
   if (route.usesDatabase !== false) codes.push('SERVICE_UNAVAILABLE');
   // Every write commits through TransactionService, which answers this when a lost COMMIT cannot be resolved.
   if (route.usesDatabase !== false && method !== 'get') codes.push('OUTCOME_UNKNOWN');
