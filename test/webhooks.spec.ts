@@ -1,4 +1,5 @@
 import { jest } from '@jest/globals';
+import { getEventListeners } from 'node:events';
 import { readFileSync } from 'node:fs';
 import { Ajv2020 } from 'ajv/dist/2020.js';
 import request from 'supertest';
@@ -9,6 +10,7 @@ import { TransactionService } from '../src/database/transaction.service.js';
 import { ExpiryService } from '../src/state-machine/expiry.service.js';
 import { FanOut, readCursor } from '../src/webhooks/fan-out.js';
 import { WebhookRelay } from '../src/webhooks/relay.service.js';
+import { Sender } from '../src/webhooks/sender.js';
 import { eventType } from '../src/webhooks/events.js';
 import { checkWebhookUrl, guardedLookup } from '../src/webhooks/url-policy.js';
 import { createCoupon, newKey } from './support/factories.js';
@@ -448,6 +450,36 @@ describe('webhooks', () => {
     } finally {
       config.WEBHOOK_TIMEOUT_MS = 1000;
       rx.answer = () => 200;
+    }
+  });
+
+  it('stopping the relay ends all its attempts in flight at once, through one listener on its signal however many there are', async () => {
+    rx.answer = () => 'hang';
+    const config = t.app.get(AppConfig);
+    config.WEBHOOK_TIMEOUT_MS = 30_000;
+    const sender = new Sender(t.app.get(DataSource), t.app.get(TransactionService), config, () => undefined);
+    const relay = new AbortController();
+    try {
+      const coupon = await createCoupon(t.url, { totalStock: 20 });
+      const ucs = await Promise.all(Array.from({ length: 20 }, (_, i) => grab(coupon.id, `wh-stop-${i}`)));
+      const pending = async () => (await deliveries(webhookId, '?limit=100')).items.filter((d) => ucs.includes(String(d.userCouponId)));
+      for (const deadline = Date.now() + 10_000; (await pending()).length < 20 && Date.now() < deadline;) await sleep(50);
+      // A second sender beside the app's relay: each sends the 20 deliveries, and both wait on the receiver.
+      await sender.dispatch(relay.signal);
+      expect(sender.idle).toBe(false);
+      // Node warns of a leak past 10 listeners on one signal (MaxListenersExceededWarning).
+      expect(getEventListeners(relay.signal, 'abort')).toHaveLength(1);
+      relay.abort();
+      const stopped = Date.now();
+      while (!sender.idle && Date.now() - stopped < 5_000) await sleep(20);
+      expect(sender.idle).toBe(true);
+      // Stopped attempts write nothing: the deliveries stay PENDING for the next relay.
+      expect((await pending()).map((d) => d.status)).toEqual(Array(20).fill('PENDING'));
+    } finally {
+      config.WEBHOOK_TIMEOUT_MS = 1000;
+      rx.answer = () => 200;
+      rx.dropConnections();
+      await sender.close();
     }
   });
 

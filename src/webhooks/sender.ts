@@ -55,6 +55,8 @@ export class Sender {
   private readonly inFlight = new Map<string, Set<string>>();
   private outcomes: Outcome[] = [];
   private readonly signers = new Map<string, Webhook>();
+  /** Per relay signal, the controllers of its attempts in flight (attemptsUnder). */
+  private readonly attemptsOf = new WeakMap<AbortSignal, Set<AbortController>>();
   /** Endpoints whose failed_in_row was above 0 when last read: a success there must reset it. */
   private failing = new Set<string>();
   /** Outcomes whose deliveries are written but whose endpoint counts (failed in a row, disabling) are not yet. */
@@ -149,17 +151,16 @@ export class Sender {
     let signer = this.signers.get(ep.secret);
     if (!signer) this.signers.set(ep.secret, (signer = new Webhook(ep.secret)));
     // One deadline for the whole attempt (undici's headersTimeout and bodyTimeout bound each wait, so a
-    // receiver trickling its body would hold an attempt for ever), on a controller linked to the
-    // relay's signal by hand: AbortSignal.any() on a long-lived signal keeps every composite alive in
-    // Node 20 (nodejs/node#55351, #54614).
+    // receiver trickling its body would hold an attempt for ever), on a controller the relay's stop
+    // aborts too.
     const stop = new AbortController();
     let timedOut = false;
     const timer = setTimeout(() => {
       timedOut = true;
       stop.abort();
     }, this.config.WEBHOOK_TIMEOUT_MS);
-    const onStop = () => stop.abort();
-    signal.addEventListener('abort', onStop, { once: true });
+    const attempts = this.attemptsUnder(signal);
+    attempts.add(stop);
     if (signal.aborted) stop.abort();
     try {
       const res = await request(ep.url, {
@@ -190,8 +191,25 @@ export class Sender {
       return outcome(null, error.slice(0, 255));
     } finally {
       clearTimeout(timer);
-      signal.removeEventListener('abort', onStop);
+      attempts.delete(stop);
     }
+  }
+
+  /**
+   * The attempts in flight under a relay's signal, which one listener on it aborts all at once. A
+   * listener per attempt put more than 10 on the signal whenever more than 10 attempts were in
+   * flight, and Node warned of a leak (MaxListenersExceededWarning) on stderr. AbortSignal.any()
+   * would link them too, but on a long-lived signal it keeps every composite alive in Node 20
+   * (nodejs/node#55351, #54614).
+   */
+  private attemptsUnder(signal: AbortSignal): Set<AbortController> {
+    let attempts = this.attemptsOf.get(signal);
+    if (!attempts) {
+      const all = (attempts = new Set());
+      this.attemptsOf.set(signal, all);
+      signal.addEventListener('abort', () => all.forEach((stop) => stop.abort()), { once: true });
+    }
+    return attempts;
   }
 
   /**
