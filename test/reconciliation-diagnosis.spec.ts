@@ -12,6 +12,7 @@ import {
 import { isLegal, USER_COUPON_STATUSES, UserCouponStatus } from '../src/ledger/transitions.js';
 
 const T0 = new Date('2026-01-01T00:00:00Z');
+const HOLD_EXPIRY = new Date('2026-01-01T00:15:00Z');
 let nextLogId = 1;
 const log = (...steps: [UserCouponStatus | null, UserCouponStatus, string?][]): LogEntry[] =>
   steps.map(([from, to, txId]) => ({ id: String(nextLogId++), from, to, txId: txId ?? 'k', reason: null, createdAt: T0 }));
@@ -113,7 +114,7 @@ describe('reconciliation diagnosis', () => {
       to: 'UNUSED',
     });
     // a live hold and a log ending LOCKED, even a broken one (a release's row lost): the status goes back to LOCKED
-    const hold = { activeHolds: [{ id: '9', orderNo: 'O2' }] };
+    const hold = { activeHolds: [{ id: '9', orderNo: 'O2', expiresAt: HOLD_EXPIRY }] };
     for (const entries of [
       log([null, 'UNUSED'], ['UNUSED', 'LOCKED']),
       log([null, 'UNUSED'], ['UNUSED', 'LOCKED'], ['UNUSED', 'LOCKED']),
@@ -178,7 +179,7 @@ describe('reconciliation diagnosis', () => {
             otherRedemptions: others
               .filter((o) => !orders.includes(o))
               .map((orderNo) => ({ id: `5${orderNo}`, orderNo, status: 'CANCELLED' })),
-            activeHolds: holds.map((orderNo, i) => ({ id: `9${i}`, orderNo })),
+            activeHolds: holds.map((orderNo, i) => ({ id: `9${i}`, orderNo, expiresAt: HOLD_EXPIRY })),
           });
           const fixed = applyPlan(before);
           expect(diagnoseUserCoupon(fixed)).toBeNull();
@@ -192,19 +193,19 @@ describe('reconciliation diagnosis', () => {
 
   it('a LOCKED coupon an order used: its holds close in the same repair, the using order’s confirmed (invariant 6)', () => {
     const locked = log([null, 'UNUSED'], ['UNUSED', 'LOCKED', 'hold:H']);
-    expect(plan(facts('LOCKED', locked, ['X'], { activeHolds: [{ id: '50', orderNo: 'H' }] }))?.steps).toEqual([
+    expect(plan(facts('LOCKED', locked, ['X'], { activeHolds: [{ id: '50', orderNo: 'H', expiresAt: HOLD_EXPIRY }] }))?.steps).toEqual([
       { op: 'CLOSE_HOLDS', holds: [{ holdId: '50', closeAs: 'RELEASED' }] },
       { op: 'TRANSIT', from: 'LOCKED', to: 'USED', txId: 'order:X' },
     ]);
-    expect(plan(facts('LOCKED', locked, ['H'], { activeHolds: [{ id: '50', orderNo: 'H' }] }))?.steps[0]).toEqual({
+    expect(plan(facts('LOCKED', locked, ['H'], { activeHolds: [{ id: '50', orderNo: 'H', expiresAt: HOLD_EXPIRY }] }))?.steps[0]).toEqual({
       op: 'CLOSE_HOLDS',
       holds: [{ holdId: '50', closeAs: 'CONFIRMED' }],
     });
     // LOCKED with a log that never got there and no hold holding it: not repaired into LOCKED
     expect(plan(facts('LOCKED', log([null, 'UNUSED'])))?.steps).toEqual([{ op: 'SET_STATUS', from: 'LOCKED', to: 'UNUSED' }]);
-    expect(plan(facts('LOCKED', log([null, 'UNUSED']), [], { activeHolds: [{ id: '50', orderNo: 'H' }] }))?.steps).toEqual([
-      { op: 'APPEND_LOG', rows: [{ from: 'UNUSED', to: 'LOCKED', txId: null, reason: null, createdAt: null }] },
-    ]);
+    expect(
+      plan(facts('LOCKED', log([null, 'UNUSED']), [], { activeHolds: [{ id: '50', orderNo: 'H', expiresAt: HOLD_EXPIRY }] }))?.steps,
+    ).toEqual([{ op: 'APPEND_LOG', rows: [{ from: 'UNUSED', to: 'LOCKED', txId: null, reason: null, createdAt: null }] }]);
   });
 
   it('a status outside the lifecycle goes back to where the log left it', () => {

@@ -165,23 +165,32 @@ describe('reconciliation of holds and orders', () => {
     expect(await findings()).toEqual([]);
   });
 
-  it('a held coupon whose status alone went back to UNUSED is one LOG_MISMATCH that sets it LOCKED again; the order then pays with its hold', async () => {
-    const h = await held('lost-lock');
-    await sql(`UPDATE user_coupon SET status = 'UNUSED' WHERE id = ?`, [h.ucId]);
-    const found = await findings();
-    expect(found.map((p) => [p.discrepancy.type, p.discrepancy.userCouponId, p.discrepancy.details.targetStatus])).toEqual([
-      ['LOG_MISMATCH', h.ucId, 'LOCKED'],
-    ]);
-    expect((await decide(found[0].id)).status).toBe(200);
-    expect(await one(`SELECT status FROM user_coupon WHERE id = ?`, [h.ucId])).toEqual({ status: 'LOCKED' });
-    expect(await logOf(h.ucId)).toEqual(['null>UNUSED', 'UNUSED>LOCKED']);
-    const paid = await request(t.url)
-      .post('/redemptions')
-      .set(bearer(tokenFor('lost-lock')))
-      .send({ userCouponId: h.ucId, orderNo: h.orderNo, orderAmountCents: 20000 });
-    expect(paid.status).toBe(201);
-    expect(await findings()).toEqual([]);
-  });
+  it.each([
+    ['status alone went back to UNUSED', `status = 'UNUSED'`],
+    ['status and lock time were cleared', `status = 'UNUSED', locked_until = NULL`],
+  ])(
+    'a held coupon whose %s is one LOG_MISMATCH that sets it LOCKED again, until its hold ends; the order then pays with its hold',
+    async (_case, edit) => {
+      const h = await held('lost-lock');
+      const [before] = (await sql(`SELECT locked_until FROM user_coupon WHERE id = ?`, [h.ucId])) as { locked_until: Date }[];
+      await sql(`UPDATE user_coupon SET ${edit} WHERE id = ?`, [h.ucId]);
+      const found = await findings();
+      expect(found.map((p) => [p.discrepancy.type, p.discrepancy.userCouponId, p.discrepancy.details.targetStatus])).toEqual([
+        ['LOG_MISMATCH', h.ucId, 'LOCKED'],
+      ]);
+      expect((await decide(found[0].id)).status).toBe(200);
+      expect(await one(`SELECT status, locked_until FROM user_coupon WHERE id = ?`, [h.ucId])).toEqual({ status: 'LOCKED', ...before });
+      expect(await logOf(h.ucId)).toEqual(['null>UNUSED', 'UNUSED>LOCKED']);
+      // Not a second finding that would release the live hold for the time the coupon no longer carried.
+      expect(await findings()).toEqual([]);
+      const paid = await request(t.url)
+        .post('/redemptions')
+        .set(bearer(tokenFor('lost-lock')))
+        .send({ userCouponId: h.ucId, orderNo: h.orderNo, orderAmountCents: 20000 });
+      expect(paid.status).toBe(201);
+      expect(await findings()).toEqual([]);
+    },
+  );
 
   /** A redemption row written behind the service's back (a lost status change, or a second use). */
   const plantRedemption = (ucId: string, orderNo: string, status = 'USED') =>

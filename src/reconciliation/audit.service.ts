@@ -68,8 +68,8 @@ export async function loadUserCouponFacts(q: Queryable, ids: string[]): Promise<
     `SELECT id, user_coupon_id, order_no, status FROM redemption WHERE user_coupon_id IN (?) ORDER BY id`,
     [ids],
   );
-  const holds: { id: string; user_coupon_id: string; order_no: string }[] = await q.query(
-    `SELECT id, user_coupon_id, order_no FROM redemption_hold WHERE user_coupon_id IN (?) AND status = 'ACTIVE' ORDER BY id`,
+  const holds: { id: string; user_coupon_id: string; order_no: string; expires_at: Date }[] = await q.query(
+    `SELECT id, user_coupon_id, order_no, expires_at FROM redemption_hold WHERE user_coupon_id IN (?) AND status = 'ACTIVE' ORDER BY id`,
     [ids],
   );
   return rows.map((uc) => ({
@@ -88,7 +88,9 @@ export async function loadUserCouponFacts(q: Queryable, ids: string[]): Promise<
     otherRedemptions: redemptions
       .filter((r) => r.user_coupon_id === uc.id && r.status !== 'USED')
       .map((r) => ({ id: String(r.id), orderNo: r.order_no, status: r.status })),
-    activeHolds: holds.filter((h) => h.user_coupon_id === uc.id).map((h) => ({ id: String(h.id), orderNo: h.order_no })),
+    activeHolds: holds
+      .filter((h) => h.user_coupon_id === uc.id)
+      .map((h) => ({ id: String(h.id), orderNo: h.order_no, expiresAt: h.expires_at })),
   }));
 }
 

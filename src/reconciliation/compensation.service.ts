@@ -12,7 +12,7 @@ import { StateMachineService } from '../ledger/state-machine.service.js';
 import { findLog, removeLogRows, writeLog } from '../ledger/state-log.js';
 import { StockService } from '../ledger/stock.service.js';
 import { TxIds } from '../ledger/tx-id.js';
-import { countFromStock, lockUserCoupon, setStatus } from '../ledger/user-coupons.js';
+import { countFromStock, lockUserCoupon, setLockedUntil, setStatus } from '../ledger/user-coupons.js';
 import { loadUserCouponFacts } from './audit.service.js';
 import { Compensation, CompensationStatus, CompensationView, toCompensationView } from './compensation.entity.js';
 import type { MissingStockFinding, RepairParams, RepairStep, StockFinding } from './diagnosis.js';
@@ -234,7 +234,11 @@ export class CompensationService {
         // Not a lifecycle move (the log already records this status, or is rewritten to in this same repair), so not through transit().
         if ((await setStatus(em, [userCouponId], s.from, s.to, ctx.now)) !== 1)
           throw changedSinceRun(`User coupon ${userCouponId}`, { expectedStatus: s.from });
-        return { op: s.op, from: s.from, to: s.to };
+        // Back to LOCKED for its live hold (the first, as the hold audit keeps): the coupon carries that
+        // hold's expiry again, which its timeout and every reader go by, and the hold audit checks.
+        const hold = s.to === 'LOCKED' ? facts.activeHolds[0] : undefined;
+        if (hold) await setLockedUntil(em, userCouponId, hold.expiresAt);
+        return { op: s.op, from: s.from, to: s.to, ...(hold && { lockedUntil: hold.expiresAt.toISOString() }) };
       }
       case 'TRANSIT':
         await this.stateMachine.transit(em, userCouponId, s.from, s.to, s.txId ?? ctx.txId, ctx.reason, ctx.now);

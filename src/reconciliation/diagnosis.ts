@@ -46,6 +46,7 @@ export interface OtherRedemption extends UsedRedemption {
 export interface ActiveHold {
   id: string;
   orderNo: string;
+  expiresAt: Date;
 }
 
 /** Everything the tables say about one user coupon, read in one snapshot. */
