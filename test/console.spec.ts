@@ -1230,6 +1230,44 @@ describe('admin console in a browser', () => {
     }
   });
 
+  it('at 1280 pixels shows a campaign’s whole name and grab window, wrapped, and a user coupon’s actions however the table scrolls', async () => {
+    // Names that differ only at their end: cut short, "满100减50" read as "满10".
+    const name = '双十一全场满300减50优惠券（限时抢购，每人限领两张，先到先得）Campaign 199 满100减50';
+    const coupon = await createCoupon(t.url, { name });
+    const tab = await newTab();
+    watchErrors(tab);
+    try {
+      await tab.setViewportSize({ width: 1280, height: 800 });
+      await tab.goto(`${t.url}/console/campaigns#token=${adminToken()}`);
+      const link = tab.getByTestId(`campaign-${coupon.id}`);
+      await link.waitFor();
+      await tab.waitForTimeout(400);
+      await tab.screenshot({ path: `${SHOTS}/16-campaigns-1280px.png` });
+      // Every line of the cell (the name, and the window up to its end's zone) lies inside it.
+      const fits = await tab.evaluate<{ lines: boolean; inside: boolean; text: string }>(`(() => {
+        const td = document.querySelector('[data-testid="campaign-${coupon.id}"]').closest('td');
+        const box = td.getBoundingClientRect();
+        const lines = [...td.querySelectorAll('a, span')].flatMap((e) => [...e.getClientRects()]);
+        return { lines: lines.length > 1, inside: lines.every((r) => r.left >= box.left - 0.5 && r.right <= box.right + 0.5), text: td.innerText };
+      })()`);
+      expect(fits).toEqual({ lines: true, inside: true, text: expect.stringContaining(name) });
+      expect(fits.text).toMatch(/→\s*\d{4}-\d{2}-\d{2} \d{2}:\d{2} UTC[+-]\d{2}:\d{2}$/);
+      // A user's coupons: the table scrolls sideways, its actions stay in view, and the campaign is a link to its page.
+      const uc = await grabUserCoupon(t.url, coupon.id, 'wide-window');
+      await tab.goto(`${t.url}/console/users?userId=wide-window`);
+      const voidButton = tab.getByTestId(`void-${uc.id}`);
+      await voidButton.waitFor();
+      const [button, table] = await Promise.all([voidButton.boundingBox(), tab.locator('.ant-table-container').boundingBox()]);
+      expect(button && table && button.x >= table.x && button.x + button.width <= table.x + table.width).toBe(true);
+      await tab.screenshot({ path: `${SHOTS}/16-user-coupons-1280px.png` });
+      await tab.getByRole('link', { name: `#${coupon.id}` }).click();
+      await tab.getByText(name).first().waitFor();
+      expect(new URL(tab.url()).pathname).toBe(`/console/campaigns/${coupon.id}`);
+    } finally {
+      await tab.context().close();
+    }
+  });
+
   it('keeps the live chart in its card when the menu opens as the chart is first drawn', async () => {
     const tab = await newTab();
     watchErrors(tab);

@@ -124,29 +124,31 @@ export function Campaigns() {
         columns={[
           { title: t('id'), dataIndex: 'id', width: 60 },
           {
+            // Wrapped, never cut: names that differ only at their end ("满100减50", "满10") must read apart,
+            // and the window's end date is what an operator looks for.
             title: t('name'),
             dataIndex: 'name',
-            ellipsis: true,
             render: (name: string, c) => (
-              <Space orientation="vertical" size={0}>
+              <Space orientation="vertical" size={0} style={{ overflowWrap: 'anywhere' }}>
                 <Link to={`/campaigns/${c.id}`} data-testid={`campaign-${c.id}`}>
                   {name}
                 </Link>
                 <Typography.Text type="secondary" style={{ fontSize: 12 }}>
-                  {t('grabWindow')}: {shortTime(c.grabStartAt)} → {shortTime(c.grabEndAt)}
+                  {t('grabWindow')}: <span style={{ whiteSpace: 'nowrap' }}>{shortTime(c.grabStartAt)} →</span>{' '}
+                  <span style={{ whiteSpace: 'nowrap' }}>{shortTime(c.grabEndAt)}</span>
                 </Typography.Text>
               </Space>
             ),
           },
-          { title: t('status'), key: 'status', width: 100, render: (_, c) => <StatusTags coupon={c} t={t} /> },
-          { title: t('stock'), key: 'stock', width: 220, render: (_, c) => <StockBar coupon={c} t={t} /> },
-          { title: t('issued'), key: 'issued', align: 'right', width: 80, render: (_, c) => count(c.counts.issued) },
+          { title: t('status'), key: 'status', width: 90, render: (_, c) => <StatusTags coupon={c} t={t} /> },
+          { title: t('stock'), key: 'stock', width: 200, render: (_, c) => <StockBar coupon={c} t={t} /> },
+          { title: t('issued'), key: 'issued', align: 'right', width: 70, render: (_, c) => count(c.counts.issued) },
           { title: t('used'), key: 'used', align: 'right', width: 70, render: (_, c) => count(c.counts.used) },
           { title: t('locked'), key: 'locked', align: 'right', width: 70, render: (_, c) => count(lockedCount(c.counts)) },
           {
             title: t('actions'),
             key: 'actions',
-            width: 230,
+            width: 215,
             render: (_, c) => (
               <Space size={4}>
                 <Link to={`/campaigns/${c.id}`}>
