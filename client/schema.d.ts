@@ -399,7 +399,7 @@ export interface paths {
         put?: never;
         /**
          * Record a refund of a redeemed order (idempotent by refundNo)
-         * @description When the template has `returnOnRefund`, a replacement coupon (source REFUND_RETURN) is issued; the original stays USED. Once the template's fixed validity has ended no replacement can be issued (it would be born EXPIRED): 409 COUPON_EXPIRED. Repeats of a refundNo, and another refundNo for an already refunded redemption, answer that refund with `Idempotent-Replayed: true`.
+         * @description When the template has `returnOnRefund`, a replacement coupon (source REFUND_RETURN) is issued; the original stays USED. Once the template's fixed validity has ended the refund is recorded without one (`replacementUserCoupon: null`): it would be born EXPIRED. Repeats of a refundNo, and another refundNo for an already refunded redemption, answer that refund with `Idempotent-Replayed: true`.
          *
          *     Auth: Bearer token with the role `service`.
          */
@@ -1501,7 +1501,7 @@ export interface components {
              */
             userCouponId: string;
             orderNo: string;
-            /** @description The coupon given back, when the template returns coupons */
+            /** @description The coupon given back, when the template returns coupons; null once the template's fixed validity has ended */
             replacementUserCoupon: components["schemas"]["UserCoupon"] | null;
             /** Format: date-time */
             createdAt: string;
@@ -5962,7 +5962,7 @@ export interface operations {
                     };
                 };
             };
-            /** @description NOT_REDEEMED, REFUND_RETURN_DISABLED, COUPON_EXPIRED */
+            /** @description NOT_REDEEMED, REFUND_RETURN_DISABLED */
             409: {
                 headers: {
                     /** @description The request's id: the client's `X-Request-Id` when it is 1-128 of [A-Za-z0-9._:-], else a generated UUID */
@@ -5980,7 +5980,7 @@ export interface operations {
                      */
                     "application/json": components["schemas"]["Error"] & {
                         /** @enum {string} */
-                        code?: "NOT_REDEEMED" | "REFUND_RETURN_DISABLED" | "COUPON_EXPIRED";
+                        code?: "NOT_REDEEMED" | "REFUND_RETURN_DISABLED";
                     };
                 };
             };

@@ -35,19 +35,39 @@ describe('no coupon is issued after its fixed validity ended', () => {
   const issuedOf = async (couponId: string) =>
     Number(((await t.db.query(`SELECT COUNT(*) AS n FROM user_coupon WHERE coupon_id = ?`, [couponId])) as { n: string }[])[0].n);
 
-  it('a refund whose replacement would be born expired is 409 COUPON_EXPIRED, recording nothing', async () => {
+  it('a refund whose replacement would be born expired is recorded without one: the order is refunded, its holds released', async () => {
     const couponId = await couponEndingSoon();
     const uc = await grabUserCoupon(t.url, couponId, 'refunded');
     const { orderNo } = await redeemUserCoupon(t.url, uc.id, 'refunded');
-    const endedAt = await endValidity(couponId);
-    const res = await request(t.url)
-      .post('/redemptions/refunds')
+    // Another coupon held on the same (stackable) order, which the refund lets go.
+    const other = await createCoupon(t.url, { stackable: true, perUserLimit: 2 });
+    const held = await grabUserCoupon(t.url, other.id, 'refunded');
+    await t.db.query(`UPDATE coupon SET stackable = 1 WHERE id = ?`, [couponId]);
+    const hold = await request(t.url)
+      .post('/redemptions/holds')
       .set(bearer(serviceToken()))
-      .send({ userCouponId: uc.id, orderNo, refundNo: newKey('R') });
-    expect([res.status, res.body.code, res.body.details]).toEqual([409, 'COUPON_EXPIRED', { validityEndedAt: endedAt }]);
+      .send({ userCouponId: held.id, orderNo, orderAmountCents: 20000, userId: 'refunded' });
+    expect(hold.status).toBe(201);
+    await endValidity(couponId);
+    const refundNo = newKey('R');
+    const refund = () =>
+      request(t.url).post('/redemptions/refunds').set(bearer(serviceToken())).send({ userCouponId: uc.id, orderNo, refundNo });
+    const res = await refund();
+    expect([res.status, res.body.refundNo, res.body.replacementUserCoupon]).toEqual([201, refundNo, null]);
     expect(await issuedOf(couponId)).toBe(1);
-    const [{ n }] = (await t.db.query(`SELECT COUNT(*) AS n FROM refund WHERE user_coupon_id = ?`, [uc.id])) as { n: string }[];
-    expect(Number(n)).toBe(0);
+    const again = await refund();
+    expect([again.status, again.headers['idempotent-replayed'], again.body]).toEqual([201, 'true', res.body]);
+    const [{ status }] = (await t.db.query(`SELECT status FROM redemption_hold WHERE id = ?`, [hold.body.holdId])) as { status: string }[];
+    expect(status).toBe('RELEASED');
+    const late = async (userCouponId: string) =>
+      (
+        await request(t.url)
+          .post('/redemptions')
+          .set(bearer(serviceToken()))
+          .send({ userCouponId, orderNo, orderAmountCents: 20000, userId: 'refunded' })
+      ).body.code as string;
+    expect(await late(held.id)).toBe('HOLD_RELEASED');
+    expect(await late((await grabUserCoupon(t.url, other.id, 'refunded', newKey())).id)).toBe('ORDER_REFUNDED');
   });
 
   it('a reissue is 409 COUPON_EXPIRED; a repeat of its key with another reason is 422', async () => {

@@ -183,11 +183,11 @@ export const ROUTES: Record<string, RouteContract> = {
     summary: 'Record a refund of a redeemed order (idempotent by refundNo)',
     description:
       'When the template has `returnOnRefund`, a replacement coupon (source REFUND_RETURN) is issued; the original stays USED. ' +
-      "Once the template's fixed validity has ended no replacement can be issued (it would be born EXPIRED): 409 COUPON_EXPIRED. " +
+      "Once the template's fixed validity has ended the refund is recorded without one (`replacementUserCoupon: null`): it would be born EXPIRED. " +
       'Repeats of a refundNo, and another refundNo for an already refunded redemption, answer that refund with `Idempotent-Replayed: true`.',
     auth: ['service'],
     ok: { 201: { schema: 'Refund', description: 'The refund', headers: REPLAYED } },
-    errors: ['USER_COUPON_NOT_FOUND', 'NOT_REDEEMED', 'REFUND_RETURN_DISABLED', 'COUPON_EXPIRED', 'IDEMPOTENCY_KEY_REUSED'],
+    errors: ['USER_COUPON_NOT_FOUND', 'NOT_REDEEMED', 'REFUND_RETURN_DISABLED', 'IDEMPOTENCY_KEY_REUSED'],
     requestExample: { userCouponId: '1024', orderNo: 'ORD-20260101-0001', refundNo: 'RF-20260102-0001' },
   },
   'POST /admin/coupons': {

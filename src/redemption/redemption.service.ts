@@ -219,23 +219,26 @@ export class RedemptionService {
       }
       const coupon = await em.findOneByOrFail(Coupon, { id: uc.couponId });
       if (!coupon.returnOnRefund) throw new AppError('REFUND_RETURN_DISABLED', 'This coupon is not returned on refund');
-      const ended = validityEnded(coupon, new Date());
-      if (ended) throw ended;
-      const replacement = await this.issuer.issue(em, {
-        coupon,
-        userId: uc.userId,
-        source: 'REFUND_RETURN',
-        fromStock: false,
-        replacesUserCouponId: uc.id,
-        reason: `refund ${dto.refundNo}`,
-        txId: TxIds.refund(dto.refundNo),
-      });
+      // Past the template's fixed validity a replacement would be born EXPIRED: the refund is recorded
+      // without one, as the Refund's null replacement says. Refused, it left the order unrefunded, still
+      // taking coupons, and an order service retrying an ordinary refund for ever (an unlisted 409).
+      const replacement = validityEnded(coupon, new Date())
+        ? null
+        : await this.issuer.issue(em, {
+            coupon,
+            userId: uc.userId,
+            source: 'REFUND_RETURN',
+            fromStock: false,
+            replacesUserCouponId: uc.id,
+            reason: `refund ${dto.refundNo}`,
+            txId: TxIds.refund(dto.refundNo),
+          });
       const refund = Object.assign(new Refund(), {
         refundNo: dto.refundNo,
         redemptionId: redemption.id,
         userCouponId: uc.id,
         orderNo: dto.orderNo,
-        replacementUserCouponId: replacement.id,
+        replacementUserCouponId: replacement?.id ?? null,
         createdAt: new Date(),
       });
       await em.insert(Refund, refund);
