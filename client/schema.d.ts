@@ -377,7 +377,7 @@ export interface paths {
         put?: never;
         /**
          * Use a coupon on an order (idempotent by orderNo and userCouponId)
-         * @description A user redeems their own coupon; the order service (role service) redeems for the `userId` it names. A repeat of the same (orderNo, userCouponId) answers 200 with the first body, `firstUse: false` and `Idempotent-Replayed: true`; a repeat with another orderAmountCents is 422 IDEMPOTENCY_KEY_REUSED.
+         * @description A user redeems their own coupon; the order service (role service) redeems for the `userId` it names. A repeat of the same (orderNo, userCouponId) answers 200 with the first body, `firstUse: false` and `Idempotent-Replayed: true`; a repeat with another orderAmountCents is 422 IDEMPOTENCY_KEY_REUSED. With REDEMPTIONS_BY_USERS=false a user token is 403 FORBIDDEN here: only the order service (role service) puts coupons on orders.
          *
          *     Auth: Any valid bearer token (a user; `sub` is the user id).
          */
@@ -421,7 +421,7 @@ export interface paths {
         put?: never;
         /**
          * Hold a coupon for an unpaid order (idempotent by orderNo and userCouponId)
-         * @description Checks like a redemption, then locks the coupon (LOCKED) for ttlSeconds (default HOLD_TTL_SECONDS, 900). POST /redemptions with the same pair confirms it. A repeat answers the hold as it is now (200, `Idempotent-Replayed: true`); another orderAmountCents is 422; a coupon held by another order is 409 COUPON_LOCKED.
+         * @description Checks like a redemption, then locks the coupon (LOCKED) for ttlSeconds (default HOLD_TTL_SECONDS, 900). POST /redemptions with the same pair confirms it. A repeat answers the hold as it is now (200, `Idempotent-Replayed: true`); another orderAmountCents is 422; a coupon held by another order is 409 COUPON_LOCKED. With REDEMPTIONS_BY_USERS=false a user token is 403 FORBIDDEN here: only the order service (role service) puts coupons on orders.
          *
          *     Auth: Any valid bearer token (a user; `sub` is the user id).
          */
@@ -443,7 +443,7 @@ export interface paths {
         put?: never;
         /**
          * Release the hold of an order (cancelled): the coupon is UNUSED again, or EXPIRED past its validity
-         * @description Repeats answer the same hold with `Idempotent-Replayed: true` once it was cancelled; a hold that timed out (TIMEOUT) or was closed by reconciliation (RECONCILIATION) is answered without it, whether or not the sweep stored the timeout. After a confirmation 409 HOLD_ALREADY_CONFIRMED.
+         * @description Repeats answer the same hold with `Idempotent-Replayed: true` once it was cancelled; a hold that timed out (TIMEOUT) or was closed by reconciliation (RECONCILIATION) is answered without it, whether or not the sweep stored the timeout. After a confirmation 409 HOLD_ALREADY_CONFIRMED. With REDEMPTIONS_BY_USERS=false a user token is 403 FORBIDDEN here: only the order service (role service) puts coupons on orders.
          *
          *     Auth: Any valid bearer token (a user; `sub` is the user id).
          */

@@ -294,3 +294,41 @@ describe('authorization', () => {
     });
   });
 });
+
+describe('REDEMPTIONS_BY_USERS=false: only the order service puts coupons on orders', () => {
+  let t: TestApp;
+  beforeAll(async () => {
+    t = await startTestApp({ REDEMPTIONS_BY_USERS: 'false' });
+  });
+  afterAll(() => t.close());
+
+  it("a shopper's own token can no longer hold, redeem or release, so no order number can be taken first; the order service can", async () => {
+    const coupon = await createCoupon(t.url, { totalStock: 10, perUserLimit: 2 });
+    const grab = async (user: string) =>
+      (
+        await request(t.url)
+          .post(`/coupons/${coupon.id}/grab`)
+          .set(bearer(tokenFor(user)))
+          .set('Idempotency-Key', newKey())
+      ).body.id as string;
+    const [mallory, victim] = [await grab('mallory'), await grab('victim')];
+    const orderNo = newKey('victims-order');
+    const as = (token: string, path: string, body: Record<string, unknown>) => request(t.url).post(path).set(bearer(token)).send(body);
+    const squat = { userCouponId: mallory, orderNo, orderAmountCents: 0 };
+    for (const path of ['/redemptions/holds', '/redemptions', '/redemptions/holds/release']) {
+      const res = await as(tokenFor('mallory'), path, path.endsWith('release') ? { userCouponId: mallory, orderNo } : squat);
+      expect([path, res.status, res.body.code]).toEqual([path, 403, 'FORBIDDEN']);
+    }
+    const [{ n }] = (await t.db.query(`SELECT COUNT(*) AS n FROM coupon_order WHERE order_no = ?`, [orderNo])) as { n: string }[];
+    expect(Number(n)).toBe(0);
+    const service = (path: string, body: Record<string, unknown>) => as(serviceToken(), path, { ...body, userId: 'victim' });
+    const order = { userCouponId: victim, orderNo, orderAmountCents: 20000 };
+    expect((await service('/redemptions/holds', order)).status).toBe(201);
+    const confirmed = await service('/redemptions', order);
+    expect([confirmed.status, confirmed.body.firstUse]).toEqual([201, true]);
+    const other = { userCouponId: await grab('victim'), orderNo: newKey('cancelled') };
+    expect((await service('/redemptions/holds', { ...other, orderAmountCents: 20000 })).status).toBe(201);
+    expect((await service('/redemptions/holds/release', other)).status).toBe(200);
+    expect(await checkInvariants(t.db)).toEqual([]);
+  });
+});

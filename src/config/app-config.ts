@@ -315,6 +315,14 @@ export class AppConfig {
   @Max(86_400)
   HOLD_TTL_SECONDS: number = 900;
 
+  /**
+   * Whether a user's own token may hold, redeem and release (API.md's default). False: only the order
+   * service puts coupons on orders, so no shopper can take another customer's order number first.
+   */
+  @Transform(toBool)
+  @IsBoolean()
+  REDEMPTIONS_BY_USERS: boolean = true;
+
   /** How often the hold sweep releases timed-out holds; readers treat them as released already. */
   @Transform(toInt)
   @IsInt()

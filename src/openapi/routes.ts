@@ -53,6 +53,10 @@ export interface RouteContract {
 const REPLAYED: HeaderName[] = ['Idempotent-Replayed'];
 const GZIPPED: HeaderName[] = ['Content-Encoding', 'Vary'];
 
+/** REDEMPTIONS_BY_USERS=false (src/redemption/checks.ts), as the holds and redemptions say it. */
+const ONLY_THE_ORDER_SERVICE =
+  'With REDEMPTIONS_BY_USERS=false a user token is 403 FORBIDDEN here: only the order service (role service) puts coupons on orders.';
+
 export const ROUTES: Record<string, RouteContract> = {
   'GET /coupons': {
     summary: 'The coupon centre: live coupons, soonest grab start first (served from memory)',
@@ -116,7 +120,8 @@ export const ROUTES: Record<string, RouteContract> = {
     description:
       'A user redeems their own coupon; the order service (role service) redeems for the `userId` it names. A repeat of the same ' +
       '(orderNo, userCouponId) answers 200 with the first body, `firstUse: false` and `Idempotent-Replayed: true`; a repeat with ' +
-      'another orderAmountCents is 422 IDEMPOTENCY_KEY_REUSED.',
+      'another orderAmountCents is 422 IDEMPOTENCY_KEY_REUSED. ' +
+      ONLY_THE_ORDER_SERVICE,
     auth: 'user',
     ok: {
       201: { schema: 'Redemption', description: 'Used now (`firstUse: true`)' },
@@ -147,7 +152,8 @@ export const ROUTES: Record<string, RouteContract> = {
     description:
       'Checks like a redemption, then locks the coupon (LOCKED) for ttlSeconds (default HOLD_TTL_SECONDS, 900). POST /redemptions ' +
       'with the same pair confirms it. A repeat answers the hold as it is now (200, `Idempotent-Replayed: true`); another ' +
-      'orderAmountCents is 422; a coupon held by another order is 409 COUPON_LOCKED.',
+      'orderAmountCents is 422; a coupon held by another order is 409 COUPON_LOCKED. ' +
+      ONLY_THE_ORDER_SERVICE,
     auth: 'user',
     ok: {
       201: { schema: 'Hold', description: 'Held now' },
@@ -173,7 +179,8 @@ export const ROUTES: Record<string, RouteContract> = {
   'POST /redemptions/holds/release': {
     summary: 'Release the hold of an order (cancelled): the coupon is UNUSED again, or EXPIRED past its validity',
     description:
-      'Repeats answer the same hold with `Idempotent-Replayed: true` once it was cancelled; a hold that timed out (TIMEOUT) or was closed by reconciliation (RECONCILIATION) is answered without it, whether or not the sweep stored the timeout. After a confirmation 409 HOLD_ALREADY_CONFIRMED.',
+      'Repeats answer the same hold with `Idempotent-Replayed: true` once it was cancelled; a hold that timed out (TIMEOUT) or was closed by reconciliation (RECONCILIATION) is answered without it, whether or not the sweep stored the timeout. After a confirmation 409 HOLD_ALREADY_CONFIRMED. ' +
+      ONLY_THE_ORDER_SERVICE,
     auth: 'user',
     ok: { 200: { schema: 'Hold', description: 'The released hold', headers: REPLAYED } },
     errors: ['FORBIDDEN', 'HOLD_NOT_FOUND', 'HOLD_ALREADY_CONFIRMED', 'STATUS_CONFLICT'],

@@ -1,10 +1,24 @@
 import type { EntityManager } from 'typeorm';
+import { actingFor, type Principal } from '../auth/principal.js';
 import { AppError } from '../common/errors.js';
+import type { AppConfig } from '../config/app-config.js';
 import { Coupon } from '../coupon/coupon.entity.js';
 import { discountFor, discountOf } from '../coupon/discount.js';
 import { effectiveStatus, UserCoupon } from '../ledger/user-coupon.entity.js';
 
 export const userCouponNotFound = () => new AppError('USER_COUPON_NOT_FOUND', 'No such coupon for this user');
+
+/**
+ * The user a hold, redemption or release acts for. API.md lets a shopper use their own coupon on any
+ * order number, and orders belong to no user, so one could hold or redeem on another customer's
+ * order first and leave it no room for a coupon; with REDEMPTIONS_BY_USERS=false only the order
+ * service puts coupons on orders and takes them off.
+ */
+export function orderActor(principal: Principal, userId: string | undefined, config: AppConfig): string {
+  if (!config.REDEMPTIONS_BY_USERS && !principal.roles.includes('service'))
+    throw new AppError('FORBIDDEN', 'Coupons are put on orders and taken off them by the order service here (REDEMPTIONS_BY_USERS=false)');
+  return actingFor(principal, userId);
+}
 
 /**
  * What a redemption and a hold check alike before touching an order: the coupon as every reader

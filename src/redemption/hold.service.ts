@@ -1,7 +1,7 @@
 import { Injectable } from '@nestjs/common';
 import { InjectRepository } from '@nestjs/typeorm';
 import { EntityManager, Repository } from 'typeorm';
-import { actingFor, type Principal } from '../auth/principal.js';
+import type { Principal } from '../auth/principal.js';
 import { isDuplicateKey } from '../common/db-errors.js';
 import { AppError } from '../common/errors.js';
 import { counter } from '../common/metrics.js';
@@ -10,7 +10,7 @@ import { TransactionService } from '../database/transaction.service.js';
 import { TxIds } from '../ledger/tx-id.js';
 import { StateMachineService } from '../ledger/state-machine.service.js';
 import { lockUserCoupon, setLockedUntil } from '../ledger/user-coupons.js';
-import { usableDiscount, userCouponNotFound } from './checks.js';
+import { orderActor, usableDiscount, userCouponNotFound } from './checks.js';
 import { effectiveHold, Hold } from './hold.entity.js';
 import { findHold, releasedAt, releaseHold, releaseTimedOutHold } from './holds.js';
 import { lockOrder, orderDiscount } from './order.js';
@@ -47,7 +47,7 @@ export class HoldService {
   ) {}
 
   hold(principal: Principal, dto: HoldDto): Promise<{ hold: Hold; replayed: boolean }> {
-    const userId = actingFor(principal, dto.userId);
+    const userId = orderActor(principal, dto.userId, this.config);
     return measured('hold', () => this.doHold(userId, dto), 'LOCKED');
   }
 
@@ -101,7 +101,7 @@ export class HoldService {
    * stored the timeout first, never as a replay of a request.
    */
   release(principal: Principal, dto: ReleaseHoldDto): Promise<{ hold: Hold; replayed: boolean }> {
-    const userId = actingFor(principal, dto.userId);
+    const userId = orderActor(principal, dto.userId, this.config);
     return measured(
       'release',
       () =>

@@ -1,7 +1,8 @@
 import { Injectable } from '@nestjs/common';
 import { InjectRepository } from '@nestjs/typeorm';
 import { EntityManager, Repository } from 'typeorm';
-import { actingFor, type Principal } from '../auth/principal.js';
+import type { Principal } from '../auth/principal.js';
+import { AppConfig } from '../config/app-config.js';
 import { isDuplicateKey } from '../common/db-errors.js';
 import { AppError } from '../common/errors.js';
 import { counter } from '../common/metrics.js';
@@ -13,7 +14,7 @@ import { withLookup } from '../database/outcome.js';
 import { execute, TransactionService } from '../database/transaction.service.js';
 import { StateMachineService } from '../ledger/state-machine.service.js';
 import { TxIds } from '../ledger/tx-id.js';
-import { usableDiscount, userCouponNotFound } from './checks.js';
+import { orderActor, usableDiscount, userCouponNotFound } from './checks.js';
 import { effectiveHold, Hold } from './hold.entity.js';
 import { findHold, releaseHold, releaseTimedOutHold } from './holds.js';
 import { lockOrder, markOrderRefunded, OrderRow, orderDiscount, refuseRefundedOrder } from './order.js';
@@ -81,12 +82,13 @@ export class RedemptionService {
     private readonly tx: TransactionService,
     private readonly stateMachine: StateMachineService,
     private readonly issuer: IssueService,
+    private readonly config: AppConfig,
   ) {}
 
   redeem(principal: Principal, dto: RedeemDto): Promise<{ redemption: Redemption; firstUse: boolean }> {
     return measured(
       'redeem',
-      () => this.doRedeem(actingFor(principal, dto.userId), dto),
+      () => this.doRedeem(orderActor(principal, dto.userId, this.config), dto),
       (r) => (r.firstUse ? 'USED' : 'REPLAYED'),
     ).catch(repeatToLearn({ orderNo: dto.orderNo, userCouponId: dto.userCouponId }));
   }
