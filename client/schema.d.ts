@@ -77,7 +77,7 @@ export interface paths {
         put?: never;
         /**
          * Issue a coupon to a user by hand (optionally idempotent by Idempotency-Key)
-         * @description 409 COUPON_EXPIRED once the template's fixed validity has ended (the coupon would be born EXPIRED). A repeat of the Idempotency-Key with another couponId, fromStock, replacesUserCouponId or reason is 422.
+         * @description 409 COUPON_EXPIRED once the template's fixed validity has ended (the coupon would be born EXPIRED). A repeat of the Idempotency-Key with another couponId, fromStock, replacesUserCouponId or reason is 422. A coupon is replaced once: naming one a reissue or a refund replaced already is 409 ALREADY_REPLACED (`details.replacedBy`).
          *
          *     Auth: Bearer token with the role `admin`.
          */
@@ -1239,7 +1239,7 @@ export interface components {
         /** @description Every error answer. `code` is stable; `message` is for people; `details` names what was wrong. */
         Error: {
             /** @enum {string} */
-            code: "VALIDATION_FAILED" | "UNAUTHENTICATED" | "FORBIDDEN" | "NOT_FOUND" | "COUPON_NOT_FOUND" | "USER_COUPON_NOT_FOUND" | "GRAB_NOT_FOUND" | "REDEMPTION_NOT_FOUND" | "RUN_NOT_FOUND" | "COMPENSATION_NOT_FOUND" | "WEBHOOK_NOT_FOUND" | "WEBHOOK_DELIVERY_NOT_FOUND" | "HOLD_NOT_FOUND" | "ISSUANCE_JOB_NOT_FOUND" | "REQUEST_TIMEOUT" | "GRAB_NOT_STARTED" | "GRAB_ENDED" | "COUPON_PAUSED" | "SOLD_OUT" | "USER_LIMIT_REACHED" | "IDEMPOTENCY_IN_PROGRESS" | "INSUFFICIENT_STOCK" | "ILLEGAL_TRANSITION" | "STATUS_CONFLICT" | "COUPON_ALREADY_USED" | "COUPON_EXPIRED" | "COUPON_VOID" | "COUPON_NOT_YET_VALID" | "REFUND_RETURN_DISABLED" | "NOT_REDEEMED" | "RECONCILIATION_RUNNING" | "COMPENSATION_ALREADY_DECIDED" | "COUPON_LOCKED" | "HOLD_EXPIRED" | "HOLD_RELEASED" | "HOLD_ALREADY_CONFIRMED" | "ORDER_HAS_COUPON" | "ORDER_REFUNDED" | "ISSUANCE_JOB_FINISHED" | "PAYLOAD_TOO_LARGE" | "UNSUPPORTED_MEDIA_TYPE" | "HEADERS_TOO_LARGE" | "IDEMPOTENCY_KEY_REUSED" | "THRESHOLD_NOT_MET" | "WEBHOOK_URL_NOT_ALLOWED" | "HOLD_MISMATCH" | "ORDER_AMOUNT_MISMATCH" | "RATE_LIMITED" | "INTERNAL" | "SERVICE_UNAVAILABLE" | "OUTCOME_UNKNOWN";
+            code: "VALIDATION_FAILED" | "UNAUTHENTICATED" | "FORBIDDEN" | "NOT_FOUND" | "COUPON_NOT_FOUND" | "USER_COUPON_NOT_FOUND" | "GRAB_NOT_FOUND" | "REDEMPTION_NOT_FOUND" | "RUN_NOT_FOUND" | "COMPENSATION_NOT_FOUND" | "WEBHOOK_NOT_FOUND" | "WEBHOOK_DELIVERY_NOT_FOUND" | "HOLD_NOT_FOUND" | "ISSUANCE_JOB_NOT_FOUND" | "REQUEST_TIMEOUT" | "GRAB_NOT_STARTED" | "GRAB_ENDED" | "COUPON_PAUSED" | "SOLD_OUT" | "USER_LIMIT_REACHED" | "IDEMPOTENCY_IN_PROGRESS" | "INSUFFICIENT_STOCK" | "ILLEGAL_TRANSITION" | "STATUS_CONFLICT" | "COUPON_ALREADY_USED" | "COUPON_EXPIRED" | "COUPON_VOID" | "COUPON_NOT_YET_VALID" | "REFUND_RETURN_DISABLED" | "NOT_REDEEMED" | "RECONCILIATION_RUNNING" | "COMPENSATION_ALREADY_DECIDED" | "COUPON_LOCKED" | "HOLD_EXPIRED" | "HOLD_RELEASED" | "HOLD_ALREADY_CONFIRMED" | "ORDER_HAS_COUPON" | "ORDER_REFUNDED" | "ISSUANCE_JOB_FINISHED" | "ALREADY_REPLACED" | "PAYLOAD_TOO_LARGE" | "UNSUPPORTED_MEDIA_TYPE" | "HEADERS_TOO_LARGE" | "IDEMPOTENCY_KEY_REUSED" | "THRESHOLD_NOT_MET" | "WEBHOOK_URL_NOT_ALLOWED" | "HOLD_MISMATCH" | "ORDER_AMOUNT_MISMATCH" | "RATE_LIMITED" | "INTERNAL" | "SERVICE_UNAVAILABLE" | "OUTCOME_UNKNOWN";
             message: string;
             /** @description e.g. `fields` for VALIDATION_FAILED */
             details?: {
@@ -1501,7 +1501,7 @@ export interface components {
              */
             userCouponId: string;
             orderNo: string;
-            /** @description The coupon given back, when the template returns coupons; null once the template's fixed validity has ended */
+            /** @description The coupon given back, when the template returns coupons; null once the template's fixed validity has ended, or when a reissue replaced the coupon already */
             replacementUserCoupon: components["schemas"]["UserCoupon"] | null;
             /** Format: date-time */
             createdAt: string;
@@ -2371,7 +2371,7 @@ export interface operations {
                     };
                 };
             };
-            /** @description COUPON_EXPIRED, SOLD_OUT */
+            /** @description COUPON_EXPIRED, SOLD_OUT, ALREADY_REPLACED */
             409: {
                 headers: {
                     /** @description The request's id: the client's `X-Request-Id` when it is 1-128 of [A-Za-z0-9._:-], else a generated UUID */
@@ -2389,7 +2389,7 @@ export interface operations {
                      */
                     "application/json": components["schemas"]["Error"] & {
                         /** @enum {string} */
-                        code?: "COUPON_EXPIRED" | "SOLD_OUT";
+                        code?: "COUPON_EXPIRED" | "SOLD_OUT" | "ALREADY_REPLACED";
                     };
                 };
             };

@@ -5,7 +5,7 @@ import { IssueService } from '../src/ledger/issue.service.js';
 import { TransactionService } from '../src/database/transaction.service.js';
 import { StateMachineService } from '../src/ledger/state-machine.service.js';
 import { isLegal, USER_COUPON_STATUSES, UserCouponStatus } from '../src/ledger/transitions.js';
-import { createCoupon, CouponView } from './support/factories.js';
+import { createCoupon, CouponView, grabUserCoupon } from './support/factories.js';
 import { adminToken, bearer, serviceToken, startTestApp, TestApp, tokenFor } from './support/harness.js';
 import { checkInvariants } from '../src/ledger/invariants.js';
 
@@ -330,6 +330,27 @@ describe('state machine', () => {
       expect(answers.filter((r) => r.status !== 201).every((r) => r.status === 409 && r.body.code === 'SOLD_OUT')).toBe(true);
       expect(await stockOf(c.id)).toEqual({ init_stock: '4', stock: '0' });
       expect(await checkInvariants(t.db)).toEqual([]);
+    });
+
+    it('a coupon is replaced once: of 8 concurrent replacements without a key one issues, the others are 409 ALREADY_REPLACED naming it', async () => {
+      const c = await createCoupon(t.url, { totalStock: 5, perUserLimit: 2 });
+      const original = await grabUserCoupon(t.url, c.id, 'twice-replaced');
+      const body = { couponId: c.id, userId: 'twice-replaced', reason: 'ticket 88', fromStock: false, replacesUserCouponId: original.id };
+      const answers = await Promise.all(Array.from({ length: 8 }, () => reissue(body)));
+      const issued = answers.filter((r) => r.status === 201);
+      expect(issued).toHaveLength(1);
+      for (const r of answers.filter((a) => a.status !== 201))
+        expect([r.status, r.body.code, r.body.details]).toEqual([
+          409,
+          'ALREADY_REPLACED',
+          { userCouponId: original.id, replacedBy: issued[0].body.id },
+        ]);
+      // Its replacement may be replaced in turn.
+      expect((await reissue({ ...body, replacesUserCouponId: issued[0].body.id })).status).toBe(201);
+      const [{ n }] = (await t.db.query(`SELECT COUNT(*) AS n FROM user_coupon WHERE replaces_user_coupon_id = ?`, [original.id])) as {
+        n: string;
+      }[];
+      expect(Number(n)).toBe(1);
     });
 
     describe('with an Idempotency-Key', () => {

@@ -71,4 +71,29 @@ describe('replacesUserCouponId', () => {
     );
     expect(replacement?.replacesUserCouponId).toBe(used.id);
   });
+
+  it('a coupon is made good once: a refund of one an operator replaced already records no second replacement, and a reissue after the refund is 409', async () => {
+    const coupon = await createCoupon(t.url, { returnOnRefund: true });
+    const used = await grab(coupon.id, 'links-d');
+    const orderNo = `links-order-${newKey()}`;
+    const service = (path: string, body: Record<string, unknown>) => request(t.url).post(path).set(bearer(serviceToken())).send(body);
+    expect((await service('/redemptions', { userCouponId: used.id, orderNo, userId: 'links-d', orderAmountCents: 20_000 })).status).toBe(
+      201,
+    );
+    const reissue = () =>
+      request(t.url)
+        .post('/admin/user-coupons/reissue')
+        .set(bearer(adminToken()))
+        .send({ couponId: coupon.id, userId: 'links-d', reason: 'order went wrong', fromStock: false, replacesUserCouponId: used.id });
+    const reissued = await reissue();
+    expect(reissued.status).toBe(201);
+    const refund = await service('/redemptions/refunds', { userCouponId: used.id, orderNo, refundNo: `links-refund-${newKey()}` });
+    expect([refund.status, refund.body.replacementUserCoupon]).toEqual([201, null]);
+    const again = await reissue();
+    expect([again.status, again.body.code, again.body.details]).toEqual([
+      409,
+      'ALREADY_REPLACED',
+      { userCouponId: used.id, replacedBy: reissued.body.id },
+    ]);
+  });
 });

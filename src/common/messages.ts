@@ -47,6 +47,7 @@ const ZH_CN: Record<ErrorCode, string> = {
   ORDER_HAS_COUPON: '这笔订单已使用了优惠券，不能再叠加',
   ORDER_REFUNDED: '这笔订单已退款，不能再使用优惠券',
   ISSUANCE_JOB_FINISHED: '批量发券任务已经结束',
+  ALREADY_REPLACED: '这张券已经补发过了',
   COMPENSATION_ALREADY_DECIDED: '这条补偿建议已经处理过了',
   PAYLOAD_TOO_LARGE: '请求内容过大',
   UNSUPPORTED_MEDIA_TYPE: '不支持的内容类型',

@@ -90,6 +90,14 @@ export async function findUserCoupon(em: Queryable, id: string): Promise<UserCou
   return row ? toUserCoupon(row) : null;
 }
 
+/** The coupon issued to replace this one (a reissue's or a refund's), if any. */
+export async function findReplacement(em: Queryable, replacedId: string): Promise<string | null> {
+  const [row] = (await em.query(`SELECT id FROM user_coupon WHERE replaces_user_coupon_id = ? ORDER BY id LIMIT 1`, [replacedId])) as {
+    id: string;
+  }[];
+  return row ? String(row.id) : null;
+}
+
 /**
  * Locks the row and reads it in one statement (a locking read sees the latest commit). Raw SQL
  * because TypeORM's mysql driver writes a shared lock as FOR SHARE, which MariaDB does not accept.

@@ -277,10 +277,11 @@ export const ROUTES: Record<string, RouteContract> = {
     summary: 'Issue a coupon to a user by hand (optionally idempotent by Idempotency-Key)',
     description:
       "409 COUPON_EXPIRED once the template's fixed validity has ended (the coupon would be born EXPIRED). A repeat of the " +
-      'Idempotency-Key with another couponId, fromStock, replacesUserCouponId or reason is 422.',
+      'Idempotency-Key with another couponId, fromStock, replacesUserCouponId or reason is 422. A coupon is replaced once: ' +
+      'naming one a reissue or a refund replaced already is 409 ALREADY_REPLACED (`details.replacedBy`).',
     auth: ['admin'],
     ok: { 201: { schema: 'UserCoupon', description: 'The reissued coupon (source REISSUE)', headers: REPLAYED } },
-    errors: ['COUPON_NOT_FOUND', 'USER_COUPON_NOT_FOUND', 'COUPON_EXPIRED', 'SOLD_OUT', 'IDEMPOTENCY_KEY_REUSED'],
+    errors: ['COUPON_NOT_FOUND', 'USER_COUPON_NOT_FOUND', 'COUPON_EXPIRED', 'SOLD_OUT', 'ALREADY_REPLACED', 'IDEMPOTENCY_KEY_REUSED'],
     requestExample: { couponId: '1', userId: 'alice', reason: 'support ticket 4711', fromStock: false },
   },
   'GET /admin/user-coupons/{userCouponId}/history': {

@@ -228,7 +228,8 @@ export const RESPONSE_SCHEMAS: Record<string, JsonSchema> = {
     orderNo: { type: 'string', minLength: 1, maxLength: 64 },
     replacementUserCoupon: {
       oneOf: [ref('UserCoupon'), { type: 'null' }],
-      description: "The coupon given back, when the template returns coupons; null once the template's fixed validity has ended",
+      description:
+        "The coupon given back, when the template returns coupons; null once the template's fixed validity has ended, or when a reissue replaced the coupon already",
     },
     createdAt: dateTime(),
   }),

@@ -9,7 +9,7 @@ import { counter } from '../common/metrics.js';
 import { Coupon } from '../coupon/coupon.entity.js';
 import { IssueService, validityEnded } from '../ledger/issue.service.js';
 import { toIssuedView, UserCoupon } from '../ledger/user-coupon.entity.js';
-import { findUserCoupon, lockUserCoupon } from '../ledger/user-coupons.js';
+import { findReplacement, findUserCoupon, lockUserCoupon } from '../ledger/user-coupons.js';
 import { withLookup } from '../database/outcome.js';
 import { execute, TransactionService } from '../database/transaction.service.js';
 import { StateMachineService } from '../ledger/state-machine.service.js';
@@ -224,17 +224,19 @@ export class RedemptionService {
       // Past the template's fixed validity a replacement would be born EXPIRED: the refund is recorded
       // without one, as the Refund's null replacement says. Refused, it left the order unrefunded, still
       // taking coupons, and an order service retrying an ordinary refund for ever (an unlisted 409).
-      const replacement = validityEnded(coupon, new Date())
-        ? null
-        : await this.issuer.issue(em, {
-            coupon,
-            userId: uc.userId,
-            source: 'REFUND_RETURN',
-            fromStock: false,
-            replacesUserCouponId: uc.id,
-            reason: `refund ${dto.refundNo}`,
-            txId: TxIds.refund(dto.refundNo),
-          });
+      // Nor is a coupon replaced twice: an operator's reissue may have made it good already.
+      const replacement =
+        validityEnded(coupon, new Date()) || (await findReplacement(em, uc.id)) !== null
+          ? null
+          : await this.issuer.issue(em, {
+              coupon,
+              userId: uc.userId,
+              source: 'REFUND_RETURN',
+              fromStock: false,
+              replacesUserCouponId: uc.id,
+              reason: `refund ${dto.refundNo}`,
+              txId: TxIds.refund(dto.refundNo),
+            });
       const refund = Object.assign(new Refund(), {
         refundNo: dto.refundNo,
         redemptionId: redemption.id,

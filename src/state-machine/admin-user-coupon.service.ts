@@ -5,7 +5,7 @@ import { AppError } from '../common/errors.js';
 import { Coupon } from '../coupon/coupon.entity.js';
 import { IssueService, validityEnded } from '../ledger/issue.service.js';
 import { effectiveStatus, toIssuedView, toUserCouponView, UserCoupon, UserCouponView } from '../ledger/user-coupon.entity.js';
-import { findByKeys, findUserCoupon, lockUserCoupon } from '../ledger/user-coupons.js';
+import { findByKeys, findReplacement, lockUserCoupon } from '../ledger/user-coupons.js';
 import { TransactionService } from '../database/transaction.service.js';
 import { releaseTimedOutHold } from '../redemption/holds.js';
 import { ReissueUserCouponDto } from './admin-user-coupon.dto.js';
@@ -105,13 +105,21 @@ export class AdminUserCouponService {
         const ended = validityEnded(coupon, new Date());
         if (ended) throw ended;
         if (dto.replacesUserCouponId !== undefined) {
-          const replaced = await findUserCoupon(em, dto.replacesUserCouponId);
+          // Locked, so that of two replacements of one coupon (two operators on one ticket) the second
+          // waits and finds the first: a coupon is made good once.
+          const replaced = await lockUserCoupon(em, dto.replacesUserCouponId, 'exclusive');
           // Another user's coupon is "not found" for this user, as on GET /me/coupons/:id; an operator is told why.
           if (replaced && replaced.userId !== dto.userId)
             throw new AppError('USER_COUPON_NOT_FOUND', `User coupon ${replaced.id} belongs to another user, not to ${dto.userId}`, {
               userCouponId: replaced.id,
             });
           if (!replaced) throw notFound(dto.replacesUserCouponId);
+          const replacement = await findReplacement(em, replaced.id);
+          if (replacement)
+            throw new AppError('ALREADY_REPLACED', `User coupon ${replaced.id} was replaced already, by ${replacement}`, {
+              userCouponId: replaced.id,
+              replacedBy: replacement,
+            });
         }
         const uc = await this.issuer.issue(em, {
           coupon,
