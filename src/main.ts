@@ -18,7 +18,7 @@ const LISTEN_ERRORS: Record<string, string> = {
 async function main(): Promise<void> {
   readEnvFile();
   const config = loadConfig();
-  const applied = await prepareDatabase(config).catch(lostWhileStarting(config));
+  const applied = await prepareDatabase(config, (line) => console.error(`coupon-engine: ${line}`)).catch(lostWhileStarting(config));
   const app = await createApp(config).catch(lostWhileStarting(config));
   // Here rather than in listen(), so that the lifecycle hooks' statements (the pool's warm-up among them) are covered too.
   await app.init().catch(lostWhileStarting(config));

@@ -1,6 +1,6 @@
 import { DataSource } from 'typeorm';
 import { dataSourceOptions } from '../src/database/data-source-options.js';
-import { Lease, LeaseLostError, tryAcquireLease } from '../src/database/lease.js';
+import { acquireLease, Lease, LeaseLostError, tryAcquireLease } from '../src/database/lease.js';
 import { createTestDatabase, dropTestDatabase, testConfig } from './support/harness.js';
 
 const sleep = (ms: number) => new Promise<void>((r) => setTimeout(r, ms));
@@ -41,6 +41,18 @@ describe('job leases', () => {
       await winners[0].release();
       expect(await holderOf('race')).toBeNull();
     }
+  });
+
+  it('one waiting for a taken lease is told once who holds it and until when, and gets it when let go', async () => {
+    const first = (await tryAcquireLease(instances[0], 'told', { ttlMs: 10_000, retries: 3 })) as Lease;
+    const told: [string | null, Date][] = [];
+    const waiting = acquireLease(instances[1], 'told', { ttlMs: 10_000, retries: 3 }, 5_000, (holder, until) => told.push([holder, until]));
+    await sleep(600);
+    await first.release();
+    const second = await waiting;
+    expect(told).toEqual([[first.holder, expect.any(Date)]]);
+    expect(told[0][1].getTime()).toBeGreaterThan(Date.now());
+    await second.release();
   });
 
   it('jobs looping on three instances never overlap, and each instance gets turns', async () => {

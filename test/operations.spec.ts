@@ -146,6 +146,14 @@ describe('readEnvFile', () => {
     expect(() => loadConfig()).toThrow(/RECONCILE_TIMEZONE/);
   });
 
+  it('a byte order mark before the first name is not part of it; a file it cannot read is one line naming it', () => {
+    writeFileSync(file, '\uFEFFDB_NAME=after_a_bom\n');
+    delete process.env.DB_NAME;
+    readEnvFile(file);
+    expect(loadConfig().DB_NAME).toBe('after_a_bom');
+    expect(() => readEnvFile(dir)).toThrow(new ConfigError(`Cannot read ${dir}: EISDIR`));
+  });
+
   it('no file, no change', () => {
     expect(() => readEnvFile(join(dir, 'missing.env'))).not.toThrow();
   });

@@ -452,7 +452,14 @@ export class ConfigError extends Error {}
  */
 export function readEnvFile(path = '.env'): void {
   if (!existsSync(path)) return;
-  for (const [name, value] of Object.entries(parseEnv(readFileSync(path, 'utf8')))) {
+  let text: string;
+  try {
+    text = readFileSync(path, 'utf8');
+  } catch (err) {
+    throw new ConfigError(`Cannot read ${path}: ${(err as NodeJS.ErrnoException).code ?? (err as Error).message}`);
+  }
+  // A byte order mark (Windows editors write one) made the first name "\uFEFFDB_NAME", silently unset.
+  for (const [name, value] of Object.entries(parseEnv(text.replace(/^\uFEFF/, '')))) {
     if (process.env[name] === undefined) process.env[name] = value;
   }
 }

@@ -70,12 +70,20 @@ const MIGRATE_WAIT_MS = 120_000;
  * (CREATE TABLE IF NOT EXISTS: instances racing on it all succeed; on Galera the DDL is totally
  * ordered across nodes, so the later ones are no-ops).
  */
-export async function migrate(c: DbConfig & Pick<AppConfig, 'LEASE_TTL_MS' | 'DB_TX_RETRIES'>): Promise<string[]> {
+export async function migrate(
+  c: DbConfig & Pick<AppConfig, 'LEASE_TTL_MS' | 'DB_TX_RETRIES'>,
+  tell: (line: string) => void = () => undefined,
+): Promise<string[]> {
   const ds = new DataSource({ ...dataSourceOptions(c), poolSize: 2 });
   await ds.initialize();
   try {
     await ensureLeaseTable(ds);
-    const lease = await acquireLease(ds, 'migrate', { ttlMs: c.LEASE_TTL_MS, retries: c.DB_TX_RETRIES }, MIGRATE_WAIT_MS);
+    // Said once: a start that died migrating leaves its lease to expire (LEASE_TTL_MS), and the next start sat silent until then.
+    const lease = await acquireLease(ds, 'migrate', { ttlMs: c.LEASE_TTL_MS, retries: c.DB_TX_RETRIES }, MIGRATE_WAIT_MS, (holder, until) =>
+      tell(
+        `Waiting for the migrations of ${holder ?? 'another instance'} (its lease runs until ${until.toISOString()} unless renewed; a start that died holding it lets go then)`,
+      ),
+    );
     try {
       const done = await ds.runMigrations({ transaction: 'each' });
       return done.map((m) => m.name);
@@ -105,7 +113,7 @@ export function lostWhileStarting(c: DbConfig): (err: unknown) => never {
 }
 
 /** Creates the database if missing and migrates it; returns the names of the migrations applied now. */
-export async function prepareDatabase(c: AppConfig): Promise<string[]> {
+export async function prepareDatabase(c: AppConfig, tell?: (line: string) => void): Promise<string[]> {
   await ensureDatabase(c);
-  return migrate(c);
+  return migrate(c, tell);
 }

@@ -142,11 +142,24 @@ export async function tryAcquireLease(ds: DataSource, name: string, settings: Le
 }
 
 /** Waits (polling) up to `waitMs` for the lease; throws when it stays taken. */
-export async function acquireLease(ds: DataSource, name: string, settings: LeaseSettings, waitMs: number): Promise<Lease> {
+export async function acquireLease(
+  ds: DataSource,
+  name: string,
+  settings: LeaseSettings,
+  waitMs: number,
+  onWait: (holder: string | null, expiresAt: Date) => void = () => undefined,
+): Promise<Lease> {
   const deadline = Date.now() + waitMs;
-  for (;;) {
+  for (let waited = false; ; waited = true) {
     const lease = await tryAcquireLease(ds, name, settings);
     if (lease) return lease;
+    if (!waited) {
+      const [taken] = (await ds.query(`SELECT holder, expires_at FROM job_lease WHERE name = ?`, [name])) as {
+        holder: string | null;
+        expires_at: Date;
+      }[];
+      if (taken) onWait(taken.holder, taken.expires_at);
+    }
     if (Date.now() >= deadline) throw new Error(`The lease ${name} stayed taken for ${waitMs} ms`);
     await sleep(Math.min(500, settings.ttlMs / 4));
   }
