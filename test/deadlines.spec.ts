@@ -18,7 +18,7 @@ import {
 } from './support/harness.js';
 import { loadConfig } from '../src/config/app-config.js';
 import { checkInvariants } from '../src/ledger/invariants.js';
-import { deadlineDriver } from '../src/database/deadline-pool.js';
+import { deadlineDriver, runWithDeadline } from '../src/database/deadline-pool.js';
 import { startStallProxy, StallProxy } from './support/stall-proxy.js';
 
 /**
@@ -464,6 +464,40 @@ describe('deadlines: a connection lost under a statement', () => {
       expect(answers).toEqual(['PROTOCOL_CONNECTION_LOST']);
     } finally {
       await killer.end();
+      await new Promise((resolve) => pool.end(resolve));
+    }
+  });
+});
+
+describe("deadlines: one request's deadline is its own", () => {
+  it('a request queued for a connection is not held to the deadline of the one whose timed-out connection made room for it', async () => {
+    const c = testConfig({ DB_STATEMENT_TIMEOUT_MS: '5000', DB_ACQUIRE_TIMEOUT_MS: '5000' });
+    const server = { host: c.DB_HOST, port: c.DB_PORT, user: c.DB_USER, password: c.DB_PASSWORD };
+    const pool = deadlineDriver(mysql2, c).createPool({ ...server, connectionLimit: 1 });
+    const connection = () =>
+      new Promise<mysql2.PoolConnection>((resolve, reject) => pool.getConnection((err, got) => (err ? reject(err) : resolve(got))));
+    const query = (conn: mysql2.PoolConnection, sql: string) =>
+      new Promise<unknown>((resolve, reject) => conn.query(sql, (err: unknown, rows: unknown) => (err ? reject(err) : resolve(rows))));
+    try {
+      // A: its statement outlives its deadline, and its connection is destroyed for it.
+      const short = runWithDeadline({ at: Date.now() + 800, answered: false }, async () => {
+        const conn = await connection();
+        conn.on('error', () => undefined);
+        return query(conn, 'SELECT SLEEP(5)').catch((err: NodeJS.ErrnoException) => err.code);
+      });
+      await sleep(100);
+      // B: queued for the pool's one connection, with seconds left; it gets a new one when A's is destroyed.
+      const long = runWithDeadline({ at: Date.now() + 10_000, answered: false }, async () => {
+        const conn = await connection();
+        try {
+          return await query(conn, 'SELECT 1 AS one');
+        } finally {
+          conn.release();
+        }
+      });
+      expect(await short).toBe('PROTOCOL_SEQUENCE_TIMEOUT');
+      expect(await long).toEqual([{ one: 1 }]);
+    } finally {
       await new Promise((resolve) => pool.end(resolve));
     }
   });

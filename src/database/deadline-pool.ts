@@ -129,29 +129,38 @@ export function deadlineDriver(base: typeof mysql2, limits: Limits): typeof mysq
           clearTimeout(timer);
           cb(err, conn);
         };
-        (pool.getConnection as GetConnection)((err, conn) => {
-          if (err || !conn) return hand(err);
-          if (prepared.has(conn)) return hand(null, conn);
-          withStatementTimeout(conn, limits.DB_STATEMENT_TIMEOUT_MS);
-          // `/*M! … */` is run by MariaDB only: MySQL has no idle_transaction_timeout.
-          // 0 leaves the server's own setting.
-          const idle = limits.DB_IDLE_TRANSACTION_TIMEOUT_SECONDS;
-          const set = `SET SESSION innodb_lock_wait_timeout = ${limits.DB_LOCK_WAIT_TIMEOUT_SECONDS}${idle > 0 ? ` /*M!, idle_transaction_timeout = ${idle} */` : ''}`;
-          const failed = (setErr: unknown) => {
-            if (!setErr) return false;
-            conn.destroy();
-            hand(setErr as NodeJS.ErrnoException);
-            return true;
-          };
-          conn.query(set, (setErr) => {
-            if (failed(setErr)) return;
-            conn.query(`SET SESSION TRANSACTION ISOLATION LEVEL ${SESSION_ISOLATION}`, (isoErr) => {
-              if (failed(isoErr)) return;
-              prepared.add(conn);
-              hand(null, conn);
-            });
-          });
-        });
+        // Bound to this caller's context: mysql2 hands a queued caller its connection from the code that
+        // freed one, so the connection's set-up ran under that request's deadline, and a request whose
+        // timed-out connection was destroyed failed the next one queued at the same instant.
+        (pool.getConnection as GetConnection)(
+          AsyncLocalStorage.bind((err: NodeJS.ErrnoException | null, conn?: mysql2.PoolConnection) => {
+            if (err || !conn) return hand(err);
+            if (prepared.has(conn)) return hand(null, conn);
+            withStatementTimeout(conn, limits.DB_STATEMENT_TIMEOUT_MS);
+            // `/*M! … */` is run by MariaDB only: MySQL has no idle_transaction_timeout.
+            // 0 leaves the server's own setting.
+            const idle = limits.DB_IDLE_TRANSACTION_TIMEOUT_SECONDS;
+            const set = `SET SESSION innodb_lock_wait_timeout = ${limits.DB_LOCK_WAIT_TIMEOUT_SECONDS}${idle > 0 ? ` /*M!, idle_transaction_timeout = ${idle} */` : ''}`;
+            const failed = (setErr: unknown) => {
+              if (!setErr) return false;
+              conn.destroy();
+              hand(setErr as NodeJS.ErrnoException);
+              return true;
+            };
+            // A statement's callback runs in the context its connection was opened in: bound too.
+            conn.query(
+              set,
+              AsyncLocalStorage.bind((setErr: unknown) => {
+                if (failed(setErr)) return;
+                conn.query(`SET SESSION TRANSACTION ISOLATION LEVEL ${SESSION_ISOLATION}`, (isoErr) => {
+                  if (failed(isoErr)) return;
+                  prepared.add(conn);
+                  hand(null, conn);
+                });
+              }),
+            );
+          }),
+        );
       };
       // The two methods TypeORM's MysqlDriver calls on its pool.
       return {
