@@ -1610,7 +1610,7 @@ export interface components {
             /** @enum {string} */
             status: "PENDING" | "DONE" | "REJECTED";
             /** @enum {string} */
-            action: "RESTORE_STOCK" | "REMOVE_STOCK" | "RECREATE_STOCK" | "MARK_CONSISTENT" | "RELEASE_COUPON" | "CLOSE_HOLD" | "MANUAL_REVIEW";
+            action: "RESTORE_STOCK" | "REMOVE_STOCK" | "ADOPT_ISSUED" | "RECREATE_STOCK" | "MARK_CONSISTENT" | "RELEASE_COUPON" | "CLOSE_HOLD" | "MANUAL_REVIEW";
             /** @description What the action will do, and what it expects to find */
             params: {
                 [key: string]: unknown;

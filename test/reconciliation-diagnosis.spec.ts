@@ -254,8 +254,13 @@ describe('reconciliation diagnosis', () => {
       action: 'REMOVE_STOCK',
       params: { difference: -1, count: 1 },
     });
+    // An excess already grabbed, or a stock below zero: no removal can balance it.
+    expect(diagnoseStock({ couponId: '1', initStock: 5, stock: 2, issuedFromStock: 6 })).toMatchObject({
+      action: 'ADOPT_ISSUED',
+      params: { difference: -3 },
+    });
     expect(diagnoseStock({ couponId: '1', initStock: 10, stock: -1, issuedFromStock: 11 })).toMatchObject({
-      action: 'MANUAL_REVIEW',
+      action: 'ADOPT_ISSUED',
       params: { difference: 0 },
     });
   });

@@ -322,6 +322,19 @@ describe('reconciliation', () => {
     expect(await checkInvariants(t.db)).toEqual([]);
   });
 
+  it('an excess of stock grabbed before anyone looked is proposed ADOPT_ISSUED, which approved ends the sale at what was issued', async () => {
+    const c = await coupon({ totalStock: 5 });
+    await sql(`UPDATE coupon_stock SET stock = stock + 3 WHERE coupon_id = ?`, [c]);
+    for (let i = 0; i < 8; i++) await grab(c, `excess-${i}`);
+    const [p] = await proposals((await svc.runNow('FULL', 'test')).id);
+    expect(p).toMatchObject({ action: 'ADOPT_ISSUED', params: { initStock: 5, stock: 0, issuedFromStock: 8, difference: -3 } });
+    const approved = await decide(p.id, 'approve');
+    expect([approved.status, approved.body.result]).toEqual([200, { done: 'ADOPT_ISSUED', couponId: c, initStock: 8, stock: 0 }]);
+    expect(await one(`SELECT init_stock, stock FROM coupon_stock WHERE coupon_id = ?`, [c])).toEqual({ init_stock: '8', stock: '0' });
+    expect(await proposals((await svc.runNow('FULL', 'test')).id)).toEqual([]);
+    expect(await checkInvariants(t.db)).toEqual([]);
+  });
+
   it('six triggers at once give one run: one 202, five 409 RECONCILIATION_RUNNING naming it', async () => {
     const c = await coupon();
     await Promise.all(['e1', 'e2', 'e3'].map((user) => grab(c, user)));

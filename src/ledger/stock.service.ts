@@ -72,6 +72,15 @@ export class StockService {
     ]);
   }
 
+  /** Reconciliation's approved "adopt issued": more was issued than the initial stock, so the sale ends at what was issued. */
+  async adopt(em: EntityManager, couponId: string, issuedFromStock: number, at: Date): Promise<void> {
+    await execute(em, `UPDATE coupon_stock SET init_stock = ?, stock = 0, updated_at = ? WHERE coupon_id = ?`, [
+      issuedFromStock,
+      at,
+      couponId,
+    ]);
+  }
+
   /** Puts units back (reconciliation's approved "restore stock"): remaining stock only. */
   async restore(em: EntityManager, couponId: string, count: number, at = new Date()): Promise<void> {
     await execute(em, `UPDATE coupon_stock SET stock = stock + ?, updated_at = ? WHERE coupon_id = ?`, [count, at, couponId]);

@@ -85,6 +85,7 @@ export class CompensationService {
     switch (comp.action) {
       case 'RESTORE_STOCK':
       case 'REMOVE_STOCK':
+      case 'ADOPT_ISSUED':
         return this.fixStock(em, comp, JSON.parse(comp.params) as StockFinding['params'], now);
       case 'RECREATE_STOCK':
         return this.recreateStock(em, JSON.parse(comp.params) as MissingStockFinding['params'], now);
@@ -154,6 +155,10 @@ export class CompensationService {
     const difference = row ? row.initStock - row.stock - issued : null;
     if (!row || difference !== p.difference)
       throw changedSinceRun(`The stock of coupon ${p.couponId}`, { expectedDifference: p.difference, difference });
+    if (comp.action === 'ADOPT_ISSUED') {
+      await this.stock.adopt(em, p.couponId, issued, now);
+      return { done: comp.action, couponId: p.couponId, initStock: issued, stock: 0 };
+    }
     if (comp.action === 'RESTORE_STOCK') {
       await this.stock.restore(em, p.couponId, p.count, now);
     } else if (!(await this.stock.deduct(em, p.couponId, p.count, now))) {

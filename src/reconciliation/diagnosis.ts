@@ -16,6 +16,7 @@ export type DiscrepancyType = (typeof DISCREPANCY_TYPES)[number];
 export const COMPENSATION_ACTIONS = [
   'RESTORE_STOCK',
   'REMOVE_STOCK',
+  'ADOPT_ISSUED',
   'RECREATE_STOCK',
   'MARK_CONSISTENT',
   'RELEASE_COUPON',
@@ -337,7 +338,7 @@ export interface StockFinding {
   type: 'STOCK_MISMATCH';
   couponId: string;
   details: StockFacts & { difference: number; explanation: string };
-  action: 'RESTORE_STOCK' | 'REMOVE_STOCK' | 'MANUAL_REVIEW';
+  action: 'RESTORE_STOCK' | 'REMOVE_STOCK' | 'ADOPT_ISSUED';
   params: StockFacts & { difference: number; count: number };
 }
 
@@ -379,12 +380,16 @@ export function diagnoseStock(f: StockFacts): StockFinding | null {
   if (difference > 0) {
     action = 'RESTORE_STOCK';
     explanation = `${difference} unit(s) left the stock without an issued coupon: put them back.`;
-  } else if (difference < 0) {
+  } else if (difference < 0 && f.stock >= -difference) {
     action = 'REMOVE_STOCK';
     explanation = `${-difference} unit(s) more than the initial stock exist: take them off the remaining stock.`;
   } else {
-    action = 'MANUAL_REVIEW';
-    explanation = 'Balanced but negative: more coupons were issued than the initial stock. Only an operator can decide.';
+    // The excess was grabbed already (or the remaining stock is below zero): no removal can balance
+    // it, and a REMOVE_STOCK proposal failed INSUFFICIENT_STOCK at every approval, run after run.
+    action = 'ADOPT_ISSUED';
+    explanation =
+      `${f.issuedFromStock} coupons were issued from stock, more than the initial ${f.initStock}, and ${f.stock} remain: ` +
+      `end the sale at what was issued (initial stock ${f.issuedFromStock}, none remaining).`;
   }
   return {
     type: 'STOCK_MISMATCH',
