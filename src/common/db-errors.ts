@@ -63,3 +63,15 @@ export function isDatabaseOutage(err: unknown): boolean {
   const msg = e.message ?? '';
   return /Pool is closed|Connection lost|Can't add new command when connection is in closed state|connect ECONNREFUSED/.test(msg);
 }
+
+/**
+ * What a 503 for a database error tells the client. "Not available" for a lock held too long by
+ * other work (the database answering every other request) sent operators looking for an outage.
+ */
+export function outageMessage(err: unknown): string {
+  if (isRetryableTxError(err)) return 'The data this request needs was held by other work for too long; retry shortly';
+  const code = driverError(err)?.code;
+  if (code === 'PROTOCOL_SEQUENCE_TIMEOUT' || code === 'POOL_ACQUIRE_TIMEOUT')
+    return "The database did not answer within the request's deadline; retry shortly";
+  return 'The database is not available right now; retry shortly';
+}

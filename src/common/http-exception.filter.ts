@@ -1,6 +1,6 @@
 import { ArgumentsHost, Catch, ExceptionFilter, HttpException } from '@nestjs/common';
 import type { FastifyBaseLogger, FastifyReply, FastifyRequest } from 'fastify';
-import { isDatabaseOutage } from './db-errors.js';
+import { isDatabaseOutage, outageMessage } from './db-errors.js';
 import { AppError, ErrorCode } from './errors.js';
 import { languageOf, messageFor } from './messages.js';
 
@@ -36,7 +36,7 @@ export function toAppError(err: unknown, log: FastifyBaseLogger): AppError {
   if (isDatabaseOutage(err)) {
     const e = err as { code?: string; errno?: number; message?: string };
     log.warn({ dbCode: e.code, errno: e.errno }, `Answering 503 for a database error: ${e.message ?? String(err)}`);
-    return new AppError('SERVICE_UNAVAILABLE', 'The database is not available right now; retry shortly', undefined, { 'Retry-After': '1' });
+    return new AppError('SERVICE_UNAVAILABLE', outageMessage(err), undefined, { 'Retry-After': '1' });
   }
   log.error({ err }, 'Answering 500 for an unexpected error');
   return new AppError('INTERNAL', 'Internal error');
