@@ -20,7 +20,7 @@ const STATUS_COLOR: Record<UserCouponStatus | 'LOCKED', string> = {
 const STATUS_KEY = { UNUSED: 'unused', LOCKED: 'locked', USED: 'used', EXPIRED: 'expired', VOID: 'void' } as const;
 
 export function StatusTag({ status, t }: { status: UserCouponStatus; t: Translate }) {
-  return <Tag color={STATUS_COLOR[status]}>{t(STATUS_KEY[status])}</Tag>;
+  return <Tag color={STATUS_COLOR[status]}>{STATUS_KEY[status] ? t(STATUS_KEY[status]) : status}</Tag>;
 }
 
 function HistoryDrawer({ userCouponId, onClose }: { userCouponId: string | null; onClose(): void }) {
