@@ -696,7 +696,18 @@ describe('admin console in a browser', () => {
       total: number;
     }[];
     expect(jobs.map((j) => j.total)).toEqual([100_000, 6]);
+    // The confirm's buttons say what they do: opened by a button named Cancel, its own "Cancel" kept the job running.
     await detail.getByTestId(`cancel-job-${jobs[0].id}`).click();
+    const popconfirm = page.locator('.ant-popconfirm').filter({ visible: true });
+    await popconfirm.waitFor();
+    await settle();
+    expect(await popconfirm.getByRole('button').allTextContents()).toEqual(['Keep running', 'Stop the job']);
+    await popconfirm.getByRole('button', { name: 'Keep running' }).click();
+    await popconfirm.waitFor({ state: 'hidden' });
+    const job = await request(t.url).get(`/admin/issuance-jobs/${jobs[0].id}`).set(bearer(adminToken()));
+    expect(job.body.status).toBe('QUEUED');
+    await detail.getByTestId(`cancel-job-${jobs[0].id}`).click();
+    await settle();
     await page.getByTestId('cancel-job-confirm').click();
     await page.locator('[data-testid="job-detail"][data-status="CANCELLED"]').waitFor();
     await closeDrawer();

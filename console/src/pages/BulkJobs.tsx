@@ -274,7 +274,10 @@ function CancelJob({ job, onDone }: { job: IssuanceJob; onDone(): void }) {
   return (
     <Popconfirm
       title={t('confirmCancelJob', { id: job.id })}
-      okButtonProps={{ 'data-testid': 'cancel-job-confirm' }}
+      // Not "OK" and "Cancel": after a button named Cancel, an operator pressing "Cancel" again to confirm kept the job running.
+      okText={t('stopJob')}
+      cancelText={t('keepRunning')}
+      okButtonProps={{ danger: true, 'data-testid': 'cancel-job-confirm' }}
       onConfirm={async () => {
         try {
           await ok(client.POST('/admin/issuance-jobs/{jobId}/cancel', { params: { path: { jobId: job.id } } }));
