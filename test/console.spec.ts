@@ -1228,6 +1228,35 @@ describe('admin console in a browser', () => {
       .waitFor();
   });
 
+  it('makes each control that opens a page one tab stop, never a button inside a link', async () => {
+    // A button inside an <a> is invalid HTML and two tab stops, the link's and the button's, for one action.
+    const nested = () => page.locator('a button, a [role="button"], button a').count();
+    await page.getByRole('menuitem', { name: 'Campaigns' }).click();
+    const row = page.locator('.ant-table-row', { has: page.getByTestId(`campaign-${couponId}`) });
+    await row.getByRole('button', { name: 'Live' }).waitFor();
+    expect(await nested()).toBe(0);
+    // One tab stop each: a step back from the Live button is the campaign's name, not a link around the button.
+    const live = row.getByRole('button', { name: 'Live' });
+    await live.focus();
+    await page.keyboard.press('Shift+Tab');
+    expect(await focused()).toBe(`campaign-${couponId}`);
+    await page.keyboard.press('Tab');
+    expect(await focused()).toBe('Live');
+    await page.keyboard.press('Enter');
+    await page.getByTestId('live-title').waitFor();
+    await page.getByRole('button', { name: 'Bulk issue' }).focus();
+    expect(await nested()).toBe(0);
+    await page.keyboard.press('Shift+Tab');
+    expect(await focused()).toBe('Rate limit');
+    await page.getByRole('button', { name: 'Back' }).focus();
+    await page.keyboard.press('Enter');
+    await page.getByTestId(`campaign-${couponId}`).waitFor();
+    const [run] = (await request(t.url).get('/admin/reconciliation/runs?limit=1').set(bearer(adminToken()))).body.items as { id: string }[];
+    await page.goto(`${t.url}/console/reconciliation/${run.id}`);
+    await page.getByRole('button', { name: 'Back' }).waitFor();
+    expect(await nested()).toBe(0);
+  });
+
   it('fits a window 800 pixels wide: the menu behind a button, wide tables scrolling inside their cards', async () => {
     const tab = await newTab();
     watchErrors(tab);

@@ -3,11 +3,12 @@ import { Badge, Button, Card, Col, Descriptions, Row, Segmented, Space, Statisti
 import { ArrowLeftOutlined, ReloadOutlined, UsergroupAddOutlined } from '@ant-design/icons';
 import type { EChartsOption } from 'echarts';
 import dayjs from 'dayjs';
-import { Link, useParams } from 'react-router-dom';
+import { useParams } from 'react-router-dom';
 import { client, ok, type CouponView, type Series } from '../api';
 import { Chart } from '../chart';
 import { count, time, yuan } from '../format';
 import { usePoll } from '../hooks';
+import { NavButton } from '../NavButton';
 import { label, useI18n, type Translate } from '../i18n';
 import { PageCard } from '../PageCard';
 import { lockedCount, PauseButton, StatusTags, StockBar } from './Campaigns';
@@ -132,9 +133,9 @@ export function CampaignLive() {
   return (
     <Space orientation="vertical" size="large" style={{ width: '100%' }}>
       <Space wrap>
-        <Link to="/campaigns">
-          <Button icon={<ArrowLeftOutlined />}>{t('back')}</Button>
-        </Link>
+        <NavButton to="/campaigns" icon={<ArrowLeftOutlined />}>
+          {t('back')}
+        </NavButton>
         <Typography.Title level={3} style={{ margin: 0 }} data-testid="live-title">
           {coupon ? `#${coupon.id} ${coupon.name}` : `#${couponId}`}
         </Typography.Title>
@@ -150,11 +151,9 @@ export function CampaignLive() {
             {t('rateLimitButton')}
           </Button>
         )}
-        <Link to={`/bulk?couponId=${couponId}&new`}>
-          <Button size="small" icon={<UsergroupAddOutlined />}>
-            {t('bulkIssue')}
-          </Button>
-        </Link>
+        <NavButton to={`/bulk?couponId=${couponId}&new`} size="small" icon={<UsergroupAddOutlined />}>
+          {t('bulkIssue')}
+        </NavButton>
       </Space>
       {detail.error && <Typography.Text type="danger">{detail.error.message}</Typography.Text>}
       {/* Two by two on a phone, four in a row from md up. */}

@@ -6,6 +6,7 @@ import { client, ok, type Coupon, type Counts, type CouponView } from '../api';
 import { count, phase, shortTime } from '../format';
 import { usePagedList } from '../hooks';
 import { LoadMore } from '../LoadMore';
+import { NavButton } from '../NavButton';
 import { useI18n, type Translate } from '../i18n';
 import { PageCard } from '../PageCard';
 import { CreateCampaign } from './CreateCampaign';
@@ -151,11 +152,9 @@ export function Campaigns() {
             width: 215,
             render: (_, c) => (
               <Space size={4}>
-                <Link to={`/campaigns/${c.id}`}>
-                  <Button size="small" icon={<LineChartOutlined />}>
-                    {t('live')}
-                  </Button>
-                </Link>
+                <NavButton to={`/campaigns/${c.id}`} size="small" icon={<LineChartOutlined />}>
+                  {t('live')}
+                </NavButton>
                 <PauseButton coupon={c} onDone={() => void list.reload()} />
                 <Button size="small" onClick={() => setStockOf(c)}>
                   {t('adjustStock')}

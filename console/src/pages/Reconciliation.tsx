@@ -7,6 +7,7 @@ import { time } from '../format';
 import { usePagedList, usePoll } from '../hooks';
 import { label, useI18n } from '../i18n';
 import { LoadMore } from '../LoadMore';
+import { NavButton } from '../NavButton';
 import { PageCard } from '../PageCard';
 import { CompensationTable } from './CompensationTable';
 
@@ -23,9 +24,9 @@ function RunDetail({ runId }: { runId: string }) {
   return (
     <Space orientation="vertical" size="large" style={{ width: '100%' }}>
       <Space wrap>
-        <Link to="/reconciliation">
-          <Button icon={<ArrowLeftOutlined />}>{t('back')}</Button>
-        </Link>
+        <NavButton to="/reconciliation" icon={<ArrowLeftOutlined />}>
+          {t('back')}
+        </NavButton>
         <Typography.Title level={3} style={{ margin: 0 }}>
           {t('run', { id: runId })}
         </Typography.Title>
