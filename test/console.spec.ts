@@ -843,6 +843,59 @@ describe('admin console in a browser', () => {
     pageErrors.push(...others);
   });
 
+  it('shows a refusal that is not about the amount above the stock form, and an unknown outcome as maybe made', async () => {
+    const remaining = async () =>
+      (await request(t.url).get(`/admin/coupons/${couponId}`).set(bearer(adminToken()))).body.remainingStock as number;
+    const before = await remaining();
+    const row = page.locator('.ant-table-row', { has: page.getByTestId(`campaign-${couponId}`) });
+    await row.getByRole('button', { name: 'Stock', exact: true }).click();
+    await page.getByTestId('stock-amount').fill('3');
+    await settle();
+    const underField = page.locator('.ant-modal .ant-form-item-explain-error');
+    // A lock wait past its limit: nothing changed, and the amount is not why.
+    await page.route(
+      `**/admin/coupons/${couponId}/stock`,
+      (route) =>
+        route.fulfill({
+          status: 503,
+          contentType: 'application/json',
+          body: JSON.stringify({ code: 'SERVICE_UNAVAILABLE', message: 'The database did not answer in time; retry later' }),
+        }),
+      { times: 1 },
+    );
+    await page.getByTestId('stock-submit').click();
+    await page.getByTestId('form-refusal').waitFor();
+    expect(await page.getByTestId('form-refusal').textContent()).toContain('SERVICE_UNAVAILABLE');
+    expect(await underField.count()).toBe(0);
+    expect(await page.getByTestId('no-answer').count()).toBe(0);
+    expect(await remaining()).toBe(before);
+    // The server adds the stock, then cannot learn whether its COMMIT took: OUTCOME_UNKNOWN.
+    await page.route(
+      `**/admin/coupons/${couponId}/stock`,
+      async (route) => {
+        await route.fetch();
+        await route.fulfill({
+          status: 503,
+          contentType: 'application/json',
+          body: JSON.stringify({ code: 'OUTCOME_UNKNOWN', message: 'The outcome of the write is unknown', details: {} }),
+        });
+      },
+      { times: 1 },
+    );
+    await page.getByTestId('stock-submit').click();
+    await page.getByTestId('no-answer').waitFor();
+    expect(await page.getByTestId('no-answer').textContent()).toMatch(/may or may not have been made/);
+    expect(await page.getByTestId('form-refusal').count()).toBe(0);
+    expect(await underField.count()).toBe(0);
+    // OK again sends the same Idempotency-Key: the stock changes once.
+    await page.getByTestId('stock-submit').click();
+    await page.locator('.ant-modal').waitFor({ state: 'hidden' });
+    expect(await remaining()).toBe(before + 3);
+    // The browser logs the two 503s; they are this test's doing.
+    const others = pageErrors.splice(0).filter((e) => !e.includes('status of 503'));
+    pageErrors.push(...others);
+  });
+
   it('asks before pausing a live sale or removing stock, naming the campaign; cancelled, nothing is sent', async () => {
     const coupon = await createCoupon(t.url, { name: 'Asked first', totalStock: 40 });
     const read = async () =>

@@ -7,7 +7,8 @@ import { useI18n } from './i18n';
 
 /**
  * A dialog of one small form whose submit is one API call: busy while it runs, closed when it
- * succeeds, and the API's refusal shown under `errorField` (or under the fields it names).
+ * succeeds. A refusal of the value (validation, or a code in `fieldCodes`) is shown under
+ * `errorField`; any other above the form.
  */
 export function FormModal<V extends object>(props: {
   title: string;
@@ -15,6 +16,8 @@ export function FormModal<V extends object>(props: {
   form: FormInstance<V>;
   initialValues: V;
   errorField: keyof V & string;
+  /** The API's codes that refuse the value typed (as INSUFFICIENT_STOCK does the amount), shown under errorField. */
+  fieldCodes?: string[];
   submitTestId: string;
   onClose(): void;
   /** `key`: one Idempotency-Key per filled-in form, so a submit repeated after a lost answer is applied once. */
@@ -30,8 +33,11 @@ export function FormModal<V extends object>(props: {
   const key = useLazyIdempotencyKey();
   const { t } = useI18n();
   const { modal } = App.useApp();
-  // No answer at all (the server unreachable, the connection lost): not the value's fault, and the change may have been made.
-  const [noAnswer, setNoAnswer] = useState(false);
+  // No answer at all (the server unreachable, the connection lost), or a 503 OUTCOME_UNKNOWN (the
+  // database's answer to the COMMIT lost): not the value's fault, and the change may have been made.
+  const [unsure, setUnsure] = useState<'noAnswer' | 'outcomeUnknown' | null>(null);
+  // A refusal that is no fault of the value (a lock wait's 503, a campaign gone): under the field it read as a wrong value.
+  const [refusal, setRefusal] = useState<string | null>(null);
   // The form's store outlives the dialog, and its values win over initialValues when the form mounts
   // again: what was typed and cancelled (for another campaign, even) came back. Set here, before or
   // after that mount, they are the values the dialog is opened with.
@@ -39,7 +45,8 @@ export function FormModal<V extends object>(props: {
     if (props.open) {
       untyped.setFieldsValue(props.initialValues);
       key.renew();
-      setNoAnswer(false);
+      setUnsure(null);
+      setRefusal(null);
     }
     // Only on opening: the initial values are a new object on every render.
   }, [props.open, form, key]);
@@ -52,7 +59,8 @@ export function FormModal<V extends object>(props: {
       okButtonProps={{ loading: busy, 'data-testid': props.submitTestId }}
       destroyOnHidden
     >
-      {noAnswer && <Alert type="warning" showIcon title={t('noAnswer')} style={{ marginBottom: 16 }} data-testid="no-answer" />}
+      {unsure && <Alert type="warning" showIcon title={t(unsure)} style={{ marginBottom: 16 }} data-testid="no-answer" />}
+      {refusal && <Alert type="error" showIcon title={refusal} style={{ marginBottom: 16 }} data-testid="form-refusal" />}
       <Form
         form={form}
         layout="vertical"
@@ -62,12 +70,15 @@ export function FormModal<V extends object>(props: {
           const question = props.confirm?.(values);
           if (question && !(await modal.confirm({ title: question, okButtonProps: { danger: true, 'data-testid': 'confirm-ok' } }))) return;
           setBusy(true);
-          setNoAnswer(false);
+          setUnsure(null);
+          setRefusal(null);
           try {
             await props.onSubmit(values, key.take());
             onClose();
           } catch (err) {
-            if (!(err instanceof ApiError)) return setNoAnswer(true);
+            if (!(err instanceof ApiError)) return setUnsure('noAnswer');
+            if (err.code === 'OUTCOME_UNKNOWN') return setUnsure('outcomeUnknown');
+            if (!err.details?.fields && !props.fieldCodes?.includes(err.code)) return setRefusal(`${err.code}: ${err.message}`);
             const rest = showApiErrors(form, err, []);
             if (rest) untyped.setFields([{ name: props.errorField, errors: [rest] }]);
           } finally {

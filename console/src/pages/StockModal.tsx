@@ -21,6 +21,7 @@ export function StockModal({ coupon, onClose, onDone }: { coupon: CouponView | n
       form={form}
       initialValues={{ direction: 1, amount: '100' }}
       errorField="amount"
+      fieldCodes={['INSUFFICIENT_STOCK']}
       submitTestId="stock-submit"
       onClose={onClose}
       confirm={({ direction, amount }) =>
