@@ -618,6 +618,47 @@ describe('admin console in a browser', () => {
     await t.db.query('UPDATE coupon_stock SET stock = stock - 3 WHERE coupon_id = ?', [percentCouponId]);
   });
 
+  it('says a run found nothing new, not that every table agrees, while compensations of earlier runs wait', async () => {
+    await t.db.query('UPDATE coupon_stock SET stock = stock + 2 WHERE coupon_id = ?', [percentCouponId]);
+    const runToEnd = async (): Promise<{ id: string; discrepancies: number }> => {
+      const started = await request(t.url).post('/admin/reconciliation/runs').set(bearer(adminToken()));
+      expect(started.status).toBe(202);
+      const read = async () =>
+        (await request(t.url).get(`/admin/reconciliation/runs/${started.body.runId}`).set(bearer(adminToken()))).body;
+      const done = await eventually(read, (r) => r.status !== 'RUNNING', 20_000);
+      expect(done.status).toBe('COMPLETED');
+      return done;
+    };
+    const first = await runToEnd();
+    expect(first.discrepancies).toBe(1);
+    const [proposed] = (await request(t.url).get('/admin/compensations?status=PENDING').set(bearer(adminToken()))).body.items as {
+      id: string;
+    }[];
+    // The same discrepancy, still open: the second run records nothing new.
+    const second = await runToEnd();
+    expect(second.discrepancies).toBe(0);
+    await page.goto(`${t.url}/console/reconciliation/${second.id}`);
+    const note = page.getByTestId('pending-elsewhere');
+    await note.waitFor();
+    expect(await note.textContent()).toContain(
+      'No new discrepancies, but compensations proposed by other runs still wait for a decision: 1.',
+    );
+    expect(await page.getByText('every table agrees').count()).toBe(0);
+    await shot('07b-reconciliation-nothing-new');
+    await note.getByRole('link', { name: 'Open the pending compensations' }).click();
+    await page.getByTestId(`approve-${proposed.id}`).waitFor();
+    const rejected = await request(t.url)
+      .post(`/admin/compensations/${proposed.id}/reject`)
+      .set(bearer(adminToken()))
+      .send({ reason: 'Set by the test' });
+    expect(rejected.status).toBe(200);
+    await t.db.query('UPDATE coupon_stock SET stock = stock - 2 WHERE coupon_id = ?', [percentCouponId]);
+    // Nothing waits any more: now the same run's page may say all is well.
+    await page.goto(`${t.url}/console/reconciliation/${second.id}`);
+    await page.getByText('No discrepancies: every table agrees.').waitFor();
+    expect(await page.getByTestId('pending-elsewhere').count()).toBe(0);
+  });
+
   it('issues a pasted list as a bulk job and shows it complete with the skipped lines; a CSV job is cancelled', async () => {
     await page.getByRole('menuitem', { name: 'Campaigns' }).click();
     await page.getByTestId(`campaign-${couponId}`).click();

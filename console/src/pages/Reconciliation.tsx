@@ -3,7 +3,7 @@ import { Alert, App, Button, Card, Col, Descriptions, Empty, Row, Select, Space,
 import { ArrowLeftOutlined, PlayCircleOutlined } from '@ant-design/icons';
 import { Link, useNavigate, useParams } from 'react-router-dom';
 import { client, ok, type Run } from '../api';
-import { time } from '../format';
+import { count, time } from '../format';
 import { usePagedList, usePoll } from '../hooks';
 import { label, useI18n } from '../i18n';
 import { LoadMore } from '../LoadMore';
@@ -13,6 +13,22 @@ import { CompensationTable } from './CompensationTable';
 
 const RUN_COLOR = { RUNNING: 'processing', COMPLETED: 'success', FAILED: 'error' } as const;
 
+/**
+ * How many compensations other runs proposed are still PENDING. A run counts only the discrepancies
+ * it records as new, and one whose compensation waits is not recorded again: a run finding none says
+ * nothing about those. The API gives no count, so every page of them is read.
+ */
+async function pendingOfOtherRuns(runId: string): Promise<number> {
+  let n = 0;
+  let cursor: string | undefined;
+  do {
+    const page = await ok(client.GET('/admin/compensations', { params: { query: { status: 'PENDING', limit: 100, cursor } } }));
+    n += page.items.filter((c) => c.discrepancy.runId !== runId).length;
+    cursor = page.nextCursor ?? undefined;
+  } while (cursor);
+  return n;
+}
+
 function RunDetail({ runId }: { runId: string }) {
   const { t } = useI18n();
   const run = usePoll(() => ok(client.GET('/admin/reconciliation/runs/{runId}', { params: { path: { runId } } })), [runId], 2000);
@@ -20,7 +36,10 @@ function RunDetail({ runId }: { runId: string }) {
     (cursor) => ok(client.GET('/admin/compensations', { params: { query: { runId, limit: 100, cursor } } })),
     [runId, run.data?.status],
   );
+  const pending = usePoll(() => pendingOfOtherRuns(runId), [runId, run.data?.status]);
   const r = run.data;
+  const waiting = pending.data ?? 0;
+  const pendingLink = <Link to="/compensations?status=PENDING">{t('openPending')}</Link>;
   return (
     <Space orientation="vertical" size="large" style={{ width: '100%' }}>
       <Space wrap>
@@ -43,7 +62,7 @@ function RunDetail({ runId }: { runId: string }) {
               <Statistic
                 title={t('discrepancies')}
                 value={r.discrepancies}
-                styles={{ content: { color: r.discrepancies ? '#cf1322' : '#3f8600' } }}
+                styles={{ content: { color: r.discrepancies ? '#cf1322' : waiting ? '#d48806' : '#3f8600' } }}
               />
             </Col>
             <Col xs={24} md={12}>
@@ -60,15 +79,37 @@ function RunDetail({ runId }: { runId: string }) {
             {t('byType')}
           </Typography.Title>
           {r.byType && Object.keys(r.byType).length > 0 ? (
-            <Space wrap>
-              {Object.entries(r.byType).map(([type, n]) => (
-                <Tag key={type} color="volcano" style={{ fontSize: 14, padding: '4px 10px' }}>
-                  {type}: {n}
-                </Tag>
-              ))}
+            <Space orientation="vertical">
+              <Space wrap>
+                {Object.entries(r.byType).map(([type, n]) => (
+                  <Tag key={type} color="volcano" style={{ fontSize: 14, padding: '4px 10px' }}>
+                    {type}: {n}
+                  </Tag>
+                ))}
+              </Space>
+              {waiting > 0 && (
+                <Typography.Text data-testid="pending-elsewhere">
+                  {t('pendingElsewhere', { n: count(waiting) })} {pendingLink}
+                </Typography.Text>
+              )}
             </Space>
+          ) : r.status === 'RUNNING' ? null : pending.error ? (
+            <Alert type="error" title={pending.error.message} />
+          ) : waiting > 0 ? (
+            <Alert
+              type="warning"
+              showIcon
+              data-testid="pending-elsewhere"
+              title={t('noNewDiscrepancies', { n: count(waiting) })}
+              description={
+                <>
+                  {t('pendingNotAgain')} {pendingLink}
+                </>
+              }
+            />
           ) : (
-            r.status !== 'RUNNING' && <Typography.Text type="success">{t('noDiscrepancies')}</Typography.Text>
+            // Only once the pending ones are counted: "every table agrees" must not show while proposals wait.
+            pending.data === 0 && <Typography.Text type="success">{t('noDiscrepancies')}</Typography.Text>
           )}
         </Card>
       )}
