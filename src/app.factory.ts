@@ -10,6 +10,7 @@ import type { FastifyError, FastifyReply, FastifyRequest } from 'fastify';
 import type { Logger } from 'pino';
 import { AppModule } from './app.module.js';
 import { AppConfig } from './config/app-config.js';
+import { AppError } from './common/errors.js';
 import { HttpExceptionFilter, sendError } from './common/http-exception.filter.js';
 import { UnreadBodies } from './common/unread-body.js';
 import { BODY_LIMIT_BYTES, strictJsonBodies } from './common/json-body.js';
@@ -112,6 +113,10 @@ export async function createApp(
     onProtoPoisoning: 'ignore',
     onConstructorPoisoning: 'ignore',
     clientErrorHandler: (err: Error & { code?: string }, socket: Socket) => clientErrorHandler(err, socket, unread, pino),
+    // Fastify's own refusal of a request arriving while it closes (on a kept-alive connection, or
+    // headers completed after the signal) has a body of its own, no X-Request-Id or Retry-After,
+    // and a log line of its own: the onRequest hook below refuses it in the error format instead.
+    return503OnClosing: false,
     // The router's own refusals (bad percent-encoding, a path parameter over 512 characters) are
     // malformed paths: answered like every other validation error (request id, language, log line),
     // though they come before the hooks that do that for routed requests.
@@ -155,7 +160,10 @@ export async function createApp(
   fastify.server.on('checkExpectation', (req: IncomingMessage, res: ServerResponse) => fastify.server.emit('request', req, res));
   // Callback hooks: an async hook costs every request two more promises.
   fastify.addHook('onRequest', (req, reply, done) => {
-    if (req.raw.httpVersion === '1.1' && req.headers.host === undefined) {
+    // Connection: close comes with every answer once the server is closing (unread.settle).
+    if (unread.isClosing()) {
+      done(new AppError('SERVICE_UNAVAILABLE', 'This instance is shutting down; retry shortly', undefined, { 'Retry-After': '1' }));
+    } else if (req.raw.httpVersion === '1.1' && req.headers.host === undefined) {
       done(validationFailed({ host: ['an HTTP/1.1 request needs a Host header'] }));
     } else {
       done();

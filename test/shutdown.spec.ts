@@ -1,17 +1,29 @@
 // `npm start` stopped with SIGTERM, through npm's own process tree: the request in flight is
-// answered, the jobs stop, the pool closes, the process exits 0 and says so.
+// answered, one that arrives while the server closes is refused 503 in the error format, the jobs
+// stop, the pool closes, the process exits 0 and says so.
 import { ChildProcess, spawn } from 'node:child_process';
 import { mkdtempSync, readFileSync, symlinkSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
+import { connect } from 'node:net';
 import { join } from 'node:path';
 import mysql from 'mysql2/promise';
-import { call, sleep } from './faults/support/http.js';
+import { call, checkReply, sleep } from './faults/support/http.js';
 import { BUILD_DIR, buildServer, ROOT } from './faults/support/server.js';
 import { couponBody } from './support/factories.js';
 import { adminToken, createTestDatabase, dropTestDatabase, TEST_SECRET, testConfig, tokenFor } from './support/harness.js';
 import { freePort } from './support/net.js';
 
 const config = testConfig();
+
+/** Whether the server still accepts connections on `port`. */
+const accepts = (port: number) =>
+  new Promise<boolean>((ok) => {
+    const socket = connect(port, '127.0.0.1', () => {
+      socket.destroy();
+      ok(true);
+    });
+    socket.on('error', () => ok(false));
+  });
 let child: ChildProcess | undefined;
 let output = '';
 let blocker: mysql.Connection | undefined;
@@ -28,7 +40,7 @@ afterAll(async () => {
   await dropTestDatabase(config);
 }, 60_000);
 
-it('SIGTERM to npm start finishes the request in flight, stops, closes the pool and logs it', async () => {
+it('SIGTERM to npm start finishes the request in flight, refuses in the error format one arriving meanwhile, stops, closes the pool and logs it', async () => {
   // The project's own start scripts, in a directory whose dist/ is the private test build and whose
   // build step is a no-op: the process tree is exactly npm -> npm -> node.
   const scripts = (JSON.parse(readFileSync(join(ROOT, 'package.json'), 'utf8')) as { scripts: Record<string, string> }).scripts;
@@ -138,8 +150,42 @@ it('SIGTERM to npm start finishes the request in flight, stops, closes the pool 
     await sleep(25);
   }
 
+  // A request whose headers are not complete yet at the signal (or a kept-alive connection's next
+  // one): it arrives once the server is closing, held open by the grab in flight.
+  const late = connect(port, '127.0.0.1');
+  late.on('error', () => undefined);
+  let lateAnswer = '';
+  late.on('data', (d: Buffer) => (lateAnswer += d.toString()));
+  const lateClosed = new Promise<void>((ok) => late.once('close', () => ok()));
+  await new Promise<void>((ok) => late.write('GET /health HTTP/1.1\r\nHost: x\r\n', () => ok()));
+
   child.kill('SIGTERM');
-  await sleep(500);
+  // Closing: the server no longer accepts connections (Nest's shutdown hooks run before that).
+  for (let i = 0; await accepts(port); i++) {
+    if (i > 200) throw new Error(`the server never started closing:\n${output}`);
+    await sleep(25);
+  }
+  late.write('\r\n');
+  await lateClosed;
+  const [head, text] = lateAnswer.split('\r\n\r\n');
+  const [statusLine, ...headerLines] = head.split('\r\n');
+  const headers = Object.fromEntries(
+    headerLines.map((l) => [l.slice(0, l.indexOf(':')).toLowerCase(), l.slice(l.indexOf(':') + 1).trim()]),
+  );
+  expect(statusLine).toBe('HTTP/1.1 503 Service Unavailable');
+  expect(JSON.parse(text)).toEqual({ code: 'SERVICE_UNAVAILABLE', message: expect.any(String) });
+  expect(headers).toMatchObject({ 'x-request-id': expect.stringMatching(/^[0-9a-f-]{36}$/), 'retry-after': '1', connection: 'close' });
+  checkReply('GET', '/health', { status: 503, body: JSON.parse(text), headers, sentAt: Date.now(), ms: 0 }, text);
+  // Its log line is the service's own, like every request's.
+  const lateLine = () => output.split('\n').find((l) => l.includes(`"reqId":"${headers['x-request-id']}"`));
+  for (let i = 0; !lateLine() && i < 100; i++) await sleep(50);
+  expect(JSON.parse(lateLine() ?? '{}')).toMatchObject({
+    msg: 'request',
+    method: 'GET',
+    route: '/health',
+    status: 503,
+    code: 'SERVICE_UNAVAILABLE',
+  });
   expect(child.exitCode).toBeNull(); // still finishing the grab
   await db.query('COMMIT');
   const answer = await grab;
@@ -152,6 +198,7 @@ it('SIGTERM to npm start finishes the request in flight, stops, closes the pool 
   expect(output).toMatch(/"msg":"SIGTERM received: finishing requests in flight, stopping jobs, closing the database pool"/);
   expect(output).toMatch(/"msg":"Stopped gracefully"/);
   expect(output).not.toMatch(/ERR!/);
+  expect(output).not.toContain('refusing to accept new requests');
   const [left] = await db.query<mysql.RowDataPacket[]>(
     `SELECT COUNT(*) AS n FROM information_schema.processlist WHERE db = ? AND id <> CONNECTION_ID()`,
     [config.DB_NAME],

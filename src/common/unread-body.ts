@@ -85,6 +85,11 @@ export class UnreadBodies {
     body.resume();
   }
 
+  /** From the server's preClose on: a request that arrives then is refused (app.factory.ts). */
+  isClosing(): boolean {
+    return this.closing;
+  }
+
   /** The server is closing: what is still arriving is dropped with its connection, which would otherwise hold the close up to the route's deadline. */
   close(): void {
     this.closing = true;

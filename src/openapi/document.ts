@@ -52,7 +52,8 @@ function commonErrors(method: string, route: RouteContract): ErrorCode[] {
   if (route.auth !== 'public') codes.push('UNAUTHENTICATED');
   if (Array.isArray(route.auth)) codes.push('FORBIDDEN');
   if (takesBody) codes.push('UNSUPPORTED_MEDIA_TYPE');
-  if (route.usesDatabase !== false) codes.push('SERVICE_UNAVAILABLE');
+  // Whatever the route: a request that arrives while the instance shuts down (app.factory.ts); and a database outage.
+  codes.push('SERVICE_UNAVAILABLE');
   // Every write commits through TransactionService, which answers this when a lost COMMIT cannot be resolved.
   if (route.usesDatabase !== false && method !== 'get') codes.push('OUTCOME_UNKNOWN');
   return codes;

@@ -40,7 +40,7 @@ export interface RouteContract {
   auth: 'public' | 'user' | readonly Role[];
   ok: Record<number, SuccessAnswer>;
   errors: readonly ErrorCode[];
-  /** false for routes that never touch the database (no 503 SERVICE_UNAVAILABLE). */
+  /** false for routes that never touch the database (no 503 OUTCOME_UNKNOWN; SERVICE_UNAVAILABLE still, while the instance shuts down). */
   usesDatabase?: boolean;
   /** Headers its error answers may carry besides the ones every error can (Retry-After, Content-Language). */
   errorHeaders?: HeaderName[];
