@@ -1,6 +1,8 @@
-import { OnApplicationBootstrap, OnModuleDestroy } from '@nestjs/common';
+import { Logger, OnApplicationBootstrap, OnModuleDestroy } from '@nestjs/common';
 import { SchedulerRegistry } from '@nestjs/schedule';
 import { CronJob, CronTime } from 'cron';
+
+const logger = new Logger('Scheduler');
 
 export interface CronJobSpec {
   /** Its name in the SchedulerRegistry. */
@@ -70,6 +72,8 @@ export abstract class ScheduledCronJob implements OnApplicationBootstrap, OnModu
       waitForCompletion: true,
       onTick: () => {
         this.due = dueAt(job.cronTime, this.spec.timeZone, this.due, new Date());
+        // Most runs log nothing when they find nothing to do; this says when each one began.
+        logger.debug(`Job ${this.spec.name} starting its run due ${this.due.toISOString()}`);
         return this.tick(this.due);
       },
       start: false,

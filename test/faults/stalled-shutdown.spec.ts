@@ -1,0 +1,105 @@
+import { readFileSync } from 'node:fs';
+import { startStallProxy, StallProxy } from '../support/stall-proxy.js';
+import { createFaultDatabase, FaultDatabase } from './support/db.js';
+import { sleep } from './support/http.js';
+import { buildServer, Server, startServer } from './support/server.js';
+
+/**
+ * SIGTERM while the database is partitioned away (connections open, nothing answers): no cron job
+ * starts a run after the signal, though Nest waits for the stuck run of a job stopped before it.
+ */
+
+/** How long the stop lasts here at least: the stuck run's statement times out (DB_STATEMENT_TIMEOUT_MS). */
+const STOP_MS = 8000;
+
+interface LogLine {
+  time: string;
+  level: number;
+  msg: string;
+}
+
+const linesOf = (server: Server): LogLine[] =>
+  readFileSync(server.logFile, 'utf8')
+    .split('\n')
+    .filter((l) => l.startsWith('{'))
+    .map((l) => JSON.parse(l) as LogLine);
+
+/** The first log line after `from` (an index into the lines) that matches, once it is written. */
+async function lineAfter(server: Server, from: number, pattern: RegExp, withinMs = 30_000): Promise<{ line: LogLine; at: number }> {
+  const deadline = Date.now() + withinMs;
+  for (;;) {
+    const lines = linesOf(server);
+    const at = lines.findIndex((l, i) => i >= from && pattern.test(l.msg));
+    if (at >= 0) return { line: lines[at], at };
+    if (Date.now() > deadline) throw new Error(`no log line ${pattern} within ${withinMs} ms; log ${server.logFile}`);
+    await sleep(50);
+  }
+}
+
+const exitOf = (server: Server) =>
+  new Promise<{ code: number | null; at: number }>((ok) => {
+    if (server.child.exitCode !== null) ok({ code: server.child.exitCode, at: Date.now() });
+    else server.child.once('exit', (code) => ok({ code, at: Date.now() }));
+  });
+
+describe('SIGTERM with the database stalled', () => {
+  let fdb: FaultDatabase;
+  let proxy: StallProxy;
+  let server: Server | undefined;
+
+  beforeAll(async () => {
+    await buildServer();
+    fdb = await createFaultDatabase();
+  });
+  beforeEach(async () => {
+    proxy = await startStallProxy({ host: fdb.config.DB_HOST, port: fdb.config.DB_PORT });
+  });
+  afterEach(async () => {
+    if (server && server.child.exitCode === null && server.child.signalCode === null) await server.crash();
+    server = undefined;
+    proxy.resume();
+    await proxy.close();
+  });
+  afterAll(async () => {
+    await fdb?.close();
+  });
+
+  const start = (env: Record<string, string>) =>
+    startServer({
+      dbName: fdb.name,
+      env: {
+        DB_HOST: '127.0.0.1',
+        DB_PORT: String(proxy.port),
+        SCHEDULER_ENABLED: 'true',
+        // Its loop would be one more thing stuck on the database, before the jobs in Nest's order.
+        BULK_RUNNER_ENABLED: 'false',
+        LOG_LEVEL: 'debug',
+        LOG_FORMAT: 'json',
+        ...env,
+      },
+    });
+
+  it('no cron job starts after the signal', async () => {
+    // The hold sweep every second, so one is stuck at the signal; its module stops before the expiry
+    // sweep's, which is between runs at the signal and due during the stop.
+    server = await start({ HOLD_SWEEP_SECONDS: '1', EXPIRE_CRON: '*/5 * * * * *', DB_STATEMENT_TIMEOUT_MS: String(STOP_MS) });
+    const expired = await lineAfter(server, 0, /^Expiry sweep complete/);
+    // Its lease released too, the run over.
+    await sleep(500);
+    proxy.stall();
+    const stalledAt = linesOf(server).length;
+    await lineAfter(server, stalledAt, /^Job hold-sweep starting its run/);
+    const exited = exitOf(server);
+    server.child.kill('SIGTERM');
+    const signalledAt = Date.now();
+    // The expiry sweep's next run was due after the signal, well before the stuck statement timed out.
+    const expiryDue = Math.ceil(Date.parse(expired.line.time) / 5000) * 5000;
+    expect(expiryDue).toBeGreaterThan(signalledAt);
+    expect(expiryDue).toBeLessThan(signalledAt + STOP_MS - 2000);
+    await exited;
+    const lines = linesOf(server);
+    const signalled = lines.findIndex((l) => l.msg.startsWith('SIGTERM received'));
+    expect(signalled).toBeGreaterThan(0);
+    expect(lines.slice(signalled).filter((l) => / starting its run /.test(l.msg))).toEqual([]);
+  }, 120_000);
+});
