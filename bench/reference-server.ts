@@ -9,5 +9,5 @@ const config = loadConfig();
 await prepareDatabase(config);
 // The same createApp() as main.ts, so adapter, hooks, guard, pipes and filter are identical.
 const app = await createApp(config, [ReferenceModule]);
-closeOnSignals(app);
+closeOnSignals(app, config.SHUTDOWN_TIMEOUT_MS);
 await app.listen({ port: config.PORT, host: '127.0.0.1' });

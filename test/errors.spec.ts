@@ -180,6 +180,14 @@ describe('configuration', () => {
       true,
     ]);
   });
+
+  it("bounds a graceful stop by SHUTDOWN_TIMEOUT_MS: 20 s by default, inside Kubernetes' 30 s grace period; 1 s to an hour", () => {
+    expect(loadConfig({}).SHUTDOWN_TIMEOUT_MS).toBe(20_000);
+    expect(loadConfig({ SHUTDOWN_TIMEOUT_MS: '5000' }).SHUTDOWN_TIMEOUT_MS).toBe(5000);
+    for (const bad of ['0', '999', '20s', '3600001']) {
+      expect(() => loadConfig({ SHUTDOWN_TIMEOUT_MS: bad })).toThrow(/\bSHUTDOWN_TIMEOUT_MS:/);
+    }
+  });
 });
 
 describe('AppError', () => {

@@ -168,6 +168,18 @@ export class AppConfig {
   @Max(600_000)
   REQUEST_TIMEOUT_MS: number = 10_000;
 
+  /**
+   * How long a SIGTERM or SIGINT may take to stop the instance (jobs, requests in flight, the pool)
+   * before it exits anyway, code 1, naming what it still waited for. The default leaves room inside
+   * Kubernetes' 30 s grace period for a preStop delay, and is above REQUEST_TIMEOUT_MS so the
+   * requests in flight can finish.
+   */
+  @Transform(toInt)
+  @IsInt()
+  @Min(1000)
+  @Max(3_600_000)
+  SHUTDOWN_TIMEOUT_MS: number = 20_000;
+
   /** Outside requests (jobs), a statement unanswered this long ends, its connection closed; a request's statements end at its deadline. */
   @Transform(toInt)
   @IsInt()
