@@ -305,12 +305,14 @@ describe('contract coverage: the answers every operation documents', () => {
     });
 
     it('409 INSUFFICIENT_STOCK: approving a stock removal larger than the remaining stock; 409 COMPENSATION_ALREADY_DECIDED: deciding it again', async () => {
-      // Two issued, init_stock 1, stock 2: three units too many, and only two left to take off.
+      // Two issued, init_stock 10, stock 11: three units too many, proposed for removal.
       const coupon = await createCoupon(t.url, { totalStock: 10 });
       await Promise.all(['is-1', 'is-2'].map((u) => grabUserCoupon(t.url, coupon.id, u)));
-      await sql(`UPDATE coupon_stock SET init_stock = 1, stock = 2 WHERE coupon_id = ?`, [coupon.id]);
+      await sql(`UPDATE coupon_stock SET stock = 11 WHERE coupon_id = ?`, [coupon.id]);
       const [compensation] = await compensationsFor(coupon.id);
       expect(compensation.action).toBe('REMOVE_STOCK');
+      // Then the stock shrinks to two, the excess unchanged (as grabs would leave it): three cannot come off.
+      await sql(`UPDATE coupon_stock SET init_stock = 1, stock = 2 WHERE coupon_id = ?`, [coupon.id]);
       const decide = (how: string) =>
         request(t.url).post(`/admin/compensations/${compensation.id}/${how}`).set(admin()).send({ reason: 'contract' });
       const approved = await decide('approve');
