@@ -1363,6 +1363,12 @@ describe('admin console in a browser', () => {
       // The page itself never scrolls sideways, and the campaign's name keeps room to be read.
       expect(await tab.evaluate<number>('document.documentElement.scrollWidth')).toBeLessThanOrEqual(800);
       expect((await tab.getByRole('columnheader', { name: 'Name' }).boundingBox())?.width).toBeGreaterThanOrEqual(120);
+      // The row's actions stay in view while the table scrolls.
+      const [live, card] = await Promise.all([
+        tab.getByRole('button', { name: 'Live' }).first().boundingBox(),
+        tab.locator('.ant-table-container').boundingBox(),
+      ]);
+      expect(live && card && live.x + live.width <= card.x + card.width).toBe(true);
       const sider = tab.locator('.ant-layout-sider');
       expect((await sider.boundingBox())?.width).toBe(0);
       const toggle = tab.getByTestId('menu-toggle');

@@ -150,6 +150,8 @@ export function Campaigns() {
             title: t('actions'),
             key: 'actions',
             width: 215,
+            // In view however far a narrow window scrolls the table.
+            fixed: 'right',
             render: (_, c) => (
               <Space size={4}>
                 <NavButton to={`/campaigns/${c.id}`} size="small" icon={<LineChartOutlined />}>
