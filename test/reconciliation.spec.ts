@@ -328,6 +328,11 @@ describe('reconciliation', () => {
     for (let i = 0; i < 8; i++) await grab(c, `excess-${i}`);
     const [p] = await proposals((await svc.runNow('FULL', 'test')).id);
     expect(p).toMatchObject({ action: 'ADOPT_ISSUED', params: { initStock: 5, stock: 0, issuedFromStock: 8, difference: -3 } });
+    // Stock an admin added since would be lost by ending the sale: the proposal no longer fits.
+    await request(t.url).post(`/admin/coupons/${c}/stock`).set(admin()).send({ delta: 10 });
+    const stale = await decide(p.id, 'approve');
+    expect([stale.status, stale.body.code]).toEqual([409, 'STATUS_CONFLICT']);
+    await request(t.url).post(`/admin/coupons/${c}/stock`).set(admin()).send({ delta: -10 });
     const approved = await decide(p.id, 'approve');
     expect([approved.status, approved.body.result]).toEqual([200, { done: 'ADOPT_ISSUED', couponId: c, initStock: 8, stock: 0 }]);
     expect(await one(`SELECT init_stock, stock FROM coupon_stock WHERE coupon_id = ?`, [c])).toEqual({ init_stock: '8', stock: '0' });

@@ -156,6 +156,9 @@ export class CompensationService {
     if (!row || difference !== p.difference)
       throw changedSinceRun(`The stock of coupon ${p.couponId}`, { expectedDifference: p.difference, difference });
     if (comp.action === 'ADOPT_ISSUED') {
+      // Grabs since the run only lower the stock; units added since (an admin's stock change) would be
+      // wiped out by ending the sale, and may now leave room to take the excess off instead.
+      if (row.stock > p.stock) throw changedSinceRun(`The stock of coupon ${p.couponId}`, { expectedStock: p.stock, stock: row.stock });
       await this.stock.adopt(em, p.couponId, issued, now);
       return { done: comp.action, couponId: p.couponId, initStock: issued, stock: 0 };
     }
