@@ -989,7 +989,7 @@ export interface components {
             maxDiscountCents?: number | null;
         };
         CreateCouponDto: {
-            /** @description 1-200 characters shown to shoppers: not blank, no control characters */
+            /** @description 1-200 characters shown to shoppers: some visible text, no control characters, no bidi overrides */
             name: string;
             totalStock: number;
             /** @default 1 */

@@ -121,7 +121,17 @@ describe('hardening', () => {
       const coupon = await createCoupon(t.url, { name: astral(200) });
       expect(coupon.name).toBe(astral(200));
       // What shoppers see: not blank, no control characters; an emoji sequence's joiners are not controls.
-      for (const name of ['   ', '\u3000', 'a\u0007b', 'line\nbreak', 'tab\there'])
+      for (const name of [
+        '   ',
+        '\u3000',
+        'a\u0007b',
+        'line\nbreak',
+        'tab\there',
+        '\u200b\u200b',
+        '\u200d \u2060',
+        'photo\u202egnp.exe',
+        'a\u2066b\u2069',
+      ])
         expect([
           name,
           (
@@ -130,7 +140,7 @@ describe('hardening', () => {
               .set(bearer(adminToken()))
               .send({ ...couponBody(), name })
           ).body.details?.fields,
-        ]).toEqual([name, { name: ['name must be visible text without control characters'] }]);
+        ]).toEqual([name, { name: ['name must be visible text without control characters or direction overrides'] }]);
       expect((await createCoupon(t.url, { name: `${family} 满100减10` })).name).toBe(`${family} 满100减10`);
     });
 

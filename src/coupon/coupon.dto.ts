@@ -90,14 +90,22 @@ export class DiscountDto {
   maxDiscountCents?: number;
 }
 
-/** Shown to shoppers: some text, no control characters (a bell, a line feed); emoji sequences (their joiners) are fine. */
-const DISPLAY_NAME = /^(?!\s*$)[^\p{Cc}]+$/u;
+/**
+ * Shown to shoppers: some visible text, no control characters (a bell, a line feed) and no bidi
+ * embeddings, overrides or isolates (U+202E made "exe.png" read "gnp.exe"); a name of zero-width
+ * characters alone showed as nothing to click. Emoji sequences (their joiners) are fine.
+ */
+const DISPLAY_NAME = /^(?![\s\p{Cf}]*$)[^\p{Cc}\u202A-\u202E\u2066-\u2069]+$/u;
 
 export class CreateCouponDto {
-  @ApiProperty({ minLength: 1, maxLength: 200, description: '1-200 characters shown to shoppers: not blank, no control characters' })
+  @ApiProperty({
+    minLength: 1,
+    maxLength: 200,
+    description: '1-200 characters shown to shoppers: some visible text, no control characters, no bidi overrides',
+  })
   @IsString()
   @TextLength(1, 200)
-  @Matches(DISPLAY_NAME, { message: 'name must be visible text without control characters' })
+  @Matches(DISPLAY_NAME, { message: 'name must be visible text without control characters or direction overrides' })
   name!: string;
 
   @ApiProperty({ minimum: 0, maximum: 1e9 })
