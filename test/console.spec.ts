@@ -39,6 +39,26 @@ async function eventually<T>(read: () => Promise<T>, ok: (v: T) => boolean, ms =
 /** Ant Design's opening animations (drawers, modals) take 0.3 s; a click before they end can be lost on a loaded machine. */
 const settle = () => page.waitForTimeout(400);
 
+const remainingStock = async () =>
+  (await request(t.url).get(`/admin/coupons/${couponId}`).set(bearer(adminToken()))).body.remainingStock as number;
+
+/** The campaigns list's stock dialog for `couponId`, with `amount` typed. */
+async function openStockDialog(amount: string): Promise<void> {
+  const row = page.locator('.ant-table-row', { has: page.getByTestId(`campaign-${couponId}`) });
+  await row.getByRole('button', { name: 'Stock', exact: true }).click();
+  await page.getByTestId('stock-amount').fill(amount);
+  await settle();
+}
+
+/** Presses OK again after an answer the dialog could not trust; the browser's log of that answer (`logged`) was the test's doing. */
+async function resubmitStock(expected: number, logged: string): Promise<void> {
+  await page.getByTestId('stock-submit').click();
+  await page.locator('.ant-modal').waitFor({ state: 'hidden' });
+  expect(await remainingStock()).toBe(expected);
+  const others = pageErrors.splice(0).filter((e) => !e.includes(logged));
+  pageErrors.push(...others);
+}
+
 /**
  * Until the toasts are gone. A toast stays while the pointer is over it, and one that appears under
  * the pointer (over a drawer's close button, after a click next to it) takes every click there and
@@ -856,13 +876,8 @@ describe('admin console in a browser', () => {
   });
 
   it('adds stock once when the operator presses OK again after a lost answer, told the change may have been made', async () => {
-    const remaining = async () =>
-      (await request(t.url).get(`/admin/coupons/${couponId}`).set(bearer(adminToken()))).body.remainingStock as number;
-    const before = await remaining();
-    const row = page.locator('.ant-table-row', { has: page.getByTestId(`campaign-${couponId}`) });
-    await row.getByRole('button', { name: 'Stock', exact: true }).click();
-    await page.getByTestId('stock-amount').fill('7');
-    await settle();
+    const before = await remainingStock();
+    await openStockDialog('7');
     // The server adds the stock, but its answer never reaches the page.
     await page.route(
       `**/admin/coupons/${couponId}/stock`,
@@ -876,22 +891,12 @@ describe('admin console in a browser', () => {
     await page.getByTestId('no-answer').waitFor();
     expect(await page.getByTestId('no-answer').textContent()).toMatch(/may or may not have been made/);
     expect(await page.locator('.ant-modal .ant-form-item-explain-error').count()).toBe(0);
-    await page.getByTestId('stock-submit').click();
-    await page.locator('.ant-modal').waitFor({ state: 'hidden' });
-    expect(await remaining()).toBe(before + 7);
-    // The browser logs the answer it lost; that one error is this test's doing.
-    const others = pageErrors.splice(0).filter((e) => !e.includes('net::ERR_FAILED'));
-    pageErrors.push(...others);
+    await resubmitStock(before + 7, 'net::ERR_FAILED');
   });
 
   it('shows a refusal that is not about the amount above the stock form, and an unknown outcome as maybe made', async () => {
-    const remaining = async () =>
-      (await request(t.url).get(`/admin/coupons/${couponId}`).set(bearer(adminToken()))).body.remainingStock as number;
-    const before = await remaining();
-    const row = page.locator('.ant-table-row', { has: page.getByTestId(`campaign-${couponId}`) });
-    await row.getByRole('button', { name: 'Stock', exact: true }).click();
-    await page.getByTestId('stock-amount').fill('3');
-    await settle();
+    const before = await remainingStock();
+    await openStockDialog('3');
     const underField = page.locator('.ant-modal .ant-form-item-explain-error');
     // A lock wait past its limit: nothing changed, and the amount is not why.
     await page.route(
@@ -909,7 +914,7 @@ describe('admin console in a browser', () => {
     expect(await page.getByTestId('form-refusal').textContent()).toContain('SERVICE_UNAVAILABLE');
     expect(await underField.count()).toBe(0);
     expect(await page.getByTestId('no-answer').count()).toBe(0);
-    expect(await remaining()).toBe(before);
+    expect(await remainingStock()).toBe(before);
     // The server adds the stock, then cannot learn whether its COMMIT took: OUTCOME_UNKNOWN.
     await page.route(
       `**/admin/coupons/${couponId}/stock`,
@@ -929,12 +934,7 @@ describe('admin console in a browser', () => {
     expect(await page.getByTestId('form-refusal').count()).toBe(0);
     expect(await underField.count()).toBe(0);
     // OK again sends the same Idempotency-Key: the stock changes once.
-    await page.getByTestId('stock-submit').click();
-    await page.locator('.ant-modal').waitFor({ state: 'hidden' });
-    expect(await remaining()).toBe(before + 3);
-    // The browser logs the two 503s; they are this test's doing.
-    const others = pageErrors.splice(0).filter((e) => !e.includes('status of 503'));
-    pageErrors.push(...others);
+    await resubmitStock(before + 3, 'status of 503');
   });
 
   it('asks before pausing a live sale or removing stock, naming the campaign; cancelled, nothing is sent', async () => {
