@@ -37,6 +37,8 @@ describe('settings are refused at boot with the name of the setting', () => {
     ['REDIS_URL', 'http://cache:6379'],
     ['REDIS_URL', 'redis://'],
     ['REDIS_URL', 'cache 6379'],
+    // ioredis would send SELECT sessions, which Redis refuses.
+    ['REDIS_URL', 'redis://cache:6379/sessions'],
     ['WEBHOOK_ALLOWED_HOSTS', 'http://bad_host!!,,'],
     ['WEBHOOK_ALLOWED_HOSTS', 'hooks.example.com/path'],
     ['METRICS_TOKEN', ''],

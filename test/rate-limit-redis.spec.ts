@@ -50,6 +50,12 @@ it('loadConfig reads REDIS_URL from the environment, which cluster-wide limits d
   expect(loadConfig({ REDIS_URL: SHARED_REDIS }).REDIS_URL).toBe(SHARED_REDIS);
 });
 
+it('refuses to start on a database of REDIS_URL that Redis does not have, rather than use database 0 unsaid', async () => {
+  await expect(startLimiter({ REDIS_URL: `${SHARED_REDIS}/999` })).rejects.toThrow(
+    /^REDIS_URL: Redis refused the connection's set-up: ERR DB index is out of range/,
+  );
+});
+
 describe('rate limits in Redis (127.0.0.1:6379): instances share one bucket', () => {
   const namespace = newNamespace();
   let a: LimiterUnderTest;

@@ -30,7 +30,8 @@ const IsListenHost = () =>
 
 /**
  * What ioredis connects to: a redis:// or rediss:// URL with a host, or its shorter forms (host:port,
- * a port, a socket path). Another scheme (http://cache:6379) or text with spaces it would misread.
+ * a port, a socket path). Another scheme (http://cache:6379), a database that is not a number
+ * (redis://cache/sessions) or text with spaces it would misread.
  */
 const IsRedisUrl = () =>
   ValidateBy({
@@ -41,12 +42,14 @@ const IsRedisUrl = () =>
         if (!value.includes('://')) return /^[^\s:]*(:\d{1,5})?$|^\/\S+$/.test(value) && value !== '';
         try {
           const url = new URL(value);
-          return (url.protocol === 'redis:' || url.protocol === 'rediss:') && url.hostname !== '';
+          // ioredis reads the path as the database number and sends SELECT with whatever it finds there.
+          return (url.protocol === 'redis:' || url.protocol === 'rediss:') && url.hostname !== '' && /^(\/\d*)?$/.test(url.pathname);
         } catch {
           return false;
         }
       },
-      defaultMessage: () => 'REDIS_URL must be redis://[:password@]host[:port][/db] (rediss:// for TLS), host:port or a socket path',
+      defaultMessage: () =>
+        'REDIS_URL must be redis://[:password@]host[:port][/db] (db a number; rediss:// for TLS), host:port or a socket path',
     },
   });
 

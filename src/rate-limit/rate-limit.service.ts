@@ -1,9 +1,9 @@
 import { Injectable, Logger, OnModuleDestroy, OnModuleInit } from '@nestjs/common';
-import { Redis } from 'ioredis';
+import { Redis, ReplyError } from 'ioredis';
 import { RateLimiterRedis, RateLimiterRes } from 'rate-limiter-flexible';
 import { AppError } from '../common/errors.js';
 import { counter, gauge } from '../common/metrics.js';
-import { AppConfig } from '../config/app-config.js';
+import { AppConfig, ConfigError } from '../config/app-config.js';
 import { InsuredLimiter, type Limiter } from './insured-limiter.js';
 import { BucketStore, TOKEN_BUCKET_LUA, TokenBucketMemory } from './token-bucket.js';
 
@@ -45,6 +45,8 @@ export class RateLimitService implements OnModuleInit, OnModuleDestroy {
   /** Keys are namespaced by database: instances sharing a database share buckets, other deployments on the same Redis do not. */
   private readonly keyPrefix: string;
   private closing = false;
+  /** What Redis answered to the connection's own set-up (SELECT of REDIS_URL's database, AUTH), when it refused it. */
+  private refusal?: string;
 
   constructor(private readonly config: AppConfig) {
     this.keyPrefix = `ce:${config.DB_NAME}:grab`;
@@ -62,6 +64,11 @@ export class RateLimitService implements OnModuleInit, OnModuleDestroy {
         resolve(true);
       });
     });
+    // A refused set-up leaves the connection usable, on another database than REDIS_URL names: a setting to fix, not to run with.
+    if (this.refusal) {
+      redis.disconnect();
+      throw new ConfigError(`REDIS_URL: Redis refused the connection's set-up: ${this.refusal}`);
+    }
     if (!ready) this.logger.warn(`Redis not reachable within ${REDIS_BOOT_WAIT_MS} ms; rate limits are per instance until it is`);
   }
 
@@ -149,7 +156,11 @@ export class RateLimitService implements OnModuleInit, OnModuleDestroy {
       up = false;
     });
     // Outages are reported once, by 'close'; ioredis would otherwise print every failed reconnect.
-    redis.on('error', () => undefined);
+    redis.on('error', (err: Error) => {
+      if (!(err instanceof ReplyError) || this.refusal === err.message) return;
+      this.refusal = err.message;
+      this.logger.error(`Redis refused the connection's set-up (check REDIS_URL): ${err.message}`);
+    });
     return redis;
   }
 }
