@@ -2,7 +2,10 @@ import { ChildProcess, spawn } from 'node:child_process';
 import { once } from 'node:events';
 import { performance } from 'node:perf_hooks';
 import { Redis } from 'ioredis';
+import { Test } from '@nestjs/testing';
 import { loadConfig } from '../src/config/app-config.js';
+import { ConfigModule } from '../src/config/config.module.js';
+import { RateLimitModule } from '../src/rate-limit/rate-limit.module.js';
 import { RateLimitService } from '../src/rate-limit/rate-limit.service.js';
 import { createCoupon } from './support/factories.js';
 import { checkInvariantsAfterEach } from './support/scoped-invariants.js';
@@ -50,10 +53,20 @@ it('loadConfig reads REDIS_URL from the environment, which cluster-wide limits d
   expect(loadConfig({ REDIS_URL: SHARED_REDIS }).REDIS_URL).toBe(SHARED_REDIS);
 });
 
-it('refuses to start on a database of REDIS_URL that Redis does not have, rather than use database 0 unsaid', async () => {
-  await expect(startLimiter({ REDIS_URL: `${SHARED_REDIS}/999` })).rejects.toThrow(
-    /^REDIS_URL: Redis refused the connection's set-up: ERR DB index is out of range/,
-  );
+it.each([
+  ['while the connection is being set up', 0],
+  // In the whole app the other modules' set-up gives the connection time to be ready before this module's init.
+  ['after the connection is ready', 500],
+])('refuses to start on a database of REDIS_URL that Redis does not have (init %s), rather than use database 0 unsaid', async (_, wait) => {
+  const moduleRef = await Test.createTestingModule({
+    imports: [ConfigModule.forRoot(loadConfig({ RATE_LIMIT_ENABLED: 'true', REDIS_URL: `${SHARED_REDIS}/999` })), RateLimitModule],
+  }).compile();
+  await new Promise((r) => setTimeout(r, wait));
+  try {
+    await expect(moduleRef.init()).rejects.toThrow(/^REDIS_URL: Redis refused the connection's set-up: ERR DB index is out of range/);
+  } finally {
+    await moduleRef.close();
+  }
 });
 
 describe('rate limits in Redis (127.0.0.1:6379): instances share one bucket', () => {

@@ -56,14 +56,16 @@ export class RateLimitService implements OnModuleInit, OnModuleDestroy {
 
   async onModuleInit(): Promise<void> {
     const redis = this.redis;
-    if (!redis || redis.status === 'ready') return;
-    const ready = await new Promise<boolean>((resolve) => {
-      const timer = setTimeout(() => resolve(false), REDIS_BOOT_WAIT_MS);
-      redis.once('ready', () => {
-        clearTimeout(timer);
-        resolve(true);
-      });
-    });
+    if (!redis) return;
+    const ready =
+      redis.status === 'ready' ||
+      (await new Promise<boolean>((resolve) => {
+        const timer = setTimeout(() => resolve(false), REDIS_BOOT_WAIT_MS);
+        redis.once('ready', () => {
+          clearTimeout(timer);
+          resolve(true);
+        });
+      }));
     // A refused set-up leaves the connection usable, on another database than REDIS_URL names: a setting to fix, not to run with.
     if (this.refusal) {
       redis.disconnect();
@@ -148,7 +150,7 @@ export class RateLimitService implements OnModuleInit, OnModuleDestroy {
     redis.on('ready', () => {
       up = true;
       redisReady.set(1);
-      this.logger.log('Rate limiter buckets are in Redis (cluster-wide limits)');
+      if (!this.refusal) this.logger.log('Rate limiter buckets are in Redis (cluster-wide limits)');
     });
     redis.on('close', () => {
       redisReady.set(0);
