@@ -1,6 +1,7 @@
 import fc from 'fast-check';
 import {
   ActiveHold,
+  diagnoseMissingStock,
   diagnoseStock,
   diagnoseUserCoupon,
   legalPath,
@@ -232,6 +233,42 @@ describe('reconciliation diagnosis', () => {
       action: 'MANUAL_REVIEW',
       redemptionId: '101',
       params: { userCouponId: '7', redemptionIds: ['100', '101'] },
+    });
+  });
+
+  it('says why as stable keys with the values they name, as well as in English, sentence by sentence', () => {
+    const used = log([null, 'UNUSED'], ['UNUSED', 'USED', 'order:A']);
+    const restored = diagnoseUserCoupon(facts('USED', used, [], { otherRedemptions: [{ id: '40', orderNo: 'A', status: 'CANCELLED' }] }));
+    expect(restored?.details).toMatchObject({
+      explanation:
+        `The log records its use (order:A, log row ${used[1].id}) but the redemption row is missing: recreate it from the log. ` +
+        'Its row (40) is there with the status CANCELLED: it goes back to USED.',
+      explanationParts: [
+        { key: 'USE_LOGGED_REDEMPTION_MISSING', params: { txId: 'order:A', logId: used[1].id } },
+        { key: 'REDEMPTION_ROW_RESTORED', params: { redemptionId: '40', redemptionStatus: 'CANCELLED' } },
+      ],
+    });
+    expect(diagnoseUserCoupon(facts('LOCKED', log([null, 'UNUSED'])))?.details).toMatchObject({
+      explanation: 'The status LOCKED stands; the log is repaired to lead to it. No ACTIVE hold holds it, so it goes back to UNUSED.',
+      explanationParts: [
+        { key: 'STATUS_STANDS', params: { status: 'LOCKED' } },
+        { key: 'NO_HOLD_BACK_TO_UNUSED', params: {} },
+      ],
+    });
+    expect(diagnoseUserCoupon(facts('USED', used, ['A', 'B']))?.details).toMatchObject({
+      explanation:
+        '2 USED redemptions (orders A, B) reference this one coupon: it was used more than once. Which use stands is for an operator to decide.',
+      explanationParts: [{ key: 'USED_MORE_THAN_ONCE', params: { count: 2, orderNos: 'A, B' } }],
+    });
+    expect(diagnoseStock({ couponId: '1', initStock: 5, stock: 2, issuedFromStock: 6 })?.details).toMatchObject({
+      explanation:
+        '6 coupons were issued from stock, more than the initial 5, and 2 remain: end the sale at what was issued (initial stock 6, none remaining).',
+      explanationParts: [{ key: 'STOCK_OVER_ISSUED', params: { issuedFromStock: 6, initStock: 5, stock: 2 } }],
+    });
+    expect(diagnoseMissingStock('1', 4).details).toMatchObject({
+      explanation:
+        'The coupon has no stock row: recreate it sold out (initial stock = the 4 issued, none remaining); add stock afterwards if the sale goes on.',
+      explanationParts: [{ key: 'STOCK_ROW_MISSING', params: { issuedFromStock: 4 } }],
     });
   });
 

@@ -13,6 +13,7 @@ import {
   UserCouponFacts,
   UserCouponFinding,
 } from './diagnosis.js';
+import { explained, type Explained, sentence } from './explanations.js';
 
 type Queryable = Pick<QueryRunner | EntityManager, 'query'>;
 
@@ -22,7 +23,7 @@ export interface OrphanRedemptionFinding {
   couponId: null;
   userCouponId: string;
   redemptionId: string;
-  details: { orderNo: string; userId: string; explanation: string };
+  details: { orderNo: string; userId: string } & Explained;
   action: 'MANUAL_REVIEW';
   params: { redemptionId: string; userCouponId: string };
 }
@@ -204,8 +205,7 @@ export class AuditService {
       details: {
         orderNo: r.order_no,
         userId: r.user_id,
-        explanation:
-          'The redemption references a user coupon row that no longer exists; its template cannot be told from the tables, so an operator decides.',
+        ...explained(sentence('REDEMPTION_COUPON_GONE')),
       },
       action: 'MANUAL_REVIEW',
       params: { redemptionId: r.id, userCouponId: r.user_coupon_id },

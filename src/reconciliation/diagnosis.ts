@@ -1,6 +1,7 @@
 import { parseTxId, TxIds } from '../ledger/tx-id.js';
 import { replay, TRANSITIONS, USER_COUPON_STATUSES, UserCouponStatus } from '../ledger/transitions.js';
 import type { HoldClosing } from '../redemption/holds.js';
+import { explained, type Explained, type ExplanationPart, sentence } from './explanations.js';
 
 export const DISCREPANCY_TYPES = [
   'STOCK_MISMATCH',
@@ -118,8 +119,7 @@ export interface UserCouponFinding {
     firstInconsistentLogId: string | null;
     usedRedemptionIds: string[];
     targetStatus: UserCouponStatus;
-    explanation: string;
-  };
+  } & Explained;
   action: 'MARK_CONSISTENT';
   params: RepairParams;
 }
@@ -130,7 +130,7 @@ export interface DoubleUseFinding {
   couponId: string;
   userCouponId: string;
   redemptionId: string;
-  details: { status: string; usedRedemptionIds: string[]; orderNos: string[]; explanation: string };
+  details: { status: string; usedRedemptionIds: string[]; orderNos: string[] } & Explained;
   action: 'MANUAL_REVIEW';
   params: { userCouponId: string; redemptionIds: string[] };
 }
@@ -191,42 +191,43 @@ export function diagnoseUserCoupon(f: UserCouponFacts): UserCouponFinding | Doub
   const legalPrefix = f.log.slice(0, r.lastConsistentIndex + 1);
   let target: UserCouponStatus;
   let recreateFrom: LogEntry | undefined;
-  let explanation: string;
+  const why: ExplanationPart[] = [];
   // The redemption module logs a use with the order in the same transaction as the redemption row: evidence of the use even when that row is gone.
   const usedByOrder = hasRedemption ? undefined : legalPrefix.find((s) => s.to === 'USED' && orderOf(s) !== null);
   if (hasRedemption) {
     target = 'USED';
-    explanation = 'A USED redemption references this coupon: an order used it.';
+    why.push(sentence('USED_BY_ORDER'));
   } else if (usedByOrder) {
     target = 'USED';
     recreateFrom = usedByOrder;
-    explanation = `The log records its use (${usedByOrder.txId}, log row ${usedByOrder.id}) but the redemption row is missing: recreate it from the log.`;
+    why.push(sentence('USE_LOGGED_REDEMPTION_MISSING', { txId: usedByOrder.txId, logId: usedByOrder.id }));
   } else if (f.status === 'USED' || !isStatus(f.status)) {
     target = r.status === null || r.status === 'USED' ? 'UNUSED' : r.status;
-    explanation =
+    why.push(
       f.status === 'USED'
-        ? `USED with no redemption and no use by an order in the log: the status goes back to ${target}, where the log left it.`
-        : `${f.status} is not a status of the lifecycle: the status goes back to ${target}, where the log left it.`;
+        ? sentence('USED_WITHOUT_USE', { targetStatus: target })
+        : sentence('STATUS_NOT_IN_LIFECYCLE', { status: f.status, targetStatus: target }),
+    );
   } else if (f.log.at(-1)?.to === 'LOCKED' && f.status !== 'LOCKED' && f.activeHolds.length > 0) {
     // The hold agrees with the log: the status alone went astray, and releasing the hold would cancel a live checkout.
     // The log's last row decides, legal or not, as in the hold audit, which leaves such a hold to this repair.
     target = 'LOCKED';
-    explanation = `The log ends LOCKED and an ACTIVE hold (order ${f.activeHolds[0].orderNo}) holds it: the status goes back to LOCKED.`;
+    why.push(sentence('LOCKED_BY_LIVE_HOLD', { orderNo: f.activeHolds[0].orderNo }));
   } else if (f.status === 'EXPIRED' && !f.expired && (r.status === null || r.status === 'UNUSED' || r.status === 'LOCKED')) {
     // Only the sweep expires a coupon, once its time has come; a customer's valid coupon is not taken away by the repair.
     target = r.status ?? 'UNUSED';
-    explanation = `EXPIRED before its expiry, and the log never got there: the status goes back to ${target}, where the log left it.`;
+    why.push(sentence('EXPIRED_TOO_EARLY', { targetStatus: target }));
   } else if (r.legal && r.status !== null && r.status !== 'USED' && legalPath(r.status, f.status) === null) {
     target = r.status;
-    explanation = `The complete, legal log ends at ${r.status}, from which ${f.status} cannot follow: the status goes back to ${r.status}.`;
+    why.push(sentence('LOG_STATUS_CANNOT_FOLLOW', { replayedStatus: r.status, status: f.status }));
   } else {
     target = f.status;
-    explanation = `The status ${f.status} stands; the log is repaired to lead to it.`;
+    why.push(sentence('STATUS_STANDS', { status: f.status }));
   }
 
   if (target === 'LOCKED' && f.activeHolds.length === 0) {
     target = 'UNUSED';
-    explanation += ' No ACTIVE hold holds it, so it goes back to UNUSED.';
+    why.push(sentence('NO_HOLD_BACK_TO_UNUSED'));
   }
 
   let keep = legalPrefix.length;
@@ -272,7 +273,7 @@ export function diagnoseUserCoupon(f: UserCouponFacts): UserCouponFinding | Doub
   if (stored) {
     // The order's redemption row is there with a status the service never writes: it is set back rather than inserted again.
     steps.push({ op: 'RESTORE_REDEMPTION', redemptionId: stored.id, from: stored.status });
-    explanation += ` Its row (${stored.id}) is there with the status ${stored.status}: it goes back to USED.`;
+    why.push(sentence('REDEMPTION_ROW_RESTORED', { redemptionId: stored.id, redemptionStatus: stored.status }));
   } else if (recreateFrom) {
     steps.push({
       op: 'RECREATE_REDEMPTION',
@@ -297,7 +298,7 @@ export function diagnoseUserCoupon(f: UserCouponFacts): UserCouponFinding | Doub
       firstInconsistentLogId: removed[0]?.id ?? null,
       usedRedemptionIds,
       targetStatus: target,
-      explanation,
+      ...explained(...why),
     },
     action: 'MARK_CONSISTENT',
     params: {
@@ -320,7 +321,7 @@ function doubleUse(f: UserCouponFacts): DoubleUseFinding {
       status: f.status,
       usedRedemptionIds: redemptionIds,
       orderNos,
-      explanation: `${redemptionIds.length} USED redemptions (orders ${orderNos.join(', ')}) reference this one coupon: it was used more than once. Which use stands is for an operator to decide.`,
+      ...explained(sentence('USED_MORE_THAN_ONCE', { count: redemptionIds.length, orderNos: orderNos.join(', ') })),
     },
     action: 'MANUAL_REVIEW',
     params: { userCouponId: f.userCouponId, redemptionIds },
@@ -337,7 +338,7 @@ export interface StockFacts {
 export interface StockFinding {
   type: 'STOCK_MISMATCH';
   couponId: string;
-  details: StockFacts & { difference: number; explanation: string };
+  details: StockFacts & { difference: number } & Explained;
   action: 'RESTORE_STOCK' | 'REMOVE_STOCK' | 'ADOPT_ISSUED';
   params: StockFacts & { difference: number; count: number };
 }
@@ -346,7 +347,7 @@ export interface StockFinding {
 export interface MissingStockFinding {
   type: 'STOCK_MISMATCH';
   couponId: string;
-  details: { couponId: string; issuedFromStock: number; explanation: string };
+  details: { couponId: string; issuedFromStock: number } & Explained;
   action: 'RECREATE_STOCK';
   params: { couponId: string };
 }
@@ -359,7 +360,7 @@ export function diagnoseMissingStock(couponId: string, issuedFromStock: number):
     details: {
       couponId,
       issuedFromStock,
-      explanation: `The coupon has no stock row: recreate it sold out (initial stock = the ${issuedFromStock} issued, none remaining); add stock afterwards if the sale goes on.`,
+      ...explained(sentence('STOCK_ROW_MISSING', { issuedFromStock })),
     },
     action: 'RECREATE_STOCK',
     params: { couponId },
@@ -376,25 +377,23 @@ export function diagnoseStock(f: StockFacts): StockFinding | null {
   const difference = f.initStock - (f.stock + f.issuedFromStock);
   if (difference === 0 && f.stock >= 0) return null;
   let action: StockFinding['action'];
-  let explanation: string;
+  let why: ExplanationPart;
   if (difference > 0) {
     action = 'RESTORE_STOCK';
-    explanation = `${difference} unit(s) left the stock without an issued coupon: put them back.`;
+    why = sentence('STOCK_UNITS_LOST', { count: difference });
   } else if (difference < 0 && f.stock >= -difference) {
     action = 'REMOVE_STOCK';
-    explanation = `${-difference} unit(s) more than the initial stock exist: take them off the remaining stock.`;
+    why = sentence('STOCK_UNITS_EXCESS', { count: -difference });
   } else {
     // The excess was grabbed already (or the remaining stock is below zero): no removal can balance
     // it, and a REMOVE_STOCK proposal failed INSUFFICIENT_STOCK at every approval, run after run.
     action = 'ADOPT_ISSUED';
-    explanation =
-      `${f.issuedFromStock} coupons were issued from stock, more than the initial ${f.initStock}, and ${f.stock} remain: ` +
-      `end the sale at what was issued (initial stock ${f.issuedFromStock}, none remaining).`;
+    why = sentence('STOCK_OVER_ISSUED', { issuedFromStock: f.issuedFromStock, initStock: f.initStock, stock: f.stock });
   }
   return {
     type: 'STOCK_MISMATCH',
     couponId: f.couponId,
-    details: { ...f, difference, explanation },
+    details: { ...f, difference, ...explained(why) },
     action,
     params: { ...f, difference, count: Math.abs(difference) },
   };

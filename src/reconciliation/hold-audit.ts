@@ -1,5 +1,6 @@
 import type { EntityManager, QueryRunner } from 'typeorm';
 import type { HoldClosing } from '../redemption/holds.js';
+import { explained, type Explained, sentence } from './explanations.js';
 
 type Queryable = Pick<QueryRunner | EntityManager, 'query'>;
 
@@ -9,7 +10,7 @@ export interface LockedWithoutHoldFinding {
   couponId: string;
   userCouponId: string;
   redemptionId: null;
-  details: { lockedUntil: string | null; expiresAt: string; releaseTo: 'UNUSED' | 'EXPIRED'; explanation: string };
+  details: { lockedUntil: string | null; expiresAt: string; releaseTo: 'UNUSED' | 'EXPIRED' } & Explained;
   action: 'RELEASE_COUPON';
   params: { userCouponId: string };
 }
@@ -20,7 +21,7 @@ export interface HoldWithoutLockedFinding {
   couponId: string | null;
   userCouponId: string;
   redemptionId: string | null;
-  details: { holdId: string; orderNo: string; status: string | null; closeAs: HoldClosing; explanation: string };
+  details: { holdId: string; orderNo: string; status: string | null; closeAs: HoldClosing } & Explained;
   action: 'CLOSE_HOLD';
   params: { holdId: string; userCouponId: string; expectStatus: string | null; closeAs: HoldClosing };
 }
@@ -32,7 +33,7 @@ export interface OrderDiscountFinding {
   userCouponId: null;
   redemptionId: string;
   orderNo: string;
-  details: { orderNo: string; orderAmountCents: number; discountCents: number; redemptionIds: string[]; explanation: string };
+  details: { orderNo: string; orderAmountCents: number; discountCents: number; redemptionIds: string[] } & Explained;
   action: 'MANUAL_REVIEW';
   params: { orderNo: string; redemptionIds: string[] };
 }
@@ -93,7 +94,7 @@ export async function holdChunk(q: Queryable, lo: bigint, hi: bigint, now: Date)
           lockedUntil: r.locked_until?.toISOString() ?? null,
           expiresAt: r.expires_at.toISOString(),
           releaseTo,
-          explanation: `LOCKED but no ACTIVE hold references it: release it to ${releaseTo} through the state machine.`,
+          ...explained(sentence('LOCKED_WITHOUT_HOLD', { releaseTo })),
         },
         action: 'RELEASE_COUPON',
         params: { userCouponId: String(r.id) },
@@ -111,10 +112,15 @@ export async function holdChunk(q: Queryable, lo: bigint, hi: bigint, now: Date)
           orderNo: h.order_no,
           status: h.status,
           closeAs,
-          explanation:
-            closeAs === 'CONFIRMED'
-              ? `ACTIVE, but the order used the coupon (redemption ${h.redemption_id}): close the hold as CONFIRMED.`
-              : `ACTIVE, but its coupon is ${h.status ?? 'gone'}${h.status === 'LOCKED' ? ' for another hold' : ''}: close the hold as RELEASED (RECONCILIATION).`,
+          ...explained(
+            h.redemption_id !== null
+              ? sentence('HOLD_ORDER_USED_COUPON', { redemptionId: String(h.redemption_id) })
+              : h.status === null
+                ? sentence('HOLD_COUPON_GONE')
+                : h.status === 'LOCKED'
+                  ? sentence('HOLD_COUPON_LOCKED_FOR_ANOTHER')
+                  : sentence('HOLD_COUPON_NOT_LOCKED', { status: h.status }),
+          ),
         },
         action: 'CLOSE_HOLD',
         params: { holdId: String(h.id), userCouponId: String(h.user_coupon_id), expectStatus: h.status, closeAs },
@@ -161,7 +167,13 @@ export async function orderChunk(
         orderAmountCents: Number(s.amount),
         discountCents: Number(s.discounts),
         redemptionIds,
-        explanation: `The coupons used on order ${s.order_no} took ${s.discounts} cents off an order of ${s.amount}: an operator decides.`,
+        ...explained(
+          sentence('ORDER_DISCOUNT_EXCEEDED', {
+            orderNo: s.order_no,
+            discountCents: Number(s.discounts),
+            orderAmountCents: Number(s.amount),
+          }),
+        ),
       },
       action: 'MANUAL_REVIEW',
       params: { orderNo: s.order_no, redemptionIds },
