@@ -1592,14 +1592,31 @@ export interface components {
             userCouponId: string | null;
             /** @description The redemption concerned */
             redemptionId: string | null;
-            /** @description What the audit saw */
+            /** @description What the audit saw; the other properties depend on the type */
             details: {
+                /** @description What was found and what the proposal does, in English, for people */
+                explanation?: string;
+                /** @description `explanation` sentence by sentence, as a key and the values it names, for a client that says it in another language. Absent from discrepancies recorded before it was added */
+                explanationParts?: components["schemas"]["ExplanationPart"][];
+            } & {
                 [key: string]: unknown;
             };
             /** @description false once its compensation was decided */
             open: boolean;
             /** Format: date-time */
             createdAt: string;
+        };
+        /** @description One sentence of a discrepancy's explanation */
+        ExplanationPart: {
+            /**
+             * @description Names the sentence. A key keeps its meaning; new ones may be added: show `explanation` for one you do not know
+             * @enum {string}
+             */
+            key: "STOCK_UNITS_LOST" | "STOCK_UNITS_EXCESS" | "STOCK_OVER_ISSUED" | "STOCK_ROW_MISSING" | "USED_BY_ORDER" | "USE_LOGGED_REDEMPTION_MISSING" | "USED_WITHOUT_USE" | "STATUS_NOT_IN_LIFECYCLE" | "LOCKED_BY_LIVE_HOLD" | "EXPIRED_TOO_EARLY" | "LOG_STATUS_CANNOT_FOLLOW" | "STATUS_STANDS" | "NO_HOLD_BACK_TO_UNUSED" | "REDEMPTION_ROW_RESTORED" | "USED_MORE_THAN_ONCE" | "REDEMPTION_COUPON_GONE" | "LOCKED_WITHOUT_HOLD" | "HOLD_ORDER_USED_COUPON" | "HOLD_COUPON_NOT_LOCKED" | "HOLD_COUPON_LOCKED_FOR_ANOTHER" | "HOLD_COUPON_GONE" | "ORDER_DISCOUNT_EXCEEDED";
+            /** @description The values the sentence names (counts, order numbers, statuses, ids), by name */
+            params: {
+                [key: string]: string | number;
+            };
         };
         Compensation: {
             /**

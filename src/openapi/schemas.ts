@@ -4,6 +4,7 @@ import { ERROR_STATUS } from '../common/errors.js';
 import { ID_PATTERN, IDEMPOTENCY_KEY_PATTERN, USER_ID_PATTERN } from '../common/validation.js';
 import { COMPENSATION_STATUSES } from '../reconciliation/compensation.entity.js';
 import { COMPENSATION_ACTIONS, DISCREPANCY_TYPES } from '../reconciliation/diagnosis.js';
+import { EXPLANATION_KEYS } from '../reconciliation/explanations.js';
 import { RUN_MODES } from '../reconciliation/reconciliation-run.entity.js';
 import { USER_COUPON_STATUSES } from '../ledger/transitions.js';
 
@@ -252,10 +253,39 @@ export const RESPONSE_SCHEMAS: Record<string, JsonSchema> = {
     couponId: nullableId('The coupon template concerned'),
     userCouponId: nullableId('The user coupon concerned'),
     redemptionId: nullableId('The redemption concerned'),
-    details: { type: 'object', additionalProperties: true, description: 'What the audit saw' },
+    details: {
+      type: 'object',
+      description: 'What the audit saw; the other properties depend on the type',
+      properties: {
+        explanation: { type: 'string', description: 'What was found and what the proposal does, in English, for people' },
+        explanationParts: {
+          type: 'array',
+          items: ref('ExplanationPart'),
+          description:
+            '`explanation` sentence by sentence, as a key and the values it names, for a client that says it in another language. ' +
+            'Absent from discrepancies recorded before it was added',
+        },
+      },
+      additionalProperties: true,
+    },
     open: { type: 'boolean', description: 'false once its compensation was decided' },
     createdAt: dateTime(),
   }),
+  ExplanationPart: object(
+    {
+      key: {
+        type: 'string',
+        enum: [...EXPLANATION_KEYS],
+        description: 'Names the sentence. A key keeps its meaning; new ones may be added: show `explanation` for one you do not know',
+      },
+      params: {
+        type: 'object',
+        additionalProperties: { type: ['string', 'number'] },
+        description: 'The values the sentence names (counts, order numbers, statuses, ids), by name',
+      },
+    },
+    "One sentence of a discrepancy's explanation",
+  ),
   Compensation: object({
     id: id('Compensation id'),
     status: { type: 'string', enum: [...COMPENSATION_STATUSES] },
