@@ -1561,7 +1561,12 @@ describe('admin console in a browser', () => {
     await page.getByText('批量发券任务').waitFor();
     await page.getByTestId('jobs').locator('.ant-tag', { hasText: '已取消' }).waitFor();
     await shot('14-bulk-jobs-zh');
+    // The reconciliation's explanation of the stock it restored, said from its key and values.
+    await page.goto(`${t.url}/console/compensations?status=DONE`);
+    await page.getByText('有 2 件离开了库存，却没有对应发出的券：放回库存。').waitFor();
+    expect(await page.getByText('left the stock').count()).toBe(0);
     await page.getByTestId('language').getByText('English').click();
+    await page.getByText('2 unit(s) left the stock without an issued coupon: put them back.').waitFor();
   });
 
   it('offers campaigns past the newest 100 in the bulk job’s picker', async () => {

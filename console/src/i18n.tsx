@@ -1,5 +1,6 @@
 import { createContext, useContext, useMemo, useState, type ReactNode } from 'react';
 import { setApiLanguage } from './api';
+import { EXPLANATIONS_EN, EXPLANATIONS_ZH_CN } from './explanations';
 
 const en = {
   appTitle: 'Coupon console',
@@ -227,6 +228,8 @@ const en = {
   decided: 'Decided',
   decidedBy: 'by {who}: {reason}',
   whatWasDone: 'What was done',
+  // between the sentences of an explanation
+  sentenceGap: ' ',
   noCompensations: 'Nothing here',
   all: 'All',
   // webhooks
@@ -316,6 +319,7 @@ const en = {
   COUPON_PAUSED: 'Paused',
   GRAB_NOT_STARTED: 'Too early',
   GRAB_ENDED: 'Too late',
+  ...EXPLANATIONS_EN,
 };
 
 export type Messages = typeof en;
@@ -536,6 +540,7 @@ const zhCN: Messages = {
   decided: '处理',
   decidedBy: '{who}：{reason}',
   whatWasDone: '执行结果',
+  sentenceGap: '',
   noCompensations: '暂无记录',
   all: '全部',
   navWebhooks: 'Webhook',
@@ -622,6 +627,7 @@ const zhCN: Messages = {
   COUPON_PAUSED: '已暂停',
   GRAB_NOT_STARTED: '未开始',
   GRAB_ENDED: '已结束',
+  ...EXPLANATIONS_ZH_CN,
 };
 
 export type Lang = 'en' | 'zh-CN';
@@ -677,4 +683,24 @@ export function label(t: Translate, code: string): string {
 export function keyLabel(t: Translate, key: string): string {
   const named = `key_${key}`;
   return named in en ? t(named as MessageKey) : key;
+}
+
+/**
+ * A discrepancy's explanation in the console's language: its sentences (`details.explanationParts`)
+ * said from their keys and values; the server's English `details.explanation` when it sent none
+ * (recorded before they were added) or a key this console does not know (a newer server).
+ */
+export function explanationText(t: Translate, details: unknown): string | null {
+  const d = details as { explanation?: unknown; explanationParts?: unknown } | null;
+  const english = typeof d?.explanation === 'string' ? d.explanation : null;
+  const parts = d?.explanationParts;
+  if (!Array.isArray(parts) || parts.length === 0) return english;
+  const said: string[] = [];
+  for (const part of parts as { key?: unknown; params?: unknown }[]) {
+    const named = `explain_${String(part?.key)}`;
+    if (!(named in en)) return english;
+    const params = typeof part.params === 'object' && part.params !== null ? (part.params as Record<string, string | number>) : {};
+    said.push(t(named as MessageKey, params));
+  }
+  return said.join(t('sentenceGap'));
 }

@@ -6,7 +6,7 @@ import { ApiError, client, ok, type Compensation } from '../api';
 import { showApiErrors } from '../apiForm';
 import { time } from '../format';
 import { useDialog, type PagedList } from '../hooks';
-import { keyLabel, label, useI18n } from '../i18n';
+import { explanationText, keyLabel, label, useI18n, type Translate } from '../i18n';
 import { LoadMore } from '../LoadMore';
 
 const STATUS_COLOR = { PENDING: 'gold', DONE: 'green', REJECTED: 'default' } as const;
@@ -39,10 +39,11 @@ function beyondDetails(params: unknown, details: unknown): unknown {
   return rest.length > 0 ? Object.fromEntries(rest) : null;
 }
 
-/** The reconciliation's own sentence about what it found, when it wrote one. */
-function explanation(details: unknown): string | null {
-  const e = (details as { explanation?: unknown } | null)?.explanation;
-  return typeof e === 'string' ? e : null;
+/** The details as shown: the explanation in the console's language, without the sentences it was said from. */
+function shownDetails(details: unknown, t: Translate): unknown {
+  if (typeof details !== 'object' || details === null || !('explanationParts' in details)) return details;
+  const { explanationParts: _, ...rest } = details as Record<string, unknown>;
+  return { ...rest, explanation: explanationText(t, details) };
 }
 
 function Decide({
@@ -138,7 +139,7 @@ export function CompensationTable({ list }: { list: PagedList<Compensation> }) {
           expandedRowRender: (c) => (
             <Space orientation="vertical" style={{ width: '100%' }}>
               <Typography.Text strong>{t('details')}</Typography.Text>
-              <JsonView value={c.discrepancy.details} />
+              <JsonView value={shownDetails(c.discrepancy.details, t)} />
               <Typography.Text strong>{t('action')}</Typography.Text>
               <JsonView value={beyondDetails(c.params, c.discrepancy.details)} />
               {c.result !== null && (
@@ -165,7 +166,9 @@ export function CompensationTable({ list }: { list: PagedList<Compensation> }) {
                   {c.discrepancy.couponId && ` · ${t('couponId')} #${c.discrepancy.couponId}`}
                   {c.discrepancy.userCouponId && ` · UC #${c.discrepancy.userCouponId}`}
                 </Typography.Text>
-                {explanation(c.discrepancy.details) && <Typography.Text>{explanation(c.discrepancy.details)}</Typography.Text>}
+                {explanationText(t, c.discrepancy.details) && (
+                  <Typography.Text>{explanationText(t, c.discrepancy.details)}</Typography.Text>
+                )}
               </Space>
             ),
           },

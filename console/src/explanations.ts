@@ -1,0 +1,70 @@
+/**
+ * The sentences of a discrepancy's explanation, by the key the server sends in
+ * `details.explanationParts` (src/reconciliation/explanations.ts writes the English ones), with the
+ * values it sends in `{braces}`. Part of the dictionaries in i18n.tsx; kept apart, without imports, so
+ * that test/explanations-i18n.spec.ts can check that every key the server has is here in both languages.
+ */
+export const EXPLANATIONS_EN = {
+  explain_STOCK_UNITS_LOST: '{count} unit(s) left the stock without an issued coupon: put them back.',
+  explain_STOCK_UNITS_EXCESS: '{count} unit(s) more than the initial stock exist: take them off the remaining stock.',
+  explain_STOCK_OVER_ISSUED:
+    '{issuedFromStock} coupons were issued from stock, more than the initial {initStock}, and {stock} remain: end the sale at what was issued (initial stock {issuedFromStock}, none remaining).',
+  explain_STOCK_ROW_MISSING:
+    'The coupon has no stock row: recreate it sold out (initial stock = the {issuedFromStock} issued, none remaining); add stock afterwards if the sale goes on.',
+  explain_USED_BY_ORDER: 'A USED redemption references this coupon: an order used it.',
+  explain_USE_LOGGED_REDEMPTION_MISSING:
+    'The log records its use ({txId}, log row {logId}) but the redemption row is missing: recreate it from the log.',
+  explain_USED_WITHOUT_USE:
+    'USED with no redemption and no use by an order in the log: the status goes back to {targetStatus}, where the log left it.',
+  explain_STATUS_NOT_IN_LIFECYCLE:
+    '{status} is not a status of the lifecycle: the status goes back to {targetStatus}, where the log left it.',
+  explain_LOCKED_BY_LIVE_HOLD: 'The log ends LOCKED and an ACTIVE hold (order {orderNo}) holds it: the status goes back to LOCKED.',
+  explain_EXPIRED_TOO_EARLY:
+    'EXPIRED before its expiry, and the log never got there: the status goes back to {targetStatus}, where the log left it.',
+  explain_LOG_STATUS_CANNOT_FOLLOW:
+    'The complete, legal log ends at {replayedStatus}, from which {status} cannot follow: the status goes back to {replayedStatus}.',
+  explain_STATUS_STANDS: 'The status {status} stands; the log is repaired to lead to it.',
+  explain_NO_HOLD_BACK_TO_UNUSED: 'No ACTIVE hold holds it, so it goes back to UNUSED.',
+  explain_REDEMPTION_ROW_RESTORED: 'Its row ({redemptionId}) is there with the status {redemptionStatus}: it goes back to USED.',
+  explain_USED_MORE_THAN_ONCE:
+    '{count} USED redemptions (orders {orderNos}) reference this one coupon: it was used more than once. Which use stands is for an operator to decide.',
+  explain_REDEMPTION_COUPON_GONE:
+    'The redemption references a user coupon row that no longer exists; its template cannot be told from the tables, so an operator decides.',
+  explain_LOCKED_WITHOUT_HOLD: 'LOCKED but no ACTIVE hold references it: release it to {releaseTo} through the state machine.',
+  explain_HOLD_ORDER_USED_COUPON: 'ACTIVE, but the order used the coupon (redemption {redemptionId}): close the hold as CONFIRMED.',
+  explain_HOLD_COUPON_NOT_LOCKED: 'ACTIVE, but its coupon is {status}: close the hold as RELEASED (RECONCILIATION).',
+  explain_HOLD_COUPON_LOCKED_FOR_ANOTHER: 'ACTIVE, but its coupon is LOCKED for another hold: close the hold as RELEASED (RECONCILIATION).',
+  explain_HOLD_COUPON_GONE: 'ACTIVE, but its coupon is gone: close the hold as RELEASED (RECONCILIATION).',
+  explain_ORDER_DISCOUNT_EXCEEDED:
+    'The coupons used on order {orderNo} took {discountCents} cents off an order of {orderAmountCents}: an operator decides.',
+};
+
+export const EXPLANATIONS_ZH_CN: typeof EXPLANATIONS_EN = {
+  explain_STOCK_UNITS_LOST: '有 {count} 件离开了库存，却没有对应发出的券：放回库存。',
+  explain_STOCK_UNITS_EXCESS: '比总库存多出 {count} 件：从剩余库存中扣除。',
+  explain_STOCK_OVER_ISSUED:
+    '从库存发出了 {issuedFromStock} 张券，超过总库存 {initStock}，且仍剩余 {stock}：以已发出的数量结束发放（总库存改为 {issuedFromStock}，不再剩余）。',
+  explain_STOCK_ROW_MISSING:
+    '该活动没有库存记录：按已抢光重建（总库存 = 已发出的 {issuedFromStock} 张，不再剩余）；如需继续发放，之后再增加库存。',
+  explain_USED_BY_ORDER: '有一条 USED 核销记录引用了这张券：已有订单使用了它。',
+  explain_USE_LOGGED_REDEMPTION_MISSING: '日志记录了它的使用（{txId}，日志行 {logId}），但核销记录缺失：按日志重建。',
+  explain_USED_WITHOUT_USE: '状态为 USED，但既没有核销记录，日志中也没有订单使用它：状态改回日志停留的 {targetStatus}。',
+  explain_STATUS_NOT_IN_LIFECYCLE: '{status} 不是券生命周期中的状态：状态改回日志停留的 {targetStatus}。',
+  explain_LOCKED_BY_LIVE_HOLD: '日志以 LOCKED 结束，且有一条 ACTIVE 锁券记录（订单 {orderNo}）锁定着它：状态改回 LOCKED。',
+  explain_EXPIRED_TOO_EARLY: '未到期就成了 EXPIRED，而日志从未到达该状态：状态改回日志停留的 {targetStatus}。',
+  explain_LOG_STATUS_CANNOT_FOLLOW: '完整且合法的日志停在 {replayedStatus}，从它到不了 {status}：状态改回 {replayedStatus}。',
+  explain_STATUS_STANDS: '状态 {status} 保留；修复日志，使其通向该状态。',
+  explain_NO_HOLD_BACK_TO_UNUSED: '没有 ACTIVE 锁券记录锁定它，因此改回 UNUSED。',
+  explain_REDEMPTION_ROW_RESTORED: '它的核销记录（{redemptionId}）仍在，状态为 {redemptionStatus}：改回 USED。',
+  explain_USED_MORE_THAN_ONCE:
+    '{count} 条 USED 核销记录（订单 {orderNos}）引用同一张券：它被使用了不止一次。哪次使用有效，由运营人员决定。',
+  explain_REDEMPTION_COUPON_GONE: '该核销记录引用的用户券已不存在；无法从数据表判断它属于哪个活动，由运营人员决定。',
+  explain_LOCKED_WITHOUT_HOLD: '状态为 LOCKED，但没有 ACTIVE 锁券记录引用它：通过状态机释放为 {releaseTo}。',
+  explain_HOLD_ORDER_USED_COUPON: '锁券记录仍为 ACTIVE，但订单已使用了这张券（核销记录 {redemptionId}）：将锁券记录关闭为 CONFIRMED。',
+  explain_HOLD_COUPON_NOT_LOCKED: '锁券记录仍为 ACTIVE，但它的券状态为 {status}：将锁券记录关闭为 RELEASED（RECONCILIATION）。',
+  explain_HOLD_COUPON_LOCKED_FOR_ANOTHER:
+    '锁券记录仍为 ACTIVE，但它的券被另一条锁券记录锁定：将锁券记录关闭为 RELEASED（RECONCILIATION）。',
+  explain_HOLD_COUPON_GONE: '锁券记录仍为 ACTIVE，但它的券已不存在：将锁券记录关闭为 RELEASED（RECONCILIATION）。',
+  explain_ORDER_DISCOUNT_EXCEEDED:
+    '订单 {orderNo} 使用的券共优惠了 {discountCents} 分，超过订单金额 {orderAmountCents} 分：由运营人员决定。',
+};
