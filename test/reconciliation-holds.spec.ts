@@ -239,6 +239,42 @@ describe('reconciliation of holds and orders', () => {
     expect(await findings()).toEqual([]);
   });
 
+  it('a held coupon whose lock time alone was edited keeps its live hold: the lock is set back to the hold’s end (SET_LOCKED_UNTIL)', async () => {
+    const h = await held('lock-until');
+    const { expires_at: holdEnd } = await one<{ expires_at: Date }>(`SELECT expires_at FROM redemption_hold WHERE id = ?`, [h.holdId]);
+    const edit = (interval: string) =>
+      sql(`UPDATE user_coupon SET locked_until = DATE_ADD(locked_until, INTERVAL ${interval}) WHERE id = ?`, [h.ucId]);
+    await edit('1 DAY');
+    const [stale] = await findings();
+    // Edited again after the run: the proposal no longer fits and changes nothing.
+    await edit('1 HOUR');
+    const fingerprint = await databaseFingerprint(t.db, ['user_coupon', 'user_coupon_state_log', 'redemption_hold']);
+    const refused = await decide(stale.id);
+    expect([refused.status, refused.body.code]).toEqual([409, 'STATUS_CONFLICT']);
+    expect(await databaseFingerprint(t.db, ['user_coupon', 'user_coupon_state_log', 'redemption_hold'])).toEqual(fingerprint);
+    expect((await decide(stale.id, 'reject')).status).toBe(200);
+
+    const found = await findings();
+    expect(found.map((p) => [p.discrepancy.type, p.action, p.discrepancy.userCouponId, p.discrepancy.details.orderNo])).toEqual([
+      ['HOLD_WITHOUT_LOCKED', 'SET_LOCKED_UNTIL', h.ucId, h.orderNo],
+    ]);
+    expect(found[0].params).toMatchObject({ holdId: h.holdId, lockedUntil: holdEnd.toISOString() });
+    expect((await decide(found[0].id)).status).toBe(200);
+    expect(await one(`SELECT status FROM redemption_hold WHERE id = ?`, [h.holdId])).toEqual({ status: 'ACTIVE' });
+    expect(await one(`SELECT status, locked_until FROM user_coupon WHERE id = ?`, [h.ucId])).toEqual({
+      status: 'LOCKED',
+      locked_until: holdEnd,
+    });
+    expect(await logOf(h.ucId)).toEqual(['null>UNUSED', 'UNUSED>LOCKED']);
+    // The order's checkout goes on.
+    const confirmed = await request(t.url)
+      .post('/redemptions')
+      .set(bearer(serviceToken()))
+      .send({ userCouponId: h.ucId, orderNo: h.orderNo, orderAmountCents: 20000, userId: 'lock-until' });
+    expect(confirmed.status).toBe(201);
+    expect(await findings()).toEqual([]);
+  });
+
   it('a coupon used by two orders is reported for an operator, and a redemption of a status the service never writes is set back', async () => {
     const coupon = await createCoupon(t.url, { totalStock: 20, perUserLimit: 5 });
     const grab = async () =>

@@ -16,7 +16,7 @@ import { countFromStock, lockUserCoupon, setLockedUntil, setStatus } from '../le
 import { loadUserCouponFacts } from './audit.service.js';
 import { Compensation, CompensationStatus, CompensationView, toCompensationView } from './compensation.entity.js';
 import type { MissingStockFinding, RepairParams, RepairStep, StockFinding } from './diagnosis.js';
-import type { HoldWithoutLockedFinding, LockedWithoutHoldFinding } from './hold-audit.js';
+import type { HoldLockUntilFinding, HoldWithoutLockedFinding, LockedWithoutHoldFinding } from './hold-audit.js';
 import { closeHoldForReconciliation, releasedTo } from '../redemption/holds.js';
 
 const decided = counter('reconciliation_compensations_decided_total', 'Compensations decided by an admin', ['action', 'decision']);
@@ -95,6 +95,8 @@ export class CompensationService {
         return this.releaseCoupon(em, comp, JSON.parse(comp.params) as LockedWithoutHoldFinding['params'], now);
       case 'CLOSE_HOLD':
         return this.closeHold(em, JSON.parse(comp.params) as HoldWithoutLockedFinding['params'], now);
+      case 'SET_LOCKED_UNTIL':
+        return this.setLockUntil(em, JSON.parse(comp.params) as HoldLockUntilFinding['params']);
       case 'MANUAL_REVIEW':
         return { done: 'nothing: approved as reviewed; the data was not changed by this compensation' };
     }
@@ -146,6 +148,26 @@ export class CompensationService {
     }
     await closeHoldForReconciliation(em, p.holdId, p.closeAs, now);
     return { done: 'CLOSE_HOLD', holdId: p.holdId, to: p.closeAs };
+  }
+
+  /** The coupon's lock back to its live hold's end; refused if the coupon, its lock's time or the hold moved since the run. */
+  private async setLockUntil(em: EntityManager, p: HoldLockUntilFinding['params']): Promise<Record<string, unknown>> {
+    const uc = await lockUserCoupon(em, p.userCouponId, 'exclusive');
+    const [hold]: { status: string; expires_at: Date }[] = await em.query(
+      `SELECT status, expires_at FROM redemption_hold WHERE id = ? FOR UPDATE`,
+      [p.holdId],
+    );
+    const lockedUntil = uc?.lockedUntil?.toISOString() ?? null;
+    if (
+      hold?.status !== 'ACTIVE' ||
+      hold.expires_at.toISOString() !== p.lockedUntil ||
+      uc?.status !== 'LOCKED' ||
+      lockedUntil !== p.expectLockedUntil
+    ) {
+      throw changedSinceRun(`User coupon ${p.userCouponId}`, { status: uc?.status ?? null, lockedUntil, holdStatus: hold?.status ?? null });
+    }
+    await setLockedUntil(em, p.userCouponId, hold.expires_at);
+    return { done: 'SET_LOCKED_UNTIL', userCouponId: p.userCouponId, holdId: p.holdId, from: lockedUntil, to: p.lockedUntil };
   }
 
   private async fixStock(em: EntityManager, comp: Compensation, p: StockFinding['params'], now: Date): Promise<Record<string, unknown>> {

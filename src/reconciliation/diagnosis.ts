@@ -22,6 +22,7 @@ export const COMPENSATION_ACTIONS = [
   'MARK_CONSISTENT',
   'RELEASE_COUPON',
   'CLOSE_HOLD',
+  'SET_LOCKED_UNTIL',
   'MANUAL_REVIEW',
 ] as const;
 export type CompensationAction = (typeof COMPENSATION_ACTIONS)[number];

@@ -47,6 +47,8 @@ const SENTENCES = {
   HOLD_COUPON_NOT_LOCKED: (p: { status: string }) => `ACTIVE, but its coupon is ${p.status}: close the hold as RELEASED (RECONCILIATION).`,
   HOLD_COUPON_LOCKED_FOR_ANOTHER: () => 'ACTIVE, but its coupon is LOCKED for another hold: close the hold as RELEASED (RECONCILIATION).',
   HOLD_COUPON_GONE: () => 'ACTIVE, but its coupon is gone: close the hold as RELEASED (RECONCILIATION).',
+  HOLD_LOCK_UNTIL_WRONG: (p: { lockedUntil: string; holdExpiresAt: string }) =>
+    `ACTIVE, and its coupon is LOCKED for no other hold, but locked until ${p.lockedUntil} where the hold ends at ${p.holdExpiresAt}: set the coupon's lock back to the hold's end.`,
   // orders
   ORDER_DISCOUNT_EXCEEDED: (p: { orderNo: string; discountCents: number; orderAmountCents: number }) =>
     `The coupons used on order ${p.orderNo} took ${p.discountCents} cents off an order of ${p.orderAmountCents}: an operator decides.`,

@@ -26,6 +26,21 @@ export interface HoldWithoutLockedFinding {
   params: { holdId: string; userCouponId: string; expectStatus: string | null; closeAs: HoldClosing };
 }
 
+/**
+ * An ACTIVE hold whose coupon is LOCKED, by its log too, and for no other hold, but until another
+ * time than the hold's end (a hand edit of `locked_until`): the hold is the live one, so the lock's
+ * time is what is wrong. Closing the hold would cancel the order's checkout.
+ */
+export interface HoldLockUntilFinding {
+  type: 'HOLD_WITHOUT_LOCKED';
+  couponId: string;
+  userCouponId: string;
+  redemptionId: null;
+  details: { holdId: string; orderNo: string; status: 'LOCKED'; lockedUntil: string | null; holdExpiresAt: string } & Explained;
+  action: 'SET_LOCKED_UNTIL';
+  params: { holdId: string; userCouponId: string; expectLockedUntil: string | null; lockedUntil: string };
+}
+
 /** An order whose USED redemptions take more off than the order's amount. */
 export interface OrderDiscountFinding {
   type: 'ORDER_DISCOUNT_EXCEEDED';
@@ -38,7 +53,7 @@ export interface OrderDiscountFinding {
   params: { orderNo: string; redemptionIds: string[] };
 }
 
-export type HoldFinding = LockedWithoutHoldFinding | HoldWithoutLockedFinding;
+export type HoldFinding = LockedWithoutHoldFinding | HoldWithoutLockedFinding | HoldLockUntilFinding;
 
 /**
  * Invariant 6 for the user coupons with ids in [lo, hi]: LOCKED exactly when one ACTIVE hold
@@ -47,7 +62,9 @@ export type HoldFinding = LockedWithoutHoldFinding | HoldWithoutLockedFinding;
  * and the log audit's LOG_MISMATCH sets it back without a move (a release would log a step from a
  * state the log never reached); an ACTIVE hold whose coupon is not LOCKED, or is LOCKED for another of its holds (the
  * first one whose expiry the coupon carries), is proposed for closing: CONFIRMED when a USED redemption of
- * the same (order, coupon) exists, else RELEASED. A hold the coupon's log agrees with (it ends in LOCKED) and no
+ * the same (order, coupon) exists, else RELEASED. When the coupon is LOCKED, by its log too, but no ACTIVE
+ * hold's end is its `locked_until`, the first hold is the live one and the lock's time is set back to its
+ * end (SET_LOCKED_UNTIL) rather than the hold closed. A hold the coupon's log agrees with (it ends in LOCKED) and no
  * redemption confirmed is left to the log audit, which sets the status back to LOCKED: the hold is the live one.
  */
 export async function holdChunk(q: Queryable, lo: bigint, hi: bigint, now: Date): Promise<HoldFinding[]> {
@@ -68,8 +85,16 @@ export async function holdChunk(q: Queryable, lo: bigint, hi: bigint, now: Date)
     coupon_id: string | null;
     status: string | null;
     redemption_id: string | null;
+    locked_until: Date | null;
+    expires_at: Date;
+    locked_for_it: number | null;
   }[] = await q.query(
-    `SELECT h.id, h.user_coupon_id, h.order_no, uc.coupon_id, uc.status, r.id AS redemption_id
+    `SELECT h.id, h.user_coupon_id, h.order_no, uc.coupon_id, uc.status, r.id AS redemption_id, uc.locked_until, h.expires_at,
+            (BINARY uc.status = 'LOCKED'
+             AND NOT EXISTS (SELECT 1 FROM redemption_hold e WHERE e.user_coupon_id = h.user_coupon_id AND e.status = 'ACTIVE'
+                             AND (e.expires_at <=> uc.locked_until OR e.id < h.id))
+             AND BINARY (SELECT l.to_status FROM user_coupon_state_log l WHERE l.user_coupon_id = uc.id ORDER BY l.id DESC LIMIT 1) <=> 'LOCKED')
+              AS locked_for_it
      FROM redemption_hold h
      LEFT JOIN user_coupon uc ON uc.id = h.user_coupon_id
      LEFT JOIN redemption r ON r.order_no = h.order_no AND r.user_coupon_id = h.user_coupon_id AND r.status = 'USED'
@@ -100,7 +125,8 @@ export async function holdChunk(q: Queryable, lo: bigint, hi: bigint, now: Date)
         params: { userCouponId: String(r.id) },
       };
     }),
-    ...holds.map((h): HoldWithoutLockedFinding => {
+    ...holds.map((h): HoldWithoutLockedFinding | HoldLockUntilFinding => {
+      if (Number(h.locked_for_it) === 1 && h.redemption_id === null) return lockUntilFinding(h as typeof h & { coupon_id: string });
       const closeAs = h.redemption_id === null ? 'RELEASED' : 'CONFIRMED';
       return {
         type: 'HOLD_WITHOUT_LOCKED',
@@ -127,6 +153,35 @@ export async function holdChunk(q: Queryable, lo: bigint, hi: bigint, now: Date)
       };
     }),
   ];
+}
+
+/** The first ACTIVE hold of a LOCKED coupon that no hold's end matches: its end is the lock's. */
+function lockUntilFinding(h: {
+  id: string;
+  user_coupon_id: string;
+  order_no: string;
+  coupon_id: string;
+  locked_until: Date | null;
+  expires_at: Date;
+}): HoldLockUntilFinding {
+  const lockedUntil = h.locked_until?.toISOString() ?? null;
+  const holdExpiresAt = h.expires_at.toISOString();
+  return {
+    type: 'HOLD_WITHOUT_LOCKED',
+    couponId: String(h.coupon_id),
+    userCouponId: String(h.user_coupon_id),
+    redemptionId: null,
+    details: {
+      holdId: String(h.id),
+      orderNo: h.order_no,
+      status: 'LOCKED',
+      lockedUntil,
+      holdExpiresAt,
+      ...explained(sentence('HOLD_LOCK_UNTIL_WRONG', { lockedUntil: lockedUntil ?? 'NULL', holdExpiresAt })),
+    },
+    action: 'SET_LOCKED_UNTIL',
+    params: { holdId: String(h.id), userCouponId: String(h.user_coupon_id), expectLockedUntil: lockedUntil, lockedUntil: holdExpiresAt },
+  };
 }
 
 /**
