@@ -1070,6 +1070,7 @@ export interface components {
             url: string;
             /** @description Event types to receive; every type (present and future) when left out */
             events?: ("user_coupon.issued" | "user_coupon.locked" | "user_coupon.released" | "user_coupon.used" | "user_coupon.expired" | "user_coupon.voided")[];
+            /** @description Up to 255 characters for operators; no control characters, no bidi overrides */
             description?: string;
         };
         CreatedWebhookView: {

@@ -238,6 +238,9 @@ describe('webhooks', () => {
       { url: 5 },
       { url: rx.url, events: 'all' },
       { url: rx.url, extra: 1 },
+      // Shown to operators as written: a NUL or a direction override would show something else.
+      { url: rx.url, description: 'crm\u0000' },
+      { url: rx.url, description: 'mrc\u202e' },
     ]) {
       const res = await request(t.url).post('/admin/webhooks').set(admin()).send(body);
       expect([JSON.stringify(body), res.status, res.body.code]).toEqual([JSON.stringify(body), 400, 'VALIDATION_FAILED']);

@@ -382,6 +382,19 @@ export function TextLength(min: number, max: number, options?: ValidationOptions
   };
 }
 
+/** What makes stored text show as something else: control characters, bidi embeddings, overrides and isolates. */
+const HIDDEN = String.raw`\p{Cc}\u202A-\u202E\u2066-\u2069`;
+
+/**
+ * Shown to shoppers: some visible text, no control characters (a bell, a line feed) and no bidi
+ * embeddings, overrides or isolates (U+202E made "exe.png" read "gnp.exe"); a name of zero-width
+ * characters alone showed as nothing to click. Emoji sequences (their joiners) are fine.
+ */
+export const DISPLAY_NAME = new RegExp(String.raw`^(?![\s\p{Cf}]*$)[^${HIDDEN}]+$`, 'u');
+
+/** Operator text shown as written, possibly empty (a webhook's description): none of what DISPLAY_NAME refuses in it. */
+export const DISPLAY_TEXT = new RegExp(String.raw`^[^${HIDDEN}]*$`, 'u');
+
 /**
  * Not blank, and no control characters but tabs and line breaks (a NUL cut the text short for C
  * readers of the log). Spelled out, not \p{Cc}: the pattern goes into the OpenAPI document, which

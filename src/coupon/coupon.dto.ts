@@ -16,6 +16,7 @@ import {
 import { USER_COUPON_STATUSES } from '../ledger/transitions.js';
 import {
   ActingForUserId,
+  DISPLAY_NAME,
   ID_PATTERN,
   IsId,
   IsInstant,
@@ -89,13 +90,6 @@ export class DiscountDto {
   @Max(MAX_CENTS)
   maxDiscountCents?: number;
 }
-
-/**
- * Shown to shoppers: some visible text, no control characters (a bell, a line feed) and no bidi
- * embeddings, overrides or isolates (U+202E made "exe.png" read "gnp.exe"); a name of zero-width
- * characters alone showed as nothing to click. Emoji sequences (their joiners) are fine.
- */
-const DISPLAY_NAME = /^(?![\s\p{Cf}]*$)[^\p{Cc}\u202A-\u202E\u2066-\u2069]+$/u;
 
 export class CreateCouponDto {
   @ApiProperty({

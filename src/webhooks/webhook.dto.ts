@@ -1,7 +1,7 @@
 import { applyDecorators } from '@nestjs/common';
 import { ApiProperty, ApiPropertyOptional } from '@nestjs/swagger';
 import { ArrayMaxSize, ArrayMinSize, ArrayUnique, IsArray, IsBoolean, IsIn, IsString, Matches } from 'class-validator';
-import { ID_PATTERN, IsOmittable, TextLength } from '../common/validation.js';
+import { DISPLAY_TEXT, ID_PATTERN, IsOmittable, TextLength } from '../common/validation.js';
 import { PageQuery } from '../common/page.js';
 import { EVENT_TYPES, type EventType } from './events.js';
 import { URL_MAX_LENGTH } from './url-policy.js';
@@ -36,9 +36,10 @@ export class CreateWebhookDto {
   @EventsField()
   events?: EventType[];
 
-  @ApiPropertyOptional({ maxLength: 255 })
+  @ApiPropertyOptional({ maxLength: 255, description: 'Up to 255 characters for operators; no control characters, no bidi overrides' })
   @IsOmittable()
   @TextLength(0, 255)
+  @Matches(DISPLAY_TEXT, { message: 'description must be text without control characters or direction overrides' })
   description?: string;
 }
 
