@@ -1,9 +1,9 @@
 import { useEffect, useState, type ReactNode } from 'react';
 import { Alert, App, Form, Modal, type FormInstance } from 'antd';
 import { ApiError } from './api';
+import { OutcomeAlert, useOutcome } from './outcome';
 import { showApiErrors } from './apiForm';
 import { useLazyIdempotencyKey } from './hooks';
-import { useI18n } from './i18n';
 
 /**
  * A dialog of one small form whose submit is one API call: busy while it runs, closed when it
@@ -31,11 +31,8 @@ export function FormModal<V extends object>(props: {
   const untyped: FormInstance = form;
   const [busy, setBusy] = useState(false);
   const key = useLazyIdempotencyKey();
-  const { t } = useI18n();
   const { modal } = App.useApp();
-  // No answer at all (the server unreachable, the connection lost), or a 503 OUTCOME_UNKNOWN (the
-  // database's answer to the COMMIT lost): not the value's fault, and the change may have been made.
-  const [unsure, setUnsure] = useState<'noAnswer' | 'outcomeUnknown' | null>(null);
+  const outcome = useOutcome();
   // A refusal that is no fault of the value (a lock wait's 503, a campaign gone): under the field it read as a wrong value.
   const [refusal, setRefusal] = useState<string | null>(null);
   // The form's store outlives the dialog, and its values win over initialValues when the form mounts
@@ -45,7 +42,7 @@ export function FormModal<V extends object>(props: {
     if (props.open) {
       untyped.setFieldsValue(props.initialValues);
       key.renew();
-      setUnsure(null);
+      outcome.reset();
       setRefusal(null);
     }
     // Only on opening: the initial values are a new object on every render.
@@ -59,7 +56,7 @@ export function FormModal<V extends object>(props: {
       okButtonProps={{ loading: busy, 'data-testid': props.submitTestId }}
       destroyOnHidden
     >
-      {unsure && <Alert type="warning" showIcon title={t(unsure)} style={{ marginBottom: 16 }} data-testid="no-answer" />}
+      <OutcomeAlert unsure={outcome.unsure} />
       {refusal && <Alert type="error" showIcon title={refusal} style={{ marginBottom: 16 }} data-testid="form-refusal" />}
       <Form
         form={form}
@@ -70,14 +67,13 @@ export function FormModal<V extends object>(props: {
           const question = props.confirm?.(values);
           if (question && !(await modal.confirm({ title: question, okButtonProps: { danger: true, 'data-testid': 'confirm-ok' } }))) return;
           setBusy(true);
-          setUnsure(null);
+          outcome.reset();
           setRefusal(null);
           try {
             await props.onSubmit(values, key.take());
             onClose();
           } catch (err) {
-            if (!(err instanceof ApiError)) return setUnsure('noAnswer');
-            if (err.code === 'OUTCOME_UNKNOWN') return setUnsure('outcomeUnknown');
+            if (outcome.failed(err) || !(err instanceof ApiError)) return;
             if (!err.details?.fields && !props.fieldCodes?.includes(err.code)) return setRefusal(`${err.code}: ${err.message}`);
             const rest = showApiErrors(form, err, []);
             if (rest) untyped.setFields([{ name: props.errorField, errors: [rest] }]);
