@@ -948,6 +948,30 @@ describe('admin console in a browser', () => {
     await resubmitStock(before + 3, 'status of 503');
   });
 
+  it('creates one campaign when the operator presses Create again after a lost answer, told it may have been made', async () => {
+    const name = 'Lost answer: spend ¥50 save ¥5';
+    const named = async () =>
+      (
+        (await request(t.url).get('/admin/coupons?limit=100').set(bearer(adminToken()))).body.items as { id: string; name: string }[]
+      ).filter((c) => c.name === name);
+    await page.getByTestId('new-campaign').click();
+    await page.getByTestId('field-name').fill(name);
+    await settle();
+    // The server creates the campaign, but its answer never reaches the page. (The list's reads ask
+    // /admin/coupons?limit=…, which the pattern, matched whole, leaves alone.)
+    await loseAnswer('**/admin/coupons', 'lost');
+    await page.getByTestId('create-submit').click();
+    await expectMaybeMade('.ant-drawer');
+    const [made] = await named();
+    expect(made).toBeDefined();
+    // Create again sends the same Idempotency-Key: the same campaign, not a second one.
+    await page.getByTestId('create-submit').click();
+    await page.getByTestId(`campaign-${made.id}`).waitFor();
+    await page.locator('.ant-drawer-open').waitFor({ state: 'detached' });
+    expect(await named()).toHaveLength(1);
+    forgetLogged('net::ERR_FAILED');
+  });
+
   it('asks before pausing a live sale or removing stock, naming the campaign; cancelled, nothing is sent', async () => {
     const coupon = await createCoupon(t.url, { name: 'Asked first', totalStock: 40 });
     const read = async () =>

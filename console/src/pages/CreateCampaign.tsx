@@ -7,6 +7,7 @@ import { showApiErrors } from '../apiForm';
 import { useDrawerFocusReturn, useLazyIdempotencyKey } from '../hooks';
 import { yuan } from '../format';
 import { useI18n } from '../i18n';
+import { OutcomeAlert, useOutcome } from '../outcome';
 
 interface Values {
   name: string;
@@ -116,6 +117,7 @@ export function CreateCampaign({ open, onClose, onCreated }: { open: boolean; on
   const key = useLazyIdempotencyKey();
   const [busy, setBusy] = useState(false);
   const [refusal, setRefusal] = useState<string | null>(null);
+  const outcome = useOutcome();
   const validityType = Form.useWatch(['validity', 'type'], form);
   const discountType = Form.useWatch(['discount', 'type'], form);
   const required = [{ required: true, message: t('required') }];
@@ -126,6 +128,7 @@ export function CreateCampaign({ open, onClose, onCreated }: { open: boolean; on
   const submit = async (values: Values) => {
     setBusy(true);
     setRefusal(null);
+    outcome.reset();
     try {
       // Create pressed again after a lost answer creates one campaign.
       const created = await ok(client.POST('/admin/coupons', { body: toBody(values), headers: { 'idempotency-key': key.take() } }));
@@ -134,6 +137,8 @@ export function CreateCampaign({ open, onClose, onCreated }: { open: boolean; on
       key.renew();
       onCreated(created);
     } catch (err) {
+      // Maybe made: the key is kept, so Create pressed again makes it once.
+      if (outcome.failed(err)) return;
       const rest = showApiErrors(form, inYuan(err), FIELDS);
       if (rest) setRefusal(t('apiRefused', { message: rest }));
     } finally {
@@ -158,6 +163,7 @@ export function CreateCampaign({ open, onClose, onCreated }: { open: boolean; on
         </Space>
       }
     >
+      <OutcomeAlert unsure={outcome.unsure} />
       {refusal && <Alert type="error" showIcon title={refusal} style={{ marginBottom: 16 }} />}
       <Form<Values>
         form={form}
