@@ -8,6 +8,7 @@ import { time } from '../format';
 import { useDialog, useIdempotencyKey, usePagedList, usePoll } from '../hooks';
 import { useI18n, type Translate } from '../i18n';
 import { LoadMore } from '../LoadMore';
+import { OutcomeAlert, useOutcome } from '../outcome';
 
 // LOCKED (a checkout hold) is named here before the API's document has it.
 const STATUS_COLOR: Record<UserCouponStatus | 'LOCKED', string> = {
@@ -105,6 +106,7 @@ function ActionModal({
   const [form] = Form.useForm<{ reason: string; couponId?: string; fromStock: boolean }>();
   const [busy, setBusy] = useState(false);
   const [refusal, setRefusal] = useState<string | null>(null);
+  const outcome = useOutcome();
   const [key, renewKey] = useIdempotencyKey();
   if (!action) return null;
   const title = action.kind === 'void' ? t('confirmVoid', { id: action.coupon.id }) : t('reissue');
@@ -119,6 +121,7 @@ function ActionModal({
       okButtonProps={{ danger: action.kind === 'void', loading: busy, 'data-testid': 'action-submit' }}
       destroyOnHidden
     >
+      <OutcomeAlert unsure={outcome.unsure} />
       {refusal && <Alert type="error" showIcon title={refusal} style={{ marginBottom: 16 }} />}
       <Form
         form={form}
@@ -128,6 +131,7 @@ function ActionModal({
         onFinish={async (v) => {
           setBusy(true);
           setRefusal(null);
+          outcome.reset();
           try {
             if (action.kind === 'void') {
               await ok(
@@ -156,6 +160,8 @@ function ActionModal({
             }
             onDone();
           } catch (err) {
+            // Maybe made: the key is kept, so Reissue pressed again reissues once.
+            if (outcome.failed(err)) return;
             const rest = showApiErrors(form, err, [['reason'], ['couponId'], ['fromStock']]);
             if (rest) setRefusal(rest);
           } finally {
