@@ -27,6 +27,7 @@ import { count, time } from '../format';
 import { useDrawerFocusReturn, useIdempotencyKey, usePagedList, usePoll } from '../hooks';
 import { LoadMore } from '../LoadMore';
 import { label, useI18n, type Translate } from '../i18n';
+import { OutcomeAlert, useOutcome } from '../outcome';
 import { PageCard } from '../PageCard';
 
 const STATUS_COLOR = { QUEUED: 'default', RUNNING: 'processing', COMPLETED: 'green', FAILED: 'red', CANCELLED: 'orange' } as const;
@@ -132,6 +133,7 @@ function CreateJob({
   // The part of a CSV body sent so far (0 to 1) while one goes up, else null.
   const [uploaded, setUploaded] = useState<number | null>(null);
   const [refusal, setRefusal] = useState<string | null>(null);
+  const outcome = useOutcome();
   // One key per job being made: a retry after a lost answer gets the same job, not a second one.
   const [key, renewKey] = useIdempotencyKey();
   const coupons = useCouponOptions([open]);
@@ -145,6 +147,7 @@ function CreateJob({
     }
     setBusy(true);
     setRefusal(null);
+    outcome.reset();
     try {
       const ids = v.source === 'paste' ? pastedIds(v.userIds ?? '') : [];
       const path = { couponId: v.couponId };
@@ -171,6 +174,8 @@ function CreateJob({
       form.resetFields();
       onCreated(created.jobId);
     } catch (err) {
+      // Maybe made: the key is kept, so Create pressed again makes one job.
+      if (outcome.failed(err)) return;
       const rest = showApiErrors(form, err, [['userIds'], ['reason'], ['fromStock']]);
       if (rest) setRefusal(rest);
     } finally {
@@ -190,6 +195,7 @@ function CreateJob({
       destroyOnHidden
       width={600}
     >
+      <OutcomeAlert unsure={outcome.unsure} />
       {refusal && <Alert type="error" showIcon title={refusal} style={{ marginBottom: 16 }} />}
       {uploaded !== null && <UploadProgress fraction={uploaded} />}
       <Form<CreateValues>
