@@ -8,6 +8,7 @@ import { time } from '../format';
 import { useDialog, type PagedList } from '../hooks';
 import { explanationText, keyLabel, label, useI18n, type Translate } from '../i18n';
 import { LoadMore } from '../LoadMore';
+import { OutcomeAlert, useOutcome } from '../outcome';
 
 const STATUS_COLOR = { PENDING: 'gold', DONE: 'green', REJECTED: 'default' } as const;
 
@@ -68,6 +69,11 @@ function Decide({
   const [form] = Form.useForm<{ reason: string }>();
   const [busy, setBusy] = useState(false);
   const [refusal, setRefusal] = useState<string | null>(null);
+  const outcome = useOutcome();
+  const done = () => {
+    void message.success(t(decision === 'approve' ? 'approved' : 'rejected', { id: compensation.id }));
+    onDone();
+  };
   return (
     <Modal
       open={open}
@@ -83,6 +89,7 @@ function Decide({
       okButtonProps={{ danger: decision === 'reject', loading: busy, 'data-testid': 'decide-submit' }}
       destroyOnHidden
     >
+      <OutcomeAlert unsure={outcome.unsure} />
       {refusal && <Alert type="error" showIcon title={refusal} style={{ marginBottom: 16 }} />}
       <Typography.Paragraph type="secondary">{t('action')}:</Typography.Paragraph>
       <JsonView value={compensation.params} />
@@ -91,8 +98,11 @@ function Decide({
         layout="vertical"
         style={{ marginTop: 16 }}
         onFinish={async ({ reason }) => {
+          // This dialog's last press may have decided it: its answer was lost.
+          const maybeDecided = outcome.unsure !== null;
           setBusy(true);
           setRefusal(null);
+          outcome.reset();
           try {
             const decide = { params: { path: { id: compensation.id } }, body: { reason } };
             await ok(
@@ -100,13 +110,18 @@ function Decide({
                 ? client.POST('/admin/compensations/{id}/approve', decide)
                 : client.POST('/admin/compensations/{id}/reject', decide),
             );
-            void message.success(t(decision === 'approve' ? 'approved' : 'rejected', { id: compensation.id }));
-            onDone();
+            done();
           } catch (err) {
+            if (outcome.failed(err)) return;
+            const alreadyDecided = err instanceof ApiError && err.code === 'COMPENSATION_ALREADY_DECIDED';
+            // A decision has no Idempotency-Key: pressed again after a lost answer, the one that was
+            // made is refused as already made. Made as this dialog asks, what the operator wanted
+            // holds: told so as if the first answer had come, not shown an error.
+            if (alreadyDecided && maybeDecided && err.details?.status === (decision === 'approve' ? 'DONE' : 'REJECTED')) return done();
             const rest = showApiErrors(form, err, [['reason']]);
             if (rest) setRefusal(rest);
             // Decided elsewhere meanwhile: the list behind the dialog shows how.
-            if (err instanceof ApiError && err.code === 'COMPENSATION_ALREADY_DECIDED') onStale();
+            if (alreadyDecided) onStale();
           } finally {
             setBusy(false);
           }
