@@ -136,9 +136,9 @@ const en = {
   required: 'Required',
   apiRefused: 'The API refused: {message}',
   noAnswer:
-    'No answer from the server: the change may or may not have been made. Press OK again when it is reachable: it is made once either way.',
+    'No answer from the server: the change may or may not have been made. Press the same button again when it is reachable: it is made once either way.',
   outcomeUnknown:
-    'The server could not learn from its database whether the change was saved: it may or may not have been made. Press OK again in a moment: it is made once either way.',
+    'The server could not learn from its database whether the change was saved: it may or may not have been made. Press the same button again in a moment: it is made once either way.',
   // live
   remaining: 'Remaining',
   // initStock is every unit put in: at creation, plus added, less removed; not the stock at creation.
@@ -454,8 +454,8 @@ const zhCN: Messages = {
   maxDiscountDesc: '，最高优惠 {max} 元',
   required: '必填',
   apiRefused: '接口拒绝：{message}',
-  noAnswer: '服务器没有应答：修改可能已生效，也可能没有。服务器恢复后再点一次确定即可，修改只会生效一次。',
-  outcomeUnknown: '服务器无法从数据库确认修改是否已保存：修改可能已生效，也可能没有。稍后再点一次确定即可，修改只会生效一次。',
+  noAnswer: '服务器没有应答：修改可能已生效，也可能没有。服务器恢复后再点一次同一个按钮即可，修改只会生效一次。',
+  outcomeUnknown: '服务器无法从数据库确认修改是否已保存：修改可能已生效，也可能没有。稍后再点一次同一个按钮即可，修改只会生效一次。',
   remaining: '剩余',
   initStock: '总库存（含增减）',
   grabsPerSecond: '每秒抢券结果（最近 {minutes} 分钟）',
