@@ -8,10 +8,10 @@ import { useI18n } from './i18n';
  * or a 503 OUTCOME_UNKNOWN (the database's answer to the COMMIT lost). Neither is the value's fault,
  * and the change may have been made.
  */
-export type Unsure = 'noAnswer' | 'outcomeUnknown';
+type Unsure = 'noAnswer' | 'outcomeUnknown';
 
 /** Why `err`, a write's failure, leaves its outcome unknown; null when the server refused it (nothing was made). */
-export function unsureOf(err: unknown): Unsure | null {
+function unsureOf(err: unknown): Unsure | null {
   if (!(err instanceof ApiError)) return 'noAnswer';
   return err.code === 'OUTCOME_UNKNOWN' ? 'outcomeUnknown' : null;
 }

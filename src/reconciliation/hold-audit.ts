@@ -55,6 +55,9 @@ export interface OrderDiscountFinding {
 
 export type HoldFinding = LockedWithoutHoldFinding | HoldWithoutLockedFinding | HoldLockUntilFinding;
 
+/** The status the coupon `uc`'s state log ends in. */
+const LAST_LOGGED = `(SELECT l.to_status FROM user_coupon_state_log l WHERE l.user_coupon_id = uc.id ORDER BY l.id DESC LIMIT 1)`;
+
 /**
  * Invariant 6 for the user coupons with ids in [lo, hi]: LOCKED exactly when one ACTIVE hold
  * references it. A LOCKED coupon without one is proposed for release (to UNUSED, or EXPIRED past its
@@ -74,7 +77,7 @@ export async function holdChunk(q: Queryable, lo: bigint, hi: bigint, now: Date)
      FROM user_coupon uc
      WHERE uc.id BETWEEN ? AND ? AND BINARY uc.status = 'LOCKED'
        AND NOT EXISTS (SELECT 1 FROM redemption_hold h WHERE h.user_coupon_id = uc.id AND h.status = 'ACTIVE')
-       AND BINARY (SELECT l.to_status FROM user_coupon_state_log l WHERE l.user_coupon_id = uc.id ORDER BY l.id DESC LIMIT 1) = 'LOCKED'
+       AND BINARY ${LAST_LOGGED} = 'LOCKED'
      ORDER BY uc.id`,
     range,
   );
@@ -93,7 +96,7 @@ export async function holdChunk(q: Queryable, lo: bigint, hi: bigint, now: Date)
             (BINARY uc.status = 'LOCKED'
              AND NOT EXISTS (SELECT 1 FROM redemption_hold e WHERE e.user_coupon_id = h.user_coupon_id AND e.status = 'ACTIVE'
                              AND (e.expires_at <=> uc.locked_until OR e.id < h.id))
-             AND BINARY (SELECT l.to_status FROM user_coupon_state_log l WHERE l.user_coupon_id = uc.id ORDER BY l.id DESC LIMIT 1) <=> 'LOCKED')
+             AND BINARY ${LAST_LOGGED} <=> 'LOCKED')
               AS locked_for_it
      FROM redemption_hold h
      LEFT JOIN user_coupon uc ON uc.id = h.user_coupon_id
@@ -103,7 +106,7 @@ export async function holdChunk(q: Queryable, lo: bigint, hi: bigint, now: Date)
             OR EXISTS (SELECT 1 FROM redemption_hold e WHERE e.user_coupon_id = h.user_coupon_id AND e.status = 'ACTIVE'
                        AND e.expires_at <=> uc.locked_until AND e.id < h.id))
        AND NOT (r.id IS NULL AND uc.id IS NOT NULL AND BINARY uc.status <> 'LOCKED'
-                AND BINARY (SELECT l.to_status FROM user_coupon_state_log l WHERE l.user_coupon_id = uc.id ORDER BY l.id DESC LIMIT 1) <=> 'LOCKED')
+                AND BINARY ${LAST_LOGGED} <=> 'LOCKED')
      ORDER BY h.id`,
     range,
   );

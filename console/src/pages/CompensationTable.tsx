@@ -171,21 +171,22 @@ export function CompensationTable({ list }: { list: PagedList<Compensation> }) {
           {
             title: t('discrepancy'),
             key: 'type',
-            render: (_, c) => (
-              <Space orientation="vertical" size={0}>
-                <Tag color="volcano">{c.discrepancy.type}</Tag>
-                <Typography.Text type="secondary" style={{ fontSize: 12 }}>
-                  <Link to={`/reconciliation/${c.discrepancy.runId}`} onClick={(e) => e.stopPropagation()}>
-                    {t('run', { id: c.discrepancy.runId })}
-                  </Link>
-                  {c.discrepancy.couponId && ` · ${t('couponId')} #${c.discrepancy.couponId}`}
-                  {c.discrepancy.userCouponId && ` · UC #${c.discrepancy.userCouponId}`}
-                </Typography.Text>
-                {explanationText(t, c.discrepancy.details) && (
-                  <Typography.Text>{explanationText(t, c.discrepancy.details)}</Typography.Text>
-                )}
-              </Space>
-            ),
+            render: (_, c) => {
+              const why = explanationText(t, c.discrepancy.details);
+              return (
+                <Space orientation="vertical" size={0}>
+                  <Tag color="volcano">{c.discrepancy.type}</Tag>
+                  <Typography.Text type="secondary" style={{ fontSize: 12 }}>
+                    <Link to={`/reconciliation/${c.discrepancy.runId}`} onClick={(e) => e.stopPropagation()}>
+                      {t('run', { id: c.discrepancy.runId })}
+                    </Link>
+                    {c.discrepancy.couponId && ` · ${t('couponId')} #${c.discrepancy.couponId}`}
+                    {c.discrepancy.userCouponId && ` · UC #${c.discrepancy.userCouponId}`}
+                  </Typography.Text>
+                  {why && <Typography.Text>{why}</Typography.Text>}
+                </Space>
+              );
+            },
           },
           { title: t('action'), dataIndex: 'action', width: 160, render: (a: string) => <Tag>{a}</Tag> },
           {
