@@ -23,6 +23,8 @@ import { giveSkippedCsvTime } from './issuance/skipped-csv.js';
 import { acceptIssuanceUploads } from './issuance/upload.js';
 import { CouponService } from './coupon/coupon.service.js';
 import { servePublicReadsFromMemory } from './coupon/public-reads.js';
+import { answerGrabsAheadOfNest } from './coupon/grab-ahead.js';
+import { GrabService } from './coupon/grab.service.js';
 import { buildOpenApiDocument } from './openapi/document.js';
 import { HEADERS } from './openapi/schemas.js';
 
@@ -147,6 +149,7 @@ export async function createApp(
   acceptIssuanceUploads(fastify, config.BULK_UPLOAD_TIMEOUT_MS);
   giveSkippedCsvTime(fastify, config.BULK_UPLOAD_TIMEOUT_MS);
   servePublicReadsFromMemory(fastify, app.get(CouponService));
+  answerGrabsAheadOfNest(fastify, app.get(GrabService), config);
   // Node hands a CONNECT (a proxy's method) to 'connect' listeners and closes the socket unanswered
   // without one; this service is no proxy, so it is a route that does not exist.
   fastify.server.on('connect', (req: IncomingMessage, socket: Socket) => {

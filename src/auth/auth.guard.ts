@@ -21,6 +21,14 @@ export function bearerToken(request: FastifyRequest): string | null {
   return /^Bearer ([A-Za-z0-9\-._~+/]+=*)$/i.exec(request.headers.authorization ?? '')?.[1] ?? null;
 }
 
+/** The principal of the request's bearer token, noted on the request for its log line; null without a valid one. */
+export function authenticate(request: FastifyRequest, config: AppConfig): Principal | null {
+  const token = bearerToken(request);
+  const principal = token ? verifyToken(config.JWT_SECRET, token, config.JWT_MAX_TTL_SECONDS) : null;
+  if (principal) request.principal = principal;
+  return principal;
+}
+
 @Injectable()
 export class AuthGuard implements CanActivate {
   constructor(
@@ -31,11 +39,9 @@ export class AuthGuard implements CanActivate {
   canActivate(context: ExecutionContext): boolean {
     const targets = [context.getHandler(), context.getClass()];
     if (this.reflector.getAllAndOverride<boolean>(PUBLIC_KEY, targets)) return true;
-    const request = context.switchToHttp().getRequest<FastifyRequest & { principal?: Principal }>();
-    const token = bearerToken(request);
-    const principal = token ? verifyToken(this.config.JWT_SECRET, token, this.config.JWT_MAX_TTL_SECONDS) : null;
+    const request = context.switchToHttp().getRequest<FastifyRequest>();
+    const principal = authenticate(request, this.config);
     if (!principal) throw new AppError('UNAUTHENTICATED', 'A valid bearer token is required');
-    request.principal = principal;
     const required = this.reflector.getAllAndOverride<Role[] | undefined>(ROLES_KEY, targets);
     if (required && !required.some((r) => principal.roles.includes(r))) {
       throw new AppError('FORBIDDEN', `This route needs the role ${required.join(' or ')}`);

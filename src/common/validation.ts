@@ -195,7 +195,7 @@ export class UndeclaredInputGuard implements CanActivate {
 }
 
 const isPlainObject = (v: unknown): v is Record<string, unknown> => typeof v === 'object' && v !== null && !Array.isArray(v);
-const isEmptyObject = (v: unknown) => isPlainObject(v) && Object.keys(v).length === 0;
+export const isEmptyObject = (v: unknown) => isPlainObject(v) && Object.keys(v).length === 0;
 
 /** Deeper than any DTO of this API; deeper input would only exhaust class-transformer's recursion. */
 const MAX_DEPTH = 16;

@@ -1,0 +1,149 @@
+import { request as httpRequest } from 'node:http';
+import { jest } from '@jest/globals';
+import request from 'supertest';
+import { AuthGuard } from '../src/auth/auth.guard.js';
+import { checkInvariants } from '../src/ledger/invariants.js';
+import { asUser, createCoupon, newKey } from './support/factories.js';
+import { adminToken, bearer, startTestApp, TestApp } from './support/harness.js';
+
+/**
+ * The grab is answered ahead of Nest's handler chain (src/coupon/grab-ahead.ts) when it is plain; a
+ * trailing `?` (an empty query, which the controller accepts; sent over plain node:http, since
+ * supertest and URLs drop it) sends the same grab through the controller. Each case asks both ways, in states that give the same outcome, and compares what a
+ * client can see: status, the headers the grab answers with, and the body, with the values that
+ * differ by user, key and time replaced by their type.
+ */
+
+type Way = 'ahead' | 'controller';
+const WAYS: Way[] = ['ahead', 'controller'];
+const HEADERS = ['content-type', 'idempotent-replayed', 'content-language', 'retry-after'];
+const VARYING = new Set(['id', 'userId', 'issuedAt', 'validFrom', 'expiresAt', 'idempotencyKey', 'lookup']);
+
+interface Answer {
+  status: number;
+  headers: Record<string, string | string[] | undefined>;
+  body: unknown;
+}
+
+/** A POST with its path sent exactly as given (a URL would lose an empty query's `?`). */
+const post = (url: string, path: string, headers: Record<string, string>): Promise<Answer> =>
+  new Promise((resolve, reject) => {
+    const { hostname, port } = new URL(url);
+    const req = httpRequest({ hostname, port, path, method: 'POST', headers }, (res) => {
+      let text = '';
+      res.setEncoding('utf8');
+      res.on('data', (chunk: string) => (text += chunk));
+      res.on('end', () => resolve({ status: res.statusCode ?? 0, headers: res.headers, body: JSON.parse(text) as unknown }));
+    });
+    req.on('error', reject);
+    req.end();
+  });
+
+/** What a client sees of an answer, minus the values that differ between two users' grabs. */
+function seen(res: Answer): unknown {
+  const strip = (v: unknown): unknown =>
+    v && typeof v === 'object' && !Array.isArray(v)
+      ? Object.fromEntries(Object.entries(v).map(([k, x]) => [k, VARYING.has(k) ? typeof x : strip(x)]))
+      : v;
+  return { status: res.status, headers: Object.fromEntries(HEADERS.map((h) => [h, res.headers[h]])), body: strip(res.body) };
+}
+
+describe('the grab answered ahead of Nest: the same answers as the controller', () => {
+  let t: TestApp;
+  let users = 0;
+  // Nest's chain begins with this guard (the controller's own method cannot be spied on: Nest reads
+  // the route from its metadata).
+  const controllerGrabs = jest.spyOn(AuthGuard.prototype, 'canActivate');
+  const path = (couponId: string, way: Way) => `/coupons/${couponId}/grab${way === 'controller' ? '?' : ''}`;
+  const grab = (couponId: string, way: Way, userId = `ga-${++users}`, key = newKey(), language = 'en') =>
+    post(t.url, path(couponId, way), { ...asUser(userId), 'Idempotency-Key': key, 'Accept-Language': language });
+  /** Both ways for each case; and which way the controller ran, so a hook that stopped answering fails here. */
+  async function bothWays(ask: (way: Way) => Promise<Answer>): Promise<[unknown, unknown]> {
+    const answers: unknown[] = [];
+    for (const way of WAYS) {
+      controllerGrabs.mockClear();
+      answers.push(seen(await ask(way)));
+      expect([way, controllerGrabs.mock.calls.length]).toEqual([way, way === 'controller' ? 1 : 0]);
+    }
+    return answers as [unknown, unknown];
+  }
+
+  beforeAll(async () => {
+    t = await startTestApp();
+  });
+  afterEach(async () => {
+    expect(await checkInvariants(t.db)).toEqual([]);
+  });
+  afterAll(async () => {
+    controllerGrabs.mockRestore();
+    await t?.close();
+  });
+
+  it('issues (201), replays (Idempotent-Replayed), and refuses a key reused on another coupon (422)', async () => {
+    const coupon = await createCoupon(t.url, { totalStock: 10 });
+    const other = await createCoupon(t.url, { totalStock: 10 });
+    const keyOf = { ahead: newKey(), controller: newKey() };
+    const [issued, issuedByController] = await bothWays((way) => grab(coupon.id, way, `ga-replay-${way}`, keyOf[way]));
+    expect(issued).toMatchObject({ status: 201, body: { couponId: coupon.id, status: 'UNUSED' } });
+    expect(issued).toEqual(issuedByController);
+    const [replayed, replayedByController] = await bothWays((way) => grab(coupon.id, way, `ga-replay-${way}`, keyOf[way]));
+    expect(replayed).toMatchObject({ status: 201, headers: { 'idempotent-replayed': 'true' } });
+    expect(replayed).toEqual(replayedByController);
+    const [reused, reusedByController] = await bothWays((way) => grab(other.id, way, `ga-replay-${way}`, keyOf[way]));
+    expect(reused).toMatchObject({ status: 422, body: { code: 'IDEMPOTENCY_KEY_REUSED' } });
+    expect(reused).toEqual(reusedByController);
+  });
+
+  it('refuses alike: sold out, the per-user limit, paused, an unknown coupon, in the language asked for', async () => {
+    const soldOut = await createCoupon(t.url, { totalStock: 1 });
+    expect((await grab(soldOut.id, 'ahead')).status).toBe(201);
+    const limited = await createCoupon(t.url, { totalStock: 10, perUserLimit: 1 });
+    const paused = await createCoupon(t.url, { totalStock: 10 });
+    expect((await request(t.url).patch(`/admin/coupons/${paused.id}`).set(bearer(adminToken())).send({ status: 'PAUSED' })).status).toBe(
+      200,
+    );
+    for (const user of ['ga-limit-ahead', 'ga-limit-controller']) expect((await grab(limited.id, 'ahead', user)).status).toBe(201);
+
+    const cases: [string, (way: Way) => Promise<Answer>][] = [
+      ['SOLD_OUT', (way) => grab(soldOut.id, way)],
+      ['USER_LIMIT_REACHED', (way) => grab(limited.id, way, `ga-limit-${way}`)],
+      ['COUPON_PAUSED', (way) => grab(paused.id, way)],
+      ['COUPON_NOT_FOUND', (way) => grab('999999999', way)],
+    ];
+    for (const [code, ask] of cases) {
+      const [ahead, controller] = await bothWays(ask);
+      expect(ahead).toMatchObject({ body: { code } });
+      expect(ahead).toEqual(controller);
+    }
+    const [zh, zhByController] = await bothWays((way) => grab(soldOut.id, way, undefined, undefined, 'zh-CN'));
+    expect(zh).toMatchObject({ status: 409, headers: { 'content-language': 'zh-CN' }, body: { code: 'SOLD_OUT' } });
+    expect(zh).toEqual(zhByController);
+  });
+
+  it('an empty JSON body is still a plain grab; what the controller refuses goes to the controller', async () => {
+    const coupon = await createCoupon(t.url, { totalStock: 10 });
+    controllerGrabs.mockClear();
+    const empty = await request(t.url)
+      .post(path(coupon.id, 'ahead'))
+      .set(asUser('ga-empty'))
+      .set('Idempotency-Key', newKey())
+      .set('Content-Type', 'application/json')
+      .send('{}');
+    expect([empty.status, controllerGrabs.mock.calls.length]).toEqual([201, 0]);
+
+    const plain = (couponId: string, userId: string, key = newKey()) =>
+      request(t.url).post(`/coupons/${couponId}/grab`).set(asUser(userId)).set('Idempotency-Key', key);
+    const refused: [number, string, () => request.Test][] = [
+      [401, 'UNAUTHENTICATED', () => request(t.url).post(`/coupons/${coupon.id}/grab`).set('Idempotency-Key', newKey())],
+      [401, 'UNAUTHENTICATED', () => plain(coupon.id, 'ga-token').set('Authorization', 'Bearer not-a-token')],
+      [400, 'VALIDATION_FAILED', () => plain(coupon.id, 'ga-bad-key', 'not a key!')],
+      [400, 'VALIDATION_FAILED', () => plain('01', 'ga-bad-id')],
+      [400, 'VALIDATION_FAILED', () => plain(coupon.id, 'ga-body').send({ couponId: coupon.id })],
+      [400, 'VALIDATION_FAILED', () => plain(coupon.id, 'ga-query').query({ x: 1 })],
+    ];
+    for (const [status, code, ask] of refused) {
+      const res = await ask();
+      expect([res.status, res.body.code]).toEqual([status, code]);
+    }
+  });
+});
