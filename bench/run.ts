@@ -11,6 +11,7 @@ import {
   COUPON_PAGE,
   limiterScenario,
   NOOP,
+  NOOP_AHEAD,
   READ_THEN_WRITE,
   shippedDesigns,
   THROUGHPUT,
@@ -64,7 +65,7 @@ const list = (s: string | undefined) =>
     .map((x) => x.trim())
     .filter(Boolean);
 const shipped = shippedDesigns(list(opt.strategies));
-const everyDesign: Design[] = [READ_THEN_WRITE, TX_CONDITIONAL, ...shipped, COUPON_PAGE, COUPON_LIST, NOOP];
+const everyDesign: Design[] = [READ_THEN_WRITE, TX_CONDITIONAL, ...shipped, COUPON_PAGE, COUPON_LIST, NOOP, NOOP_AHEAD];
 // --quick is the correctness check after a change to the grab path: the shipped path only.
 const wanted = list(opt.designs ?? (quick ? 'shipped' : undefined));
 const designs = wanted.length === 0 ? everyDesign : everyDesign.filter((d) => wanted.some((w) => d.id === w || d.id.startsWith(`${w}:`)));

@@ -47,6 +47,14 @@ export const NOOP: Design = {
   mustHold: true,
 };
 
+/** The no-op answered as the shipped grab is, ahead of Nest's handler chain: what the grab costs beyond its framework. */
+export const NOOP_AHEAD: Design = {
+  ...NOOP,
+  id: 'noop:ahead',
+  title: "no-op route answered ahead of Nest's handler chain, as the grab is",
+  route: () => '/noop-ahead',
+};
+
 /** How many live coupons the public list shows in its run: one page of the default size. */
 export const LIST_COUPONS = 20;
 
