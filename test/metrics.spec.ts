@@ -5,8 +5,8 @@ import { ArgumentsHost, Logger } from '@nestjs/common';
 import mysql from 'mysql2/promise';
 import pino from 'pino';
 import request from 'supertest';
-import { DataSource } from 'typeorm';
 import { HttpExceptionFilter } from '../src/common/http-exception.filter.js';
+import { HealthDatabase } from '../src/health/health-database.js';
 import { ExpiryService } from '../src/state-machine/expiry.service.js';
 import { createCoupon, newKey } from './support/factories.js';
 import { bearer, startTestApp, TestApp, testConfig, tokenFor } from './support/harness.js';
@@ -130,8 +130,8 @@ describe('metrics', () => {
 
   it('/health names the check that failed', async () => {
     expect((await request(t.url).get('/health')).status).toBe(200);
-    // The app's own pool gone: the database check fails, and /metrics still answers.
-    await t.app.get(DataSource).destroy();
+    // The health check's connection gone (it has its own: test/health.spec.ts): the database check fails, and /metrics still answers.
+    await t.app.get(HealthDatabase).dataSource.destroy();
     const res = await request(t.url).get('/health');
     expect([res.status, res.body.code]).toEqual([503, 'SERVICE_UNAVAILABLE']);
     expect(res.body.message).toMatch(/database/);
