@@ -19,7 +19,7 @@ import { onResponse } from './common/request-log.js';
 import { StrictValidationPipe, UndeclaredInputGuard, validationFailed } from './common/validation.js';
 import { type Deadline, withDeadline } from './database/deadline-pool.js';
 import { serveConsole } from './console/serve-console.js';
-import { giveSkippedCsvTime } from './issuance/skipped-csv.js';
+import { giveLineCsvsTime } from './issuance/skipped-csv.js';
 import { acceptIssuanceUploads } from './issuance/upload.js';
 import { CouponService } from './coupon/coupon.service.js';
 import { servePublicReadsFromMemory } from './coupon/public-reads.js';
@@ -147,7 +147,7 @@ export async function createApp(
   fastify.removeContentTypeParser('text/plain');
   strictJsonBodies(fastify);
   acceptIssuanceUploads(fastify, config.BULK_UPLOAD_TIMEOUT_MS);
-  giveSkippedCsvTime(fastify, config.BULK_UPLOAD_TIMEOUT_MS);
+  giveLineCsvsTime(fastify, config.BULK_UPLOAD_TIMEOUT_MS);
   servePublicReadsFromMemory(fastify, app.get(CouponService));
   answerGrabsAheadOfNest(fastify, app.get(GrabService), config);
   // Node hands a CONNECT (a proxy's method) to 'connect' listeners and closes the socket unanswered

@@ -6,6 +6,7 @@ import { listSkips } from '../src/issuance/issuance.store.js';
 import { healthOnAgent, sendOnAgent } from './support/early-answer.js';
 import { createCoupon, newKey } from './support/factories.js';
 import { adminToken, bearer, startTestApp, TestApp, tokenFor } from './support/harness.js';
+import { waitForStatement } from './support/processlist.js';
 import { checkInvariantsAfterEach } from './support/scoped-invariants.js';
 import { startStallProxy, type StallProxy } from './support/stall-proxy.js';
 import { startTcpProxy, type TcpProxy } from './support/tcp-proxy.js';
@@ -587,6 +588,70 @@ describe('bulk issuance', () => {
     await run();
     const late = await request(t.url).post(`/admin/issuance-jobs/${finished.body.jobId}/cancel`).set(admin());
     expect([late.status, late.body.code]).toEqual([409, 'ISSUANCE_JOB_FINISHED']);
+  });
+
+  it('a job cancelled midway: its unprocessed lines, without repeats, as a CSV that goes back up as a new job and finishes it', async () => {
+    const coupon = await createCoupon(t.url, { totalStock: 100 });
+    // Batches of 7; repeats among the first lines, and later ones of lines before and after the cut.
+    const userIds = [
+      'c1',
+      'c2',
+      'c3',
+      'c1',
+      'c4',
+      'c5',
+      'c6',
+      'c7',
+      'c8',
+      'c2',
+      'c9',
+      'c10',
+      'c8',
+      'c11',
+      'c12',
+      'c9',
+      'c13',
+      'c14',
+      'c15',
+      'c16',
+    ];
+    const created = await post(coupon.id, { userIds, reason: 'r', fromStock: true });
+    const jobId = created.body.jobId as string;
+    // The first batch waits on the stock row, the cancel on the job row behind it: the job stops after that batch.
+    const holder = await holdStockRow(coupon.id);
+    const pass = run();
+    await waitForStatement(t.db, 'SELECT init_stock, stock FROM coupon_stock%FOR UPDATE');
+    const cancel = request(t.url).post(`/admin/issuance-jobs/${jobId}/cancel`).set(admin());
+    const cancelled = cancel.then((r) => r);
+    await waitForStatement(t.db, 'SELECT * FROM issuance_job WHERE id = %FOR UPDATE');
+    await holder.release();
+    expect((await cancelled).body.status).toBe('CANCELLED');
+    await pass;
+    const stopped = await job(jobId);
+    const done = stopped.issued + stopped.skipped;
+    expect([stopped.status, done > 0 && done < userIds.length]).toEqual(['CANCELLED', true]);
+
+    const file = await request(t.url).get(`/admin/issuance-jobs/${jobId}/unprocessed.csv`).set(admin()).buffer(true);
+    expect([file.status, file.headers['content-type'], file.headers['content-disposition']]).toEqual([
+      200,
+      'text/csv; charset=utf-8',
+      `attachment; filename="job-${jobId}-unprocessed.csv"`,
+    ]);
+    const rest = userIds.slice(done).filter((u, i) => !userIds.slice(0, done + i).includes(u));
+    expect(file.text).toBe(`user_id\r\n${rest.map((u) => `${u}\r\n`).join('')}`);
+
+    const again = await postCsv(coupon.id, file.text, 'reason=r&fromStock=true');
+    expect(again.status).toBe(202);
+    await run();
+    expect(await job(again.body.jobId)).toMatchObject({ status: 'COMPLETED', issued: rest.length, skipped: 0 });
+    expect((await bulkCoupons(coupon.id)).map((c) => c.user_id)).toEqual([...new Set(userIds)].sort());
+
+    const completed = await request(t.url).get(`/admin/issuance-jobs/${again.body.jobId}/unprocessed.csv`).set(admin());
+    expect([completed.status, completed.text]).toEqual([200, 'user_id\r\n']);
+    const unknown = await request(t.url).get('/admin/issuance-jobs/999999999/unprocessed.csv').set(admin());
+    expect([unknown.status, unknown.body.code]).toEqual([404, 'ISSUANCE_JOB_NOT_FOUND']);
+    const query = await request(t.url).get(`/admin/issuance-jobs/${jobId}/unprocessed.csv?reason=SOLD_OUT`).set(admin());
+    expect([query.status, query.body.code]).toEqual([400, 'VALIDATION_FAILED']);
   });
 
   it('a repeat finds the upload of an instance that died mid-upload (still past STALE_UPLOAD_MS) and takes the key; a live one is waited for', async () => {

@@ -104,6 +104,13 @@ export class IssuanceController {
     });
   }
 
+  /** The users of the lines a cancelled or failed job did not reach, as the issuance route takes a text/csv list: the rest goes up as a new job. */
+  @Get('issuance-jobs/:jobId/unprocessed.csv')
+  async unprocessedCsv(@Param('jobId', IdPipe) jobId: string): Promise<StreamableFile> {
+    const csv = await this.issuance.unprocessedCsv(jobId);
+    return new StreamableFile(csv, { type: 'text/csv; charset=utf-8', disposition: `attachment; filename="job-${jobId}-unprocessed.csv"` });
+  }
+
   @Post('issuance-jobs/:jobId/cancel')
   @HttpCode(200)
   @ApiOkResponse({ type: IssuanceJobView })

@@ -2,7 +2,7 @@ import { createHash } from 'node:crypto';
 import { Readable } from 'node:stream';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { Injectable, type OnApplicationShutdown } from '@nestjs/common';
-import { DataSource } from 'typeorm';
+import { DataSource, EntityManager } from 'typeorm';
 import { isDuplicateKey } from '../common/db-errors.js';
 import { AppError } from '../common/errors.js';
 import { LONE_SURROGATE, USER_ID_PATTERN, validationFailed } from '../common/validation.js';
@@ -21,6 +21,7 @@ import {
   listJobs,
   listSkips,
   queueUpload,
+  unprocessedLines,
   setJobStatus,
   appendLines,
   JOB_STATUSES,
@@ -30,7 +31,7 @@ import {
 } from './issuance.store.js';
 import type { SkipReason } from './issuance.store.js';
 import { IssuanceRunner } from './issuance-runner.js';
-import { SKIPPED_CSV_HEADER, skippedCsvLine } from './skipped-csv.js';
+import { USER_ID_CSV_HEADER, skippedCsvLine } from './skipped-csv.js';
 
 /** Lines written to the database per statement while a list streams in. */
 const UPLOAD_CHUNK = 2000;
@@ -277,29 +278,53 @@ export class IssuanceService implements OnApplicationShutdown {
     );
   }
 
+  /** All of the job's skipped lines (of `reason` when given) as a CSV a new job takes as its list. */
+  skippedCsv(jobId: string, reason: SkipReason | undefined): Promise<Readable> {
+    return this.csv(
+      jobId,
+      (em, after) => listSkips(em, jobId, reason, after, CSV_PAGE),
+      (r) => skippedCsvLine(r.userId, r.reason),
+    );
+  }
+
   /**
-   * All of the job's skipped lines (of `reason` when given) as a CSV a new job takes as its list,
-   * read a page at a time as the client takes them: a million lines are never in memory. Unknown
-   * jobs are refused before the answer starts; a job still running shows the lines skipped by the
-   * time each page is read.
+   * The users of the lines the job has not reached, as a CSV a new job takes as its list: what a
+   * cancelled or failed job left undone. Repeats of an earlier line are left out (the job would
+   * skip them as DUPLICATE); a completed job's file is its header alone.
    */
-  async skippedCsv(jobId: string, reason: SkipReason | undefined): Promise<Readable> {
+  unprocessedCsv(jobId: string): Promise<Readable> {
+    return this.csv(
+      jobId,
+      (em, after) => unprocessedLines(em, jobId, after, CSV_PAGE),
+      (r) => `${r.userId}\r\n`,
+    );
+  }
+
+  /**
+   * A CSV of the job's rows that `read` pages through in line order, read a page at a time as the
+   * client takes them: a million lines are never in memory. Unknown jobs are refused before the
+   * answer starts; a job still running shows its rows as of the moment each page is read.
+   */
+  private async csv<R extends { line: number }>(
+    jobId: string,
+    read: (em: EntityManager, afterLine: number) => Promise<R[]>,
+    lineOf: (row: R) => string,
+  ): Promise<Readable> {
     // The file's own deadline is an upload's; each wait for the database is not. Until the file starts,
     // a request's (an outage is a 503, as elsewhere); after, the connection's idle limit
     // (2 x REQUEST_TIMEOUT_MS): a page stalled longer has lost its client, and must not hold a
     // connection of the pool for minutes.
     const within = <T>(ms: number, fn: () => Promise<T>) => runWithDeadline({ at: Date.now() + ms, answered: false }, fn);
     const em = this.ds.manager;
-    const read = (after: number) => listSkips(em, jobId, reason, after, CSV_PAGE);
     const first = await within(this.config.REQUEST_TIMEOUT_MS, async () => {
       await this.get(jobId);
-      return read(0);
+      return read(em, 0);
     });
     const idle = 2 * this.config.REQUEST_TIMEOUT_MS;
     async function* pages() {
-      yield SKIPPED_CSV_HEADER;
-      for (let rows = first; ; rows = await within(idle, () => read(rows[rows.length - 1].line))) {
-        if (rows.length > 0) yield rows.map((r) => skippedCsvLine(r.userId, r.reason)).join('');
+      yield USER_ID_CSV_HEADER;
+      for (let rows = first; ; rows = await within(idle, () => read(em, rows[rows.length - 1].line))) {
+        if (rows.length > 0) yield rows.map(lineOf).join('');
         if (rows.length < CSV_PAGE) return;
       }
     }

@@ -161,6 +161,10 @@ export async function setJobStatus(em: EntityManager, id: string, from: readonly
   );
 }
 
+/** Whether the user id of line `l` stands on an earlier line of its job's list (a DUPLICATE); index hint: see nextLines. */
+const REPEATED = `EXISTS (SELECT 1 FROM issuance_job_line e FORCE INDEX (idx_issuance_line_user)
+                   WHERE e.job_id = l.job_id AND e.user_id = l.user_id AND e.line_no < l.line_no)`;
+
 /**
  * The next lines to decide, from `fromLine` on, each flagged when the same user id stands on an earlier line of the list.
  * The index hints are needed: MariaDB 10.11 often plans the repeat check as a scan of the job's
@@ -170,13 +174,26 @@ export async function setJobStatus(em: EntityManager, id: string, from: readonly
  */
 export async function nextLines(em: Queryable, jobId: string, fromLine: number, limit: number) {
   const rows = (await em.query(
-    `SELECT l.line_no, l.user_id,
-            EXISTS (SELECT 1 FROM issuance_job_line e FORCE INDEX (idx_issuance_line_user)
-                    WHERE e.job_id = l.job_id AND e.user_id = l.user_id AND e.line_no < l.line_no) AS dup
+    `SELECT l.line_no, l.user_id, ${REPEATED} AS dup
      FROM issuance_job_line l FORCE INDEX (PRIMARY) WHERE l.job_id = ? AND l.line_no >= ? ORDER BY l.line_no LIMIT ?`,
     [jobId, fromLine, limit],
   )) as { line_no: number; user_id: string; dup: number | string }[];
   return rows.map((r) => ({ lineNo: Number(r.line_no), userId: r.user_id, duplicate: Number(r.dup) === 1 }));
+}
+
+/**
+ * The lines after `afterLine` that the job has not reached (from its next_line on, read with each
+ * page: a running job moves on), in line order, but for repeats of an earlier line, which the job
+ * would skip as DUPLICATE: the users it would still have tried to issue to.
+ */
+export async function unprocessedLines(em: Queryable, jobId: string, afterLine: number, limit: number) {
+  const rows = (await em.query(
+    `SELECT l.line_no, l.user_id FROM issuance_job_line l FORCE INDEX (PRIMARY)
+     WHERE l.job_id = ? AND l.line_no >= (SELECT next_line FROM issuance_job WHERE id = ?) AND l.line_no > ? AND NOT ${REPEATED}
+     ORDER BY l.line_no LIMIT ?`,
+    [jobId, jobId, afterLine, limit],
+  )) as { line_no: number; user_id: string }[];
+  return rows.map((r) => ({ line: Number(r.line_no), userId: r.user_id }));
 }
 
 /** Records a decided batch: the cursor moves past it and the counters grow, in the batch's transaction. */

@@ -1,13 +1,13 @@
 import type { FastifyInstance } from 'fastify';
 
-/** The CSV of a job's skipped lines, as Fastify spells its route. */
-export const SKIPPED_CSV_ROUTE = '/admin/issuance-jobs/:jobId/skipped.csv';
+/** The CSVs of a job's lines (skipped, not processed), as Fastify spells their routes. */
+const CSV_ROUTES = ['/admin/issuance-jobs/:jobId/skipped.csv', '/admin/issuance-jobs/:jobId/unprocessed.csv'];
 
 /**
  * The file's first line: one the upload takes for a header and passes over (user-id-lines.ts), so
  * the file goes back up as a job's list as it is.
  */
-export const SKIPPED_CSV_HEADER = 'user_id\r\n';
+export const USER_ID_CSV_HEADER = 'user_id\r\n';
 
 /**
  * One line of the file (RFC 4180: CRLF). A skipped user id is written as it is, a leading `-`
@@ -25,12 +25,12 @@ export function skippedCsvLine(userId: string, reason: string): string {
 }
 
 /**
- * Gives the CSV the deadline of an upload (BULK_UPLOAD_TIMEOUT_MS): a million lines may take longer
+ * Gives the CSVs the deadline of an upload (BULK_UPLOAD_TIMEOUT_MS): a million lines may take longer
  * than REQUEST_TIMEOUT_MS to reach a slow client, and Fastify cuts a response still streaming at its
  * handler's deadline. Must run before the routes are registered (app.init()).
  */
-export function giveSkippedCsvTime(fastify: FastifyInstance, timeoutMs: number): void {
+export function giveLineCsvsTime(fastify: FastifyInstance, timeoutMs: number): void {
   fastify.addHook('onRoute', (route) => {
-    if (route.url === SKIPPED_CSV_ROUTE) route.handlerTimeout = timeoutMs;
+    if (CSV_ROUTES.includes(route.url)) route.handlerTimeout = timeoutMs;
   });
 }

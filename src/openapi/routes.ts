@@ -378,6 +378,17 @@ export const ROUTES: Record<string, RouteContract> = {
     ok: { 200: { schema: 'csv', description: 'The file, `text/csv; charset=utf-8`', requiredHeaders: ['Content-Disposition'] } },
     errors: ['ISSUANCE_JOB_NOT_FOUND'],
   },
+  'GET /admin/issuance-jobs/{jobId}/unprocessed.csv': {
+    summary: 'The lines a bulk issuance job did not reach, as a CSV to upload again',
+    description:
+      'A header line `user_id`, then the user id of each line from where the job stopped (a cancelled or failed job; a running one as of ' +
+      'the read; a completed one: the header alone), in line order, without repeats of an earlier line of the list (the job would have ' +
+      'skipped those as DUPLICATE): the list a text/csv issuance takes as it is, so a cancelled job can be finished as a new one. ' +
+      'Streamed, however many lines. See docs/bulk-issuance.md.',
+    auth: ['admin'],
+    ok: { 200: { schema: 'csv', description: 'The file, `text/csv; charset=utf-8`', requiredHeaders: ['Content-Disposition'] } },
+    errors: ['ISSUANCE_JOB_NOT_FOUND'],
+  },
   'POST /admin/issuance-jobs/{jobId}/cancel': {
     summary: 'Stop a bulk issuance job between batches',
     description: 'QUEUED or RUNNING -> CANCELLED (what was issued stays issued); cancelling a cancelled job answers it again.',

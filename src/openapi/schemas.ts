@@ -343,8 +343,8 @@ export const HEADERS = {
     schema: { type: 'string', const: 'no-cache, no-store, must-revalidate' },
   },
   'Content-Disposition': {
-    description: 'A download: `attachment; filename="job-<jobId>-skipped[-<reason>].csv"`',
-    schema: { type: 'string', pattern: '^attachment; filename="job-[0-9]+-skipped(-[A-Z_]+)?\\.csv"$' },
+    description: 'A download: `attachment; filename="job-<jobId>-skipped[-<reason>].csv"` or `"job-<jobId>-unprocessed.csv"`',
+    schema: { type: 'string', pattern: '^attachment; filename="job-[0-9]+-(skipped(-[A-Z_]+)?|unprocessed)\\.csv"$' },
   },
   'Content-Language': {
     description:
