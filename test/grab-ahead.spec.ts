@@ -2,6 +2,8 @@ import { request as httpRequest } from 'node:http';
 import { jest } from '@jest/globals';
 import request from 'supertest';
 import { AuthGuard } from '../src/auth/auth.guard.js';
+import { GrabService } from '../src/coupon/grab.service.js';
+import type { UserCoupon } from '../src/ledger/user-coupon.entity.js';
 import { checkInvariants } from '../src/ledger/invariants.js';
 import { asUser, createCoupon, newKey } from './support/factories.js';
 import { adminToken, bearer, startTestApp, TestApp } from './support/harness.js';
@@ -118,6 +120,33 @@ describe('the grab answered ahead of Nest: the same answers as the controller', 
     const [zh, zhByController] = await bothWays((way) => grab(soldOut.id, way, undefined, undefined, 'zh-CN'));
     expect(zh).toMatchObject({ status: 409, headers: { 'content-language': 'zh-CN' }, body: { code: 'SOLD_OUT' } });
     expect(zh).toEqual(zhByController);
+  });
+
+  it('a fault is a 500 from the one filter, the grab run once: neither a rejection without a reason nor a throw after the grab escapes', async () => {
+    const coupon = await createCoupon(t.url, { totalStock: 10 });
+    const grabs = jest.spyOn(GrabService.prototype, 'grab');
+    const faults: [string, () => void][] = [
+      // done(undefined) would have meant "go on": to the controller, and a second grab.
+      ['a rejection without a reason', () => grabs.mockRejectedValueOnce(undefined)],
+      ['an error', () => grabs.mockRejectedValueOnce(new Error('boom'))],
+      // Building the answer throws: unhandled, this rejection ended the process.
+      ['a throw after the grab', () => grabs.mockResolvedValueOnce({ userCoupon: {} as UserCoupon, replayed: false })],
+    ];
+    try {
+      for (const [fault, arrange] of faults) {
+        const [ahead, controller] = await bothWays(async (way) => {
+          grabs.mockClear();
+          arrange();
+          const answer = await grab(coupon.id, way);
+          expect([fault, way, grabs.mock.calls.length]).toEqual([fault, way, 1]);
+          return answer;
+        });
+        expect([fault, ahead]).toMatchObject([fault, { status: 500, body: { code: 'INTERNAL' } }]);
+        expect(ahead).toEqual(controller);
+      }
+    } finally {
+      grabs.mockRestore();
+    }
   });
 
   it('an empty JSON body is still a plain grab; what the controller refuses goes to the controller', async () => {

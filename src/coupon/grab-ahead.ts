@@ -1,3 +1,4 @@
+import { EXCEPTION_FILTERS_METADATA, GUARDS_METADATA, INTERCEPTORS_METADATA, PIPES_METADATA } from '@nestjs/common/constants.js';
 import type { FastifyInstance, preHandlerHookHandler } from 'fastify';
 import { authenticate } from '../auth/auth.guard.js';
 import { PUBLIC_KEY, ROLES_KEY } from '../auth/principal.js';
@@ -21,10 +22,13 @@ const GRAB_ROUTE = '/coupons/:couponId/grab';
  * controller's would.
  */
 export function answerGrabsAheadOfNest(fastify: FastifyInstance, grabs: GrabService, config: AppConfig): void {
-  // The hook checks the token as the guard does for a route open to every role; a route made public
-  // or given roles would be answered here unchecked.
-  for (const key of [PUBLIC_KEY, ROLES_KEY]) {
-    if (Reflect.getMetadata(key, GrabController.prototype.grab) !== undefined) throw new Error(`grab-ahead.ts does not check ${key}`);
+  // The hook checks the token as the guard does for a route open to every role, and runs nothing
+  // else of Nest's chain: a route (or its controller) made public, given roles, or its own guards,
+  // interceptors, pipes or filters would be answered here without them.
+  for (const key of [PUBLIC_KEY, ROLES_KEY, GUARDS_METADATA, INTERCEPTORS_METADATA, PIPES_METADATA, EXCEPTION_FILTERS_METADATA]) {
+    for (const target of [GrabController, GrabController.prototype.grab]) {
+      if (Reflect.getMetadata(key, target) !== undefined) throw new Error(`grab-ahead.ts does not apply ${key} of the grab route`);
+    }
   }
   fastify.addHook('onRoute', (route) => {
     if (route.url !== GRAB_ROUTE || route.method !== 'POST') return;
@@ -39,17 +43,21 @@ export function answerGrabsAheadOfNest(fastify: FastifyInstance, grabs: GrabServ
         IDEMPOTENCY_KEY_PATTERN.test(key);
       const user = plain ? authenticate(req, config) : null;
       if (!user) return done();
-      grabs.grab(user.userId, couponId, key as string).then(
-        ({ userCoupon, replayed }) => {
+      grabs
+        .grab(user.userId, couponId, key as string)
+        .then(({ userCoupon, replayed }) => {
           // The deadline answered first (503); the grab's outcome is left for GET /grabs/:key.
           if (reply.sent) return;
+          const body = toIssuedView(userCoupon);
           if (replayed) void reply.header('Idempotent-Replayed', 'true');
-          void reply.code(201).send(toIssuedView(userCoupon));
-        },
-        (err: Error) => {
-          if (!reply.sent) done(err);
-        },
-      );
+          void reply.code(201).send(body);
+        })
+        // A throw above, or a rejection with any reason (undefined included, which done() would take
+        // for "go on to the controller"), reaches the one exception filter as the controller's would.
+        .catch((err: unknown) => {
+          if (!reply.sent)
+            done(err instanceof Error ? err : Object.assign(new Error(`Non-Error rejection: ${String(err)}`), { cause: err }));
+        });
     };
     route.preHandler = [...asList(route.preHandler), hook];
   });
