@@ -9,6 +9,9 @@ import { AppError } from '../common/errors.js';
 import { AppConfig } from '../config/app-config.js';
 import { registry } from '../common/metrics.js';
 import { HealthDatabase } from './health-database.js';
+import { runWithDeadline } from '../database/deadline-pool.js';
+
+const PING_MS = 1500;
 
 @ApiTags('operations')
 @Controller()
@@ -26,7 +29,12 @@ export class HealthController {
   @HealthCheck()
   async check(): Promise<HealthCheckResult> {
     try {
-      return await this.health.check([() => this.db.pingCheck('database', { connection: this.database.dataSource, timeout: 1500 })]);
+      // Its own deadline, not the request's: a ping still unanswered then gives its connection up
+      // (deadline-pool.ts), where terminus's timeout only stops waiting and the next probes would
+      // queue behind it for the health check's only connection.
+      return await runWithDeadline({ at: Date.now() + PING_MS, answered: false }, () =>
+        this.health.check([() => this.db.pingCheck('database', { connection: this.database.dataSource, timeout: PING_MS })]),
+      );
     } catch (err) {
       if (!(err instanceof ServiceUnavailableException)) throw err;
       const report = err.getResponse() as HealthCheckResult;
