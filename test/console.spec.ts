@@ -810,6 +810,14 @@ describe('admin console in a browser', () => {
     await settle();
     await page.getByTestId('cancel-job-confirm').click();
     await page.locator('[data-testid="job-detail"][data-status="CANCELLED"]').waitFor();
+    // Cancelled before its first batch: every line is left, as the list of a new job that would finish it.
+    const [download] = await Promise.all([page.waitForEvent('download'), detail.getByTestId('download-unprocessed').click()]);
+    const left = readFileSync(await download.path(), 'utf8').split('\r\n');
+    expect([download.suggestedFilename(), left.slice(0, 3), left.length]).toEqual([
+      `job-${jobs[0].id}-unprocessed.csv`,
+      ['user_id', 'csv-0', 'csv-1'],
+      100_002,
+    ]);
     await closeDrawer();
     await page.getByTestId('jobs').locator('.ant-tag', { hasText: 'Cancelled' }).waitFor();
     await shot('13-bulk-jobs');
@@ -823,6 +831,8 @@ describe('admin console in a browser', () => {
     const jobId = jobs.find((j) => j.total === 6)?.id ?? '';
     await page.getByTestId(`job-${jobId}`).click();
     await page.locator('[data-testid="job-detail"][data-status="COMPLETED"]').waitFor();
+    // A completed job left no line to finish.
+    expect(await page.getByTestId('download-unprocessed').count()).toBe(0);
     const rows = page.getByTestId('skipped-lines').locator('.ant-table-row');
     await rows.nth(2).waitFor();
     await page.getByLabel('Skipped lines of one reason').click();

@@ -304,8 +304,11 @@ function CancelJob({ job, onDone }: { job: IssuanceJob; onDone(): void }) {
 type SkipReason = SkippedLine['reason'];
 
 /** Saves the job's skipped lines (of `reason`) as the server's CSV, under the file name it gives. */
-async function downloadSkipped(jobId: string, reason: SkipReason | undefined): Promise<void> {
-  const call = client.GET('/admin/issuance-jobs/{jobId}/skipped.csv', { params: { path: { jobId }, query: { reason } }, parseAs: 'blob' });
+const downloadSkipped = (jobId: string, reason: SkipReason | undefined) =>
+  saveCsv(client.GET('/admin/issuance-jobs/{jobId}/skipped.csv', { params: { path: { jobId }, query: { reason } }, parseAs: 'blob' }));
+
+/** Saves a CSV answer under the file name the server gives. */
+async function saveCsv(call: Promise<{ data?: Blob; error?: unknown; response: Response }>): Promise<void> {
   const csv = await ok(call);
   const { response } = await call;
   const url = URL.createObjectURL(csv);
@@ -315,6 +318,35 @@ async function downloadSkipped(jobId: string, reason: SkipReason | undefined): P
   link.click();
   // Chrome reads the file after click() returns: revoked at once, the download would fail.
   setTimeout(() => URL.revokeObjectURL(url), 60_000);
+}
+
+/** A cancelled or failed job's lines it did not reach, as the CSV a new job takes to finish it. */
+function DownloadUnprocessed({ job }: { job: IssuanceJob }) {
+  const { t } = useI18n();
+  const { message } = App.useApp();
+  const [downloading, setDownloading] = useState(false);
+  if ((job.status !== 'CANCELLED' && job.status !== 'FAILED') || job.issued + job.skipped >= job.total) return null;
+  const download = async () => {
+    setDownloading(true);
+    try {
+      await saveCsv(client.GET('/admin/issuance-jobs/{jobId}/unprocessed.csv', { params: { path: { jobId: job.id } }, parseAs: 'blob' }));
+    } catch (err) {
+      void message.error((err as Error).message);
+    } finally {
+      setDownloading(false);
+    }
+  };
+  return (
+    <Button
+      size="small"
+      icon={<DownloadOutlined />}
+      loading={downloading}
+      onClick={() => void download()}
+      data-testid="download-unprocessed"
+    >
+      {t('downloadUnprocessed')}
+    </Button>
+  );
 }
 
 function SkippedLines({ job }: { job: IssuanceJob }) {
@@ -418,6 +450,7 @@ function JobDetail({ jobId, onClose, onChanged }: { jobId: string | null; onClos
                 onChanged();
               }}
             />
+            <DownloadUnprocessed job={j} />
           </Space>
           <JobProgress job={j} />
           <Descriptions size="small" column={{ xs: 1, sm: 2 }} bordered>
