@@ -320,28 +320,36 @@ async function saveCsv(call: Promise<{ data?: Blob; error?: unknown; response: R
   setTimeout(() => URL.revokeObjectURL(url), 60_000);
 }
 
-/** A cancelled or failed job's lines it did not reach, as the CSV a new job takes to finish it. */
-function DownloadUnprocessed({ job }: { job: IssuanceJob }) {
-  const { t } = useI18n();
+/** A CSV download's button state: busy while the file comes, a failure shown as a message. */
+function useDownload(): [boolean, (save: () => Promise<void>) => Promise<void>] {
   const { message } = App.useApp();
   const [downloading, setDownloading] = useState(false);
-  if ((job.status !== 'CANCELLED' && job.status !== 'FAILED') || job.issued + job.skipped >= job.total) return null;
-  const download = async () => {
+  const download = async (save: () => Promise<void>) => {
     setDownloading(true);
     try {
-      await saveCsv(client.GET('/admin/issuance-jobs/{jobId}/unprocessed.csv', { params: { path: { jobId: job.id } }, parseAs: 'blob' }));
+      await save();
     } catch (err) {
       void message.error((err as Error).message);
     } finally {
       setDownloading(false);
     }
   };
+  return [downloading, download];
+}
+
+/** A cancelled or failed job's lines it did not reach, as the CSV a new job takes to finish it. */
+function DownloadUnprocessed({ job }: { job: IssuanceJob }) {
+  const { t } = useI18n();
+  const [downloading, download] = useDownload();
+  if ((job.status !== 'CANCELLED' && job.status !== 'FAILED') || job.issued + job.skipped >= job.total) return null;
+  const save = () =>
+    saveCsv(client.GET('/admin/issuance-jobs/{jobId}/unprocessed.csv', { params: { path: { jobId: job.id } }, parseAs: 'blob' }));
   return (
     <Button
       size="small"
       icon={<DownloadOutlined />}
       loading={downloading}
-      onClick={() => void download()}
+      onClick={() => void download(save)}
       data-testid="download-unprocessed"
     >
       {t('downloadUnprocessed')}
@@ -351,9 +359,8 @@ function DownloadUnprocessed({ job }: { job: IssuanceJob }) {
 
 function SkippedLines({ job }: { job: IssuanceJob }) {
   const { t } = useI18n();
-  const { message } = App.useApp();
   const [reason, setReason] = useState<SkipReason>();
-  const [downloading, setDownloading] = useState(false);
+  const [downloading, download] = useDownload();
   // Reloaded when the count grows: the list only ever gets longer while the job runs.
   const lines = usePagedList(
     (cursor) =>
@@ -362,16 +369,6 @@ function SkippedLines({ job }: { job: IssuanceJob }) {
       ),
     [job.id, job.skipped, reason],
   );
-  const download = async () => {
-    setDownloading(true);
-    try {
-      await downloadSkipped(job.id, reason);
-    } catch (err) {
-      void message.error((err as Error).message);
-    } finally {
-      setDownloading(false);
-    }
-  };
   return (
     <>
       <Space wrap style={{ marginBottom: 12 }}>
@@ -388,7 +385,7 @@ function SkippedLines({ job }: { job: IssuanceJob }) {
           icon={<DownloadOutlined />}
           loading={downloading}
           disabled={(reason ? job.skippedByReason[reason] : job.skipped) === 0}
-          onClick={() => void download()}
+          onClick={() => void download(() => downloadSkipped(job.id, reason))}
           data-testid="download-skipped"
         >
           {t('downloadCsv')}
