@@ -1389,6 +1389,8 @@ describe('admin console in a browser', () => {
     expect(await focused()).toBe('Live');
     await page.keyboard.press('Enter');
     await page.getByTestId('live-title').waitFor();
+    // The campaign's own buttons come with its detail, which a loaded machine answers after the title shows.
+    await page.getByRole('button', { name: 'Rate limit' }).waitFor();
     await page.getByRole('button', { name: 'Bulk issue' }).focus();
     expect(await nested()).toBe(0);
     await page.keyboard.press('Shift+Tab');

@@ -1,12 +1,13 @@
 import { request as httpRequest } from 'node:http';
 import { jest } from '@jest/globals';
 import request from 'supertest';
+import { createApp } from '../src/app.factory.js';
 import { AuthGuard } from '../src/auth/auth.guard.js';
 import { GrabService } from '../src/coupon/grab.service.js';
 import type { UserCoupon } from '../src/ledger/user-coupon.entity.js';
 import { checkInvariants } from '../src/ledger/invariants.js';
 import { asUser, createCoupon, newKey } from './support/factories.js';
-import { adminToken, bearer, startTestApp, TestApp } from './support/harness.js';
+import { adminToken, bearer, createTestDatabase, dropTestDatabase, startTestApp, TestApp, testConfig } from './support/harness.js';
 
 /**
  * The grab is answered ahead of Nest's handler chain (src/coupon/grab-ahead.ts) when it is plain; a
@@ -123,7 +124,13 @@ describe('the grab answered ahead of Nest: the same answers as the controller', 
   });
 
   it('a fault is a 500 from the one filter, the grab run once: neither a rejection without a reason nor a throw after the grab escapes', async () => {
-    const coupon = await createCoupon(t.url, { totalStock: 10 });
+    // On an app of its own without the contract's check of every answer: a 500 is no answer a client
+    // can cause, and the contract leaves it out.
+    const config = testConfig();
+    await createTestDatabase(config);
+    const app = await createApp(config);
+    await app.listen({ port: 0, host: '127.0.0.1' });
+    const url = `http://127.0.0.1:${(app.getHttpServer().address() as { port: number }).port}`;
     const grabs = jest.spyOn(GrabService.prototype, 'grab');
     const faults: [string, () => void][] = [
       // done(undefined) would have meant "go on": to the controller, and a second grab.
@@ -133,11 +140,12 @@ describe('the grab answered ahead of Nest: the same answers as the controller', 
       ['a throw after the grab', () => grabs.mockResolvedValueOnce({ userCoupon: {} as UserCoupon, replayed: false })],
     ];
     try {
+      const coupon = await createCoupon(url, { totalStock: 10 });
       for (const [fault, arrange] of faults) {
         const [ahead, controller] = await bothWays(async (way) => {
           grabs.mockClear();
           arrange();
-          const answer = await grab(coupon.id, way);
+          const answer = await post(url, path(coupon.id, way), { ...asUser(`ga-${++users}`), 'Idempotency-Key': newKey() });
           expect([fault, way, grabs.mock.calls.length]).toEqual([fault, way, 1]);
           return answer;
         });
@@ -146,6 +154,8 @@ describe('the grab answered ahead of Nest: the same answers as the controller', 
       }
     } finally {
       grabs.mockRestore();
+      await app.close();
+      await dropTestDatabase(config);
     }
   });
 
