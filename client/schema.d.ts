@@ -157,7 +157,7 @@ export interface paths {
         };
         /**
          * Coupons, newest first, each with its counts by status
-         * @description One indexed count per coupon: for lists, not for polling (poll `/admin/coupons/{couponId}/series`).
+         * @description With `q`, only those whose name holds it (any case; `%` and `_` are themselves) or whose id it is. One indexed count per coupon: for lists, not for polling (poll `/admin/coupons/{couponId}/series`).
          *
          *     Auth: Bearer token with the role `admin`.
          */
@@ -3083,6 +3083,8 @@ export interface operations {
                 limit?: number;
                 /** @description nextCursor of the previous page */
                 cursor?: string;
+                /** @description Only coupons whose name holds this text (any case), or whose id it is */
+                q?: string;
             };
             header?: never;
             path?: never;

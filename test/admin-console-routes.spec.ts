@@ -78,6 +78,38 @@ describe('admin routes the console reads', () => {
     ).toBe(403);
   });
 
+  it('GET /admin/coupons?q= finds coupons by a part of their name (any case, % and _ as themselves) or by id, paged', async () => {
+    const tag = `S${Date.now()}`;
+    const made = [];
+    for (const name of [`${tag} Double 11 满100减10`, `${tag} double 11 VIP`, `${tag} 100% off`, `${tag} 10_off`, 'unrelated'])
+      made.push(await createCoupon(t.url, { name }));
+    const found = async (q: string, limit = 20) => {
+      const names: string[] = [];
+      let cursor: string | null = null;
+      do {
+        const res: request.Response = await admin(
+          `/admin/coupons?limit=${limit}&q=${encodeURIComponent(q)}${cursor ? `&cursor=${cursor}` : ''}`,
+        );
+        expect(res.status).toBe(200);
+        names.push(...res.body.items.map((c: { name: string }) => c.name));
+        cursor = res.body.nextCursor;
+      } while (cursor);
+      return names;
+    };
+    // Newest first, a page at a time.
+    expect(await found(`${tag} DOUBLE 11`, 1)).toEqual([`${tag} double 11 VIP`, `${tag} Double 11 满100减10`]);
+    expect(await found('满100')).toEqual([`${tag} Double 11 满100减10`]);
+    expect(await found(`${tag} 100%`)).toEqual([`${tag} 100% off`]);
+    expect(await found(`${tag} 10_`)).toEqual([`${tag} 10_off`]);
+    expect(await found(`${tag} 1%f`)).toEqual([]);
+    expect(await found(made[4].id)).toContain('unrelated');
+    expect(await found(`${tag}-nothing`)).toEqual([]);
+    for (const bad of ['', '\u202e', 'x'.repeat(201)]) {
+      const res = await admin(`/admin/coupons?q=${encodeURIComponent(bad)}`);
+      expect([res.status, res.body.code, Object.keys(res.body.details?.fields ?? {})]).toEqual([400, 'VALIDATION_FAILED', ['q']]);
+    }
+  });
+
   it('a cursor above the largest id (2^63-1) is 400, as the same id in a path is', async () => {
     const over = await admin('/admin/coupons?cursor=9223372036854775808');
     expect([over.status, over.body.code, Object.keys(over.body.details?.fields ?? {})]).toEqual([400, 'VALIDATION_FAILED', ['cursor']]);

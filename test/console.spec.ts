@@ -1643,6 +1643,28 @@ describe('admin console in a browser', () => {
     await page.keyboard.press('Escape');
   });
 
+  it('finds campaigns by a part of their name, past the newest page, and says when none matches', async () => {
+    // Loaded afresh: the picker's dialog of the test before may still be closing.
+    await page.goto(`${t.url}/console/campaigns`);
+    const search = page.getByLabel('Search by name or id');
+    const names = () => page.locator('.ant-table-row [data-testid^="campaign-"]').allTextContents();
+    // The first campaign is over a hundred campaigns down the list by now.
+    await search.fill('double 11');
+    await search.press('Enter');
+    await eventually(names, (n) => n.length > 0 && n.every((name) => /double 11/i.test(name)));
+    await page.getByTestId(`campaign-${couponId}`).waitFor();
+    await search.fill('Filler 7');
+    await search.press('Enter');
+    await eventually(names, (n) => n.length > 0 && n.every((name) => name.startsWith('Filler 7')));
+    await search.fill('no such campaign');
+    await search.press('Enter');
+    await page.getByText('No campaign has this in its name or id').waitFor();
+    // Cleared, the list is every campaign again.
+    await search.fill('');
+    await search.press('Enter');
+    await eventually(names, (n) => n.length === 20);
+  });
+
   it('gives the focus back to the button that opened a dialog when it closes, by Escape or Cancel', async () => {
     const coupon = await createCoupon(t.url, { name: 'Focus' });
     const uc = await grabUserCoupon(t.url, coupon.id, 'focus-user');

@@ -103,6 +103,8 @@ const en = {
   ACTIVE: 'Active',
   PAUSED: 'Paused',
   noCampaigns: 'No campaigns yet',
+  noCampaignsFound: 'No campaign has this in its name or id',
+  searchCampaigns: 'Search by name or id',
   loadMore: 'Load more',
   moreRows: 'The first {n} shown; there are more',
   // create form
@@ -424,6 +426,8 @@ const zhCN: Messages = {
   ACTIVE: '进行中',
   PAUSED: '已暂停',
   noCampaigns: '暂无活动',
+  noCampaignsFound: '没有名称或编号含此内容的活动',
+  searchCampaigns: '按名称或编号搜索',
   loadMore: '加载更多',
   moreRows: '已显示前 {n} 条，还有更多',
   create: '创建',

@@ -3,8 +3,16 @@ import { ApiBearerAuth, ApiHeader, ApiNotFoundResponse, ApiOkResponse, ApiOperat
 import type { FastifyReply } from 'fastify';
 import { Public, RequireRoles } from '../auth/principal.js';
 import { checkIdempotencyKey, IdPipe } from '../common/validation.js';
-import { PageQuery, DEFAULT_PAGE_LIMIT } from '../common/page.js';
-import { CouponSeriesView, CreateCouponDto, PatchCouponDto, PublicCouponsQuery, SeriesQuery, StockDeltaDto } from './coupon.dto.js';
+import { DEFAULT_PAGE_LIMIT } from '../common/page.js';
+import {
+  AdminCouponsQuery,
+  CouponSeriesView,
+  CreateCouponDto,
+  PatchCouponDto,
+  PublicCouponsQuery,
+  SeriesQuery,
+  StockDeltaDto,
+} from './coupon.dto.js';
 import { CouponService, CouponView } from './coupon.service.js';
 import { GrabSeries, SERIES_SECONDS } from './grab-series.js';
 import { JSON_TYPE } from './public-reads.js';
@@ -70,8 +78,8 @@ export class AdminCouponController {
       },
     },
   })
-  async list(@Query() query: PageQuery) {
-    const { items, nextCursor } = await this.coupons.list(query.limit ?? DEFAULT_PAGE_LIMIT, query.cursor);
+  async list(@Query() query: AdminCouponsQuery) {
+    const { items, nextCursor } = await this.coupons.list(query.limit ?? DEFAULT_PAGE_LIMIT, query.cursor, query.q);
     return { items: await Promise.all(items.map(async (c) => ({ ...c, counts: await this.coupons.counts(c.id) }))), nextCursor };
   }
 

@@ -27,7 +27,7 @@ import {
   TextLength,
 } from '../common/validation.js';
 import { SERIES_SECONDS } from './grab-series.js';
-import { PageLimitQuery } from '../common/page.js';
+import { PageLimitQuery, PageQuery } from '../common/page.js';
 
 /** A position in the public list: grab start (ms since the epoch) and id of the last coupon shown. */
 export const PUBLIC_CURSOR = new RegExp(`^[0-9]{1,15}_${ID_PATTERN.source.slice(1)}`);
@@ -235,6 +235,20 @@ export class UsableCouponsQuery {
 
   @ActingForUserId()
   userId?: string;
+}
+
+export class AdminCouponsQuery extends PageQuery {
+  @ApiPropertyOptional({
+    minLength: 1,
+    maxLength: 200,
+    description: 'Only coupons whose name holds this text (any case), or whose id it is',
+    example: '双11',
+  })
+  @IsOmittable()
+  @IsString()
+  @TextLength(1, 200)
+  @Matches(DISPLAY_NAME, { message: 'q must be visible text without control characters or direction overrides' })
+  q?: string;
 }
 
 @SharedQuery()

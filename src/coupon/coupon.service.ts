@@ -1,11 +1,11 @@
 import { Injectable } from '@nestjs/common';
 import { InjectRepository } from '@nestjs/typeorm';
-import { EntityManager, LessThan, MoreThan, Repository } from 'typeorm';
+import { EntityManager, FindOptionsWhere, LessThan, Like, MoreThan, Repository } from 'typeorm';
 import { AppConfig } from '../config/app-config.js';
 import { isDuplicateKey } from '../common/db-errors.js';
 import { AppError } from '../common/errors.js';
 import { SharedJson } from '../common/shared-json.js';
-import { validationFailed } from '../common/validation.js';
+import { ID_PATTERN, validationFailed } from '../common/validation.js';
 import { Page, toPage } from '../common/page.js';
 import { TransactionService } from '../database/transaction.service.js';
 import { StockRow, StockService } from '../ledger/stock.service.js';
@@ -372,9 +372,16 @@ export class CouponService {
     return toCouponView(coupon, stock);
   }
 
-  /** Newest first, each with its stock; `nextCursor` is the last id of the page. */
-  async list(limit: number, cursor?: string): Promise<Page<CouponView>> {
-    const rows = await this.coupons.find({ where: cursor ? { id: LessThan(cursor) } : {}, order: { id: 'DESC' }, take: limit + 1 });
+  /**
+   * Newest first, each with its stock; `nextCursor` is the last id of the page. With `q`, those
+   * whose name holds it (in the column's collation: any case) or whose id it is.
+   */
+  async list(limit: number, cursor?: string, q?: string): Promise<Page<CouponView>> {
+    const before: FindOptionsWhere<Coupon> = cursor ? { id: LessThan(cursor) } : {};
+    const where = [q === undefined ? before : { ...before, name: Like(`%${q.replace(/[\\%_]/g, '\\$&')}%`) }];
+    // An id typed into the search finds that coupon too.
+    if (q !== undefined && ID_PATTERN.test(q) && (!cursor || BigInt(q) < BigInt(cursor))) where.push({ id: q });
+    const rows = await this.coupons.find({ where, order: { id: 'DESC' }, take: limit + 1 });
     const { items, nextCursor } = toPage(rows, limit, (c) => c);
     const stocks = await Promise.all(items.map((c) => this.stock.find(this.coupons.manager, c.id)));
     // Coupon and stock row are created in one transaction: a coupon without one is not listed.

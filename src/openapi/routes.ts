@@ -221,7 +221,9 @@ export const ROUTES: Record<string, RouteContract> = {
   },
   'GET /admin/coupons': {
     summary: 'Coupons, newest first, each with its counts by status',
-    description: 'One indexed count per coupon: for lists, not for polling (poll `/admin/coupons/{couponId}/series`).',
+    description:
+      'With `q`, only those whose name holds it (any case; `%` and `_` are themselves) or whose id it is. One indexed count per coupon: ' +
+      'for lists, not for polling (poll `/admin/coupons/{couponId}/series`).',
     auth: ['admin'],
     ok: { 200: { schema: 'AdminCouponPage', description: 'One page' } },
     errors: [],

@@ -1,5 +1,5 @@
 import { useState } from 'react';
-import { App, Button, Popconfirm, Progress, Space, Table, Tag, Tooltip, Typography } from 'antd';
+import { App, Button, Input, Popconfirm, Progress, Space, Table, Tag, Tooltip, Typography } from 'antd';
 import { LineChartOutlined, PauseCircleOutlined, PlayCircleOutlined, PlusOutlined, ReloadOutlined } from '@ant-design/icons';
 import { Link } from 'react-router-dom';
 import { client, ok, type Coupon, type Counts, type CouponView } from '../api';
@@ -93,9 +93,11 @@ export function Campaigns() {
   const { t } = useI18n();
   const [creating, setCreating] = useState(false);
   const [stockOf, setStockOf] = useState<Coupon | null>(null);
+  // A part of the name, or an id; none: every campaign.
+  const [q, setQ] = useState<string>();
   const list = usePagedList(
-    (cursor) => ok(client.GET('/admin/coupons', { params: { query: { limit: 20, cursor } } })),
-    [],
+    (cursor) => ok(client.GET('/admin/coupons', { params: { query: { limit: 20, cursor, q } } })),
+    [q],
     LIST_REFRESH_MS,
   );
 
@@ -104,6 +106,15 @@ export function Campaigns() {
       title={t('campaigns')}
       extra={
         <Space wrap>
+          <Input.Search
+            allowClear
+            maxLength={200}
+            placeholder={t('searchCampaigns')}
+            aria-label={t('searchCampaigns')}
+            onSearch={(v) => setQ(v.trim() || undefined)}
+            style={{ width: 240 }}
+            data-testid="campaign-search"
+          />
           <Button icon={<ReloadOutlined />} onClick={() => void list.reload()} loading={list.loading}>
             {t('refresh')}
           </Button>
@@ -121,7 +132,7 @@ export function Campaigns() {
         dataSource={list.items}
         loading={list.loading && !list.items}
         pagination={false}
-        locale={{ emptyText: t('noCampaigns') }}
+        locale={{ emptyText: t(q ? 'noCampaignsFound' : 'noCampaigns') }}
         columns={[
           { title: t('id'), dataIndex: 'id', width: 60 },
           {
