@@ -2,7 +2,7 @@ import { createHash } from 'node:crypto';
 import { Readable } from 'node:stream';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { Injectable, type OnApplicationShutdown } from '@nestjs/common';
-import { DataSource, EntityManager } from 'typeorm';
+import { DataSource } from 'typeorm';
 import { isDuplicateKey } from '../common/db-errors.js';
 import { AppError } from '../common/errors.js';
 import { LONE_SURROGATE, USER_ID_PATTERN, validationFailed } from '../common/validation.js';
@@ -282,7 +282,7 @@ export class IssuanceService implements OnApplicationShutdown {
   skippedCsv(jobId: string, reason: SkipReason | undefined): Promise<Readable> {
     return this.csv(
       jobId,
-      (em, after) => listSkips(em, jobId, reason, after, CSV_PAGE),
+      (after) => listSkips(this.ds.manager, jobId, reason, after, CSV_PAGE),
       (r) => skippedCsvLine(r.userId, r.reason),
     );
   }
@@ -295,7 +295,7 @@ export class IssuanceService implements OnApplicationShutdown {
   unprocessedCsv(jobId: string): Promise<Readable> {
     return this.csv(
       jobId,
-      (em, after) => unprocessedLines(em, jobId, after, CSV_PAGE),
+      (after) => unprocessedLines(this.ds.manager, jobId, after, CSV_PAGE),
       (r) => `${r.userId}\r\n`,
     );
   }
@@ -307,7 +307,7 @@ export class IssuanceService implements OnApplicationShutdown {
    */
   private async csv<R extends { line: number }>(
     jobId: string,
-    read: (em: EntityManager, afterLine: number) => Promise<R[]>,
+    read: (afterLine: number) => Promise<R[]>,
     lineOf: (row: R) => string,
   ): Promise<Readable> {
     // The file's own deadline is an upload's; each wait for the database is not. Until the file starts,
@@ -315,15 +315,14 @@ export class IssuanceService implements OnApplicationShutdown {
     // (2 x REQUEST_TIMEOUT_MS): a page stalled longer has lost its client, and must not hold a
     // connection of the pool for minutes.
     const within = <T>(ms: number, fn: () => Promise<T>) => runWithDeadline({ at: Date.now() + ms, answered: false }, fn);
-    const em = this.ds.manager;
     const first = await within(this.config.REQUEST_TIMEOUT_MS, async () => {
       await this.get(jobId);
-      return read(em, 0);
+      return read(0);
     });
     const idle = 2 * this.config.REQUEST_TIMEOUT_MS;
     async function* pages() {
       yield USER_ID_CSV_HEADER;
-      for (let rows = first; ; rows = await within(idle, () => read(em, rows[rows.length - 1].line))) {
+      for (let rows = first; ; rows = await within(idle, () => read(rows[rows.length - 1].line))) {
         if (rows.length > 0) yield rows.map(lineOf).join('');
         if (rows.length < CSV_PAGE) return;
       }
