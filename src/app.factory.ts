@@ -15,7 +15,7 @@ import { HttpExceptionFilter, sendError } from './common/http-exception.filter.j
 import { UnreadBodies } from './common/unread-body.js';
 import { BODY_LIMIT_BYTES, strictJsonBodies } from './common/json-body.js';
 import { createPino, PinoNestLogger } from './common/logger.js';
-import { onResponse } from './common/request-log.js';
+import { onResponse, requestIdOf } from './common/request-log.js';
 import { StrictValidationPipe, UndeclaredInputGuard, validationFailed } from './common/validation.js';
 import { type Deadline, withDeadline } from './database/deadline-pool.js';
 import { serveConsole } from './console/serve-console.js';
@@ -27,14 +27,6 @@ import { answerGrabsAheadOfNest } from './coupon/grab-ahead.js';
 import { GrabService } from './coupon/grab.service.js';
 import { buildOpenApiDocument } from './openapi/document.js';
 import { HEADERS } from './openapi/schemas.js';
-
-const CLIENT_REQUEST_ID = /^[A-Za-z0-9._:-]{1,128}$/;
-
-/** The client's X-Request-Id when it is 1-128 of [A-Za-z0-9._:-] (two of them arrive joined by ", ", so refused), else a new one. */
-function requestIdOf(req: IncomingMessage): string {
-  const id = req.headers['x-request-id'];
-  return typeof id === 'string' && CLIENT_REQUEST_ID.test(id) ? id : randomUUID();
-}
 
 /**
  * An answer in the one error format written straight to a socket that never reaches the router,
@@ -148,7 +140,11 @@ export async function createApp(
   strictJsonBodies(fastify);
   acceptIssuanceUploads(fastify, config.BULK_UPLOAD_TIMEOUT_MS);
   giveLineCsvsTime(fastify, config.BULK_UPLOAD_TIMEOUT_MS);
-  servePublicReadsFromMemory(fastify, app.get(CouponService));
+  servePublicReadsFromMemory(fastify, app.get(CouponService), {
+    isClosing: () => unread.isClosing(),
+    cors: config.CORS_ORIGINS !== undefined,
+    log: pino,
+  });
   answerGrabsAheadOfNest(fastify, app.get(GrabService), config);
   // Node hands a CONNECT (a proxy's method) to 'connect' listeners and closes the socket unanswered
   // without one; this service is no proxy, so it is a route that does not exist.

@@ -4,6 +4,7 @@ import { connect, type Socket } from 'node:net';
 import { gzipSync } from 'node:zlib';
 import request from 'supertest';
 import { healthOnAgent, sendOnAgent } from './support/early-answer.js';
+import { rawExchange } from './support/net.js';
 import { couponBody, createCoupon, newKey } from './support/factories.js';
 import { adminToken, bearer, serviceToken, startTestApp, TEST_SECRET, TestApp, testConfig, tokenFor } from './support/harness.js';
 
@@ -31,17 +32,6 @@ function rawGet(
     });
     req.on('error', reject);
     req.end(body);
-  });
-}
-
-/** Writes `text` on a fresh socket and reads until the server closes it. */
-function rawExchange(base: string, text: string): Promise<string> {
-  return new Promise<string>((resolve, reject) => {
-    const socket = connect(Number(new URL(base).port), '127.0.0.1', () => socket.write(text));
-    let answer = '';
-    socket.on('data', (c) => (answer += c.toString()));
-    socket.on('close', () => resolve(answer));
-    socket.on('error', reject);
   });
 }
 

@@ -2,10 +2,12 @@ import { jest } from '@jest/globals';
 import request from 'supertest';
 import { EntityManager, Repository } from 'typeorm';
 import type { AppConfig } from '../src/config/app-config.js';
+import { SharedJson } from '../src/common/shared-json.js';
 import { CouponService } from '../src/coupon/coupon.service.js';
 import { checkInvariants } from '../src/ledger/invariants.js';
 import { createCoupon, grabRequest } from './support/factories.js';
 import { adminToken, bearer, startTestApp, TestApp } from './support/harness.js';
+import { rawExchange } from './support/net.js';
 
 interface Page {
   id: string;
@@ -250,5 +252,101 @@ describe('public coupon page and list answered from memory ahead of the controll
     const notFound = await request(t.url).get('/coupons/987654321');
     expect([notFound.status, notFound.body.code]).toEqual([404, 'COUPON_NOT_FOUND']);
     expect((await request(t.url).get('/coupons/12x')).status).toBe(400);
+  });
+});
+
+describe("public coupon page and list answered ahead of Fastify, in the server's own request listener (public-reads.ts)", () => {
+  const SHOP = 'https://shop.example.com';
+  let plain: TestApp;
+  let withCors: TestApp;
+  beforeAll(async () => {
+    plain = await startTestApp({ COUPON_CACHE_TTL_MS: '60000' });
+    withCors = await startTestApp({}, { ...plain.config, CORS_ORIGINS: SHOP } as AppConfig);
+    // Enough coupons for the list to be gzip'd (SharedJson's 1 KiB), so both forms are compared.
+    for (let i = 0; i < 4; i++) await createCoupon(plain.url, { totalStock: 10 });
+  });
+  afterEach(async () => {
+    jest.restoreAllMocks();
+    expect(await checkInvariants(plain.db)).toEqual([]);
+  });
+  afterAll(async () => {
+    await withCors?.close();
+    await plain?.close();
+  });
+
+  /** The answer without what differs per answer; Fastify's way replies through SharedJson.body, the listener does not. */
+  const fetch = async (t: TestApp, path: string, headers: Record<string, string>) => {
+    const viaFastify = jest.spyOn(SharedJson.prototype, 'body');
+    const res = await request(t.url).get(path).set(headers);
+    const { date: _date, 'x-request-id': requestId, ...rest } = res.headers;
+    const way = viaFastify.mock.calls.length > 0 ? 'fastify' : 'listener';
+    viaFastify.mockRestore();
+    return { way, requestId, answer: { status: res.status, headers: rest, body: res.body as unknown } };
+  };
+  const served = (text: string, route: string) =>
+    Number(
+      text
+        .split('\n')
+        .find((l) => l.startsWith('http_request_duration_seconds_count{') && l.includes(`route="${route}"`) && l.includes('status="200"'))
+        ?.split(' ')[1] ?? 0,
+    );
+
+  it.each([
+    ['the page', 'publicViewJson', (id: string) => `/coupons/${id}`, '/coupons/:couponId'],
+    ['the list', 'liveCouponsJson', () => '/coupons', '/coupons'],
+    ['the list with an empty query', 'liveCouponsJson', () => '/coupons?', '/coupons'],
+    ['a page of the list', 'liveCouponsJson', () => '/coupons?limit=2', '/coupons'],
+  ] as const)(
+    '%s: the same status, headers and body as through Fastify and the controller, with and without CORS, gzip or not',
+    async (_, method, path, route) => {
+      const coupon = await createCoupon(plain.url, { totalStock: 10 });
+      for (const t of [plain, withCors]) {
+        const coupons = t.app.get(CouponService);
+        const controller = jest.spyOn(coupons, method);
+        for (const encoding of ['gzip, deflate, br, zstd', 'identity']) {
+          coupons.invalidate(coupon.id);
+          controller.mockClear();
+          const before = served((await request(t.url).get('/metrics')).text, route);
+          const first = await fetch(t, path(coupon.id), { 'Accept-Encoding': encoding });
+          const again = await fetch(t, path(coupon.id), { 'Accept-Encoding': encoding, 'X-Request-Id': 'shop-req-1' });
+          expect([first.way, again.way]).toEqual(['fastify', 'listener']);
+          expect(controller).toHaveBeenCalledTimes(1);
+          expect(first.answer.status).toBe(200);
+          expect(again.answer).toEqual(first.answer);
+          expect(again.requestId).toBe('shop-req-1');
+          // Each answer is counted on its route, as Fastify's way counts it.
+          expect(served((await request(t.url).get('/metrics')).text, route)).toBe(before + 2);
+        }
+      }
+    },
+  );
+
+  it('leaves to Fastify what a hook of its way would change, and answers it the same', async () => {
+    const coupon = await createCoupon(plain.url, { totalStock: 10 });
+    const page = `/coupons/${coupon.id}`;
+    await request(withCors.url).get(page).expect(200);
+    const alone = await fetch(withCors, page, {});
+    expect(alone.way).toBe('listener');
+    // An Origin, allowed or not, goes to the CORS hook, which answers from memory with its headers.
+    const fromShop = await fetch(withCors, page, { Origin: SHOP });
+    expect([fromShop.way, fromShop.answer.headers['access-control-allow-origin']]).toEqual(['fastify', SHOP]);
+    const fromElsewhere = await fetch(withCors, page, { Origin: 'https://elsewhere.example.com' });
+    expect(fromElsewhere).toMatchObject({ way: 'fastify', answer: alone.answer });
+    // Without CORS an Origin changes nothing.
+    await request(plain.url).get(page).expect(200);
+    expect((await fetch(plain, page, { Origin: SHOP })).way).toBe('listener');
+    // A %-escape or a query is Fastify's to read: the same coupon and answer, the query refused.
+    const escaped = await fetch(withCors, `/coupons/%3${coupon.id.slice(0, 1)}${coupon.id.slice(1)}`, {});
+    expect(escaped).toMatchObject({ way: 'fastify', answer: alone.answer });
+    const query = await request(withCors.url).get(`${page}?debug=1`);
+    expect([query.status, query.body.code]).toEqual([400, 'VALIDATION_FAILED']);
+    const withBody = await request(withCors.url).get(page).set('Content-Type', 'application/json').send('{"a":1}');
+    expect([withBody.status, withBody.body.code]).toEqual([400, 'VALIDATION_FAILED']);
+    const head = await request(withCors.url).head(page);
+    expect([head.status, head.headers['content-type']]).toEqual([200, 'application/json; charset=utf-8']);
+    // HTTP/1.1 without Host: refused in the error format, by Fastify's way.
+    const raw = await rawExchange(withCors.url, `GET ${page} HTTP/1.1\r\nConnection: close\r\n\r\n`);
+    expect(raw).toMatch(/^HTTP\/1\.1 400 /);
+    expect(raw).toContain('VALIDATION_FAILED');
   });
 });

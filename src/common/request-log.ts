@@ -1,3 +1,5 @@
+import { randomUUID } from 'node:crypto';
+import type { IncomingMessage } from 'node:http';
 import type { FastifyReply, FastifyRequest } from 'fastify';
 import type { Logger } from 'pino';
 import type { ErrorCode } from './errors.js';
@@ -10,24 +12,44 @@ declare module 'fastify' {
   }
 }
 
+const CLIENT_REQUEST_ID = /^[A-Za-z0-9._:-]{1,128}$/;
+
+/** The client's X-Request-Id when it is 1-128 of [A-Za-z0-9._:-] (two of them arrive joined by ", ", so refused), else a new one. */
+export function requestIdOf(req: IncomingMessage): string {
+  const id = req.headers['x-request-id'];
+  return typeof id === 'string' && CLIENT_REQUEST_ID.test(id) ? id : randomUUID();
+}
+
+/** What one request's log line says. */
+export interface RequestLine {
+  method: string;
+  url: string;
+  route: string;
+  status: number;
+  code?: ErrorCode;
+  user?: string;
+  /** From routing (or, for an answer ahead of the router, arrival) to the answer. */
+  ms: number;
+}
+
 /** One line per request, after the answer: what was asked, by whom, what was answered, how fast. */
 export function onResponse(req: FastifyRequest, reply: FastifyReply): void {
-  const route = req.routeOptions.url ?? 'unmatched';
-  const status = reply.statusCode;
-  httpDuration.observe({ method: req.method, route, status: String(status) }, reply.elapsedTime / 1000);
-  const level = status >= 500 ? 'error' : 'info';
-  // The app's logger is pino (app.factory.ts); skipping the line's object when it is off costs a benchmark nothing.
-  if (!(req.log as Logger).isLevelEnabled(level)) return;
-  req.log[level](
-    {
-      method: req.method,
-      url: req.url,
-      route,
-      status,
-      ...(req.errorCode ? { code: req.errorCode } : {}),
-      ...(req.principal ? { user: req.principal.userId } : {}),
-      ms: Math.round(reply.elapsedTime * 10) / 10,
-    },
-    'request',
-  );
+  logRequest(req.log as Logger, {
+    method: req.method,
+    url: req.url,
+    route: req.routeOptions.url ?? 'unmatched',
+    status: reply.statusCode,
+    ...(req.errorCode ? { code: req.errorCode } : {}),
+    ...(req.principal ? { user: req.principal.userId } : {}),
+    ms: reply.elapsedTime,
+  });
+}
+
+/** The line and the duration metric of a request; on a request's own logger, or on the app's with the request id the former would bind. */
+export function logRequest(log: Logger, line: RequestLine, reqId?: string): void {
+  httpDuration.observe({ method: line.method, route: line.route, status: String(line.status) }, line.ms / 1000);
+  const level = line.status >= 500 ? 'error' : 'info';
+  // Skipping the line's object when the level is off costs a benchmark nothing.
+  if (!log.isLevelEnabled(level)) return;
+  log[level]({ ...(reqId === undefined ? {} : { reqId }), ...line, ms: Math.round(line.ms * 10) / 10 }, 'request');
 }

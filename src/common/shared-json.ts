@@ -33,9 +33,15 @@ export class SharedJson {
   body(reply: FastifyReply): Buffer {
     // Both forms of the answer say so, so a shared cache keeps them apart.
     varyOn(reply, 'Accept-Encoding');
-    if (this.bytes.length < MIN_GZIP_BYTES || !takesGzip(reply.request.headers['accept-encoding'] ?? '')) return this.bytes;
-    void reply.header('Content-Encoding', 'gzip');
-    return (this.gzipped ??= gzipSync(this.bytes));
+    const { bytes, gzip } = this.encodedFor(reply.request.headers['accept-encoding']);
+    if (gzip) void reply.header('Content-Encoding', 'gzip');
+    return bytes;
+  }
+
+  /** The body for a client sending this Accept-Encoding, and whether it is the gzip'd form. */
+  encodedFor(acceptEncoding: string | undefined): { bytes: Buffer; gzip: boolean } {
+    if (this.bytes.length < MIN_GZIP_BYTES || !takesGzip(acceptEncoding ?? '')) return { bytes: this.bytes, gzip: false };
+    return { bytes: (this.gzipped ??= gzipSync(this.bytes)), gzip: true };
   }
 }
 

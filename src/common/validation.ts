@@ -13,6 +13,7 @@ import { ROUTE_ARGS_METADATA } from '@nestjs/common/constants.js';
 import { RouteParamtypes } from '@nestjs/common/enums/route-paramtypes.enum.js';
 import { Transform } from 'class-transformer';
 import { buildMessage, IsISO8601, IsString, Matches, ValidateBy, ValidateIf, ValidationOptions } from 'class-validator';
+import type { IncomingMessage } from 'node:http';
 import type { FastifyRequest } from 'fastify';
 import { ApiPropertyOptional } from '@nestjs/swagger';
 import { AppError } from './errors.js';
@@ -125,7 +126,7 @@ export class OptionalBodyPipe<T extends object> implements PipeTransform<unknown
 }
 
 /** Whether the request says a body follows (on a GET, where Fastify parses none, the only sign of one). */
-export function announcesBody({ headers }: FastifyRequest): boolean {
+export function announcesBody({ headers }: Pick<IncomingMessage, 'headers'>): boolean {
   return headers['transfer-encoding'] !== undefined || Number(headers['content-length'] ?? 0) > 0;
 }
 
