@@ -332,6 +332,19 @@ describe("public coupon page and list answered ahead of Fastify, in the server's
     expect([fromShop.way, fromShop.answer.headers['access-control-allow-origin']]).toEqual(['fastify', SHOP]);
     const fromElsewhere = await fetch(withCors, page, { Origin: 'https://elsewhere.example.com' });
     expect(fromElsewhere).toMatchObject({ way: 'fastify', answer: alone.answer });
+    // A request id the rules refuse is replaced, as Fastify's way replaces it.
+    const odd = await fetch(withCors, page, { 'X-Request-Id': '<b>odd</b>' });
+    expect([odd.way, odd.requestId]).toEqual(['listener', expect.stringMatching(/^[0-9a-f-]{36}$/)]);
+    // Paths Fastify's router reads otherwise, or refuses, are its own.
+    for (const [path, status] of [
+      [`/coupons/0${coupon.id}`, 400],
+      [`/Coupons/${coupon.id}`, 404],
+      [`/coupons/${coupon.id}/`, 404],
+      ['/coupons?limit=2&limit=2', 400],
+    ] as const) {
+      const other = await fetch(withCors, path, {});
+      expect([path, other.answer.status]).toEqual([path, status]);
+    }
     // Without CORS an Origin changes nothing.
     await request(plain.url).get(page).expect(200);
     expect((await fetch(plain, page, { Origin: SHOP })).way).toBe('listener');

@@ -99,19 +99,30 @@ function answerAheadOfFastify(server: Server, coupons: CouponService, options: A
   if (listeners.length !== 1) throw new Error(`public-reads.ts expects Fastify's request listener alone, found ${listeners.length}`);
   const [fastifyListener] = listeners;
   const vary = options.cors ? 'Origin, Accept-Encoding' : 'Accept-Encoding';
-  const plain = (req: IncomingMessage) =>
-    req.method === 'GET' &&
-    req.headers.host !== undefined &&
-    !(options.cors && req.headers.origin !== undefined) &&
-    !announcesBody(req) &&
-    !options.isClosing();
+  const fromMemory = (req: IncomingMessage) => {
+    const plain =
+      req.method === 'GET' &&
+      req.url !== undefined &&
+      req.headers.host !== undefined &&
+      !(options.cors && req.headers.origin !== undefined) &&
+      !announcesBody(req) &&
+      !options.isClosing();
+    const held = plain ? heldForUrl(coupons, req.url as string) : undefined;
+    return held && { route: held.route, ...held.json.encodedFor(req.headers['accept-encoding']) };
+  };
   server.removeListener('request', fastifyListener);
   server.on('request', (req, res) => {
     const arrived = performance.now();
-    const held = plain(req) && req.url !== undefined ? heldForUrl(coupons, req.url) : undefined;
-    if (!held) return fastifyListener.call(server, req, res);
+    let answer: ReturnType<typeof fromMemory>;
+    try {
+      answer = fromMemory(req);
+    } catch {
+      // Thrown in this listener it would end the process; Fastify's way answers it with the filter's 500.
+      answer = undefined;
+    }
+    if (!answer) return fastifyListener.call(server, req, res);
     const id = requestIdOf(req);
-    const { bytes, gzip } = held.json.encodedFor(req.headers['accept-encoding']);
+    const { route, bytes, gzip } = answer;
     res.writeHead(200, {
       'content-type': JSON_TYPE,
       vary,
@@ -119,7 +130,10 @@ function answerAheadOfFastify(server: Server, coupons: CouponService, options: A
       'x-request-id': id,
       'content-length': bytes.length,
     });
+    // Once written, as Fastify logs: an answer queued behind a pipelined one and lost with its connection is none.
+    res.once('finish', () =>
+      logRequest(options.log, { method: 'GET', url: req.url as string, route, status: 200, ms: performance.now() - arrived }, id),
+    );
     res.end(bytes);
-    logRequest(options.log, { method: 'GET', url: req.url as string, route: held.route, status: 200, ms: performance.now() - arrived }, id);
   });
 }

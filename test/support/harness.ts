@@ -1,6 +1,6 @@
 import { randomBytes } from 'node:crypto';
 import { existsSync, writeFileSync } from 'node:fs';
-import { Agent } from 'node:http';
+import { Agent, type IncomingMessage, type ServerResponse } from 'node:http';
 import { join } from 'node:path';
 import { expect } from '@jest/globals';
 import type { NestFastifyApplication } from '@nestjs/platform-fastify';
@@ -119,26 +119,55 @@ export class ContractLog {
 
 const isJson = (contentType: string | undefined) => /^application\/json\s*(;|$)/i.test(contentType ?? '');
 
-/** Every answer the app sends is checked as it leaves the server, so every e2e suite checks the contract on all its traffic. */
+/**
+ * Every answer the app sends is checked as it leaves the server, so every e2e suite checks the
+ * contract on all its traffic: Fastify's answers in onSend, and the public page and list answered
+ * ahead of Fastify (public-reads.ts) when their answer has gone.
+ */
 function checkAnswers(app: NestFastifyApplication): ContractLog {
   const log = new ContractLog();
-  app
-    .getHttpAdapter()
-    .getInstance()
-    .addHook('onSend', (req, reply, payload, done) => {
-      log.check(
-        {
-          method: req.method,
-          route: req.routeOptions.url,
-          status: reply.statusCode,
-          headers: reply.getHeaders(),
-          body: typeof payload === 'string' || Buffer.isBuffer(payload) ? payload : undefined,
-          requestBody: isJson(req.headers['content-type']) ? req.body : undefined,
-        },
-        `${req.method} ${req.routeOptions.url ?? req.url}`,
-      );
-      done(null, payload);
+  const fastify = app.getHttpAdapter().getInstance();
+  const viaFastify = new WeakSet<IncomingMessage>();
+  fastify.addHook('onSend', (req, reply, payload, done) => {
+    viaFastify.add(req.raw);
+    log.check(
+      {
+        method: req.method,
+        route: req.routeOptions.url,
+        status: reply.statusCode,
+        headers: reply.getHeaders(),
+        body: typeof payload === 'string' || Buffer.isBuffer(payload) ? payload : undefined,
+        requestBody: isJson(req.headers['content-type']) ? req.body : undefined,
+      },
+      `${req.method} ${req.routeOptions.url ?? req.url}`,
+    );
+    done(null, payload);
+  });
+  fastify.server.prependListener('request', (req: IncomingMessage, res: ServerResponse) => {
+    const route = /^\/coupons(\/[0-9]+)?(\?|$)/.exec(req.url ?? '');
+    if (req.method !== 'GET' || !route) return;
+    // Node's writeHead takes headers that getHeaders() then does not show.
+    const writeHead = res.writeHead.bind(res) as (...args: unknown[]) => ServerResponse;
+    const end = res.end.bind(res) as (...args: unknown[]) => ServerResponse;
+    let headers: Record<string, unknown> = {};
+    let body: Buffer | undefined;
+    res.writeHead = ((...args: unknown[]) => {
+      const given = args.find((a) => typeof a === 'object' && a !== null && !Array.isArray(a)) as Record<string, unknown> | undefined;
+      headers = Object.fromEntries(Object.entries(given ?? {}).map(([k, v]) => [k.toLowerCase(), v]));
+      return writeHead(...args);
+    }) as typeof res.writeHead;
+    res.end = ((...args: unknown[]) => {
+      if (Buffer.isBuffer(args[0])) body = args[0];
+      return end(...args);
+    }) as typeof res.end;
+    res.once('finish', () => {
+      // The listener answers 200 only; Fastify's own refusals of a malformed path skip onSend, and are not checked here either.
+      if (viaFastify.has(req) || res.statusCode !== 200) return;
+      const pattern = route[1] === undefined ? '/coupons' : '/coupons/:couponId';
+      const answer = { method: 'GET', route: pattern, status: res.statusCode, headers: { ...res.getHeaders(), ...headers }, body };
+      log.check(answer, `GET ${pattern} (ahead of Fastify)`);
     });
+  });
   return log;
 }
 
