@@ -1,3 +1,4 @@
+import { connect } from 'node:net';
 import { jest } from '@jest/globals';
 import request from 'supertest';
 import { EntityManager, Repository } from 'typeorm';
@@ -345,6 +346,15 @@ describe("public coupon page and list answered ahead of Fastify, in the server's
       const other = await fetch(withCors, path, {});
       expect([path, other.answer.status]).toEqual([path, status]);
     }
+    // Pipelined on one connection, the answers of both ways keep the requests' order.
+    const pipelined = await rawExchange(
+      withCors.url,
+      [`GET ${page} HTTP/1.1\r\nHost: x\r\nX-Request-Id: p1\r\n\r\n`, `GET /nowhere HTTP/1.1\r\nHost: x\r\nX-Request-Id: p2\r\n\r\n`]
+        .concat(`GET ${page} HTTP/1.1\r\nHost: x\r\nX-Request-Id: p3\r\nConnection: close\r\n\r\n`)
+        .join(''),
+    );
+    const answered = [...pipelined.matchAll(/HTTP\/1\.1 (\d+)[^]*?\r\nx-request-id: (\S+)/gi)].map((m) => `${m[1]} ${m[2]}`);
+    expect(answered).toEqual(['200 p1', '404 p2', '200 p3']);
     // Without CORS an Origin changes nothing.
     await request(plain.url).get(page).expect(200);
     expect((await fetch(plain, page, { Origin: SHOP })).way).toBe('listener');
@@ -361,5 +371,29 @@ describe("public coupon page and list answered ahead of Fastify, in the server's
     const raw = await rawExchange(withCors.url, `GET ${page} HTTP/1.1\r\nConnection: close\r\n\r\n`);
     expect(raw).toMatch(/^HTTP\/1\.1 400 /);
     expect(raw).toContain('VALIDATION_FAILED');
+  });
+});
+
+describe('public coupon page answered ahead of Fastify while the server closes', () => {
+  it('leaves a read arriving then to Fastify, which refuses it 503 in the error format', async () => {
+    const t = await startTestApp({ COUPON_CACHE_TTL_MS: '60000' });
+    const coupon = await createCoupon(t.url, { totalStock: 10 });
+    await request(t.url).get(`/coupons/${coupon.id}`).expect(200);
+    // Headers not complete at the close, so the connection is not idle and the request arrives once it is closing.
+    const socket = connect(Number(new URL(t.url).port), '127.0.0.1');
+    let answer = '';
+    socket.on('data', (d: Buffer) => (answer += d.toString()));
+    const closed = new Promise<void>((ok) => socket.once('close', () => ok()));
+    await new Promise<void>((ok) => socket.write(`GET /coupons/${coupon.id} HTTP/1.1\r\nHost: x\r\n`, () => ok()));
+    const fromMemory = jest.spyOn(SharedJson.prototype, 'encodedFor');
+    const closing = t.close();
+    await new Promise((ok) => setTimeout(ok, 200));
+    socket.write('\r\n');
+    await closed;
+    await closing;
+    expect(answer).toMatch(/^HTTP\/1\.1 503 /);
+    expect(answer).toContain('"code":"SERVICE_UNAVAILABLE"');
+    expect(answer.toLowerCase()).toContain('connection: close');
+    expect(fromMemory).not.toHaveBeenCalled();
   });
 });
