@@ -1,3 +1,4 @@
+import type { IncomingMessage } from 'node:http';
 import type { Type as ClassType } from '@nestjs/common';
 import {
   applyDecorators,
@@ -13,7 +14,6 @@ import { ROUTE_ARGS_METADATA } from '@nestjs/common/constants.js';
 import { RouteParamtypes } from '@nestjs/common/enums/route-paramtypes.enum.js';
 import { Transform } from 'class-transformer';
 import { buildMessage, IsISO8601, IsString, Matches, ValidateBy, ValidateIf, ValidationOptions } from 'class-validator';
-import type { IncomingMessage } from 'node:http';
 import type { FastifyRequest } from 'fastify';
 import { ApiPropertyOptional } from '@nestjs/swagger';
 import { AppError } from './errors.js';
