@@ -395,5 +395,6 @@ describe('public coupon page answered ahead of Fastify while the server closes',
     expect(answer).toContain('"code":"SERVICE_UNAVAILABLE"');
     expect(answer.toLowerCase()).toContain('connection: close');
     expect(fromMemory).not.toHaveBeenCalled();
+    fromMemory.mockRestore();
   });
 });
