@@ -19,7 +19,7 @@ import { onResponse, requestIdOf } from './common/request-log.js';
 import { StrictValidationPipe, UndeclaredInputGuard, validationFailed } from './common/validation.js';
 import { type Deadline, withDeadline } from './database/deadline-pool.js';
 import { serveConsole } from './console/serve-console.js';
-import { giveLineCsvsTime } from './issuance/skipped-csv.js';
+import { giveLineCsvsTime } from './issuance/line-csvs.js';
 import { acceptIssuanceUploads } from './issuance/upload.js';
 import { CouponService } from './coupon/coupon.service.js';
 import { servePublicReadsFromMemory } from './coupon/public-reads.js';

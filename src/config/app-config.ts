@@ -436,7 +436,7 @@ export class AppConfig {
 
   /**
    * The deadline of a bulk issuance upload (every other request has REQUEST_TIMEOUT_MS): long enough for 64 MiB to arrive and be
-   * stored; and of a job's skipped lines as CSV (skipped-csv.ts), a million lines streamed to a client as slow.
+   * stored; and of a job's skipped or unprocessed lines as CSV (line-csvs.ts), a million lines streamed to a client as slow.
    */
   @Transform(toInt)
   @IsInt()

@@ -31,7 +31,7 @@ import {
 } from './issuance.store.js';
 import type { SkipReason } from './issuance.store.js';
 import { IssuanceRunner } from './issuance-runner.js';
-import { USER_ID_CSV_HEADER, skippedCsvLine } from './skipped-csv.js';
+import { USER_ID_CSV_HEADER, skippedCsvLine } from './line-csvs.js';
 
 /** Lines written to the database per statement while a list streams in. */
 const UPLOAD_CHUNK = 2000;
