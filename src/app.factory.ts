@@ -12,6 +12,7 @@ import { AppModule } from './app.module.js';
 import { AppConfig } from './config/app-config.js';
 import { AppError } from './common/errors.js';
 import { HttpExceptionFilter, sendError } from './common/http-exception.filter.js';
+import { answerAheadOfFastify } from './common/ahead-of-fastify.js';
 import { UnreadBodies } from './common/unread-body.js';
 import { BODY_LIMIT_BYTES, strictJsonBodies } from './common/json-body.js';
 import { createPino, PinoNestLogger } from './common/logger.js';
@@ -22,8 +23,8 @@ import { serveConsole } from './console/serve-console.js';
 import { giveLineCsvsTime } from './issuance/line-csvs.js';
 import { acceptIssuanceUploads } from './issuance/upload.js';
 import { CouponService } from './coupon/coupon.service.js';
-import { servePublicReadsFromMemory } from './coupon/public-reads.js';
-import { answerGrabsAheadOfNest } from './coupon/grab-ahead.js';
+import { publicReadsAheadOfFastify, servePublicReadsFromMemory } from './coupon/public-reads.js';
+import { answerGrabsAheadOfNest, grabsAheadOfFastify } from './coupon/grab-ahead.js';
 import { GrabService } from './coupon/grab.service.js';
 import { buildOpenApiDocument } from './openapi/document.js';
 import { HEADERS } from './openapi/schemas.js';
@@ -140,12 +141,12 @@ export async function createApp(
   strictJsonBodies(fastify);
   acceptIssuanceUploads(fastify, config.BULK_UPLOAD_TIMEOUT_MS);
   giveLineCsvsTime(fastify, config.BULK_UPLOAD_TIMEOUT_MS);
-  servePublicReadsFromMemory(fastify, app.get(CouponService), {
-    isClosing: () => unread.isClosing(),
-    cors: config.CORS_ORIGINS !== undefined,
-    log: pino,
-  });
+  servePublicReadsFromMemory(fastify, app.get(CouponService));
   answerGrabsAheadOfNest(fastify, app.get(GrabService), config);
+  answerAheadOfFastify(fastify.server, { isClosing: () => unread.isClosing(), cors: config.CORS_ORIGINS !== undefined, log: pino }, [
+    publicReadsAheadOfFastify(app.get(CouponService)),
+    grabsAheadOfFastify(app.get(GrabService), config),
+  ]);
   // Node hands a CONNECT (a proxy's method) to 'connect' listeners and closes the socket unanswered
   // without one; this service is no proxy, so it is a route that does not exist.
   fastify.server.on('connect', (req: IncomingMessage, socket: Socket) => {

@@ -3,6 +3,7 @@ import { jest } from '@jest/globals';
 import request from 'supertest';
 import { createApp } from '../src/app.factory.js';
 import { AuthGuard } from '../src/auth/auth.guard.js';
+import { AheadExchange } from '../src/common/ahead-of-fastify.js';
 import { GrabService } from '../src/coupon/grab.service.js';
 import type { UserCoupon } from '../src/ledger/user-coupon.entity.js';
 import { checkInvariants } from '../src/ledger/invariants.js';
@@ -10,16 +11,19 @@ import { asUser, createCoupon, newKey } from './support/factories.js';
 import { adminToken, bearer, createTestDatabase, dropTestDatabase, startTestApp, TestApp, testConfig } from './support/harness.js';
 
 /**
- * The grab is answered ahead of Nest's handler chain (src/coupon/grab-ahead.ts) when it is plain; a
- * trailing `?` (an empty query, which the controller accepts; sent over plain node:http, since
- * supertest and URLs drop it) sends the same grab through the controller. Each case asks both ways, in states that give the same outcome, and compares what a
- * client can see: status, the headers the grab answers with, and the body, with the values that
- * differ by user, key and time replaced by their type.
+ * A plain grab is answered ahead of Fastify, in the server's own request listener, or, with an
+ * Origin on a server with CORS, in a hook of its route ahead of Nest's handler chain
+ * (src/coupon/grab-ahead.ts); a trailing `?` (an empty query, which the controller accepts; sent
+ * over plain node:http, since supertest and URLs drop it) sends the same grab through the
+ * controller. Each case asks all three ways, in states that give the same outcome, and compares
+ * what a client can see: status, the headers the grab answers with, and the body, with the values
+ * that differ by user, key and time replaced by their type.
  */
 
-type Way = 'ahead' | 'controller';
-const WAYS: Way[] = ['ahead', 'controller'];
-const HEADERS = ['content-type', 'idempotent-replayed', 'content-language', 'retry-after'];
+type Way = 'listener' | 'hook' | 'controller';
+const WAYS: Way[] = ['listener', 'hook', 'controller'];
+const ORIGIN = 'https://shop.example.com';
+const HEADERS = ['content-type', 'idempotent-replayed', 'content-language', 'retry-after', 'vary', 'connection'];
 const VARYING = new Set(['id', 'userId', 'issuedAt', 'validFrom', 'expiresAt', 'idempotencyKey', 'lookup']);
 
 interface Answer {
@@ -51,61 +55,74 @@ function seen(res: Answer): unknown {
   return { status: res.status, headers: Object.fromEntries(HEADERS.map((h) => [h, res.headers[h]])), body: strip(res.body) };
 }
 
-describe('the grab answered ahead of Nest: the same answers as the controller', () => {
+describe('the grab answered ahead of Fastify and of Nest: the same answers as the controller', () => {
   let t: TestApp;
   let users = 0;
   // Nest's chain begins with this guard (the controller's own method cannot be spied on: Nest reads
   // the route from its metadata).
   const controllerGrabs = jest.spyOn(AuthGuard.prototype, 'canActivate');
+  const listenerAnswers = jest.spyOn(AheadExchange.prototype, 'send');
   const path = (couponId: string, way: Way) => `/coupons/${couponId}/grab${way === 'controller' ? '?' : ''}`;
+  const headersOf = (way: Way, key: string, language = 'en') => ({
+    'Idempotency-Key': key,
+    'Accept-Language': language,
+    ...(way === 'hook' ? { Origin: ORIGIN } : {}),
+  });
   const grab = (couponId: string, way: Way, userId = `ga-${++users}`, key = newKey(), language = 'en') =>
-    post(t.url, path(couponId, way), { ...asUser(userId), 'Idempotency-Key': key, 'Accept-Language': language });
-  /** Both ways for each case; and which way the controller ran, so a hook that stopped answering fails here. */
-  async function bothWays(ask: (way: Way) => Promise<Answer>): Promise<[unknown, unknown]> {
+    post(t.url, path(couponId, way), { ...asUser(userId), ...headersOf(way, key, language) });
+  /** Every way for each case; and which way answered, so a way that stopped answering fails here. */
+  async function allWays(ask: (way: Way) => Promise<Answer>): Promise<unknown[]> {
     const answers: unknown[] = [];
     for (const way of WAYS) {
       controllerGrabs.mockClear();
+      listenerAnswers.mockClear();
       answers.push(seen(await ask(way)));
-      expect([way, controllerGrabs.mock.calls.length]).toEqual([way, way === 'controller' ? 1 : 0]);
+      const ran = [controllerGrabs.mock.calls.length, listenerAnswers.mock.calls.length];
+      expect([way, ...ran]).toEqual([way, way === 'controller' ? 1 : 0, way === 'listener' ? 1 : 0]);
     }
-    return answers as [unknown, unknown];
+    return answers;
+  }
+  /** The answers of every way to one case, the same. */
+  async function sameAllWays(ask: (way: Way) => Promise<Answer>): Promise<unknown> {
+    const [first, ...others] = await allWays(ask);
+    for (const other of others) expect(other).toEqual(first);
+    return first;
   }
 
   beforeAll(async () => {
-    t = await startTestApp();
+    // Under CORS, a grab with an Origin is answered by the hook, one without by the listener.
+    t = await startTestApp({ CORS_ORIGINS: ORIGIN });
   });
   afterEach(async () => {
     expect(await checkInvariants(t.db)).toEqual([]);
   });
   afterAll(async () => {
     controllerGrabs.mockRestore();
+    listenerAnswers.mockRestore();
     await t?.close();
   });
 
   it('issues (201), replays (Idempotent-Replayed), and refuses a key reused on another coupon (422)', async () => {
     const coupon = await createCoupon(t.url, { totalStock: 10 });
     const other = await createCoupon(t.url, { totalStock: 10 });
-    const keyOf = { ahead: newKey(), controller: newKey() };
-    const [issued, issuedByController] = await bothWays((way) => grab(coupon.id, way, `ga-replay-${way}`, keyOf[way]));
-    expect(issued).toMatchObject({ status: 201, body: { couponId: coupon.id, status: 'UNUSED' } });
-    expect(issued).toEqual(issuedByController);
-    const [replayed, replayedByController] = await bothWays((way) => grab(coupon.id, way, `ga-replay-${way}`, keyOf[way]));
+    const keyOf = Object.fromEntries(WAYS.map((way) => [way, newKey()]));
+    const issued = await sameAllWays((way) => grab(coupon.id, way, `ga-replay-${way}`, keyOf[way]));
+    expect(issued).toMatchObject({ status: 201, headers: { vary: 'Origin' }, body: { couponId: coupon.id, status: 'UNUSED' } });
+    const replayed = await sameAllWays((way) => grab(coupon.id, way, `ga-replay-${way}`, keyOf[way]));
     expect(replayed).toMatchObject({ status: 201, headers: { 'idempotent-replayed': 'true' } });
-    expect(replayed).toEqual(replayedByController);
-    const [reused, reusedByController] = await bothWays((way) => grab(other.id, way, `ga-replay-${way}`, keyOf[way]));
+    const reused = await sameAllWays((way) => grab(other.id, way, `ga-replay-${way}`, keyOf[way]));
     expect(reused).toMatchObject({ status: 422, body: { code: 'IDEMPOTENCY_KEY_REUSED' } });
-    expect(reused).toEqual(reusedByController);
   });
 
   it('refuses alike: sold out, the per-user limit, paused, an unknown coupon, in the language asked for', async () => {
     const soldOut = await createCoupon(t.url, { totalStock: 1 });
-    expect((await grab(soldOut.id, 'ahead')).status).toBe(201);
+    expect((await grab(soldOut.id, 'listener')).status).toBe(201);
     const limited = await createCoupon(t.url, { totalStock: 10, perUserLimit: 1 });
     const paused = await createCoupon(t.url, { totalStock: 10 });
     expect((await request(t.url).patch(`/admin/coupons/${paused.id}`).set(bearer(adminToken())).send({ status: 'PAUSED' })).status).toBe(
       200,
     );
-    for (const user of ['ga-limit-ahead', 'ga-limit-controller']) expect((await grab(limited.id, 'ahead', user)).status).toBe(201);
+    for (const way of WAYS) expect((await grab(limited.id, 'listener', `ga-limit-${way}`)).status).toBe(201);
 
     const cases: [string, (way: Way) => Promise<Answer>][] = [
       ['SOLD_OUT', (way) => grab(soldOut.id, way)],
@@ -114,43 +131,46 @@ describe('the grab answered ahead of Nest: the same answers as the controller', 
       ['COUPON_NOT_FOUND', (way) => grab('999999999', way)],
     ];
     for (const [code, ask] of cases) {
-      const [ahead, controller] = await bothWays(ask);
-      expect(ahead).toMatchObject({ body: { code } });
-      expect(ahead).toEqual(controller);
+      expect(await sameAllWays(ask)).toMatchObject({ body: { code } });
     }
-    const [zh, zhByController] = await bothWays((way) => grab(soldOut.id, way, undefined, undefined, 'zh-CN'));
+    const zh = await sameAllWays((way) => grab(soldOut.id, way, undefined, undefined, 'zh-CN'));
     expect(zh).toMatchObject({ status: 409, headers: { 'content-language': 'zh-CN' }, body: { code: 'SOLD_OUT' } });
-    expect(zh).toEqual(zhByController);
   });
 
-  it('a fault is a 500 from the one filter, the grab run once: neither a rejection without a reason nor a throw after the grab escapes', async () => {
+  it('a fault is a 500 from the one filter, a grab past its deadline a 503, the grab run once: neither a rejection without a reason nor a throw after the grab escapes', async () => {
     // On an app of its own without the contract's check of every answer: a 500 is no answer a client
     // can cause, and the contract leaves it out.
-    const config = testConfig();
+    const config = testConfig({ CORS_ORIGINS: ORIGIN, REQUEST_TIMEOUT_MS: '1000' });
     await createTestDatabase(config);
     const app = await createApp(config);
     await app.listen({ port: 0, host: '127.0.0.1' });
     const url = `http://127.0.0.1:${(app.getHttpServer().address() as { port: number }).port}`;
     const grabs = jest.spyOn(GrabService.prototype, 'grab');
-    const faults: [string, () => void][] = [
+    const internal = { status: 500, body: { code: 'INTERNAL' } };
+    const faults: [string, () => void, object][] = [
       // done(undefined) would have meant "go on": to the controller, and a second grab.
-      ['a rejection without a reason', () => grabs.mockRejectedValueOnce(undefined)],
-      ['an error', () => grabs.mockRejectedValueOnce(new Error('boom'))],
+      ['a rejection without a reason', () => grabs.mockRejectedValueOnce(undefined), internal],
+      ['an error', () => grabs.mockRejectedValueOnce(new Error('boom')), internal],
       // Building the answer throws: unhandled, this rejection ended the process.
-      ['a throw after the grab', () => grabs.mockResolvedValueOnce({ userCoupon: {} as UserCoupon, replayed: false })],
+      ['a throw after the grab', () => grabs.mockResolvedValueOnce({ userCoupon: {} as UserCoupon, replayed: false }), internal],
+      [
+        'a grab that never ends',
+        () => grabs.mockReturnValueOnce(new Promise(() => undefined)),
+        { status: 503, headers: { 'retry-after': '1' }, body: { code: 'SERVICE_UNAVAILABLE' } },
+      ],
     ];
     try {
       const coupon = await createCoupon(url, { totalStock: 10 });
-      for (const [fault, arrange] of faults) {
-        const [ahead, controller] = await bothWays(async (way) => {
+      for (const [fault, arrange, expected] of faults) {
+        const [first, ...others] = await allWays(async (way) => {
           grabs.mockClear();
           arrange();
-          const answer = await post(url, path(coupon.id, way), { ...asUser(`ga-${++users}`), 'Idempotency-Key': newKey() });
+          const answer = await post(url, path(coupon.id, way), { ...asUser(`ga-${++users}`), ...headersOf(way, newKey()) });
           expect([fault, way, grabs.mock.calls.length]).toEqual([fault, way, 1]);
           return answer;
         });
-        expect([fault, ahead]).toMatchObject([fault, { status: 500, body: { code: 'INTERNAL' } }]);
-        expect(ahead).toEqual(controller);
+        expect([fault, first]).toMatchObject([fault, expected]);
+        for (const other of others) expect([fault, other]).toEqual([fault, first]);
       }
     } finally {
       grabs.mockRestore();
@@ -162,13 +182,15 @@ describe('the grab answered ahead of Nest: the same answers as the controller', 
   it('an empty JSON body is still a plain grab; what the controller refuses goes to the controller', async () => {
     const coupon = await createCoupon(t.url, { totalStock: 10 });
     controllerGrabs.mockClear();
+    listenerAnswers.mockClear();
     const empty = await request(t.url)
-      .post(path(coupon.id, 'ahead'))
+      .post(path(coupon.id, 'hook'))
       .set(asUser('ga-empty'))
       .set('Idempotency-Key', newKey())
       .set('Content-Type', 'application/json')
       .send('{}');
-    expect([empty.status, controllerGrabs.mock.calls.length]).toEqual([201, 0]);
+    // A body is Fastify's to read: the hook answers it.
+    expect([empty.status, controllerGrabs.mock.calls.length, listenerAnswers.mock.calls.length]).toEqual([201, 0, 0]);
 
     const plain = (couponId: string, userId: string, key = newKey()) =>
       request(t.url).post(`/coupons/${couponId}/grab`).set(asUser(userId)).set('Idempotency-Key', key);

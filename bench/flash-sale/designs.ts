@@ -47,11 +47,11 @@ export const NOOP: Design = {
   mustHold: true,
 };
 
-/** The no-op answered as the shipped grab is, ahead of Nest's handler chain: what the grab costs beyond its framework. */
+/** The no-op answered as the shipped grab is, ahead of Fastify: what the grab costs beyond HTTP and the token. */
 export const NOOP_AHEAD: Design = {
   ...NOOP,
   id: 'noop:ahead',
-  title: "no-op route answered ahead of Nest's handler chain, as the grab is",
+  title: 'no-op route answered ahead of Fastify, as the grab is',
   route: () => '/noop-ahead',
 };
 

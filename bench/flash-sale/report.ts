@@ -221,9 +221,9 @@ function grabPhaseRounds(runs: readonly RunResult[]): string[] {
     '',
     "The sale: answers from the first grab to the last coupon issued, every grab decided in a group transaction. Sold out: answers to the grabs sent after the last coupon was answered, over the time from then to the end, refused from memory after one batched key lookup. The last group's own refusals (sent before, answered just after the last coupon) count in neither.",
     '',
-    "The grab is answered ahead of Nest's handler chain and the no-op is not; the last column sets it against the no-op answered the same way (noop:ahead), the ceiling of what the grab skips.",
+    "The grab is answered ahead of Fastify, in the server's own request listener, and the no-op is not; the last column sets it against the no-op answered the same way (noop:ahead), the ceiling of what the grab skips.",
     '',
-    '| round | no-op answered/s | sale answered/s | sale ÷ no-op | sold-out answered/s | sold-out ÷ no-op | whole run ÷ no-op (goal ≥ 0.9) | no-op ahead of Nest answered/s | whole run ÷ no-op ahead of Nest |',
+    '| round | no-op answered/s | sale answered/s | sale ÷ no-op | sold-out answered/s | sold-out ÷ no-op | whole run ÷ no-op (goal ≥ 0.9) | no-op ahead of Fastify answered/s | whole run ÷ no-op ahead of Fastify |',
     '|--:|--:|--:|--:|--:|--:|--:|--:|--:|',
     ...cells.map(
       (c) =>

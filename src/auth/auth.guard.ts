@@ -1,3 +1,4 @@
+import type { IncomingMessage } from 'node:http';
 import { CanActivate, ExecutionContext, Injectable } from '@nestjs/common';
 import { Reflector } from '@nestjs/core';
 import type { FastifyRequest } from 'fastify';
@@ -13,8 +14,8 @@ import { Principal, PUBLIC_KEY, Role, ROLES_KEY } from './principal.js';
  * METRICS_TOKEN of standard base64 (`+`, `/`) is read whole; a JWT uses only a subset of it. The
  * scheme is case-insensitive (RFC 7235).
  */
-export function bearerToken(request: FastifyRequest): string | null {
-  const raw = request.raw.rawHeaders;
+export function bearerToken(request: IncomingMessage): string | null {
+  const raw = request.rawHeaders;
   let seen = 0;
   for (let i = 0; i < raw.length; i += 2) if (raw[i].length === 13 && raw[i].toLowerCase() === 'authorization') seen++;
   if (seen !== 1) return null;
@@ -23,10 +24,15 @@ export function bearerToken(request: FastifyRequest): string | null {
 
 /** The principal of the request's bearer token, noted on the request for its log line; null without a valid one. */
 export function authenticate(request: FastifyRequest, config: AppConfig): Principal | null {
-  const token = bearerToken(request);
-  const principal = token ? verifyToken(config.JWT_SECRET, token, config.JWT_MAX_TTL_SECONDS) : null;
+  const principal = principalOf(request.raw, config);
   if (principal) request.principal = principal;
   return principal;
+}
+
+/** The principal of the request's bearer token; null without a valid one. */
+export function principalOf(request: IncomingMessage, config: AppConfig): Principal | null {
+  const token = bearerToken(request);
+  return token ? verifyToken(config.JWT_SECRET, token, config.JWT_MAX_TTL_SECONDS) : null;
 }
 
 @Injectable()

@@ -4,6 +4,9 @@ import { isDatabaseOutage, outageMessage } from './db-errors.js';
 import { AppError, ErrorCode } from './errors.js';
 import { languageOf, messageFor } from './messages.js';
 
+/** What Fastify sends for an object: the same header for the answers written without it. */
+export const JSON_TYPE = 'application/json; charset=utf-8';
+
 const BY_STATUS: Record<number, ErrorCode> = {
   400: 'VALIDATION_FAILED',
   401: 'UNAUTHENTICATED',
@@ -45,10 +48,15 @@ export function toAppError(err: unknown, log: FastifyBaseLogger): AppError {
 /** Fastify's handlerTimeout fired (REQUEST_TIMEOUT_MS): the client's slowness if its body had not all arrived, else ours. */
 function deadlineError(request: FastifyRequest): AppError {
   return request.raw.complete
-    ? new AppError('SERVICE_UNAVAILABLE', 'The request did not finish within its deadline; retry shortly', undefined, {
-        'Retry-After': '1',
-      })
+    ? deadlinePassed()
     : new AppError('REQUEST_TIMEOUT', 'The request took too long to arrive', undefined, { Connection: 'close' });
+}
+
+/** A request whose whole body arrived was not answered within REQUEST_TIMEOUT_MS. */
+export function deadlinePassed(): AppError {
+  return new AppError('SERVICE_UNAVAILABLE', 'The request did not finish within its deadline; retry shortly', undefined, {
+    'Retry-After': '1',
+  });
 }
 
 @Catch()
@@ -71,13 +79,22 @@ export class HttpExceptionFilter implements ExceptionFilter {
 /** The one error answer: status, headers, the body in the request's language. */
 export function sendError(request: FastifyRequest, reply: FastifyReply, e: AppError): void {
   request.errorCode = e.code;
-  if (e.headers) void reply.headers(e.headers);
-  // The body is JSON even when the route declared another type for its success (GET /metrics).
-  void reply.type('application/json; charset=utf-8');
-  const language = languageOf(request.headers['accept-language']);
-  if (language !== 'en') void reply.header('content-language', language);
-  const message = messageFor(e.code, language, e.message);
-  const body: { code: string; message: string; details?: unknown } = { code: e.code, message };
-  if (e.details) body.details = e.details;
+  const { headers, body } = errorAnswer(e, request.headers['accept-language']);
+  void reply.headers(headers);
   void reply.status(e.status).send(body);
+}
+
+/** The headers and body of the one error answer, in the language asked for. */
+export function errorAnswer(
+  e: AppError,
+  acceptLanguage: string | undefined,
+): { headers: Record<string, string>; body: { code: string; message: string; details?: unknown } } {
+  const language = languageOf(acceptLanguage);
+  const body: { code: string; message: string; details?: unknown } = { code: e.code, message: messageFor(e.code, language, e.message) };
+  if (e.details) body.details = e.details;
+  return {
+    // The body is JSON even when the route declared another type for its success (GET /metrics).
+    headers: { ...e.headers, 'content-type': JSON_TYPE, ...(language === 'en' ? {} : { 'content-language': language }) },
+    body,
+  };
 }

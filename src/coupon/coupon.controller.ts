@@ -15,7 +15,7 @@ import {
 } from './coupon.dto.js';
 import { CouponService, CouponView } from './coupon.service.js';
 import { GrabSeries, SERIES_SECONDS } from './grab-series.js';
-import { JSON_TYPE } from './public-reads.js';
+import { JSON_TYPE } from '../common/http-exception.filter.js';
 
 const OPTIONAL_KEY = {
   name: 'Idempotency-Key',

@@ -53,7 +53,7 @@ export class HealthController {
   metrics(@Req() request: FastifyRequest): Promise<string> {
     const expected = this.config.METRICS_TOKEN;
     if (expected !== undefined) {
-      const token = Buffer.from(bearerToken(request) ?? '');
+      const token = Buffer.from(bearerToken(request.raw) ?? '');
       const wanted = Buffer.from(expected);
       if (token.length !== wanted.length || !timingSafeEqual(token, wanted)) {
         throw new AppError('UNAUTHENTICATED', '/metrics needs Authorization: Bearer <METRICS_TOKEN>');

@@ -119,10 +119,18 @@ export class ContractLog {
 
 const isJson = (contentType: string | undefined) => /^application\/json\s*(;|$)/i.test(contentType ?? '');
 
+/** The route of a request the app may answer ahead of Fastify (ahead-of-fastify.ts). */
+function aheadRouteOf(req: IncomingMessage): string | undefined {
+  const url = req.url ?? '';
+  if (req.method === 'POST') return /^\/coupons\/[0-9]+\/grab$/.test(url) ? '/coupons/:couponId/grab' : undefined;
+  const read = req.method === 'GET' ? /^\/coupons(\/[0-9]+)?(\?|$)/.exec(url) : null;
+  return read ? (read[1] === undefined ? '/coupons' : '/coupons/:couponId') : undefined;
+}
+
 /**
  * Every answer the app sends is checked as it leaves the server, so every e2e suite checks the
- * contract on all its traffic: Fastify's answers in onSend, and the public page and list answered
- * ahead of Fastify (public-reads.ts) when their answer has gone.
+ * contract on all its traffic: Fastify's answers in onSend, and the page, the list and the grab
+ * answered ahead of Fastify (ahead-of-fastify.ts) when their answer has gone.
  */
 function checkAnswers(app: NestFastifyApplication): ContractLog {
   const log = new ContractLog();
@@ -144,28 +152,27 @@ function checkAnswers(app: NestFastifyApplication): ContractLog {
     done(null, payload);
   });
   fastify.server.prependListener('request', (req: IncomingMessage, res: ServerResponse) => {
-    const route = /^\/coupons(\/[0-9]+)?(\?|$)/.exec(req.url ?? '');
-    if (req.method !== 'GET' || !route) return;
+    const route = aheadRouteOf(req);
+    if (!route) return;
     // Node's writeHead takes headers that getHeaders() then does not show.
     const writeHead = res.writeHead.bind(res) as (...args: unknown[]) => ServerResponse;
     const end = res.end.bind(res) as (...args: unknown[]) => ServerResponse;
     let headers: Record<string, unknown> = {};
-    let body: Buffer | undefined;
+    let body: Buffer | string | undefined;
     res.writeHead = ((...args: unknown[]) => {
       const given = args.find((a) => typeof a === 'object' && a !== null && !Array.isArray(a)) as Record<string, unknown> | undefined;
       headers = Object.fromEntries(Object.entries(given ?? {}).map(([k, v]) => [k.toLowerCase(), v]));
       return writeHead(...args);
     }) as typeof res.writeHead;
     res.end = ((...args: unknown[]) => {
-      if (Buffer.isBuffer(args[0])) body = args[0];
+      if (Buffer.isBuffer(args[0]) || typeof args[0] === 'string') body = args[0];
       return end(...args);
     }) as typeof res.end;
     res.once('finish', () => {
-      // The listener answers 200 only; Fastify's own refusals of a malformed path skip onSend, and are not checked here either.
-      if (viaFastify.has(req) || res.statusCode !== 200) return;
-      const pattern = route[1] === undefined ? '/coupons' : '/coupons/:couponId';
-      const answer = { method: 'GET', route: pattern, status: res.statusCode, headers: { ...res.getHeaders(), ...headers }, body };
-      log.check(answer, `GET ${pattern} (ahead of Fastify)`);
+      // The reads are answered 200 only; Fastify's own refusals of a malformed path skip onSend, and are not checked here either.
+      if (viaFastify.has(req) || (req.method === 'GET' && res.statusCode !== 200)) return;
+      const answer = { method: req.method as string, route, status: res.statusCode, headers: { ...res.getHeaders(), ...headers }, body };
+      log.check(answer, `${req.method} ${route} (ahead of Fastify)`);
     });
   });
   return log;
