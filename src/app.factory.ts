@@ -12,13 +12,13 @@ import { AppModule } from './app.module.js';
 import { AppConfig } from './config/app-config.js';
 import { AppError } from './common/errors.js';
 import { HttpExceptionFilter, sendError } from './common/http-exception.filter.js';
-import { answerAheadOfFastify } from './common/ahead-of-fastify.js';
+import { type AheadRoute, answerAheadOfFastify } from './common/ahead-of-fastify.js';
 import { UnreadBodies } from './common/unread-body.js';
 import { BODY_LIMIT_BYTES, strictJsonBodies } from './common/json-body.js';
 import { createPino, PinoNestLogger } from './common/logger.js';
 import { onResponse, requestIdOf } from './common/request-log.js';
 import { StrictValidationPipe, UndeclaredInputGuard, validationFailed } from './common/validation.js';
-import { type Deadline, withDeadline } from './database/deadline-pool.js';
+import { type Deadline, deadlineOf, settleDeadline, withDeadline } from './database/deadline-pool.js';
 import { serveConsole } from './console/serve-console.js';
 import { giveLineCsvsTime } from './issuance/line-csvs.js';
 import { acceptIssuanceUploads } from './issuance/upload.js';
@@ -81,6 +81,8 @@ function allowBrowserOrigins(app: NestFastifyApplication, origins: string): void
 export async function createApp(
   config: AppConfig,
   extraModules: Parameters<typeof AppModule.forRoot>[1] = [],
+  /** Routes of those modules answered ahead of Fastify too (the benchmark's no-op ceiling). */
+  extraAheadRoutes: AheadRoute[] = [],
 ): Promise<NestFastifyApplication> {
   const pino = createPino(config);
   const unread = new UnreadBodies();
@@ -146,6 +148,7 @@ export async function createApp(
   answerAheadOfFastify(fastify.server, { isClosing: () => unread.isClosing(), cors: config.CORS_ORIGINS !== undefined, log: pino }, [
     publicReadsAheadOfFastify(app.get(CouponService)),
     grabsAheadOfFastify(app.get(GrabService), config),
+    ...extraAheadRoutes,
   ]);
   // Node hands a CONNECT (a proxy's method) to 'connect' listeners and closes the socket unanswered
   // without one; this service is no proxy, so it is a route that does not exist.
@@ -187,17 +190,13 @@ export async function createApp(
   // The deadline counts from routing (reply.elapsedTime), body upload included.
   const deadlines = new WeakMap<FastifyRequest, Deadline>();
   fastify.addHook('preHandler', (req, reply, done) => {
-    const deadline = {
-      at: Date.now() - reply.elapsedTime + (req.routeOptions.handlerTimeout || config.REQUEST_TIMEOUT_MS),
-      answered: false,
-    };
+    const deadline = deadlineOf(req.routeOptions.handlerTimeout || config.REQUEST_TIMEOUT_MS, reply.elapsedTime);
     deadlines.set(req, deadline);
     withDeadline(deadline, done);
   });
   fastify.addHook('onResponse', (req, reply, done) => {
-    // Work a request answered 503 or 408 (its deadline, or an outage) left behind stays bound by the deadline.
     const deadline = deadlines.get(req);
-    if (deadline && reply.statusCode !== 503 && reply.statusCode !== 408) deadline.answered = true;
+    if (deadline) settleDeadline(deadline, reply.statusCode);
     onResponse(req, reply);
     done();
   });

@@ -8,6 +8,7 @@ import { GrabService } from '../src/coupon/grab.service.js';
 import type { UserCoupon } from '../src/ledger/user-coupon.entity.js';
 import { checkInvariants } from '../src/ledger/invariants.js';
 import { asUser, createCoupon, newKey } from './support/factories.js';
+import { rawExchange } from './support/net.js';
 import { adminToken, bearer, createTestDatabase, dropTestDatabase, startTestApp, TestApp, testConfig } from './support/harness.js';
 
 /**
@@ -203,8 +204,63 @@ describe('the grab answered ahead of Fastify and of Nest: the same answers as th
       [400, 'VALIDATION_FAILED', () => plain(coupon.id, 'ga-query').query({ x: 1 })],
     ];
     for (const [status, code, ask] of refused) {
+      controllerGrabs.mockClear();
+      listenerAnswers.mockClear();
       const res = await ask();
-      expect([res.status, res.body.code]).toEqual([status, code]);
+      expect([res.status, res.body.code, controllerGrabs.mock.calls.length, listenerAnswers.mock.calls.length]).toEqual([
+        status,
+        code,
+        1,
+        0,
+      ]);
     }
+  });
+
+  it('leaves to Fastify a grab its body parsers or hooks would read or refuse: the answer is theirs', async () => {
+    const coupon = await createCoupon(t.url, { totalStock: 10 });
+    const token = asUser('ga-fastify').Authorization;
+    // The first digit %-escaped: the router decodes it to the same id.
+    const escaped = `/coupons/%${coupon.id.charCodeAt(0).toString(16)}${coupon.id.slice(1)}/grab`;
+    const cases: [string, string, string, number, string | undefined][] = [
+      ['Content-Length 00 (a body to Fastify)', path(coupon.id, 'listener'), 'Content-Length: 00\r\n', 415, 'UNSUPPORTED_MEDIA_TYPE'],
+      ['a Content-Encoding', path(coupon.id, 'listener'), 'Content-Length: 0\r\nContent-Encoding: gzip\r\n', 415, 'UNSUPPORTED_MEDIA_TYPE'],
+      [
+        'a Content-Type no route takes',
+        path(coupon.id, 'listener'),
+        'Content-Length: 0\r\nContent-Type: text/csv\r\n',
+        415,
+        'UNSUPPORTED_MEDIA_TYPE',
+      ],
+      [
+        'a malformed Content-Type',
+        path(coupon.id, 'listener'),
+        'Content-Length: 0\r\nContent-Type: foo\r\n',
+        415,
+        'UNSUPPORTED_MEDIA_TYPE',
+      ],
+      ['two Authorization headers', path(coupon.id, 'listener'), `Authorization: ${token}\r\n`, 401, 'UNAUTHENTICATED'],
+      // Read by Fastify as a plain grab, so answered by the hook.
+      ['a chunked body that ends at once', path(coupon.id, 'listener'), 'Transfer-Encoding: chunked\r\n', 201, undefined],
+      ['a %-escaped path', escaped, '', 201, undefined],
+    ];
+    for (const [name, target, extra, status, code] of cases) {
+      controllerGrabs.mockClear();
+      listenerAnswers.mockClear();
+      const body = extra.includes('chunked') ? '0\r\n\r\n' : '';
+      const raw = await rawExchange(
+        t.url,
+        `POST ${target} HTTP/1.1\r\nHost: x\r\nAuthorization: ${token}\r\nIdempotency-Key: ${newKey()}\r\n${extra}Connection: close\r\n\r\n${body}`,
+      );
+      const [head, text] = raw.split('\r\n\r\n');
+      const answer = { status: Number(head.split(' ')[1]), code: (JSON.parse(text) as { code?: string }).code };
+      expect([name, answer, listenerAnswers.mock.calls.length]).toEqual([name, { status, code }, 0]);
+    }
+    // An HTTP/1.1 request without Host: Fastify's hook refuses it.
+    listenerAnswers.mockClear();
+    const hostless = await rawExchange(
+      t.url,
+      `POST ${path(coupon.id, 'listener')} HTTP/1.1\r\nAuthorization: ${token}\r\nIdempotency-Key: ${newKey()}\r\nConnection: close\r\n\r\n`,
+    );
+    expect([hostless.split(' ')[1], listenerAnswers.mock.calls.length]).toEqual(['400', 0]);
   });
 });

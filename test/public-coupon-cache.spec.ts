@@ -3,10 +3,11 @@ import { jest } from '@jest/globals';
 import request from 'supertest';
 import { EntityManager, Repository } from 'typeorm';
 import type { AppConfig } from '../src/config/app-config.js';
+import { AheadExchange } from '../src/common/ahead-of-fastify.js';
 import { SharedJson } from '../src/common/shared-json.js';
 import { CouponService } from '../src/coupon/coupon.service.js';
 import { checkInvariants } from '../src/ledger/invariants.js';
-import { createCoupon, grabRequest } from './support/factories.js';
+import { asUser, createCoupon, grabRequest, newKey } from './support/factories.js';
 import { adminToken, bearer, startTestApp, TestApp } from './support/harness.js';
 import { rawExchange } from './support/net.js';
 
@@ -374,27 +375,41 @@ describe("public coupon page and list answered ahead of Fastify, in the server's
   });
 });
 
-describe('public coupon page answered ahead of Fastify while the server closes', () => {
-  it('leaves a read arriving then to Fastify, which refuses it 503 in the error format', async () => {
+describe('the page and the grab answered ahead of Fastify while the server closes', () => {
+  it('leaves a read or a grab arriving then to Fastify, which refuses them 503 in the error format', async () => {
     const t = await startTestApp({ COUPON_CACHE_TTL_MS: '60000' });
     const coupon = await createCoupon(t.url, { totalStock: 10 });
     await request(t.url).get(`/coupons/${coupon.id}`).expect(200);
+    const { Authorization: token } = asUser('closing');
+    const heads = [
+      `GET /coupons/${coupon.id} HTTP/1.1\r\nHost: x\r\n`,
+      `POST /coupons/${coupon.id}/grab HTTP/1.1\r\nHost: x\r\nAuthorization: ${token}\r\nIdempotency-Key: ${newKey()}\r\n`,
+    ];
     // Headers not complete at the close, so the connection is not idle and the request arrives once it is closing.
-    const socket = connect(Number(new URL(t.url).port), '127.0.0.1');
-    let answer = '';
-    socket.on('data', (d: Buffer) => (answer += d.toString()));
-    const closed = new Promise<void>((ok) => socket.once('close', () => ok()));
-    await new Promise<void>((ok) => socket.write(`GET /coupons/${coupon.id} HTTP/1.1\r\nHost: x\r\n`, () => ok()));
+    const exchanges = await Promise.all(
+      heads.map(async (head) => {
+        const socket = connect(Number(new URL(t.url).port), '127.0.0.1');
+        const answer = { text: '' };
+        socket.on('data', (d: Buffer) => (answer.text += d.toString()));
+        const closed = new Promise<void>((ok) => socket.once('close', () => ok()));
+        await new Promise<void>((ok) => socket.write(head, () => ok()));
+        return { socket, answer, closed };
+      }),
+    );
     const fromMemory = jest.spyOn(SharedJson.prototype, 'encodedFor');
+    const ahead = jest.spyOn(AheadExchange.prototype, 'send');
     const closing = t.close();
     await new Promise((ok) => setTimeout(ok, 200));
-    socket.write('\r\n');
-    await closed;
+    for (const { socket } of exchanges) socket.write('\r\n');
+    await Promise.all(exchanges.map((e) => e.closed));
     await closing;
-    expect(answer).toMatch(/^HTTP\/1\.1 503 /);
-    expect(answer).toContain('"code":"SERVICE_UNAVAILABLE"');
-    expect(answer.toLowerCase()).toContain('connection: close');
-    expect(fromMemory).not.toHaveBeenCalled();
+    for (const { answer } of exchanges) {
+      expect(answer.text).toMatch(/^HTTP\/1\.1 503 /);
+      expect(answer.text).toContain('"code":"SERVICE_UNAVAILABLE"');
+      expect(answer.text.toLowerCase()).toContain('connection: close');
+    }
+    expect([fromMemory.mock.calls.length, ahead.mock.calls.length]).toEqual([0, 0]);
     fromMemory.mockRestore();
+    ahead.mockRestore();
   });
 });

@@ -1,8 +1,6 @@
 import { Controller, Headers, HttpCode, Module, Param, Post } from '@nestjs/common';
-import type { Server } from 'node:http';
-import type { Logger } from 'pino';
 import { principalOf } from '../../src/auth/auth.guard.js';
-import { type AheadRoute, answerAheadOfFastify } from '../../src/common/ahead-of-fastify.js';
+import type { AheadRoute } from '../../src/common/ahead-of-fastify.js';
 import { JSON_TYPE } from '../../src/common/http-exception.filter.js';
 import type { AppConfig } from '../../src/config/app-config.js';
 import { CurrentUser, type Principal } from '../../src/auth/principal.js';
@@ -51,7 +49,7 @@ export class ReferenceController {
     return { ok: true, userId: user.userId };
   }
 
-  /** The same, answered by answerNoopAheadOfFastify below when the token is valid; this is what a bad one meets. */
+  /** The same, answered by noopAheadOfFastify below when the token is valid; this is what a bad one meets. */
   @Post(NOOP_AHEAD_ROUTE.slice(1))
   @HttpCode(200)
   noopAhead(@CurrentUser() user: Principal): { ok: true; userId: string } {
@@ -61,17 +59,15 @@ export class ReferenceController {
 
 /**
  * The ceiling of a route answered ahead of Fastify, as the shipped grab is (src/coupon/grab-ahead.ts):
- * HTTP, the JWT check, the request id, the log line and the metric, and nothing else. The server's
- * closing is not looked at: the benchmark does not stop a server under load.
+ * HTTP, the JWT check, the request id, the log line and the metric, and nothing else.
  */
-export function answerNoopAheadOfFastify(server: Server, config: AppConfig, log: Logger): void {
-  const noop: AheadRoute = (req) => {
+export function noopAheadOfFastify(config: AppConfig): AheadRoute {
+  return (req) => {
     const user = req.method === 'POST' && req.url === NOOP_AHEAD_ROUTE ? principalOf(req, config) : null;
     if (!user) return undefined;
     const body = JSON.stringify({ ok: true, userId: user.userId });
     return { route: NOOP_AHEAD_ROUTE, take: (x) => x.send(200, { 'content-type': JSON_TYPE }, body) };
   };
-  answerAheadOfFastify(server, { isClosing: () => false, cors: config.CORS_ORIGINS !== undefined, log }, [noop]);
 }
 
 @Module({ imports: [CouponModule, LedgerModule], controllers: [ReferenceController], providers: [ReferenceDesigns] })

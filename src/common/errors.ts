@@ -83,3 +83,8 @@ export class AppError extends Error {
     return ERROR_STATUS[this.code];
   }
 }
+
+/** What was thrown or rejected with, as an Error: a rejection with no reason (undefined) included, which a callback would take for "no error". */
+export function asError(err: unknown): Error {
+  return err instanceof Error ? err : Object.assign(new Error(`Non-Error rejection: ${String(err)}`), { cause: err });
+}

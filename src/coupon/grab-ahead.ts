@@ -4,13 +4,13 @@ import { authenticate, principalOf } from '../auth/auth.guard.js';
 import { PUBLIC_KEY, ROLES_KEY } from '../auth/principal.js';
 import type { AppConfig } from '../config/app-config.js';
 import type { AheadExchange, AheadRoute } from '../common/ahead-of-fastify.js';
+import { asError } from '../common/errors.js';
 import { deadlinePassed, JSON_TYPE } from '../common/http-exception.filter.js';
 import { asList } from '../common/route-hooks.js';
-import { withDeadline } from '../database/deadline-pool.js';
+import { deadlineOf, settleDeadline, withDeadline } from '../database/deadline-pool.js';
 import { ID_PATTERN, IDEMPOTENCY_KEY_PATTERN, isEmptyObject } from '../common/validation.js';
-import { toIssuedView } from '../ledger/user-coupon.entity.js';
 import { GrabController } from './grab.controller.js';
-import type { GrabService } from './grab.service.js';
+import { type GrabResult, type GrabService, issuedAnswer } from './grab.service.js';
 
 const GRAB_ROUTE = '/coupons/:couponId/grab';
 const GRAB_PREFIX = '/coupons/';
@@ -53,18 +53,16 @@ export function answerGrabsAheadOfNest(fastify: FastifyInstance, grabs: GrabServ
       if (!user) return done();
       grabs
         .grab(user.userId, couponId, key as string)
-        .then(({ userCoupon, replayed }) => {
+        .then((result) => {
           // The deadline answered first (503); the grab's outcome is left for GET /grabs/:key.
           if (reply.sent) return;
-          const body = toIssuedView(userCoupon);
-          if (replayed) void reply.header('Idempotent-Replayed', 'true');
-          void reply.code(201).send(body);
+          const answer = issuedAnswer(result);
+          void reply.headers(answer.headers).code(201).send(answer.body);
         })
         // A throw above, or a rejection with any reason (undefined included, which done() would take
         // for "go on to the controller"), reaches the one exception filter as the controller's would.
         .catch((err: unknown) => {
-          if (!reply.sent)
-            done(err instanceof Error ? err : Object.assign(new Error(`Non-Error rejection: ${String(err)}`), { cause: err }));
+          if (!reply.sent) done(asError(err));
         });
     };
     route.preHandler = [...asList(route.preHandler), hook];
@@ -96,17 +94,18 @@ export function grabsAheadOfFastify(grabs: GrabService, config: AppConfig): Ahea
   };
 }
 
-function answerGrab(x: AheadExchange, timeoutMs: number, grab: () => ReturnType<GrabService['grab']>): void {
-  const deadline = { at: Date.now() + timeoutMs, answered: false };
+function answerGrab(x: AheadExchange, timeoutMs: number, grab: () => Promise<GrabResult>): void {
+  const deadline = deadlineOf(timeoutMs);
   const timer = setTimeout(() => x.fail(deadlinePassed()), timeoutMs);
+  // The request's close, as Fastify's deadline: a pipelined answer whose connection went never gets a socket to close.
+  x.req.once('close', () => clearTimeout(timer));
   x.res.once('close', () => clearTimeout(timer));
-  // Work a request answered 503 (its deadline, or an outage) left behind stays bound by the deadline.
-  x.res.once('finish', () => (deadline.answered = x.res.statusCode !== 503));
+  x.res.once('finish', () => settleDeadline(deadline, x.res.statusCode));
   withDeadline(deadline, () => {
     grab()
-      .then(({ userCoupon, replayed }) => {
-        const body = JSON.stringify(toIssuedView(userCoupon));
-        x.send(201, { 'content-type': JSON_TYPE, ...(replayed ? { 'idempotent-replayed': 'true' } : {}) }, body);
+      .then((result) => {
+        const { headers, body } = issuedAnswer(result);
+        x.send(201, { 'content-type': JSON_TYPE, ...headers }, JSON.stringify(body));
       })
       .catch((err: unknown) => x.fail(err));
   });

@@ -4,8 +4,8 @@ import type { FastifyReply } from 'fastify';
 import { CurrentUser, type Principal } from '../auth/principal.js';
 import { AppError } from '../common/errors.js';
 import { checkIdempotencyKey, IdPipe } from '../common/validation.js';
-import { GrabService } from './grab.service.js';
-import { toIssuedView, toUserCouponView, UserCouponView } from '../ledger/user-coupon.entity.js';
+import { GrabService, issuedAnswer } from './grab.service.js';
+import { toUserCouponView, UserCouponView } from '../ledger/user-coupon.entity.js';
 
 @ApiTags('grab')
 @ApiBearerAuth()
@@ -23,9 +23,9 @@ export class GrabController {
     @CurrentUser() user: Principal,
     @Res({ passthrough: true }) reply: FastifyReply,
   ): Promise<UserCouponView> {
-    const { userCoupon, replayed } = await this.grabs.grab(user.userId, couponId, checkIdempotencyKey(key, 'Idempotency-Key'));
-    if (replayed) void reply.header('Idempotent-Replayed', 'true');
-    return toIssuedView(userCoupon);
+    const answer = issuedAnswer(await this.grabs.grab(user.userId, couponId, checkIdempotencyKey(key, 'Idempotency-Key')));
+    void reply.headers(answer.headers);
+    return answer.body;
   }
 
   /** Lets a client whose grab timed out learn whether it got the coupon. */

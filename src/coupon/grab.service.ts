@@ -14,7 +14,7 @@ import { GrabDecision, GrabRequest, grabEnded, GroupKeyCollision, identity, keyR
 import { GrabGroupService } from './grab-group.service.js';
 import { GrabSeries } from './grab-series.js';
 import { IssueService, soldOutError } from '../ledger/issue.service.js';
-import { UserCoupon } from '../ledger/user-coupon.entity.js';
+import { toIssuedView, UserCoupon, type UserCouponView } from '../ledger/user-coupon.entity.js';
 import { findByKeys } from '../ledger/user-coupons.js';
 
 const outcomes = counter('grab_outcomes_total', 'Grab answers by coupon (unknown for ids that name none) and result code', [
@@ -34,6 +34,11 @@ const FINAL_REFUSALS = new Set(['SOLD_OUT', 'COUPON_PAUSED', 'GRAB_NOT_STARTED',
 export interface GrabResult {
   userCoupon: UserCoupon;
   replayed: boolean;
+}
+
+/** A grab's answer (201): the coupon as issued, with Idempotent-Replayed on a replay. The controller and both ways ahead of it send this. */
+export function issuedAnswer({ userCoupon, replayed }: GrabResult): { headers: Record<string, string>; body: UserCouponView } {
+  return { headers: replayed ? { 'idempotent-replayed': 'true' } : {}, body: toIssuedView(userCoupon) };
 }
 
 /**

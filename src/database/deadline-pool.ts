@@ -30,6 +30,16 @@ export interface Deadline {
 
 const deadlines = new AsyncLocalStorage<Deadline>();
 
+/** The deadline of a request that began `elapsedMs` ago and may take `timeoutMs`. */
+export function deadlineOf(timeoutMs: number, elapsedMs = 0): Deadline {
+  return { at: Date.now() - elapsedMs + timeoutMs, answered: false };
+}
+
+/** Once the request is answered: work a 503 or a 408 (its deadline, or an outage) left behind stays bound by the deadline. */
+export function settleDeadline(deadline: Deadline, status: number): void {
+  if (status !== 503 && status !== 408) deadline.answered = true;
+}
+
 /** Runs `fn` (a request's handling) under `deadline`: database waits started inside end before it. */
 export function withDeadline(deadline: Deadline, fn: () => void): void {
   deadlines.run(deadline, fn);
