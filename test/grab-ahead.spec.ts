@@ -218,7 +218,7 @@ describe('the grab answered ahead of Fastify and of Nest: the same answers as th
 
   it('leaves to Fastify a grab its body parsers or hooks would read or refuse: the answer is theirs', async () => {
     const coupon = await createCoupon(t.url, { totalStock: 10 });
-    const token = asUser('ga-fastify').Authorization;
+    const token = () => asUser(`ga-${++users}`).Authorization;
     // The first digit %-escaped: the router decodes it to the same id.
     const escaped = `/coupons/%${coupon.id.charCodeAt(0).toString(16)}${coupon.id.slice(1)}/grab`;
     const cases: [string, string, string, number, string | undefined][] = [
@@ -238,7 +238,7 @@ describe('the grab answered ahead of Fastify and of Nest: the same answers as th
         415,
         'UNSUPPORTED_MEDIA_TYPE',
       ],
-      ['two Authorization headers', path(coupon.id, 'listener'), `Authorization: ${token}\r\n`, 401, 'UNAUTHENTICATED'],
+      ['two Authorization headers', path(coupon.id, 'listener'), `Authorization: ${token()}\r\n`, 401, 'UNAUTHENTICATED'],
       // Read by Fastify as a plain grab, so answered by the hook.
       ['a chunked body that ends at once', path(coupon.id, 'listener'), 'Transfer-Encoding: chunked\r\n', 201, undefined],
       ['a %-escaped path', escaped, '', 201, undefined],
@@ -249,7 +249,7 @@ describe('the grab answered ahead of Fastify and of Nest: the same answers as th
       const body = extra.includes('chunked') ? '0\r\n\r\n' : '';
       const raw = await rawExchange(
         t.url,
-        `POST ${target} HTTP/1.1\r\nHost: x\r\nAuthorization: ${token}\r\nIdempotency-Key: ${newKey()}\r\n${extra}Connection: close\r\n\r\n${body}`,
+        `POST ${target} HTTP/1.1\r\nHost: x\r\nAuthorization: ${token()}\r\nIdempotency-Key: ${newKey()}\r\n${extra}Connection: close\r\n\r\n${body}`,
       );
       const [head, text] = raw.split('\r\n\r\n');
       const answer = { status: Number(head.split(' ')[1]), code: (JSON.parse(text) as { code?: string }).code };
@@ -259,7 +259,7 @@ describe('the grab answered ahead of Fastify and of Nest: the same answers as th
     listenerAnswers.mockClear();
     const hostless = await rawExchange(
       t.url,
-      `POST ${path(coupon.id, 'listener')} HTTP/1.1\r\nAuthorization: ${token}\r\nIdempotency-Key: ${newKey()}\r\nConnection: close\r\n\r\n`,
+      `POST ${path(coupon.id, 'listener')} HTTP/1.1\r\nAuthorization: ${token()}\r\nIdempotency-Key: ${newKey()}\r\nConnection: close\r\n\r\n`,
     );
     expect([hostless.split(' ')[1], listenerAnswers.mock.calls.length]).toEqual(['400', 0]);
   });

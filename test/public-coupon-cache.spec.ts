@@ -396,6 +396,8 @@ describe('the page and the grab answered ahead of Fastify while the server close
         return { socket, answer, closed };
       }),
     );
+    // Read by the server before it closes: a connection it has read nothing from yet is idle, and closed unanswered.
+    await new Promise((ok) => setTimeout(ok, 100));
     const fromMemory = jest.spyOn(SharedJson.prototype, 'encodedFor');
     const ahead = jest.spyOn(AheadExchange.prototype, 'send');
     const closing = t.close();
