@@ -92,9 +92,10 @@ export function errorAnswer(
   const language = languageOf(acceptLanguage);
   const body: { code: string; message: string; details?: unknown } = { code: e.code, message: messageFor(e.code, language, e.message) };
   if (e.details) body.details = e.details;
-  return {
-    // The body is JSON even when the route declared another type for its success (GET /metrics).
-    headers: { ...e.headers, 'content-type': JSON_TYPE, ...(language === 'en' ? {} : { 'content-language': language }) },
-    body,
-  };
+  // Built by assignment, as every sold-out grab is answered this way: see AheadExchange.send.
+  const headers = Object.assign({}, e.headers);
+  // The body is JSON even when the route declared another type for its success (GET /metrics).
+  headers['content-type'] = JSON_TYPE;
+  if (language !== 'en') headers['content-language'] = language;
+  return { headers, body };
 }

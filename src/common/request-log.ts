@@ -34,15 +34,17 @@ export interface RequestLine {
 
 /** One line per request, after the answer: what was asked, by whom, what was answered, how fast. */
 export function onResponse(req: FastifyRequest, reply: FastifyReply): void {
-  logRequest(req.log as Logger, {
+  const line: RequestLine = {
     method: req.method,
     url: req.url,
     route: req.routeOptions.url ?? 'unmatched',
     status: reply.statusCode,
-    ...(req.errorCode ? { code: req.errorCode } : {}),
-    ...(req.principal ? { user: req.principal.userId } : {}),
     ms: reply.elapsedTime,
-  });
+  };
+  // Set by assignment, as in every object built per request here: a conditional spread costs about a microsecond.
+  if (req.errorCode) line.code = req.errorCode;
+  if (req.principal) line.user = req.principal.userId;
+  logRequest(req.log as Logger, line);
 }
 
 /** The line and the duration metric of a request; on a request's own logger, or on the app's with the request id the former would bind. */
@@ -51,5 +53,7 @@ export function logRequest(log: Logger, line: RequestLine, reqId?: string): void
   const level = line.status >= 500 ? 'error' : 'info';
   // Skipping the line's object when the level is off costs a benchmark nothing.
   if (!log.isLevelEnabled(level)) return;
-  log[level]({ ...(reqId === undefined ? {} : { reqId }), ...line, ms: Math.round(line.ms * 10) / 10 }, 'request');
+  const entry: Record<string, unknown> = reqId === undefined ? {} : { reqId };
+  Object.assign(entry, line).ms = Math.round(line.ms * 10) / 10;
+  log[level](entry, 'request');
 }

@@ -105,7 +105,8 @@ function answerGrab(x: AheadExchange, timeoutMs: number, grab: () => Promise<Gra
     grab()
       .then((result) => {
         const { headers, body } = issuedAnswer(result);
-        x.send(201, { 'content-type': JSON_TYPE, ...headers }, JSON.stringify(body));
+        headers['content-type'] = JSON_TYPE;
+        x.send(201, headers, JSON.stringify(body));
       })
       .catch((err: unknown) => x.fail(err));
   });
