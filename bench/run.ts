@@ -41,7 +41,7 @@ const { values: opt } = parseArgs({
     // wrk (an independent load generator in C) loads each server again after the Node generator, when installed.
     'no-wrk': { type: 'boolean', default: false },
     'wrk-seconds': { type: 'string', default: '5' },
-    'wrk-users': { type: 'string', default: '60000' },
+    'wrk-users': { type: 'string', default: '120000' },
     out: { type: 'string', default: 'bench/results' },
     'from-json': { type: 'string' },
   },
