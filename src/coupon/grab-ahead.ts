@@ -16,6 +16,11 @@ const GRAB_ROUTE = '/coupons/:couponId/grab';
 const GRAB_PREFIX = '/coupons/';
 const GRAB_SUFFIX = '/grab';
 
+/** A well-formed coupon id and Idempotency-Key: with a valid token, what both ways below take (the controller answers the rest). */
+function isPlainGrab(couponId: string, key: string | string[] | undefined): key is string {
+  return ID_PATTERN.test(couponId) && typeof key === 'string' && IDEMPOTENCY_KEY_PATTERN.test(key);
+}
+
 /**
  * The grab, the route a sale's crowd presses, answered ahead of the framework when it is plain: no
  * query, no body, a valid token, a well-formed id and key. Everything else goes to the controller,
@@ -43,16 +48,11 @@ export function answerGrabsAheadOfNest(fastify: FastifyInstance, grabs: GrabServ
     const hook: preHandlerHookHandler = (req, reply, done) => {
       const { couponId } = req.params as { couponId: string };
       const key = req.headers['idempotency-key'];
-      const plain =
-        !req.url.includes('?') &&
-        (req.body === undefined || isEmptyObject(req.body)) &&
-        ID_PATTERN.test(couponId) &&
-        typeof key === 'string' &&
-        IDEMPOTENCY_KEY_PATTERN.test(key);
-      const user = plain ? authenticate(req, config) : null;
-      if (!user) return done();
+      const plain = !req.url.includes('?') && (req.body === undefined || isEmptyObject(req.body)) && isPlainGrab(couponId, key);
+      const user = plain && authenticate(req, config);
+      if (!plain || !user) return done();
       grabs
-        .grab(user.userId, couponId, key as string)
+        .grab(user.userId, couponId, key)
         .then((result) => {
           // The deadline answered first (503); the grab's outcome is left for GET /grabs/:key.
           if (reply.sent) return;
@@ -81,7 +81,7 @@ export function grabsAheadOfFastify(grabs: GrabService, config: AppConfig): Ahea
     if (req.method !== 'POST' || !url.startsWith(GRAB_PREFIX) || !url.endsWith(GRAB_SUFFIX)) return undefined;
     const couponId = url.slice(GRAB_PREFIX.length, -GRAB_SUFFIX.length);
     const key = req.headers['idempotency-key'];
-    if (!ID_PATTERN.test(couponId) || typeof key !== 'string' || !IDEMPOTENCY_KEY_PATTERN.test(key)) return undefined;
+    if (!isPlainGrab(couponId, key)) return undefined;
     const user = principalOf(req, config);
     if (!user) return undefined;
     return {
