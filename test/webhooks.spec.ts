@@ -373,6 +373,60 @@ describe('webhooks', () => {
     rx.answer = () => 200;
   });
 
+  it('lists a delivery as one moment: an outcome committed between reading the deliveries and their attempts shows whole or not at all', async () => {
+    // The first attempt hangs until WEBHOOK_TIMEOUT_MS: meanwhile the delivery is PENDING with no attempt.
+    const hanging = new Set<string>();
+    rx.answer = (r) => {
+      if (r.attempt > 1) return 200;
+      hanging.add(String(r.event.data.userCoupon.id));
+      return 'hang';
+    };
+    const coupon = await createCoupon(t.url);
+    const uc = await grab(coupon.id, 'wh-snapshot');
+    await rx.waitFor(() => hanging.has(uc));
+    const [{ id: deliveryId }] = (await t.db.query(`SELECT id FROM webhook_delivery WHERE user_coupon_id = ? AND endpoint_id = ?`, [
+      uc,
+      webhookId,
+    ])) as { id: string }[];
+    // Another outcome commits just before the attempts are read; the hanging attempt's own outcome,
+    // written later, finds the delivery no longer pending and is dropped.
+    const ds = t.app.get(DataSource);
+    const createQueryRunner = ds.createQueryRunner.bind(ds);
+    let interleaved = 0;
+    const spy = jest.spyOn(ds, 'createQueryRunner').mockImplementation((mode) => {
+      const qr = createQueryRunner(mode);
+      const query = qr.query.bind(qr);
+      qr.query = (async (sql: string, params?: unknown[], ...rest: unknown[]) => {
+        if (interleaved === 0 && sql.includes('FROM webhook_delivery_attempt') && sql.trimStart().startsWith('SELECT')) {
+          interleaved++;
+          await t.db.transaction(async (em) => {
+            await em.query(
+              `INSERT INTO webhook_delivery_attempt (delivery_id, attempted_at, status_code, error, duration_ms) VALUES (?, NOW(3), 200, NULL, 5)`,
+              [deliveryId],
+            );
+            await em.query(
+              `UPDATE webhook_delivery SET status = 'DELIVERED', attempts = 1, last_status_code = 200, delivered_at = NOW(3) WHERE id = ?`,
+              [deliveryId],
+            );
+          });
+        }
+        return query(sql, params, ...(rest as []));
+      }) as typeof qr.query;
+      return qr;
+    });
+    let during: Record<string, unknown> | undefined;
+    try {
+      during = (await deliveries(webhookId)).items.find((d) => d.id === deliveryId);
+    } finally {
+      spy.mockRestore();
+    }
+    expect(interleaved).toBe(1);
+    expect(during).toMatchObject({ status: 'PENDING', attemptCount: 0, attempts: [] });
+    const after = (await deliveries(webhookId)).items.find((d) => d.id === deliveryId);
+    expect(after).toMatchObject({ status: 'DELIVERED', attemptCount: 1, attempts: [{ statusCode: 200 }] });
+    rx.answer = () => 200;
+  });
+
   // A trickling body: no single wait is long, so only the whole attempt's deadline ends it.
   it.each([
     ['does not answer', 'hang'],

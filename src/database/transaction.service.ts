@@ -1,6 +1,6 @@
 import { setTimeout as sleep } from 'node:timers/promises';
 import { Injectable, Logger, OnApplicationBootstrap } from '@nestjs/common';
-import { DataSource, EntityManager } from 'typeorm';
+import { DataSource, EntityManager, QueryRunner } from 'typeorm';
 import { AppConfig, databaseHosts } from '../config/app-config.js';
 import { errnoOf, isRetryableTxError } from '../common/db-errors.js';
 import { counter } from '../common/metrics.js';
@@ -80,6 +80,36 @@ async function resolvingTransaction<T>(
     return result;
   } finally {
     await qr.release().catch(() => undefined);
+  }
+}
+
+/**
+ * Runs `fn` on `q` in a read-only transaction whose reads all see one snapshot: an answer read in
+ * several statements (rows, then their children) shows no write committed between two of them.
+ */
+export async function inSnapshot<T>(q: QueryRunner, fn: () => Promise<T>): Promise<T> {
+  // For this transaction only: the session stays READ COMMITTED for the writes that follow on it.
+  await q.query('SET TRANSACTION ISOLATION LEVEL REPEATABLE READ');
+  await q.query('START TRANSACTION WITH CONSISTENT SNAPSHOT, READ ONLY');
+  let result: T;
+  try {
+    result = await fn();
+  } catch (err) {
+    // A dead connection's ROLLBACK fails too; the error worth reporting is fn's.
+    await q.query('ROLLBACK').catch(() => undefined);
+    throw err;
+  }
+  await q.query('COMMIT');
+  return result;
+}
+
+/** inSnapshot on a connection of its own, for a read that spans statements. */
+export async function readSnapshot<T>(dataSource: DataSource, fn: (em: EntityManager) => Promise<T>): Promise<T> {
+  const q = dataSource.createQueryRunner();
+  try {
+    return await inSnapshot(q, () => fn(q.manager));
+  } finally {
+    await q.release();
   }
 }
 

@@ -9,7 +9,7 @@ import { counter, gauge, histogram } from '../common/metrics.js';
 import { Page, toPage } from '../common/page.js';
 import { pollUntil } from '../database/deadline-pool.js';
 import { Lease, LeaseService } from '../database/lease.js';
-import { TransactionService } from '../database/transaction.service.js';
+import { inSnapshot, TransactionService } from '../database/transaction.service.js';
 import { AuditService, ChunkResult, Finding } from './audit.service.js';
 import { holdChunk, orderChunk } from './hold-audit.js';
 import { lockUserCoupon } from '../ledger/user-coupons.js';
@@ -333,14 +333,14 @@ export class ReconciliationService implements BeforeApplicationShutdown {
       };
 
       for (let after = '0'; ;) {
-        const chunk = await this.snapshot(q, () => this.audits.stockChunk(q, after, COUPON_CHUNK));
+        const chunk = await inSnapshot(q, () => this.audits.stockChunk(q, after, COUPON_CHUNK));
         await step('stock', chunk);
         if (chunk.lastCouponId === null) break;
         after = chunk.lastCouponId;
       }
       const userCoupons = await this.audits.idRange(q, 'user_coupon');
       await this.byIdRange(q, userCoupons, async (cq, lo, hi) => {
-        const chunk = await this.snapshot(cq, async () => {
+        const chunk = await inSnapshot(cq, async () => {
           const audited = await this.audits.userCouponChunk(cq, lo, hi, since, recheck);
           return { checked: audited.checked, findings: [...audited.findings, ...(await holdChunk(cq, lo, hi, new Date()))] };
         });
@@ -348,13 +348,13 @@ export class ReconciliationService implements BeforeApplicationShutdown {
       });
       // Holds naming user coupons past either end of the table's ids (rows gone) are in no chunk above.
       for (const [lo, hi] of beyond(userCoupons)) {
-        await step('hold', await this.snapshot(q, async () => ({ checked: 0, findings: await holdChunk(q, lo, hi, new Date()) })));
+        await step('hold', await inSnapshot(q, async () => ({ checked: 0, findings: await holdChunk(q, lo, hi, new Date()) })));
       }
       await this.byIdRange(q, await this.audits.idRange(q, 'redemption'), async (cq, lo, hi) =>
-        step('redemption', await this.snapshot(cq, () => this.audits.orphanRedemptionChunk(cq, lo, hi))),
+        step('redemption', await inSnapshot(cq, () => this.audits.orphanRedemptionChunk(cq, lo, hi))),
       );
       for (let after: string | null = null; ;) {
-        const chunk = await this.snapshot(q, () => orderChunk(q, after, USER_COUPON_CHUNK));
+        const chunk = await inSnapshot(q, () => orderChunk(q, after, USER_COUPON_CHUNK));
         await step('order', chunk);
         if (chunk.lastOrderNo === null) break;
         after = chunk.lastOrderNo;
@@ -447,17 +447,6 @@ export class ReconciliationService implements BeforeApplicationShutdown {
     await Promise.all(extra.map((wq) => this.releaseConnection(wq)));
     const failure = outcomes.find((o) => o.status === 'rejected');
     if (failure) throw failure.reason;
-  }
-
-  /** Runs `fn` in a read-only transaction whose reads all see one snapshot. */
-  private async snapshot<T>(q: QueryRunner, fn: () => Promise<T>): Promise<T> {
-    await q.query('SET TRANSACTION ISOLATION LEVEL REPEATABLE READ');
-    await q.query('START TRANSACTION WITH CONSISTENT SNAPSHOT, READ ONLY');
-    try {
-      return await fn();
-    } finally {
-      await q.query('COMMIT');
-    }
   }
 
   /** The user coupons of discrepancies decided since `since` (a handful a night). */

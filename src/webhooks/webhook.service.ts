@@ -4,7 +4,7 @@ import { DataSource, EntityManager } from 'typeorm';
 import { AppError } from '../common/errors.js';
 import { DEFAULT_PAGE_LIMIT } from '../common/page.js';
 import { AppConfig, parseAllowedHosts } from '../config/app-config.js';
-import { execute, TransactionService } from '../database/transaction.service.js';
+import { execute, readSnapshot, TransactionService } from '../database/transaction.service.js';
 import { eventId } from './events.js';
 import { checkWebhookUrl } from './url-policy.js';
 import type {
@@ -97,11 +97,18 @@ export class WebhookService {
     });
   }
 
-  /** Newest first; each delivery with every attempt it has had. */
-  async deliveries(id: string, q: ListDeliveriesQuery): Promise<DeliveryPage> {
-    if (!(await findEndpoint(this.dataSource, id))) throw notFound(id);
+  /**
+   * Newest first; each delivery with every attempt it has had. Read in one snapshot: otherwise an
+   * attempt written between the two reads shows beside the status it has since changed.
+   */
+  deliveries(id: string, q: ListDeliveriesQuery): Promise<DeliveryPage> {
+    return readSnapshot(this.dataSource, (em) => this.readDeliveries(em, id, q));
+  }
+
+  private async readDeliveries(em: EntityManager, id: string, q: ListDeliveriesQuery): Promise<DeliveryPage> {
+    if (!(await findEndpoint(em, id))) throw notFound(id);
     const limit = q.limit ?? DEFAULT_PAGE_LIMIT;
-    const rows = (await this.dataSource.query(
+    const rows = (await em.query(
       `SELECT d.id, d.log_id, d.user_coupon_id, d.event_type, d.status, d.attempts, d.next_attempt_at, d.last_status_code, d.last_error,
               d.created_at, d.delivered_at,
               CASE WHEN d.status = 'PENDING' THEN (SELECT p.id FROM ${EARLIER_PENDING} ORDER BY p.log_id LIMIT 1) END AS held_back_by
@@ -111,7 +118,7 @@ export class WebhookService {
     const page = rows.slice(0, limit);
     const attempts = new Map<string, AttemptView[]>();
     if (page.length > 0) {
-      const found = (await this.dataSource.query(
+      const found = (await em.query(
         `SELECT delivery_id, attempted_at, status_code, error, duration_ms FROM webhook_delivery_attempt
          WHERE delivery_id IN (${page.map(() => '?').join(', ')}) ORDER BY id`,
         page.map((r) => r.id),
