@@ -1,11 +1,13 @@
 import { jest } from '@jest/globals';
 import request from 'supertest';
+import { DataSource } from 'typeorm';
 import { GrabService } from '../src/coupon/grab.service.js';
 import { checkInvariants } from '../src/ledger/invariants.js';
 import { couponBody, createCoupon, grabRequest, newKey } from './support/factories.js';
 import { checkInvariantsAfterEach } from './support/scoped-invariants.js';
 import { adminToken, bearer, burstAgent, serviceToken, startTestApp, TestApp, tokenFor } from './support/harness.js';
 import { waitForStatement } from './support/processlist.js';
+import { interleaveBefore } from './support/interleave.js';
 
 const HOUR = 3600_000;
 
@@ -333,6 +335,32 @@ describe.each(['grouped', 'per-request'])('grab (GRAB_STRATEGY=%s)', (strategy) 
     ).toBe(403);
     expect((await request(t.url).get('/coupons/424242424242')).body.code).toBe('COUPON_NOT_FOUND');
   });
+
+  it.each([
+    ['the coupon', (id: string) => `/admin/coupons/${id}`, (body: Record<string, unknown>) => body],
+    ['the list', (id: string) => `/admin/coupons?q=${id}`, (body: Record<string, unknown>) => (body.items as Record<string, unknown>[])[0]],
+  ])(
+    'shows admins %s as one moment: a grab committed between reading the stock and the counts keeps invariant 1',
+    async (_, path, pick) => {
+      const coupon = await createCoupon(t.url, { totalStock: 4 });
+      await grab(coupon.id, 'moment-1');
+      const between = interleaveBefore(
+        t.app.get(DataSource),
+        (sql) => sql.includes('COUNT(*) AS n') && sql.includes('FROM user_coupon uc'),
+        async () => expect((await grab(coupon.id, 'moment-2')).status).toBe(201),
+      );
+      let during: Record<string, unknown>;
+      try {
+        during = pick((await request(t.url).get(path(coupon.id)).set(bearer(adminToken()))).body as Record<string, unknown>);
+      } finally {
+        between.restore();
+      }
+      expect(between.ran).toBe(1);
+      expect(during).toMatchObject({ id: coupon.id, initStock: 4, remainingStock: 3, counts: { issued: 1, issuedFromStock: 1 } });
+      const after = pick((await request(t.url).get(path(coupon.id)).set(bearer(adminToken()))).body as Record<string, unknown>);
+      expect(after).toMatchObject({ remainingStock: 2, counts: { issued: 2, issuedFromStock: 2 } });
+    },
+  );
 
   it("lists my coupons newest first with cursor pagination and a status filter, and hides other users' coupons", async () => {
     const coupons = await Promise.all([1, 2, 3].map(() => createCoupon(t.url, { totalStock: 5 })));

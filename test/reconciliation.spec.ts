@@ -9,6 +9,7 @@ import { adminToken, bearer, serviceToken, startTestApp, TestApp, tokenFor } fro
 import { checkInvariants } from '../src/ledger/invariants.js';
 import { tryAcquireLease } from '../src/database/lease.js';
 import { AuditService } from '../src/reconciliation/audit.service.js';
+import { interleaveBefore } from './support/interleave.js';
 
 interface CompensationBody {
   id: string;
@@ -309,6 +310,36 @@ describe('reconciliation', () => {
     expect([again.status, again.body.code, again.body.details.status]).toEqual([409, 'COMPENSATION_ALREADY_DECIDED', 'REJECTED']);
     const missing = await decide('987654321', 'approve');
     expect([missing.status, missing.body.code]).toEqual([404, 'COMPENSATION_NOT_FOUND']);
+    expect(await checkInvariants(t.db)).toEqual([]);
+  });
+
+  it('a page of PENDING proposals is one moment: one decided while the page is read neither goes missing nor ends the paging early', async () => {
+    const coupons = [await coupon(), await coupon(), await coupon()];
+    for (const c of coupons) await sql(`UPDATE coupon_stock SET stock = stock + 1 WHERE coupon_id = ?`, [c]);
+    const run = await svc.runNow('FULL', 'test');
+    const ids = (await proposals(run.id)).map((p) => p.id);
+    expect(ids).toHaveLength(3);
+    // TypeORM reads a joined page's ids first, then their rows: the first is decided in between.
+    let idsRead = false;
+    const between = interleaveBefore(
+      t.app.get(DataSource),
+      (q) => {
+        if (q.includes('DISTINCT') && q.includes('compensation')) idsRead = true;
+        else return idsRead && q.includes('compensation');
+        return false;
+      },
+      () => sql(`UPDATE compensation SET status = 'REJECTED' WHERE id = ?`, [ids[0]]),
+    );
+    let page: { items: CompensationBody[]; nextCursor: string | null };
+    try {
+      page = (await request(t.url).get(`/admin/compensations?status=PENDING&runId=${run.id}&limit=2`).set(admin())).body;
+    } finally {
+      between.restore();
+    }
+    expect(between.ran).toBe(1);
+    expect([page.items.map((p) => p.id), page.nextCursor]).toEqual([[ids[0], ids[1]], ids[1]]);
+    await sql(`UPDATE compensation SET status = 'PENDING' WHERE id = ?`, [ids[0]]);
+    for (const id of ids) expect((await decide(id, 'approve')).status).toBe(200);
     expect(await checkInvariants(t.db)).toEqual([]);
   });
 

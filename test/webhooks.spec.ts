@@ -17,6 +17,7 @@ import { createCoupon, newKey } from './support/factories.js';
 import { adminToken, bearer, startTestApp, TestApp, tokenFor } from './support/harness.js';
 import { WebhookReceiver } from './support/webhook-receiver.js';
 import { waitForStatement } from './support/processlist.js';
+import { interleaveBefore } from './support/interleave.js';
 
 const admin = () => bearer(adminToken());
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
@@ -390,37 +391,28 @@ describe('webhooks', () => {
     ])) as { id: string }[];
     // Another outcome commits just before the attempts are read; the hanging attempt's own outcome,
     // written later, finds the delivery no longer pending and is dropped.
-    const ds = t.app.get(DataSource);
-    const createQueryRunner = ds.createQueryRunner.bind(ds);
-    let interleaved = 0;
-    const spy = jest.spyOn(ds, 'createQueryRunner').mockImplementation((mode) => {
-      const qr = createQueryRunner(mode);
-      const query = qr.query.bind(qr);
-      qr.query = (async (sql: string, params?: unknown[], ...rest: unknown[]) => {
-        if (interleaved === 0 && sql.includes('FROM webhook_delivery_attempt') && sql.trimStart().startsWith('SELECT')) {
-          interleaved++;
-          await t.db.transaction(async (em) => {
-            await em.query(
-              `INSERT INTO webhook_delivery_attempt (delivery_id, attempted_at, status_code, error, duration_ms) VALUES (?, NOW(3), 200, NULL, 5)`,
-              [deliveryId],
-            );
-            await em.query(
-              `UPDATE webhook_delivery SET status = 'DELIVERED', attempts = 1, last_status_code = 200, delivered_at = NOW(3) WHERE id = ?`,
-              [deliveryId],
-            );
-          });
-        }
-        return query(sql, params, ...(rest as []));
-      }) as typeof qr.query;
-      return qr;
-    });
+    const between = interleaveBefore(
+      t.app.get(DataSource),
+      (sql) => sql.trimStart().startsWith('SELECT') && sql.includes('FROM webhook_delivery_attempt'),
+      () =>
+        t.db.transaction(async (em) => {
+          await em.query(
+            `INSERT INTO webhook_delivery_attempt (delivery_id, attempted_at, status_code, error, duration_ms) VALUES (?, NOW(3), 200, NULL, 5)`,
+            [deliveryId],
+          );
+          await em.query(
+            `UPDATE webhook_delivery SET status = 'DELIVERED', attempts = 1, last_status_code = 200, delivered_at = NOW(3) WHERE id = ?`,
+            [deliveryId],
+          );
+        }),
+    );
     let during: Record<string, unknown> | undefined;
     try {
       during = (await deliveries(webhookId)).items.find((d) => d.id === deliveryId);
     } finally {
-      spy.mockRestore();
+      between.restore();
     }
-    expect(interleaved).toBe(1);
+    expect(between.ran).toBe(1);
     expect(during).toMatchObject({ status: 'PENDING', attemptCount: 0, attempts: [] });
     const after = (await deliveries(webhookId)).items.find((d) => d.id === deliveryId);
     expect(after).toMatchObject({ status: 'DELIVERED', attemptCount: 1, attempts: [{ statusCode: 200 }] });

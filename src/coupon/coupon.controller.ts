@@ -78,9 +78,8 @@ export class AdminCouponController {
       },
     },
   })
-  async list(@Query() query: AdminCouponsQuery) {
-    const { items, nextCursor } = await this.coupons.list(query.limit ?? DEFAULT_PAGE_LIMIT, query.cursor, query.q);
-    return { items: await Promise.all(items.map(async (c) => ({ ...c, counts: await this.coupons.counts(c.id) }))), nextCursor };
+  list(@Query() query: AdminCouponsQuery) {
+    return this.coupons.list(query.limit ?? DEFAULT_PAGE_LIMIT, query.cursor, query.q);
   }
 
   @Get(':couponId/series')
@@ -108,9 +107,8 @@ export class AdminCouponController {
   }
 
   @Get(':couponId')
-  async view(@Param('couponId', IdPipe) id: string) {
-    const view = await this.coupons.view(id);
-    return { ...view, counts: await this.coupons.counts(id) };
+  view(@Param('couponId', IdPipe) id: string) {
+    return this.coupons.viewWithCounts(id);
   }
 
   @Patch(':couponId')

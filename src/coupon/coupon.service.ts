@@ -7,9 +7,9 @@ import { AppError } from '../common/errors.js';
 import { SharedJson } from '../common/shared-json.js';
 import { ID_PATTERN, validationFailed } from '../common/validation.js';
 import { Page, toPage } from '../common/page.js';
-import { TransactionService } from '../database/transaction.service.js';
+import { readSnapshot, TransactionService } from '../database/transaction.service.js';
 import { StockRow, StockService } from '../ledger/stock.service.js';
-import { countByStatus } from '../ledger/user-coupons.js';
+import { countByStatus, CouponCounts } from '../ledger/user-coupons.js';
 import { AdminOperation, findAdminRequest, recordAdminRequest, requestDigest, setAdminRequestCoupon } from './admin-requests.js';
 import { Coupon, grabClosesAt } from './coupon.entity.js';
 import { discountOf } from './discount.js';
@@ -366,26 +366,50 @@ export class CouponService {
     return (this.soldOut.get(id) ?? 0) > Date.now();
   }
 
-  async view(id: string): Promise<CouponView> {
-    const [coupon, stock] = await Promise.all([this.coupons.findOneBy({ id }), this.stock.find(this.coupons.manager, id)]);
+  async view(id: string, em: EntityManager = this.coupons.manager): Promise<CouponView> {
+    const coupon = await em.findOneBy(Coupon, { id });
+    const stock = coupon && (await this.stock.find(em, id));
     if (!coupon || !stock) throw new AppError('COUPON_NOT_FOUND', `Coupon ${id} does not exist`);
     return toCouponView(coupon, stock);
   }
 
   /**
-   * Newest first, each with its stock; `nextCursor` is the last id of the page. With `q`, those
-   * whose name holds it (in the column's collation: any case) or whose id it is.
+   * The coupon with its counts, read in one snapshot: read apart, a grab committed between the
+   * stock and the counts broke invariant 1 (remainingStock + issuedFromStock = initStock) in the answer.
    */
-  async list(limit: number, cursor?: string, q?: string): Promise<Page<CouponView>> {
+  viewWithCounts(id: string): Promise<CouponView & { counts: CouponCounts }> {
+    return readSnapshot(this.coupons.manager.connection, async (em) => {
+      const view = await this.view(id, em);
+      const counts = await countByStatus(em, [id]);
+      return { ...view, counts: counts.get(id)! };
+    });
+  }
+
+  /**
+   * Newest first, each with its stock and counts, in one snapshot as viewWithCounts; `nextCursor` is
+   * the last id of the page. With `q`, those whose name holds it (in the column's collation: any
+   * case) or whose id it is.
+   */
+  list(limit: number, cursor?: string, q?: string): Promise<Page<CouponView & { counts: CouponCounts }>> {
     const before: FindOptionsWhere<Coupon> = cursor ? { id: LessThan(cursor) } : {};
     const where = [q === undefined ? before : { ...before, name: Like(`%${q.replace(/[\\%_]/g, '\\$&')}%`) }];
     // An id typed into the search finds that coupon too.
     if (q !== undefined && ID_PATTERN.test(q) && (!cursor || BigInt(q) < BigInt(cursor))) where.push({ id: q });
-    const rows = await this.coupons.find({ where, order: { id: 'DESC' }, take: limit + 1 });
-    const { items, nextCursor } = toPage(rows, limit, (c) => c);
-    const stocks = await Promise.all(items.map((c) => this.stock.find(this.coupons.manager, c.id)));
-    // Coupon and stock row are created in one transaction: a coupon without one is not listed.
-    return { items: items.flatMap((c, i) => (stocks[i] ? [toCouponView(c, stocks[i])] : [])), nextCursor };
+    return readSnapshot(this.coupons.manager.connection, async (em) => {
+      const rows = await em.find(Coupon, { where, order: { id: 'DESC' }, take: limit + 1 });
+      const { items, nextCursor } = toPage(rows, limit, (c) => c);
+      const ids = items.map((c) => c.id);
+      const stocks = await this.stock.findMany(em, ids);
+      const counts = await countByStatus(em, ids);
+      // Coupon and stock row are created in one transaction: a coupon without one is not listed.
+      return {
+        items: items.flatMap((c) => {
+          const stock = stocks.get(c.id);
+          return stock ? [{ ...toCouponView(c, stock), counts: counts.get(c.id)! }] : [];
+        }),
+        nextCursor,
+      };
+    });
   }
 
   /** What a live page polls: the template from the grab path's cache and one primary-key read of the stock row. */
@@ -394,11 +418,6 @@ export class CouponService {
     const stock = await this.stock.find(this.coupons.manager, id);
     if (!stock) throw new AppError('COUPON_NOT_FOUND', `Coupon ${id} does not exist`);
     return { status: coupon.status, initStock: stock.initStock, remainingStock: stock.stock };
-  }
-
-  /** Counts by status as clients see it (effectiveStatus). */
-  counts(id: string) {
-    return countByStatus(this.coupons.manager, id);
   }
 
   async patch(id: string, dto: PatchCouponDto): Promise<CouponView> {

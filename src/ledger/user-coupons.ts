@@ -149,28 +149,31 @@ export async function countFromStock(em: Queryable, couponId: string): Promise<n
 }
 
 /**
- * A coupon's user coupons by the status clients see (effectiveStatus: a coupon past its expiry is
- * expired, a timed-out hold released), all of them (`issued`), and those that took a
- * unit of stock (`issuedFromStock`: with the remaining stock it adds up to initStock, invariant 1;
- * refund returns and reissues not from stock are in `issued` only).
+ * Each coupon's user coupons by the status clients see (effectiveStatus: a coupon past its expiry
+ * is expired, a timed-out hold released), all of them (`issued`), and those that took a unit of
+ * stock (`issuedFromStock`: with the remaining stock it adds up to initStock, invariant 1; refund
+ * returns and reissues not from stock are in `issued` only). A coupon with none counts zeros.
  */
-export async function countByStatus(
-  em: Queryable,
-  couponId: string,
-  now = new Date(),
-): Promise<Record<'issued' | 'issuedFromStock' | StatusCount, number>> {
+export async function countByStatus(em: Queryable, couponIds: readonly string[], now = new Date()): Promise<Map<string, CouponCounts>> {
+  const counts = new Map(
+    couponIds.map((id) => [id, { issued: 0, issuedFromStock: 0, unused: 0, locked: 0, used: 0, expired: 0, void: 0 }]),
+  );
+  if (couponIds.length === 0) return counts;
   const rows = (await em.query(
-    `SELECT ${effectiveStatusSql('uc')} AS status, COUNT(*) AS n, SUM(uc.from_stock) AS fromStock FROM user_coupon uc WHERE uc.coupon_id = ? GROUP BY 1`,
-    [now, now, couponId],
-  )) as { status: UserCouponStatus; n: string; fromStock: string }[];
-  const counts = { issued: 0, issuedFromStock: 0, unused: 0, locked: 0, used: 0, expired: 0, void: 0 };
+    `SELECT uc.coupon_id AS couponId, ${effectiveStatusSql('uc')} AS status, COUNT(*) AS n, SUM(uc.from_stock) AS fromStock
+     FROM user_coupon uc WHERE uc.coupon_id IN (?) GROUP BY 1, 2`,
+    [now, now, couponIds],
+  )) as { couponId: string; status: UserCouponStatus; n: string; fromStock: string }[];
   for (const r of rows) {
-    counts[r.status.toLowerCase() as StatusCount] += Number(r.n);
-    counts.issued += Number(r.n);
-    counts.issuedFromStock += Number(r.fromStock);
+    const c = counts.get(String(r.couponId));
+    if (!c) continue;
+    c[r.status.toLowerCase() as StatusCount] += Number(r.n);
+    c.issued += Number(r.n);
+    c.issuedFromStock += Number(r.fromStock);
   }
   return counts;
 }
+export type CouponCounts = Record<'issued' | 'issuedFromStock' | StatusCount, number>;
 type StatusCount = Lowercase<UserCouponStatus>;
 
 /**

@@ -7,7 +7,7 @@ import { Coupon } from '../coupon/coupon.entity.js';
 import { discountFor, discountOf } from '../coupon/discount.js';
 import { counter } from '../common/metrics.js';
 import { Page, toPage } from '../common/page.js';
-import { execute, TransactionService } from '../database/transaction.service.js';
+import { execute, readSnapshot, TransactionService } from '../database/transaction.service.js';
 import { StateMachineService } from '../ledger/state-machine.service.js';
 import { findLog, removeLogRows, writeLog } from '../ledger/state-log.js';
 import { StockService } from '../ledger/stock.service.js';
@@ -52,7 +52,11 @@ export class CompensationService {
     if (filter.status) where.status = filter.status;
     if (cursor) where.id = MoreThan(cursor);
     if (filter.runId) where.discrepancy = { runId: filter.runId };
-    const rows = await this.compensations.find({ where, relations: { discrepancy: true }, order: { id: 'ASC' }, take: limit + 1 });
+    // With a join and `take`, TypeORM reads the page's ids, then their rows: in one snapshot, so a
+    // compensation decided in between is not missing from a status-filtered page that then ends early.
+    const rows = await readSnapshot(this.compensations.manager.connection, (em) =>
+      em.find(Compensation, { where, relations: { discrepancy: true }, order: { id: 'ASC' }, take: limit + 1 }),
+    );
     return toPage(rows, limit, toCompensationView);
   }
 
