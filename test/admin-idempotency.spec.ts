@@ -54,11 +54,11 @@ describe('idempotent operator writes', () => {
       name: 'Ends soon',
       grabStartAt: new Date(now - 60_000).toISOString(),
       grabEndAt: new Date(now + 3_600_000).toISOString(),
-      validity: { type: 'FIXED', startAt: new Date(now - 60_000).toISOString(), endAt: new Date(now + 1500).toISOString() },
+      validity: { type: 'FIXED', startAt: new Date(now - 60_000).toISOString(), endAt: new Date(now + 5000).toISOString() },
     });
     const first = await create(body, key);
     expect(first.status).toBe(201);
-    await new Promise((r) => setTimeout(r, 1600));
+    await new Promise((r) => setTimeout(r, now + 5100 - Date.now()));
     const again = await create(body, key);
     expect([again.status, again.body.id, again.headers['idempotent-replayed']]).toEqual([201, first.body.id, 'true']);
   });

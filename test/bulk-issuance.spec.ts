@@ -1023,7 +1023,8 @@ describe("a bulk job's skipped lines as CSV, streamed past REQUEST_TIMEOUT_MS", 
       const started = Date.now();
       const res = await request(t.url).get(`/admin/issuance-jobs/${created.body.jobId}/skipped.csv`).set(bearer(adminToken()));
       expect([res.status, res.body.code]).toEqual([503, 'SERVICE_UNAVAILABLE']);
-      expect(Date.now() - started).toBeLessThan(1500);
+      // REQUEST_TIMEOUT_MS (1 s) and the slack deadlines.spec gives a loaded machine.
+      expect(Date.now() - started).toBeLessThan(2500);
     } finally {
       proxy.resume();
     }

@@ -666,7 +666,7 @@ describe('admin console in a browser', () => {
     await settle();
     await page.getByTestId('decide-submit').click();
     await page.getByText(/COMPENSATION_ALREADY_DECIDED/).waitFor();
-    await page.getByTestId(`approve-${second.id}`).waitFor({ state: 'detached', timeout: 2000 });
+    await page.getByTestId(`approve-${second.id}`).waitFor({ state: 'detached', timeout: 10_000 });
     await page.keyboard.press('Escape');
     await t.db.query('UPDATE coupon_stock SET stock = stock - 3 WHERE coupon_id = ?', [percentCouponId]);
   });

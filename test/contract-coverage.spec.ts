@@ -336,10 +336,11 @@ describe('contract coverage: the answers every operation documents', () => {
       socket.on('error', () => undefined);
       try {
         let rows: unknown[] = [];
-        for (let i = 0; i < 100 && rows.length === 0; i++) {
+        for (let i = 0; i < 500 && rows.length === 0; i++) {
           await new Promise((r) => setTimeout(r, 20));
           rows = (await sql(`SELECT id FROM issuance_job WHERE idempotency_key = ?`, [key])) as unknown[];
         }
+        expect(rows).toHaveLength(1);
         const repeat = await request(t.url)
           .post(`/admin/coupons/${coupon.id}/issuances`)
           .set(admin())

@@ -292,7 +292,7 @@ describe.each(['grouped', 'per-request'])('grab (GRAB_STRATEGY=%s)', (strategy) 
 
     // A grab admitted before the end that reaches the stock row only after it: refused, not issued EXPIRED.
     // The row is locked shortly before the end, so the wait stays under DB_LOCK_WAIT_TIMEOUT_SECONDS.
-    await new Promise((r) => setTimeout(r, Date.parse(endAt) - Date.now() - 1500));
+    await new Promise((r) => setTimeout(r, Date.parse(endAt) - Date.now() - 3000));
     const blocker = t.db.createQueryRunner();
     await blocker.startTransaction();
     await blocker.query(`SELECT stock FROM coupon_stock WHERE coupon_id = ? FOR UPDATE`, [coupon.id]);

@@ -21,7 +21,8 @@ describe('/health with every connection of the pool busy', () => {
     const started = Date.now();
     const health = await request(t.url).get('/health');
     expect([health.status, health.body.status]).toEqual([200, 'ok']);
-    expect(Date.now() - started).toBeLessThan(1000);
+    // Well below the 3 s a wait for one of the two would take, with room for a loaded machine.
+    expect(Date.now() - started).toBeLessThan(2500);
     await Promise.all([...busy, queued]);
   });
 });

@@ -313,6 +313,9 @@ describe('webhooks', () => {
       }
     }
 
+    // The receiver records an event before its 200 reaches the relay: the outcomes are written after.
+    const delivered = async () => (await deliveries(hook.id, '?status=DELIVERED&limit=100')).items.length;
+    for (const deadline = Date.now() + 10_000; (await delivered()) < 7 && Date.now() < deadline;) await sleep(50);
     const page = await deliveries(hook.id, '?status=DELIVERED&limit=2');
     expect(page.items).toHaveLength(2);
     expect(page.items[0]).toMatchObject({
@@ -375,48 +378,55 @@ describe('webhooks', () => {
   });
 
   it('lists a delivery as one moment: an outcome committed between reading the deliveries and their attempts shows whole or not at all', async () => {
-    // The first attempt hangs until WEBHOOK_TIMEOUT_MS: meanwhile the delivery is PENDING with no attempt.
+    // The first attempt hangs (for up to 30 s in this test): meanwhile the delivery is PENDING with no attempt.
+    const config = t.app.get(AppConfig);
+    config.WEBHOOK_TIMEOUT_MS = 30_000;
     const hanging = new Set<string>();
     rx.answer = (r) => {
       if (r.attempt > 1) return 200;
       hanging.add(String(r.event.data.userCoupon.id));
       return 'hang';
     };
-    const coupon = await createCoupon(t.url);
-    const uc = await grab(coupon.id, 'wh-snapshot');
-    await rx.waitFor(() => hanging.has(uc));
-    const [{ id: deliveryId }] = (await t.db.query(`SELECT id FROM webhook_delivery WHERE user_coupon_id = ? AND endpoint_id = ?`, [
-      uc,
-      webhookId,
-    ])) as { id: string }[];
-    // Another outcome commits just before the attempts are read; the hanging attempt's own outcome,
-    // written later, finds the delivery no longer pending and is dropped.
-    const between = interleaveBefore(
-      t.app.get(DataSource),
-      (sql) => sql.trimStart().startsWith('SELECT') && sql.includes('FROM webhook_delivery_attempt'),
-      () =>
-        t.db.transaction(async (em) => {
-          await em.query(
-            `INSERT INTO webhook_delivery_attempt (delivery_id, attempted_at, status_code, error, duration_ms) VALUES (?, NOW(3), 200, NULL, 5)`,
-            [deliveryId],
-          );
-          await em.query(
-            `UPDATE webhook_delivery SET status = 'DELIVERED', attempts = 1, last_status_code = 200, delivered_at = NOW(3) WHERE id = ?`,
-            [deliveryId],
-          );
-        }),
-    );
-    let during: Record<string, unknown> | undefined;
     try {
-      during = (await deliveries(webhookId)).items.find((d) => d.id === deliveryId);
+      const coupon = await createCoupon(t.url);
+      const uc = await grab(coupon.id, 'wh-snapshot');
+      await rx.waitFor(() => hanging.has(uc));
+      const [{ id: deliveryId }] = (await t.db.query(`SELECT id FROM webhook_delivery WHERE user_coupon_id = ? AND endpoint_id = ?`, [
+        uc,
+        webhookId,
+      ])) as { id: string }[];
+      // Another outcome commits just before the attempts are read; the hanging attempt's own outcome,
+      // written once its connection drops, finds the delivery no longer pending and is dropped.
+      const between = interleaveBefore(
+        t.app.get(DataSource),
+        (sql) => sql.trimStart().startsWith('SELECT') && sql.includes('FROM webhook_delivery_attempt'),
+        () =>
+          t.db.transaction(async (em) => {
+            await em.query(
+              `INSERT INTO webhook_delivery_attempt (delivery_id, attempted_at, status_code, error, duration_ms) VALUES (?, NOW(3), 200, NULL, 5)`,
+              [deliveryId],
+            );
+            await em.query(
+              `UPDATE webhook_delivery SET status = 'DELIVERED', attempts = 1, last_status_code = 200, delivered_at = NOW(3) WHERE id = ?`,
+              [deliveryId],
+            );
+          }),
+      );
+      let during: Record<string, unknown> | undefined;
+      try {
+        during = (await deliveries(webhookId)).items.find((d) => d.id === deliveryId);
+      } finally {
+        between.restore();
+      }
+      expect(between.ran).toBe(1);
+      expect(during).toMatchObject({ status: 'PENDING', attemptCount: 0, attempts: [] });
+      const after = (await deliveries(webhookId)).items.find((d) => d.id === deliveryId);
+      expect(after).toMatchObject({ status: 'DELIVERED', attemptCount: 1, attempts: [{ statusCode: 200 }] });
     } finally {
-      between.restore();
+      config.WEBHOOK_TIMEOUT_MS = 1000;
+      rx.answer = () => 200;
+      rx.dropConnections();
     }
-    expect(between.ran).toBe(1);
-    expect(during).toMatchObject({ status: 'PENDING', attemptCount: 0, attempts: [] });
-    const after = (await deliveries(webhookId)).items.find((d) => d.id === deliveryId);
-    expect(after).toMatchObject({ status: 'DELIVERED', attemptCount: 1, attempts: [{ statusCode: 200 }] });
-    rx.answer = () => 200;
   });
 
   // A trickling body: no single wait is long, so only the whole attempt's deadline ends it.
