@@ -16,6 +16,7 @@ function rawGet(
   path: string,
   headerLines: string[],
   body?: string,
+  method: 'GET' | 'HEAD' = 'GET',
 ): Promise<{ status: number; headers: IncomingHttpHeaders; body: string }> {
   const url = new URL(base);
   return new Promise((resolve, reject) => {
@@ -24,7 +25,7 @@ function rawGet(
       const i = line.indexOf(':');
       headers.push(line.slice(0, i).trim(), line.slice(i + 1).trim());
     }
-    const req = httpRequest({ host: url.hostname, port: url.port, path, method: 'GET', headers }, (res) => {
+    const req = httpRequest({ host: url.hostname, port: url.port, path, method, headers }, (res) => {
       let body = '';
       res.setEncoding('utf8');
       res.on('data', (c: string) => (body += c));
@@ -331,6 +332,38 @@ describe('hardening', () => {
       expect(await refusal(path, [...headerLines], body)).toEqual([path, 400, 'VALIDATION_FAILED', ['body']]);
     expect((await rawGet(t.url, '/me/coupons', [auth])).status).toBe(200);
     expect((await rawGet(t.url, `/coupons/${coupon.id}`, [auth, 'Content-Length: 0'])).status).toBe(200);
+    // A chunked body that ends before its first byte is no body, as on every other method.
+    for (const path of ['/me/coupons', `/coupons/${coupon.id}`, '/coupons'])
+      for (const method of ['GET', 'HEAD'] as const)
+        expect([path, method, (await rawGet(t.url, path, [auth, json, 'Transfer-Encoding: chunked'], '', method)).status]).toEqual([
+          path,
+          method,
+          200,
+        ]);
+  });
+
+  it('a Content-Encoding on a GET or HEAD is ignored, memory holding the answer or not: there is no body to decode', async () => {
+    const coupon = await createCoupon(t.url, { totalStock: 5 });
+    const auth = `Authorization: Bearer ${tokenFor('get-encoding')}`;
+    for (const path of [`/coupons/${coupon.id}`, '/coupons?limit=20', '/me/coupons']) {
+      // The first may find memory empty; the second finds it filled by the first.
+      const answers = [];
+      for (const method of ['GET', 'GET', 'HEAD'] as const)
+        answers.push((await rawGet(t.url, path, [auth, 'Content-Encoding: br'], undefined, method)).status);
+      expect([path, answers]).toEqual([path, [200, 200, 200]]);
+      // One sent with a body is refused for the body, as without the header.
+      const withBody = await rawGet(
+        t.url,
+        path,
+        [auth, 'Content-Encoding: gzip', 'Content-Type: application/json', 'Content-Length: 2'],
+        '{}',
+      );
+      expect([path, withBody.status, JSON.parse(withBody.body).details?.fields]).toEqual([
+        path,
+        400,
+        { body: ['this route takes no body'] },
+      ]);
+    }
   });
 
   it('a body over 64 KiB on a GET is 413 like on any other method, before the token is looked at; one just under it is 400', async () => {

@@ -80,7 +80,8 @@ export class AheadExchange {
 /**
  * No body by Fastify's own rule, and nothing its body hooks would refuse: Fastify runs a body parser
  * (which refuses a Content-Type no route takes, or a malformed one) for any Content-Length but the
- * exact "0" (so "00" is a body), and json-body.ts refuses any Content-Encoding, a body or none.
+ * exact "0" (so "00" is a body), and json-body.ts refuses any Content-Encoding but on a GET or HEAD,
+ * a body or none (declined on those too: Fastify's way answers them alike).
  */
 function hasNoBody({ method, headers }: IncomingMessage): boolean {
   const length = headers['content-length'];

@@ -2,7 +2,7 @@ import type { Readable } from 'node:stream';
 import { TextDecoder } from 'node:util';
 import { errorCodes, type FastifyInstance, type FastifyRequest } from 'fastify';
 import { AppError } from './errors.js';
-import { validationFailed } from './validation.js';
+import { noteBodylessChunkedBytes, validationFailed } from './validation.js';
 
 /** The most any body may take, bulk issuance's uploads apart. */
 export const BODY_LIMIT_BYTES = 64 * 1024;
@@ -26,13 +26,15 @@ export const unsupportedMediaType = (req: FastifyRequest) =>
 export function strictJsonBodies(fastify: FastifyInstance): void {
   // A compressed body is not decompressed: 415 says so, where its bytes read as "not UTF-8". A
   // callback hook: an async one costs every request two more promises.
+  // A GET or HEAD has no body to decode (one sent is refused as a body), so its Content-Encoding is
+  // ignored: the public page answered it 200 from memory and 415 otherwise.
   fastify.addHook('preParsing', (req, _reply, payload, done) => {
+    if (req.method === 'GET' || req.method === 'HEAD') return measureBodyless(req, payload, done);
     const encoding = req.headers['content-encoding']?.trim().toLowerCase();
     if (encoding && encoding !== 'identity')
       return done(
         new AppError('UNSUPPORTED_MEDIA_TYPE', `Content-Encoding ${encoding.slice(0, 64)} is not supported; send the body uncompressed`),
       );
-    if (req.method === 'GET' || req.method === 'HEAD') return measureBodyless(req, payload, done);
     done(null, payload);
   });
   // Every other type is refused unread, except an empty body: Content-Length 0 is no body whatever
@@ -67,7 +69,8 @@ export function strictJsonBodies(fastify: FastifyInstance): void {
 
 /**
  * Fastify reads no body on a GET or HEAD, and the input guard refuses one (400 `body`). One over the
- * limit is 413 first, as on every other method: by its length, or counted as it arrives when chunked.
+ * limit is 413 first, as on every other method: by its length, or counted as it arrives when chunked
+ * (the count tells the guard whether a chunked one held any byte).
  */
 function measureBodyless(req: FastifyRequest, payload: Readable, done: (err: Error | null, payload?: Readable) => void): void {
   const tooLarge = () => new errorCodes.FST_ERR_CTP_BODY_TOO_LARGE();
@@ -78,7 +81,10 @@ function measureBodyless(req: FastifyRequest, payload: Readable, done: (err: Err
   readChunked(
     payload,
     (chunk) => ((seen += chunk.length) > BODY_LIMIT_BYTES ? tooLarge() : null),
-    (err) => done(err, payload),
+    (err) => {
+      noteBodylessChunkedBytes(req.raw, seen);
+      done(err, payload);
+    },
   );
 }
 

@@ -130,6 +130,19 @@ export function announcesBody({ headers }: Pick<IncomingMessage, 'headers'>): bo
   return headers['transfer-encoding'] !== undefined || Number(headers['content-length'] ?? 0) > 0;
 }
 
+/** The bytes of each chunked body sent on a GET or HEAD, counted as they arrived (json-body.ts). */
+const bodylessChunkedBytes = new WeakMap<IncomingMessage, number>();
+
+export function noteBodylessChunkedBytes(req: IncomingMessage, bytes: number): void {
+  bodylessChunkedBytes.set(req, bytes);
+}
+
+/** Whether a GET or HEAD sent a body: a chunked one that ended before its first byte is none, as on other methods. */
+function sentBodyWithoutParser(request: FastifyRequest): boolean {
+  if (request.headers['transfer-encoding'] === undefined) return announcesBody(request);
+  return (bodylessChunkedBytes.get(request.raw) ?? 1) > 0;
+}
+
 /** What a handler takes besides its path: read once per handler from its parameter decorators. */
 interface DeclaredInput {
   /** 'dto' when the handler validates its whole query with a DTO, else the names it reads one by one. */
@@ -159,7 +172,7 @@ export class UndeclaredInputGuard implements CanActivate {
     // Fastify parses no body on a GET or HEAD: one sent is only seen in the headers that announce it.
     // On other methods the parsers ran, and undefined is an empty body (chunked ones included).
     const unparsed = request.method === 'GET' || request.method === 'HEAD';
-    const bodyGiven = body !== undefined ? !isEmptyObject(body) : unparsed && announcesBody(request);
+    const bodyGiven = body !== undefined ? !isEmptyObject(body) : unparsed && sentBodyWithoutParser(request);
     if (names.length === 0 && !bodyGiven) return true;
     const declared = this.declaredInput(context);
     const reads = declared.query;
