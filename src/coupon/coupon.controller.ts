@@ -67,7 +67,8 @@ export class AdminCouponController {
 
   @Get()
   @ApiOperation({
-    summary: 'Coupons, newest first, each with its counts by status (one indexed count per coupon: for lists, not for polling)',
+    summary:
+      'Coupons, newest first, each with its counts by status (counted at each request, in one snapshot with the stock: for lists, not for polling)',
   })
   @ApiOkResponse({
     description: 'A page of coupons',
