@@ -1,5 +1,6 @@
 import request from 'supertest';
-import { TransactionService } from '../src/database/transaction.service.js';
+import { DataSource, QueryRunner } from 'typeorm';
+import { inSnapshot, TransactionService } from '../src/database/transaction.service.js';
 import { createCoupon, newKey } from './support/factories.js';
 import { bearer, startTestApp, TestApp, tokenFor } from './support/harness.js';
 import { CommitFate, startTcpProxy, TcpProxy } from './support/tcp-proxy.js';
@@ -97,5 +98,46 @@ describe("the app's transactions (TransactionService)", () => {
       return [first, await read()];
     });
     expect(seen).toEqual(['before', 'after']);
+  });
+
+  it('snapshots see one moment, and a connection whose snapshot failed to begin or end is closed, not handed on', async () => {
+    const { id } = await createCoupon(t.url, { name: 'before' });
+    const app = t.app.get(DataSource);
+    const nameOf = async (q: QueryRunner) => ((await q.query('SELECT name FROM coupon WHERE id = ?', [id])) as { name: string }[])[0].name;
+    const threadOf = (q: QueryRunner) => (q as unknown as { databaseConnection: { threadId: number } }).databaseConnection.threadId;
+    const alive = async (thread: number) => {
+      for (const until = Date.now() + 5000; Date.now() < until; await new Promise((r) => setTimeout(r, 50))) {
+        const [{ n }] = (await t.db.query('SELECT COUNT(*) AS n FROM information_schema.PROCESSLIST WHERE ID = ?', [thread])) as {
+          n: string;
+        }[];
+        if (n === '0') return false;
+      }
+      return true;
+    };
+    /** A snapshot on a connection of its own whose statement `failing` (if any) fails as a dropped network would. */
+    const snapshot = async (failing?: string) => {
+      const q = app.createQueryRunner();
+      await q.connect();
+      const thread = threadOf(q);
+      const query = q.query.bind(q);
+      q.query = ((sql: string, ...rest: unknown[]) =>
+        failing && sql.startsWith(failing) ? Promise.reject(new Error(`${failing} lost`)) : query(sql, ...(rest as []))) as typeof q.query;
+      const seen = await inSnapshot(q, async () => {
+        const first = await nameOf(q);
+        await t.db.query('UPDATE coupon SET name = ? WHERE id = ?', [`${first}+`, id]);
+        return [first, await nameOf(q)];
+      }).catch((err: Error) => err.message);
+      await q.release();
+      return { seen, thread };
+    };
+    const ok = await snapshot();
+    expect(ok.seen).toEqual(['before', 'before']);
+    expect(await alive(ok.thread)).toBe(true);
+    // The level set for the snapshot would apply to the connection's next transaction, a write's.
+    const unstarted = await snapshot('START TRANSACTION');
+    expect([unstarted.seen, await alive(unstarted.thread)]).toEqual(['START TRANSACTION lost', false]);
+    // The reads are whole; only the snapshot would stay open.
+    const uncommitted = await snapshot('COMMIT');
+    expect([uncommitted.seen, await alive(uncommitted.thread)]).toEqual([['before+', 'before+'], false]);
   });
 });

@@ -88,19 +88,32 @@ async function resolvingTransaction<T>(
  * several statements (rows, then their children) shows no write committed between two of them.
  */
 export async function inSnapshot<T>(q: QueryRunner, fn: () => Promise<T>): Promise<T> {
-  // For this transaction only: the session stays READ COMMITTED for the writes that follow on it.
-  await q.query('SET TRANSACTION ISOLATION LEVEL REPEATABLE READ');
-  await q.query('START TRANSACTION WITH CONSISTENT SNAPSHOT, READ ONLY');
+  try {
+    // For this transaction only: the session stays READ COMMITTED for the writes that follow on it.
+    await q.query('SET TRANSACTION ISOLATION LEVEL REPEATABLE READ');
+    await q.query('START TRANSACTION WITH CONSISTENT SNAPSHOT, READ ONLY');
+  } catch (err) {
+    // The level would stay pending for the connection's next transaction, a write's (a Galera node
+    // out of the majority takes the SET and refuses the START).
+    discardConnection(q);
+    throw err;
+  }
   let result: T;
   try {
     result = await fn();
   } catch (err) {
-    // A dead connection's ROLLBACK fails too; the error worth reporting is fn's.
-    await q.query('ROLLBACK').catch(() => undefined);
+    // A failed ROLLBACK would leave the snapshot open on a pooled connection; fn's error is the one to report.
+    await q.query('ROLLBACK').catch(() => discardConnection(q));
     throw err;
   }
-  await q.query('COMMIT');
+  // Nothing to commit but the end of the snapshot: a COMMIT that fails loses no read, only the connection.
+  await q.query('COMMIT').catch(() => discardConnection(q));
   return result;
+}
+
+/** Closes `q`'s connection instead of handing it back to the pool in a state the next user would inherit. */
+function discardConnection(q: QueryRunner): void {
+  (q as unknown as { databaseConnection?: { destroy(): void } }).databaseConnection?.destroy();
 }
 
 /** inSnapshot on a connection of its own, for a read that spans statements. */
