@@ -14,6 +14,13 @@ const SERVICE_HEADERS = Object.keys(HEADERS)
 // ajv-formats is CommonJS with its function on `default` as seen from ESM.
 const addFormats = ((addFormatsModule as unknown as { default?: FormatsPlugin }).default ?? addFormatsModule) as FormatsPlugin;
 
+/** A validator holding the OpenAPI document `doc` under `$id`, formats (date-time, uri, ...) checked too. */
+export function documentAjv(doc: object, $id: string): Ajv2020 {
+  const ajv = new Ajv2020({ strict: false, allErrors: true });
+  addFormats(ajv);
+  return ajv.addSchema({ ...doc, $id });
+}
+
 /** The committed document: what clients generate from, and what every answer is checked against. */
 export const OPENAPI_PATH = 'docs/openapi.json';
 const DOC_ID = 'https://coupon-engine/openapi.json';
@@ -53,15 +60,14 @@ export interface Answer {
  */
 export class ContractChecker {
   private readonly doc: Doc;
-  private readonly ajv = new Ajv2020({ strict: false, allErrors: true });
+  private readonly ajv: Ajv2020;
   private readonly compiled = new Map<string, ValidateFunction>();
   /** `METHOD /path status [code]` of every documented answer checked (see contract-coverage.mjs). */
   readonly seen = new Set<string>();
 
   constructor(path = OPENAPI_PATH) {
     this.doc = JSON.parse(readFileSync(path, 'utf8')) as Doc;
-    addFormats(this.ajv);
-    this.ajv.addSchema({ ...this.doc, $id: DOC_ID });
+    this.ajv = documentAjv(this.doc, DOC_ID);
   }
 
   private validator(...segments: string[]): ValidateFunction {
