@@ -154,4 +154,41 @@ describe('admin routes the console reads', () => {
     expect(bad.status).toBe(400);
     expect(bad.body.details.fields.userId).toBeDefined();
   });
+
+  it('GET /admin/user-coupons?userId= answers the same page for any user id, `.` and `..` included', async () => {
+    const c = await createCoupon(t.url, { totalStock: 5 });
+    for (const userId of ['Carol', '.', '..']) expect((await grab(c.id, userId)).status).toBe(201);
+    for (const userId of ['Carol', '.', '..']) {
+      const mine = await request(t.url)
+        .get('/me/coupons')
+        .set(bearer(tokenFor(userId)));
+      const theirs = await admin(`/admin/user-coupons?userId=${encodeURIComponent(userId)}`);
+      expect(theirs.status).toBe(200);
+      expect(theirs.body.items).toHaveLength(1);
+      expect(theirs.body).toEqual(mine.body);
+    }
+    expect((await admin('/admin/user-coupons?userId=Carol')).body).toEqual((await admin('/admin/users/Carol/coupons')).body);
+    expect((await admin('/admin/user-coupons?userId=..&status=USED')).body.items).toEqual([]);
+    expect((await admin('/admin/user-coupons?userId=nobody')).body).toEqual({ items: [], nextCursor: null });
+    for (const query of ['', '?status=UNUSED', `?userId=${'x'.repeat(65)}`, '?userId=a%20b', '?userId=a&userId=b']) {
+      const bad = await admin(`/admin/user-coupons${query}`);
+      expect([query, bad.status, bad.body.code, Object.keys(bad.body.details?.fields ?? {})]).toEqual([
+        query,
+        400,
+        'VALIDATION_FAILED',
+        ['userId'],
+      ]);
+    }
+  });
+
+  it('GET /admin/user-coupons pages by cursor as the path form does', async () => {
+    const coupons = await Promise.all([1, 2, 3].map(() => createCoupon(t.url, { totalStock: 1 })));
+    for (const c of coupons) expect((await grab(c.id, '..')).status).toBe(201);
+    const first = await admin('/admin/user-coupons?userId=..&limit=2');
+    expect(first.body.items).toHaveLength(2);
+    expect(first.body.nextCursor).toEqual(expect.any(String));
+    const rest = await admin(`/admin/user-coupons?userId=..&limit=2&cursor=${first.body.nextCursor as string}`);
+    const all = [...first.body.items, ...rest.body.items] as { couponId: string }[];
+    expect(all.map((uc) => uc.couponId).filter((id) => coupons.some((c) => c.id === id))).toEqual(coupons.map((c) => c.id).reverse());
+  });
 });

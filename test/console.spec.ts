@@ -1112,7 +1112,8 @@ describe('admin console in a browser', () => {
   it('shows a coupon whose status is none of the lifecycle’s (damaged data) by its raw status, not a failed page', async () => {
     const damaged = await grabUserCoupon(t.url, (await createCoupon(t.url, { name: 'Damaged one' })).id, 'damaged');
     // The list as the API gives it for a row whose status was set by hand (what an operator investigates).
-    await page.route('**/admin/users/damaged/coupons**', async (route) => {
+    const theirs = (url: URL) => url.pathname === '/admin/user-coupons' && url.searchParams.get('userId') === 'damaged';
+    await page.route(theirs, async (route) => {
       const res = await route.fetch();
       const body = (await res.json()) as { items: { status: string }[] };
       body.items[0].status = 'BROKEN';
@@ -1124,7 +1125,19 @@ describe('admin console in a browser', () => {
       expect(await page.getByTestId(`history-${damaged.id}`).isVisible()).toBe(true);
       expect(await page.getByText('This page failed to show').count()).toBe(0);
     } finally {
-      await page.unroute('**/admin/users/damaged/coupons**');
+      await page.unroute(theirs);
+    }
+  });
+
+  it('shows the coupons of users named `.` and `..`, which a browser cannot put in a path', async () => {
+    const coupon = await createCoupon(t.url, { name: 'Dot users' });
+    const dots = { '.': await grabUserCoupon(t.url, coupon.id, '.'), '..': await grabUserCoupon(t.url, coupon.id, '..') };
+    for (const [userId, uc] of Object.entries(dots)) {
+      await page.goto(`${t.url}/console/users?userId=${encodeURIComponent(userId)}#token=${adminToken()}`);
+      await page.getByTestId(`history-${uc.id}`).waitFor();
+      // Only this user's coupon: not the other dot user's, nor the coupon list that /admin/users/../coupons resolves to.
+      expect(await page.getByTestId(`history-${dots[userId === '.' ? '..' : '.'].id}`).count()).toBe(0);
+      expect(await page.getByText('This page failed to show').count()).toBe(0);
     }
   });
 

@@ -91,7 +91,7 @@ function raw(url: string, head: string, body = '', maxMs = DEADLINE_MS * 4, more
 }
 
 /** Required query parameters, where an operation has them. */
-const QUERY: Record<string, string> = { 'GET /me/coupons/usable': '?orderAmountCents=20000' };
+const QUERY: Record<string, string> = { 'GET /me/coupons/usable': '?orderAmountCents=20000', 'GET /admin/user-coupons': '?userId=alice' };
 
 const RUN = 'POST /admin/reconciliation/runs';
 

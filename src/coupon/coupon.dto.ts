@@ -21,6 +21,7 @@ import {
   IsId,
   IsInstant,
   IsOmittable,
+  IsUserId,
   MAX_CENTS,
   QueryInt,
   SharedQuery,
@@ -185,6 +186,13 @@ export class MyCouponsQuery extends PageLimitQuery {
   @IsOmittable()
   @IsId('cursor must be a nextCursor value')
   cursor?: string;
+}
+
+/** GET /admin/user-coupons: the user named in the query, where any user id can go (see the route's description). */
+export class AdminUserCouponsQuery extends MyCouponsQuery {
+  @ApiProperty({ description: 'The user whose coupons to list' })
+  @IsUserId()
+  userId!: string;
 }
 
 export class SeriesQuery {

@@ -7,7 +7,7 @@ import { Page, toPage, DEFAULT_PAGE_LIMIT } from '../common/page.js';
 import { IdPipe, USER_ID_PATTERN, validationFailed } from '../common/validation.js';
 import { toUserCouponView, UserCouponView } from '../ledger/user-coupon.entity.js';
 import { findUserCoupon, listForUser, listUsableForUser } from '../ledger/user-coupons.js';
-import { MyCouponsQuery, UsableCouponsQuery } from './coupon.dto.js';
+import { AdminUserCouponsQuery, MyCouponsQuery, UsableCouponsQuery } from './coupon.dto.js';
 import type { Coupon } from './coupon.entity.js';
 import { CouponService } from './coupon.service.js';
 import { discountFor, discountOf } from './discount.js';
@@ -78,14 +78,24 @@ export class MyCouponsController {
 @ApiTags('admin')
 @ApiBearerAuth()
 @RequireRoles('admin')
-@Controller('admin/users')
+@Controller('admin')
 export class AdminUserCouponsController {
   constructor(private readonly dataSource: DataSource) {}
 
-  @Get(':userId/coupons')
+  @Get('users/:userId/coupons')
   @ApiOperation({ summary: "A user's coupons, as GET /me/coupons shows them to that user (an unknown user has an empty list)" })
   list(@Param('userId') userId: string, @Query() q: MyCouponsQuery): Promise<UserCouponPage> {
     if (!USER_ID_PATTERN.test(userId)) throw validationFailed({ userId: ['must be 1-64 of [A-Za-z0-9_.:-]'] });
     return pageOfUserCoupons(this.dataSource, userId, q);
+  }
+
+  /**
+   * The same page with the user in the query, which takes every user id: a browser resolves a path
+   * segment `.` or `..` (escaped or not) before it sends, so /admin/users/../coupons arrives as
+   * /admin/coupons. The console asks this one.
+   */
+  @Get('user-coupons')
+  listByQuery(@Query() q: AdminUserCouponsQuery): Promise<UserCouponPage> {
+    return pageOfUserCoupons(this.dataSource, q.userId, q);
   }
 }

@@ -242,6 +242,15 @@ export const ROUTES: Record<string, RouteContract> = {
     ok: { 200: { schema: 'UserCouponPage', description: 'One page, newest first' } },
     errors: [],
   },
+  'GET /admin/user-coupons': {
+    summary: "A user's coupons, the user named in the query: the page GET /admin/users/{userId}/coupons answers",
+    description:
+      'Takes every user id, `.` and `..` included: a browser resolves a path segment `.` or `..` (escaped or not) before sending, ' +
+      'so GET /admin/users/../coupons would arrive as GET /admin/coupons. An unknown user has an empty list.',
+    auth: ['admin'],
+    ok: { 200: { schema: 'UserCouponPage', description: 'One page, newest first' } },
+    errors: [],
+  },
   'GET /admin/coupons/{couponId}': {
     summary: 'A coupon with the counts of its user coupons by status',
     auth: ['admin'],

@@ -201,7 +201,7 @@ export function UserCoupons() {
   const list = usePagedList(
     async (cursor) =>
       userId
-        ? ok(client.GET('/admin/users/{userId}/coupons', { params: { path: { userId }, query: { limit: 100, cursor } } }))
+        ? ok(client.GET('/admin/user-coupons', { params: { query: { userId, limit: 100, cursor } } }))
         : { items: [], nextCursor: null },
     [userId],
   );
