@@ -1,7 +1,7 @@
 import 'reflect-metadata';
 import { randomUUID } from 'node:crypto';
 import { type IncomingMessage, type ServerResponse, STATUS_CODES } from 'node:http';
-import type { Socket } from 'node:net';
+import { Socket } from 'node:net';
 import { NestFactory } from '@nestjs/core';
 import { FastifyAdapter, NestFastifyApplication } from '@nestjs/platform-fastify';
 import { SwaggerModule } from '@nestjs/swagger';
@@ -41,15 +41,46 @@ function answerUnrouted(socket: Socket, log: Logger, id: string, status: number,
   log.info({ reqId: id, ...(method ? { method } : {}), route: 'unmatched', status, code }, 'request');
 }
 
+/**
+ * The answer Node is writing on a socket, if any: the private field Node's own client-error handler
+ * reads for the same question (a ServerResponse has no public link back to a socket it is queued on).
+ */
+function answerUnderWay(socket: Socket): ServerResponse | null {
+  return (socket as Socket & { _httpMessage?: ServerResponse | null })._httpMessage ?? null;
+}
+
+/** Runs `then` once every answer Node has queued on the socket has been written. */
+function afterAnswers(socket: Socket, then: () => void): void {
+  const res = answerUnderWay(socket);
+  if (res === null) return then();
+  // Node's own 'finish' listener, added first, has by now handed the socket to the next queued answer.
+  res.once('finish', () => afterAnswers(socket, then));
+}
+
+const brokenAfterAnswers = new WeakSet<Socket>();
+
 /** Requests too broken to reach the router (garbled request line, oversized headers) still get the one error body. */
 function clientErrorHandler(err: Error & { code?: string }, socket: Socket, unread: UnreadBodies, log: Logger): void {
-  if (err.code === 'ECONNRESET' || socket.destroyed) return;
+  if (err.code === 'ECONNRESET' || socket.destroyed || brokenAfterAnswers.has(socket)) return;
   const [status, code, message] =
     err.code === 'ERR_HTTP_REQUEST_TIMEOUT'
       ? [408, 'REQUEST_TIMEOUT', 'The request took too long to arrive']
       : err.code === 'HPE_HEADER_OVERFLOW'
         ? [431, 'HEADERS_TOO_LARGE', 'Request headers are too large']
         : [400, 'VALIDATION_FAILED', 'Malformed HTTP request'];
+  // Bytes that break the framing after a whole request (one stray byte past its Content-Length, in
+  // the same packet) must not cost that request its answer: it may already have committed, and a
+  // 400 in its place would say nothing changed. Its answer, and any pipelined behind it, go first.
+  const inFlight = answerUnderWay(socket);
+  if (inFlight !== null && inFlight.req.complete) {
+    brokenAfterAnswers.add(socket);
+    afterAnswers(socket, () => {
+      if (socket.writable) answerUnrouted(socket, log, randomUUID(), status, code, message);
+      // Not the socket's own destroySoon, which unread-body.ts may have made a half-close.
+      Socket.prototype.destroySoon.call(socket);
+    });
+    return;
+  }
   // A request whose answer already went (its refused body still arriving) gets no second one.
   if (socket.writable && !unread.isDraining(socket)) answerUnrouted(socket, log, randomUUID(), status, code, message);
   socket.destroy(err);

@@ -141,6 +141,34 @@ describe('error format and input limits', () => {
     expect(JSON.parse(answer.slice(answer.indexOf('\r\n\r\n') + 4))).toEqual({ code, message: expect.any(String) });
   });
 
+  it.each([
+    ['an admin stock change', 'POST', (id: string) => `/admin/coupons/${id}/stock`, adminToken, '{"delta":1}', 'x', 200],
+    ['a grab', 'POST', (id: string) => `/coupons/${id}/grab`, () => tokenFor('stray-byte-user'), '', 'GARBAGE\r\n\r\n', 201],
+  ])(
+    'answers %s followed in the same packet by bytes that break the framing, then refuses the bytes',
+    async (_label, method, path, token, body, junk, status) => {
+      const coupon = await createCoupon(t.url, { totalStock: 5 });
+      // Kept open by the client: a client's FIN would end a request still under way by itself.
+      const answer = await new Promise<string>((resolve, reject) => {
+        const socket = connect(Number(new URL(t.url).port), '127.0.0.1', () =>
+          socket.write(
+            `${method} ${path(coupon.id)} HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${token()}\r\nIdempotency-Key: stray-1\r\n` +
+              `Content-Type: application/json\r\nX-Request-Id: before-junk\r\nContent-Length: ${body.length}\r\n\r\n${body}${junk}`,
+          ),
+        );
+        let received = '';
+        socket.on('data', (d) => (received += d.toString()));
+        socket.on('close', () => resolve(received));
+        socket.on('error', reject);
+      });
+      // The request's change committed: its own answer says so, and only then does the stray part get its 400.
+      expect([...answer.matchAll(/HTTP\/1\.1 (\d{3}) /g)].map((m) => Number(m[1]))).toEqual([status, 400]);
+      expect(answer).toMatch(/^x-request-id: before-junk\r$/im);
+      const after = await request(t.url).get(`/admin/coupons/${coupon.id}`).set(bearer(adminToken()));
+      expect(after.body.initStock + after.body.counts.issued).toBe(6);
+    },
+  );
+
   it('opens its whole database pool at boot, before the first burst', async () => {
     const [{ n }] = (await t.db.query(`SELECT COUNT(*) AS n FROM information_schema.processlist WHERE db = ?`, [t.config.DB_NAME])) as {
       n: string;
