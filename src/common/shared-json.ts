@@ -12,7 +12,8 @@ export const MIN_GZIP_BYTES = 1024;
 const REFUSES_GZIP = /(?:^|,)\s*gzip\s*;\s*q\s*=\s*0(?:\.0{0,3})?\s*(?:,|$)/i;
 
 function takesGzip(acceptEncoding: string): boolean {
-  return negotiate(acceptEncoding, ['gzip']) === 'gzip' && !REFUSES_GZIP.test(acceptEncoding);
+  // Coding names are case-insensitive (RFC 9110, 8.4.1); the negotiator compares them as written.
+  return negotiate(acceptEncoding.toLowerCase(), ['gzip']) === 'gzip' && !REFUSES_GZIP.test(acceptEncoding);
 }
 
 /**
