@@ -772,6 +772,20 @@ describe('hardening', () => {
       expect((await request(t.url).get('/docs')).status).toBe(200);
     });
 
+    it('answers a docs asset path with dot or empty segments 404 NOT_FOUND: no such file, not a missing role (403)', async () => {
+      for (const path of [
+        '/docs//swagger-ui.css',
+        '/docs/./swagger-ui.css',
+        '/docs/a/../swagger-ui.css',
+        '/docs/%2e%2e/coupons',
+        '/docs/..',
+      ]) {
+        const res = await request(t.url).get(path);
+        expect([path, res.status, res.body.code]).toEqual([path, 404, 'NOT_FOUND']);
+      }
+      expect((await request(t.url).get('/docs/swagger-ui.css')).status).toBe(200);
+    });
+
     it('with METRICS_TOKEN /metrics needs it as a bearer token, else 401 in the error format', async () => {
       for (const auth of [
         undefined,

@@ -27,6 +27,9 @@ export function toAppError(err: unknown, log: FastifyBaseLogger): AppError {
   if (err instanceof AppError) return err;
   if (err instanceof HttpException) {
     const status = err.getStatus();
+    // A library's 403, which Nest wraps keeping it as the cause: the docs' file server refusing a path
+    // with dot or empty segments (/docs//swagger-ui.css). No such file, not a role the caller lacks.
+    if (status === 403 && err.cause !== undefined) return new AppError('NOT_FOUND', 'Route not found');
     const code = BY_STATUS[status] ?? (status < 500 ? 'VALIDATION_FAILED' : 'INTERNAL');
     return new AppError(code, status === 404 ? 'Route not found' : err.message);
   }
