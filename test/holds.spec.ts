@@ -341,6 +341,37 @@ describe('checkout holds', () => {
     expect(await sweep()).toMatchObject({ released: 0, complete: true });
   });
 
+  it("counts a coupon's user coupons by the status readers see, whatever the sweeps have not reached yet", async () => {
+    const coupon = await createCoupon(t.url, { totalStock: 20, perUserLimit: 20 });
+    const ucs = [];
+    for (let i = 0; i < 8; i++) ucs.push(await grabUserCoupon(t.url, coupon.id, 'counted'));
+    const [, unsweptExpired, used, voided, , heldPastValidity, timedOut, timedOutPastValidity] = ucs;
+    const orders = ucs.map(() => order());
+    const token = tokenFor('counted');
+    expect((await redeem(token, { userCouponId: used.id, orderNo: orders[2], orderAmountCents: 20000 })).status).toBe(201);
+    const voiding = await request(t.url).post(`/admin/user-coupons/${voided.id}/void`).set(bearer(adminToken())).send({ reason: 'test' });
+    expect(voiding.status).toBe(200);
+    for (const i of [4, 5, 6, 7]) {
+      expect((await hold(token, { userCouponId: ucs[i].id, orderNo: orders[i], orderAmountCents: 20000, ttlSeconds: 600 })).status).toBe(
+        201,
+      );
+    }
+    // The sweeps have not run: past its validity or its hold, each is still stored as it was.
+    const past = new Date(Date.now() - 60_000);
+    await t.db.query(`UPDATE user_coupon SET expires_at = ? WHERE id IN (?)`, [
+      past,
+      [unsweptExpired.id, heldPastValidity.id, timedOutPastValidity.id],
+    ]);
+    await t.db.query(`UPDATE user_coupon SET locked_until = ? WHERE id IN (?)`, [past, [timedOut.id, timedOutPastValidity.id]]);
+    await t.db.query(`UPDATE redemption_hold SET expires_at = ? WHERE user_coupon_id IN (?)`, [
+      past,
+      [timedOut.id, timedOutPastValidity.id],
+    ]);
+    const seen = await Promise.all(ucs.map(async (uc) => (await mine('counted', uc.id)).status));
+    expect(seen).toEqual(['UNUSED', 'EXPIRED', 'USED', 'VOID', 'LOCKED', 'LOCKED', 'UNUSED', 'EXPIRED']);
+    expect(await counts(coupon.id)).toEqual({ issued: 8, issuedFromStock: 8, unused: 2, locked: 2, used: 1, expired: 2, void: 1 });
+  });
+
   it('validity ending during a hold: a confirmation in time succeeds; a release or a timeout then leaves it EXPIRED', async () => {
     const paid = await userCoupon('ivy');
     const cancelled = await userCoupon('ivy');
