@@ -249,6 +249,15 @@ describe.each(['grouped', 'per-request'])('grab (GRAB_STRATEGY=%s)', (strategy) 
     expect([all.status, all.body.initStock, all.body.remainingStock]).toEqual([200, 0, 0]);
   });
 
+  it('adds stock to a coupon whose remaining stock a hand edit left negative, however little it adds', async () => {
+    const coupon = await createCoupon(t.url, { totalStock: 5 });
+    await t.db.query(`UPDATE coupon_stock SET stock = -2 WHERE coupon_id = ?`, [coupon.id]);
+    const add = await request(t.url).post(`/admin/coupons/${coupon.id}/stock`).set(bearer(adminToken())).send({ delta: 1 });
+    expect(add.status).toBe(200);
+    expect(await stockOf(coupon.id)).toEqual({ init_stock: '6', stock: '-1' });
+    await t.db.query(`UPDATE coupon_stock SET stock = init_stock WHERE coupon_id = ?`, [coupon.id]);
+  });
+
   it('computes validity from the template: N days from issue, or the fixed window', async () => {
     const relative = await createCoupon(t.url, { validity: { type: 'RELATIVE', days: 3 } });
     const start = new Date(Date.now() + 86_400_000).toISOString();

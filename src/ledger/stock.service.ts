@@ -43,14 +43,15 @@ export class StockService {
    * An admin's stock change: adds to (or removes from) both the initial and the remaining stock, so
    * init_stock == stock + issued keeps holding. Removing more than remains is INSUFFICIENT_STOCK, and
    * so is removing more than was ever created, which only a row edited by hand can remain (its
-   * total would go negative).
+   * total would go negative). An addition always goes through: to stock a hand edit left negative,
+   * it is the repair reconciliation's report asks of an admin, however little it adds.
    */
   async adjust(em: EntityManager, couponId: string, delta: number, at = new Date()): Promise<void> {
     const changed = await execute(
       em,
       `UPDATE coupon_stock SET stock = stock + ?, init_stock = init_stock + ?, updated_at = ?
-       WHERE coupon_id = ? AND stock + ? >= 0 AND init_stock + ? >= 0`,
-      [delta, delta, at, couponId, delta, delta],
+       WHERE coupon_id = ? AND (? > 0 OR (stock + ? >= 0 AND init_stock + ? >= 0))`,
+      [delta, delta, at, couponId, delta, delta, delta],
     );
     if (changed === 1) return;
     const row = await this.find(em, couponId);
