@@ -469,6 +469,20 @@ describe('reconciliation', () => {
     }
   });
 
+  it('a trigger refused by a run that wrote its end just before the try, its lease not yet released, names that run', async () => {
+    const other = await tryAcquireLease(t.db, RECONCILIATION_LEASE, { ttlMs: 60_000, retries: 2 });
+    expect(other).not.toBeNull();
+    try {
+      const ended = await sql(
+        `INSERT INTO reconciliation_run (status, mode, triggered_by, started_at, finished_at) VALUES ('COMPLETED', 'FULL', 'other', NOW(3) - INTERVAL 0.3 SECOND, NOW(3) - INTERVAL 0.2 SECOND)`,
+      );
+      const busy = await request(t.url).post('/admin/reconciliation/runs').set(admin());
+      expect([busy.status, busy.body.code, busy.body.details]).toEqual([409, 'RECONCILIATION_RUNNING', { runId: String(ended.insertId) }]);
+    } finally {
+      await other?.release();
+    }
+  });
+
   it('a run holding the lease from another instance makes a trigger 409; a dead RUNNING run is marked FAILED by the next start', async () => {
     const other = await tryAcquireLease(t.db, RECONCILIATION_LEASE, { ttlMs: 60_000, retries: 2 });
     expect(other).not.toBeNull();
