@@ -71,6 +71,7 @@ describe('webhook URL policy and event types (no database)', () => {
       'http://[64:ff9b::a9fe:a9fe]/',
       'http://[2002:a9fe:a9fe::]/',
       'http://[::a9fe:a9fe]/',
+      'http://[::ffff:0:a9fe:a9fe]/',
       'http://100.100.100.200/latest/meta-data/',
       'http://0.0.0.0:8080/',
       'http://0/',
@@ -97,6 +98,7 @@ describe('webhook URL policy and event types (no database)', () => {
       'http://10.0.0.5/hooks',
       'http://[fd12::1]/',
       'http://[64:ff9b::a00:5]/',
+      'http://[::ffff:0:a00:5]/',
       'http://orders.internal/',
     ])
       expect([ok, code(() => checkWebhookUrl(ok, []))]).toEqual([ok, 'accepted']);

@@ -25,10 +25,14 @@ const NEVER = new Map([
   ['broadcast', 'a broadcast address'],
 ]);
 
-/** The IPv4 address an IPv6 one carries and reaches (NAT64, 6to4, IPv4-compatible), or null. */
+/** IPv4-translated addresses (RFC 2765's SIIT), which ipaddr.js has no range for. */
+const TRANSLATED_V4 = ipaddr.parseCIDR('::ffff:0:0:0/96');
+
+/** The IPv4 address an IPv6 one carries and reaches (NAT64, SIIT, 6to4, IPv4-compatible), or null. */
 function embeddedIPv4(ip: ipaddr.IPv6): ipaddr.IPv4 | null {
   const b = ip.toByteArray();
-  const at = ip.range() === 'rfc6052' ? 12 : ip.range() === '6to4' ? 2 : b.slice(0, 12).every((x) => x === 0) ? 12 : -1;
+  const last4 = ip.range() === 'rfc6052' || ip.match(TRANSLATED_V4) || b.slice(0, 12).every((x) => x === 0);
+  const at = last4 ? 12 : ip.range() === '6to4' ? 2 : -1;
   return at < 0 ? null : new ipaddr.IPv4(b.slice(at, at + 4));
 }
 
