@@ -1007,15 +1007,15 @@ export interface components {
             type: "FIXED" | "RELATIVE";
             /**
              * Format: date-time
-             * @description FIXED only: ISO 8601 UTC
+             * @description FIXED only (required there): ISO 8601 with its zone (Z or ±hh:mm), from the year 2000 to 9998
              */
             startAt?: string;
             /**
              * Format: date-time
-             * @description FIXED only: ISO 8601 UTC
+             * @description FIXED only (required there): ISO 8601 with its zone (Z or ±hh:mm), from the year 2000 to 9998; after startAt and grabStartAt
              */
             endAt?: string;
-            /** @description RELATIVE only: days from issuance */
+            /** @description RELATIVE only (required there): days from issuance */
             days?: number;
         };
         DiscountDto: {
@@ -1038,9 +1038,15 @@ export interface components {
             totalStock: number;
             /** @default 1 */
             perUserLimit?: number;
-            /** Format: date-time */
+            /**
+             * Format: date-time
+             * @description ISO 8601 with its zone (Z or ±hh:mm), from the year 2000 to 9998
+             */
             grabStartAt: string;
-            /** Format: date-time */
+            /**
+             * Format: date-time
+             * @description ISO 8601 with its zone (Z or ±hh:mm), from the year 2000 to 9998; after grabStartAt
+             */
             grabEndAt: string;
             validity: components["schemas"]["ValidityDto"];
             discount: components["schemas"]["DiscountDto"];
@@ -1350,6 +1356,7 @@ export interface components {
             /** @description May share an order with other coupons, when all of them are stackable */
             stackable: boolean;
             initStock: number;
+            /** @description At least 0 (invariant 1). Only a hand edit of the stock row can break that; the answer then shows what is stored, for an operator to repair by adding stock (reconciliation reports STOCK_MISMATCH) */
             remainingStock: number;
         };
         /** @description User coupons of this template by the status clients see (an UNUSED coupon past expiry counts as expired, a timed-out hold as released) */
@@ -1386,6 +1393,7 @@ export interface components {
             /** @description May share an order with other coupons, when all of them are stackable */
             stackable: boolean;
             initStock: number;
+            /** @description At least 0 (invariant 1). Only a hand edit of the stock row can break that; the answer then shows what is stored, for an operator to repair by adding stock (reconciliation reports STOCK_MISMATCH) */
             remainingStock: number;
             counts: components["schemas"]["CouponCounts"];
         };

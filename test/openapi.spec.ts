@@ -81,6 +81,26 @@ describe('the OpenAPI document', () => {
     }
     expect(checked).toBeGreaterThan(5);
   });
+
+  it('refuses in its request schemas the bodies the service refuses for their shape alone', () => {
+    const ajv = documentAjv(doc, 'doc');
+    const valid = (key: string, body: unknown) =>
+      ajv.compile({
+        $ref: `doc#/paths/${encodeURIComponent(key.split(' ')[1].replaceAll('/', '~1'))}/${key.split(' ')[0].toLowerCase()}/requestBody/content/application~1json/schema`,
+      })(body);
+    const url = 'https://hooks.example.com/coupons';
+    for (const [key, body] of [
+      ['POST /admin/webhooks', { url, events: [] }],
+      ['POST /admin/webhooks', { url, events: ['user_coupon.used', 'user_coupon.used'] }],
+      ['POST /admin/webhooks', { url: 'ftp://hooks.example.com/' }],
+      ['PATCH /admin/webhooks/{webhookId}', {}],
+      ['PATCH /admin/coupons/{couponId}', {}],
+      ['POST /admin/coupons/{couponId}/stock', { delta: 0 }],
+    ] as const)
+      expect([key, body, valid(key, body)]).toEqual([key, body, false]);
+    expect(valid('POST /admin/coupons/{couponId}/stock', { delta: -1 })).toBe(true);
+    expect(valid('PATCH /admin/webhooks/{webhookId}', { events: ['user_coupon.used'] })).toBe(true);
+  });
 });
 
 describe('the answer checker', () => {

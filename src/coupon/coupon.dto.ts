@@ -10,6 +10,7 @@ import {
   Matches,
   Max,
   Min,
+  NotEquals,
   ValidateIf,
   ValidateNested,
 } from 'class-validator';
@@ -30,6 +31,9 @@ import {
 import { SERIES_SECONDS } from './grab-series.js';
 import { PageLimitQuery, PageQuery } from '../common/page.js';
 
+/** What the service takes as a time: the validators' rules and the service's range, for the document. */
+const INSTANT_TEXT = 'ISO 8601 with its zone (Z or ±hh:mm), from the year 2000 to 9998';
+
 /** A position in the public list: grab start (ms since the epoch) and id of the last coupon shown. */
 export const PUBLIC_CURSOR = new RegExp(`^[0-9]{1,15}_${ID_PATTERN.source.slice(1)}`);
 
@@ -38,17 +42,17 @@ export class ValidityDto {
   @IsIn(['FIXED', 'RELATIVE'])
   type!: 'FIXED' | 'RELATIVE';
 
-  @ApiPropertyOptional({ description: 'FIXED only: ISO 8601 UTC' })
+  @ApiPropertyOptional({ description: `FIXED only (required there): ${INSTANT_TEXT}` })
   @ValidateIf((o: ValidityDto) => o.type === 'FIXED' || o.startAt !== undefined)
   @IsInstant()
   startAt?: string;
 
-  @ApiPropertyOptional({ description: 'FIXED only: ISO 8601 UTC' })
+  @ApiPropertyOptional({ description: `FIXED only (required there): ${INSTANT_TEXT}; after startAt and grabStartAt` })
   @ValidateIf((o: ValidityDto) => o.type === 'FIXED' || o.endAt !== undefined)
   @IsInstant()
   endAt?: string;
 
-  @ApiPropertyOptional({ description: 'RELATIVE only: days from issuance', minimum: 1, maximum: 3650 })
+  @ApiPropertyOptional({ description: 'RELATIVE only (required there): days from issuance', minimum: 1, maximum: 3650 })
   @ValidateIf((o: ValidityDto) => o.type === 'RELATIVE' || o.days !== undefined)
   @IsInt()
   @Min(1)
@@ -116,11 +120,11 @@ export class CreateCouponDto {
   @Max(1_000_000)
   perUserLimit?: number;
 
-  @ApiProperty()
+  @ApiProperty({ description: INSTANT_TEXT })
   @IsInstant()
   grabStartAt!: string;
 
-  @ApiProperty()
+  @ApiProperty({ description: `${INSTANT_TEXT}; after grabStartAt` })
   @IsInstant()
   grabEndAt!: string;
 
@@ -171,6 +175,7 @@ export class PatchCouponDto {
 export class StockDeltaDto {
   @ApiProperty({ description: 'Non-zero: positive adds stock, negative removes it' })
   @IsInt()
+  @NotEquals(0, { message: 'delta must not be 0' })
   @Min(-1_000_000_000)
   @Max(1_000_000_000)
   delta!: number;

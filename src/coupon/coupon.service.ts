@@ -435,7 +435,6 @@ export class CouponService {
   }
 
   async adjustStock(id: string, delta: number, key?: string): Promise<{ coupon: CouponView; replayed: boolean }> {
-    if (delta === 0) throw validationFailed({ delta: ['must not be 0'] });
     await this.template(id);
     const keyed = key === undefined ? undefined : { key, digest: requestDigest({ couponId: id, delta }) };
     const { replayed } = await this.once('coupon.stock', keyed, id, async (em, at) => {

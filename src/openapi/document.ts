@@ -6,6 +6,8 @@ import { ROUTES, type RouteContract } from './routes.js';
 import { describeValidatedProperties } from './validated-properties.js';
 import { WEBHOOK_EVENT_SCHEMA, webhooksSection } from './webhooks.js';
 import { HEADERS, type HeaderName, IDEMPOTENCY_KEY_SCHEMA, type JsonSchema, ref, RESPONSE_SCHEMAS } from './schemas.js';
+import { PatchCouponDto } from '../coupon/coupon.dto.js';
+import { UpdateWebhookDto } from '../webhooks/webhook.dto.js';
 
 export const API_VERSION = '0.1.0';
 const METHODS = ['get', 'put', 'post', 'delete', 'options', 'head', 'patch', 'trace'] as const;
@@ -203,6 +205,8 @@ export function buildOpenApiDocument(app: INestApplication): OpenAPIObject {
     dropNullable(schema);
     if ((schema as JsonSchema).type === 'object') (schema as JsonSchema).additionalProperties = false;
   }
+  // A patch must change something: the services refuse {} (400 naming body).
+  for (const dto of [PatchCouponDto, UpdateWebhookDto]) Object.assign(doc.components?.schemas?.[dto.name] ?? {}, { minProperties: 1 });
   const tags = new Set<string>();
   for (const [path, item] of Object.entries(doc.paths)) {
     for (const method of METHODS) {

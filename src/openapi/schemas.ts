@@ -56,7 +56,11 @@ const COUPON_PROPERTIES: Record<string, JsonSchema> = {
   returnOnRefund: { type: 'boolean' },
   stackable: { type: 'boolean', description: 'May share an order with other coupons, when all of them are stackable' },
   initStock: int(0),
-  remainingStock: int(0),
+  remainingStock: {
+    type: 'integer',
+    description:
+      'At least 0 (invariant 1). Only a hand edit of the stock row can break that; the answer then shows what is stored, for an operator to repair by adding stock (reconciliation reports STOCK_MISMATCH)',
+  },
 };
 
 const RUN_PROPERTIES: Record<string, JsonSchema> = {

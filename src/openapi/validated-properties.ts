@@ -23,6 +23,14 @@ function fromRule(m: ValidationMetadata): Record<string, unknown> {
       return { pattern: a instanceof RegExp ? a.source : a };
     case 'isIso8601':
       return { format: 'date-time' };
+    case 'arrayMinSize':
+      return { minItems: a };
+    case 'arrayMaxSize':
+      return { maxItems: a };
+    case 'arrayUnique':
+      return { uniqueItems: true };
+    case 'notEquals':
+      return { not: { const: a } };
     default:
       return {};
   }
@@ -30,7 +38,7 @@ function fromRule(m: ValidationMetadata): Record<string, unknown> {
 
 /**
  * Request bodies and queries are checked by class-validator; the document states the very same
- * rules (integer, bounds, lengths in code points, patterns, date-time) by reading them from the
+ * rules (integer, bounds, lengths in code points, patterns, date-time, list sizes, excluded values) by reading them from the
  * validators, so a DTO's @ApiProperty only needs what validators cannot say (descriptions,
  * enums, examples). Runs before SwaggerModule.createDocument.
  */

@@ -11,6 +11,7 @@ export type DeliveryStatus = (typeof DELIVERY_STATUSES)[number];
 
 const URL_DOC = {
   maxLength: URL_MAX_LENGTH,
+  pattern: '^[hH][tT][tT][pP][sS]?:',
   example: 'https://hooks.example.com/coupons',
   description:
     'http or https, no credentials; when WEBHOOK_ALLOWED_HOSTS is set its host must be listed (else 422 WEBHOOK_URL_NOT_ALLOWED)',
