@@ -1,4 +1,7 @@
+import { jest } from '@jest/globals';
 import request from 'supertest';
+import { DataSource } from 'typeorm';
+import { COUNTING_READS } from '../src/coupon/coupon.service.js';
 import { GrabSeries, SERIES_SECONDS } from '../src/coupon/grab-series.js';
 import { createCoupon, newKey } from './support/factories.js';
 import { adminToken, bearer, startTestApp, TestApp, tokenFor } from './support/harness.js';
@@ -51,6 +54,34 @@ describe('admin routes the console reads', () => {
       .post(`/coupons/${couponId}/grab`)
       .set(bearer(tokenFor(userId)))
       .set('Idempotency-Key', newKey());
+
+  it('reads coupons with their counts at most COUNTING_READS at a time per instance, the rest waiting without a connection', async () => {
+    const coupon = await createCoupon(t.url, { totalStock: 5 });
+    const ds = t.app.get(DataSource);
+    const create = ds.createQueryRunner.bind(ds);
+    let open = 0;
+    let most = 0;
+    const spy = jest.spyOn(ds, 'createQueryRunner').mockImplementation((...args) => {
+      const runner = create(...args);
+      most = Math.max(most, ++open);
+      const release = runner.release.bind(runner);
+      runner.release = () => {
+        open--;
+        return release();
+      };
+      return runner;
+    });
+    try {
+      const answers = await Promise.all(
+        Array.from({ length: 8 }, (_, i) => admin(i % 2 ? `/admin/coupons/${coupon.id}` : '/admin/coupons?limit=5')),
+      );
+      expect(answers.map((a) => a.status)).toEqual(Array(8).fill(200));
+      expect(spy.mock.calls.length).toBe(8);
+      expect(most).toBe(COUNTING_READS);
+    } finally {
+      spy.mockRestore();
+    }
+  });
 
   it('GET /admin/coupons lists newest first with stock and counts, paged by cursor', async () => {
     const a = await createCoupon(t.url, { name: 'first', totalStock: 5 });
