@@ -169,6 +169,18 @@ describe('error format and input limits', () => {
     },
   );
 
+  it('answers a method a path does not serve 404 NOT_FOUND, like a path that does not exist (no 405, no Allow)', async () => {
+    const admin = bearer(adminToken());
+    for (const res of [
+      await request(t.url).put('/coupons/1').send({}),
+      await request(t.url).delete('/admin/coupons/1').set(admin),
+      await request(t.url).post('/health').send({}),
+      await request(t.url).options('/me/coupons'),
+    ]) {
+      expect([res.status, res.body.code, res.headers.allow]).toEqual([404, 'NOT_FOUND', undefined]);
+    }
+  });
+
   it('opens its whole database pool at boot, before the first burst', async () => {
     const [{ n }] = (await t.db.query(`SELECT COUNT(*) AS n FROM information_schema.processlist WHERE db = ?`, [t.config.DB_NAME])) as {
       n: string;
