@@ -49,40 +49,60 @@ function answerUnderWay(socket: Socket): ServerResponse | null {
   return (socket as Socket & { _httpMessage?: ServerResponse | null })._httpMessage ?? null;
 }
 
-/** Runs `then` once every answer Node has queued on the socket has been written. */
-function afterAnswers(socket: Socket, then: () => void): void {
+/**
+ * Runs `then` once the answers Node has queued on the socket for whole requests have been written:
+ * a request whose body never came whole (the broken bytes were in it) is answered by `then`.
+ */
+function afterWholeAnswers(socket: Socket, then: () => void): void {
   const res = answerUnderWay(socket);
-  if (res === null) return then();
+  if (res === null || !res.req.complete) return then();
   // Node's own 'finish' listener, added first, has by now handed the socket to the next queued answer.
-  res.once('finish', () => afterAnswers(socket, then));
+  res.once('finish', () => afterWholeAnswers(socket, then));
 }
 
-const brokenAfterAnswers = new WeakSet<Socket>();
+const answeringFirst = new WeakSet<Socket>();
 
-/** Requests too broken to reach the router (garbled request line, oversized headers) still get the one error body. */
-function clientErrorHandler(err: Error & { code?: string }, socket: Socket, unread: UnreadBodies, log: Logger): void {
-  if (err.code === 'ECONNRESET' || socket.destroyed || brokenAfterAnswers.has(socket)) return;
+/**
+ * Requests too broken to reach the router (garbled request line, oversized headers) still get the
+ * one error body. `closeWithinMs`: the longest a connection is kept for answers still under way.
+ */
+function clientErrorHandler(
+  err: Error & { code?: string },
+  socket: Socket,
+  unread: UnreadBodies,
+  log: Logger,
+  closeWithinMs: number,
+): void {
+  if (err.code === 'ECONNRESET' || socket.destroyed || answeringFirst.has(socket)) return;
   const [status, code, message] =
     err.code === 'ERR_HTTP_REQUEST_TIMEOUT'
       ? [408, 'REQUEST_TIMEOUT', 'The request took too long to arrive']
       : err.code === 'HPE_HEADER_OVERFLOW'
         ? [431, 'HEADERS_TOO_LARGE', 'Request headers are too large']
         : [400, 'VALIDATION_FAILED', 'Malformed HTTP request'];
+  const refuse = () => {
+    // A request whose answer already went (its refused body still arriving) gets no second one.
+    if (socket.writable && !unread.isDraining(socket)) answerUnrouted(socket, log, randomUUID(), status, code, message);
+  };
   // Bytes that break the framing after a whole request (one stray byte past its Content-Length, in
   // the same packet) must not cost that request its answer: it may already have committed, and a
   // 400 in its place would say nothing changed. Its answer, and any pipelined behind it, go first.
   const inFlight = answerUnderWay(socket);
   if (inFlight !== null && inFlight.req.complete) {
-    brokenAfterAnswers.add(socket);
-    afterAnswers(socket, () => {
-      if (socket.writable) answerUnrouted(socket, log, randomUUID(), status, code, message);
+    answeringFirst.add(socket);
+    // Nothing more is read: bytes still arriving kept the connection alive for as long as the client
+    // went on sending them, an answer it never read included.
+    socket.pause();
+    const giveUp = setTimeout(() => socket.destroy(), closeWithinMs).unref();
+    afterWholeAnswers(socket, () => {
+      clearTimeout(giveUp);
+      refuse();
       // Not the socket's own destroySoon, which unread-body.ts may have made a half-close.
       Socket.prototype.destroySoon.call(socket);
     });
     return;
   }
-  // A request whose answer already went (its refused body still arriving) gets no second one.
-  if (socket.writable && !unread.isDraining(socket)) answerUnrouted(socket, log, randomUUID(), status, code, message);
+  refuse();
   socket.destroy(err);
 }
 
@@ -117,14 +137,16 @@ export async function createApp(
 ): Promise<NestFastifyApplication> {
   const pino = createPino(config);
   const unread = new UnreadBodies();
+  // Node's limit is server-wide, so it leaves room for the one route with a longer deadline (a bulk
+  // issuance upload); also how long a connection is kept for its answers after its framing broke.
+  const requestTimeoutMs = Math.max(config.REQUEST_TIMEOUT_MS, config.BULK_UPLOAD_TIMEOUT_MS) + 1000;
   const adapter = new FastifyAdapter({
     bodyLimit: BODY_LIMIT_BYTES,
     // The deadline (REQUEST_TIMEOUT_MS) from routing to answer, body upload included: the filter
     // answers 408 if the client was still sending, else 503. Node's own limits catch what never
     // reaches the router (headers trickling in) and sockets held past any answer.
     handlerTimeout: config.REQUEST_TIMEOUT_MS,
-    // Node's limit is server-wide, so it leaves room for the one route with a longer deadline (a bulk issuance upload).
-    requestTimeout: Math.max(config.REQUEST_TIMEOUT_MS, config.BULK_UPLOAD_TIMEOUT_MS) + 1000,
+    requestTimeout: requestTimeoutMs,
     connectionTimeout: 2 * config.REQUEST_TIMEOUT_MS,
     // Node checks requestTimeout and headersTimeout only every connectionsCheckingInterval (30 s by default).
     // Node answers an HTTP/1.1 request without Host with a bare 400 and no body; the onRequest
@@ -140,7 +162,7 @@ export async function createApp(
     // JSON bodies go through json-body.ts; these keep Fastify's own checks of them out of the way too.
     onProtoPoisoning: 'ignore',
     onConstructorPoisoning: 'ignore',
-    clientErrorHandler: (err: Error & { code?: string }, socket: Socket) => clientErrorHandler(err, socket, unread, pino),
+    clientErrorHandler: (err: Error & { code?: string }, socket: Socket) => clientErrorHandler(err, socket, unread, pino, requestTimeoutMs),
     // Fastify's own refusal of a request arriving while it closes (on a kept-alive connection, or
     // headers completed after the signal) has a body of its own, no X-Request-Id or Retry-After,
     // and a log line of its own: the onRequest hook below refuses it in the error format instead.

@@ -3,7 +3,7 @@ import { connect } from 'node:net';
 import request from 'supertest';
 import { AppError, ERROR_STATUS } from '../src/common/errors.js';
 import { loadConfig } from '../src/config/app-config.js';
-import { couponBody, createCoupon, grabRequest } from './support/factories.js';
+import { couponBody, createCoupon, grabRequest, newKey } from './support/factories.js';
 import { adminToken, bearer, startTestApp, TestApp, tokenFor } from './support/harness.js';
 
 describe('error format and input limits', () => {
@@ -142,8 +142,19 @@ describe('error format and input limits', () => {
   });
 
   it.each([
-    ['an admin stock change', 'POST', (id: string) => `/admin/coupons/${id}/stock`, adminToken, '{"delta":1}', 'x', 200],
-    ['a grab', 'POST', (id: string) => `/coupons/${id}/grab`, () => tokenFor('stray-byte-user'), '', 'GARBAGE\r\n\r\n', 201],
+    ['an admin stock change', 'POST', (id: string) => `/admin/coupons/${id}/stock`, adminToken, '{"delta":1}', () => 'x', 200],
+    ['a grab', 'POST', (id: string) => `/coupons/${id}/grab`, () => tokenFor('stray-byte-user'), '', () => 'GARBAGE\r\n\r\n', 201],
+    [
+      'an admin stock change, then a pipelined one whose chunked body breaks,',
+      'POST',
+      (id: string) => `/admin/coupons/${id}/stock`,
+      adminToken,
+      '{"delta":1}',
+      (id: string) =>
+        `POST /admin/coupons/${id}/stock HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${adminToken()}\r\n` +
+        `Content-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n`,
+      200,
+    ],
   ])(
     'answers %s followed in the same packet by bytes that break the framing, then refuses the bytes',
     async (_label, method, path, token, body, junk, status) => {
@@ -152,8 +163,8 @@ describe('error format and input limits', () => {
       const answer = await new Promise<string>((resolve, reject) => {
         const socket = connect(Number(new URL(t.url).port), '127.0.0.1', () =>
           socket.write(
-            `${method} ${path(coupon.id)} HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${token()}\r\nIdempotency-Key: stray-1\r\n` +
-              `Content-Type: application/json\r\nX-Request-Id: before-junk\r\nContent-Length: ${body.length}\r\n\r\n${body}${junk}`,
+            `${method} ${path(coupon.id)} HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${token()}\r\nIdempotency-Key: ${newKey()}\r\n` +
+              `Content-Type: application/json\r\nX-Request-Id: before-junk\r\nContent-Length: ${body.length}\r\n\r\n${body}${junk(coupon.id)}`,
           ),
         );
         let received = '';
@@ -161,7 +172,8 @@ describe('error format and input limits', () => {
         socket.on('close', () => resolve(received));
         socket.on('error', reject);
       });
-      // The request's change committed: its own answer says so, and only then does the stray part get its 400.
+      // The request's change committed: its own answer says so, and only then does the broken part get
+      // its 400 (not a 408 once its body never came whole).
       expect([...answer.matchAll(/HTTP\/1\.1 (\d{3}) /g)].map((m) => Number(m[1]))).toEqual([status, 400]);
       expect(answer).toMatch(/^x-request-id: before-junk\r$/im);
       const after = await request(t.url).get(`/admin/coupons/${coupon.id}`).set(bearer(adminToken()));
