@@ -112,7 +112,7 @@ export class CouponService {
   private readonly soldOut = new Map<string, number>();
   /**
    * Reads with counts under way at once; the rest wait here, holding no pool connection. Counting
-   * reads every user coupon's index entry, 1.3 s for a coupon of 8 million: 22 such reads at once
+   * reads every user coupon's index entry, 1.5 s for a coupon of 8 million: 22 such reads at once
    * (console tabs, a script) held the whole pool and grabs on other coupons waited seconds for a connection.
    */
   private readonly counting = pLimit(COUNTING_READS);

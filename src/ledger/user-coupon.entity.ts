@@ -74,7 +74,7 @@ export function effectiveStatus(uc: Pick<UserCoupon, 'status' | 'expiresAt' | 'l
  * current time: with the default `?` bind it twice; a named one (`:now`) once.
  */
 export const effectiveStatusSql = (alias: string, now = '?') =>
-  `(CASE WHEN ${alias}.status = 'LOCKED' AND ${alias}.locked_until > ${now} THEN 'LOCKED'
+  `(CASE WHEN ${alias}.status = 'LOCKED' AND (${alias}.locked_until IS NULL OR ${alias}.locked_until > ${now}) THEN 'LOCKED'
          WHEN ${alias}.status IN ('UNUSED', 'LOCKED') THEN IF(${alias}.expires_at <= ${now}, 'EXPIRED', 'UNUSED')
          ELSE ${alias}.status END)`;
 

@@ -156,8 +156,10 @@ export async function countFromStock(em: Queryable, couponId: string): Promise<n
  *
  * One statement, so one snapshot. Its first part counts by stored status from the index alone
  * (idx_coupon_status_stock): computing effectiveStatus on every row read each one by primary key,
- * over 10 s for a coupon of 8 million. The other parts move the few rows whose status readers see
- * otherwise: UNUSED past expiry the sweep has not reached (idx_status_expires), and LOCKED ones.
+ * over 10 s for a coupon of 8 million. The other parts move the rows whose status readers see
+ * otherwise: UNUSED past expiry the sweep has not reached (a range of the same index, however many
+ * a FIXED validity's end leaves), and LOCKED ones (as many as the coupon's holds). The stored
+ * statuses stand in the parts as literals: MariaDB's ONLY_FULL_GROUP_BY refuses a column out of GROUP BY.
  */
 export async function countByStatus(em: Queryable, couponIds: readonly string[], now = new Date()): Promise<Map<string, CouponCounts>> {
   const counts = new Map(
@@ -168,12 +170,12 @@ export async function countByStatus(em: Queryable, couponIds: readonly string[],
     `SELECT 0 AS part, uc.coupon_id AS couponId, uc.status AS stored, uc.status AS seen, COUNT(*) AS n, SUM(uc.from_stock) AS fromStock
        FROM user_coupon uc WHERE uc.coupon_id IN (?) GROUP BY 2, 3
      UNION ALL
-     SELECT 1, uc.coupon_id, uc.status, 'EXPIRED', COUNT(*), 0
-       FROM user_coupon uc WHERE uc.status = 'UNUSED' AND uc.expires_at <= ? AND uc.coupon_id IN (?) GROUP BY 2
+     SELECT 1, uc.coupon_id, 'UNUSED', 'EXPIRED', COUNT(*), 0
+       FROM user_coupon uc WHERE uc.coupon_id IN (?) AND uc.status = 'UNUSED' AND uc.expires_at <= ? GROUP BY 2
      UNION ALL
-     SELECT 1, uc.coupon_id, uc.status, ${effectiveStatusSql('uc')}, COUNT(*), 0
+     SELECT 1, uc.coupon_id, 'LOCKED', ${effectiveStatusSql('uc')}, COUNT(*), 0
        FROM user_coupon uc WHERE uc.coupon_id IN (?) AND uc.status = 'LOCKED' GROUP BY 2, 4`,
-    [couponIds, now, couponIds, now, now, couponIds],
+    [couponIds, couponIds, now, now, now, couponIds],
   )) as { part: number | string; couponId: string; stored: UserCouponStatus; seen: UserCouponStatus; n: string; fromStock: string }[];
   for (const r of rows) {
     const c = counts.get(String(r.couponId));
