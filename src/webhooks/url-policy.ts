@@ -25,13 +25,11 @@ const NEVER = new Map([
   ['broadcast', 'a broadcast address'],
 ]);
 
-/** IPv4-translated addresses (RFC 2765's SIIT), which ipaddr.js has no range for. */
-const TRANSLATED_V4 = ipaddr.parseCIDR('::ffff:0:0:0/96');
-
 /** The IPv4 address an IPv6 one carries and reaches (NAT64, SIIT, 6to4, IPv4-compatible), or null. */
 function embeddedIPv4(ip: ipaddr.IPv6): ipaddr.IPv4 | null {
   const b = ip.toByteArray();
-  const last4 = ip.range() === 'rfc6052' || ip.match(TRANSLATED_V4) || b.slice(0, 12).every((x) => x === 0);
+  // rfc6145: IPv4-translated (SIIT, ::ffff:0:0:0/96).
+  const last4 = ip.range() === 'rfc6052' || ip.range() === 'rfc6145' || b.slice(0, 12).every((x) => x === 0);
   const at = last4 ? 12 : ip.range() === '6to4' ? 2 : -1;
   return at < 0 ? null : new ipaddr.IPv4(b.slice(at, at + 4));
 }
