@@ -1017,7 +1017,13 @@ export interface components {
             endAt?: string;
             /** @description RELATIVE only (required there): days from issuance */
             days?: number;
-        };
+        } & ({
+            /** @constant */
+            type?: "FIXED";
+        } | {
+            /** @constant */
+            type?: "RELATIVE";
+        });
         DiscountDto: {
             /**
              * @description AMOUNT when left out
@@ -1031,7 +1037,13 @@ export interface components {
             percentOff?: number;
             /** @description PERCENT only: the most it takes off; null or left out: no cap */
             maxDiscountCents?: number | null;
-        };
+        } & ({
+            /** @constant */
+            type?: "AMOUNT";
+        } | {
+            /** @constant */
+            type: "PERCENT";
+        });
         CreateCouponDto: {
             /** @description 1-200 characters shown to shoppers: some visible text, no control characters, no bidi overrides */
             name: string;
