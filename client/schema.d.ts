@@ -1020,9 +1020,15 @@ export interface components {
         } & ({
             /** @constant */
             type?: "FIXED";
+            startAt: unknown;
+            endAt: unknown;
+            days?: never;
         } | {
             /** @constant */
             type?: "RELATIVE";
+            days: unknown;
+            startAt?: never;
+            endAt?: never;
         });
         DiscountDto: {
             /**
@@ -1040,9 +1046,14 @@ export interface components {
         } & ({
             /** @constant */
             type?: "AMOUNT";
+            amountCents: unknown;
+            percentOff?: never;
+            maxDiscountCents?: never;
         } | {
             /** @constant */
             type: "PERCENT";
+            percentOff: unknown;
+            amountCents?: never;
         });
         CreateCouponDto: {
             /** @description 1-200 characters shown to shoppers: some visible text, no control characters, no bidi overrides */

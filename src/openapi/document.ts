@@ -176,9 +176,12 @@ function acceptIntegerIds(doc: OpenAPIObject): void {
 
 /** A kind of a request object: its `type`, the fields it needs and those it refuses (400 when sent). */
 const kind = (type: string, required: string[], refused: string[]) => ({
-  properties: { type: { const: type } },
+  properties: {
+    type: { const: type },
+    ...Object.fromEntries(required.filter((field) => field !== 'type').map((field) => [field, true])),
+    ...Object.fromEntries(refused.map((field) => [field, false])),
+  },
   required,
-  not: { anyOf: refused.map((field) => ({ required: [field] })) },
 });
 
 /** The services' rules on which fields go with which `type` (coupon.service.ts), as JSON Schema says them. */
