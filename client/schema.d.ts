@@ -1048,7 +1048,7 @@ export interface components {
             type?: "AMOUNT";
             amountCents: unknown;
             percentOff?: never;
-            maxDiscountCents?: never;
+            maxDiscountCents?: null;
         } | {
             /** @constant */
             type: "PERCENT";

@@ -113,6 +113,7 @@ describe('the OpenAPI document', () => {
       ...[
         { thresholdCents: 0 },
         { thresholdCents: 0, amountCents: 100, percentOff: 10 },
+        { thresholdCents: 0, amountCents: 100, maxDiscountCents: 500 },
         { thresholdCents: 0, percentOff: 10 },
         { type: 'PERCENT', thresholdCents: 0, percentOff: 10, amountCents: 100 },
         { type: 'PERCENT', thresholdCents: 0 },
@@ -125,6 +126,7 @@ describe('the OpenAPI document', () => {
       { ...coupon, validity: { type: 'FIXED', startAt: '2030-01-01T00:00:00Z', endAt: '2030-02-01T00:00:00Z' } },
       { ...coupon, discount: { type: 'AMOUNT', thresholdCents: 0, amountCents: 100 } },
       { ...coupon, discount: { type: 'PERCENT', thresholdCents: 0, percentOff: 10, maxDiscountCents: null } },
+      { ...coupon, discount: { type: 'AMOUNT', thresholdCents: 0, amountCents: 100, maxDiscountCents: null } },
     ])
       expect([body, valid('POST /admin/coupons', body)]).toEqual([body, true]);
     expect(valid('PATCH /admin/webhooks/{webhookId}', { events: ['user_coupon.used'] })).toBe(true);

@@ -175,11 +175,12 @@ function acceptIntegerIds(doc: OpenAPIObject): void {
 }
 
 /** A kind of a request object: its `type`, the fields it needs and those it refuses (400 when sent). */
-const kind = (type: string, required: string[], refused: string[]) => ({
+const kind = (type: string, required: string[], refused: string[], others: Record<string, object> = {}) => ({
   properties: {
     type: { const: type },
     ...Object.fromEntries(required.filter((field) => field !== 'type').map((field) => [field, true])),
     ...Object.fromEntries(refused.map((field) => [field, false])),
+    ...others,
   },
   required,
 });
@@ -187,10 +188,14 @@ const kind = (type: string, required: string[], refused: string[]) => ({
 /** The services' rules on which fields go with which `type` (coupon.service.ts), as JSON Schema says them. */
 const REQUEST_VARIANTS: [new () => object, object[]][] = [
   [ValidityDto, [kind('FIXED', ['startAt', 'endAt'], ['days']), kind('RELATIVE', ['days'], ['startAt', 'endAt'])]],
-  // AMOUNT may leave out its type; PERCENT must name it.
+  // AMOUNT may leave out its type; PERCENT must name it. A null maxDiscountCents is no cap, as a
+  // coupon answers it, so AMOUNT takes that one too.
   [
     DiscountDto,
-    [kind('AMOUNT', ['amountCents'], ['percentOff', 'maxDiscountCents']), kind('PERCENT', ['type', 'percentOff'], ['amountCents'])],
+    [
+      kind('AMOUNT', ['amountCents'], ['percentOff'], { maxDiscountCents: { type: 'null' } }),
+      kind('PERCENT', ['type', 'percentOff'], ['amountCents']),
+    ],
   ],
 ];
 
