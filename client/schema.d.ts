@@ -1017,19 +1017,7 @@ export interface components {
             endAt?: string;
             /** @description RELATIVE only (required there): days from issuance */
             days?: number;
-        } & ({
-            /** @constant */
-            type?: "FIXED";
-            startAt: unknown;
-            endAt: unknown;
-            days?: never;
-        } | {
-            /** @constant */
-            type?: "RELATIVE";
-            days: unknown;
-            startAt?: never;
-            endAt?: never;
-        });
+        };
         DiscountDto: {
             /**
              * @description AMOUNT when left out
@@ -1043,18 +1031,7 @@ export interface components {
             percentOff?: number;
             /** @description PERCENT only: the most it takes off; null or left out: no cap */
             maxDiscountCents?: number | null;
-        } & ({
-            /** @constant */
-            type?: "AMOUNT";
-            amountCents: unknown;
-            percentOff?: never;
-            maxDiscountCents?: null;
-        } | {
-            /** @constant */
-            type: "PERCENT";
-            percentOff: unknown;
-            amountCents?: never;
-        });
+        };
         CreateCouponDto: {
             /** @description 1-200 characters shown to shoppers: some visible text, no control characters, no bidi overrides */
             name: string;

@@ -6,7 +6,7 @@ import { ROUTES, type RouteContract } from './routes.js';
 import { describeValidatedProperties } from './validated-properties.js';
 import { WEBHOOK_EVENT_SCHEMA, webhooksSection } from './webhooks.js';
 import { HEADERS, type HeaderName, IDEMPOTENCY_KEY_SCHEMA, type JsonSchema, ref, RESPONSE_SCHEMAS } from './schemas.js';
-import { DiscountDto, PatchCouponDto, ValidityDto } from '../coupon/coupon.dto.js';
+import { PatchCouponDto } from '../coupon/coupon.dto.js';
 import { UpdateWebhookDto } from '../webhooks/webhook.dto.js';
 
 export const API_VERSION = '0.1.0';
@@ -174,31 +174,6 @@ function acceptIntegerIds(doc: OpenAPIObject): void {
   }
 }
 
-/** A kind of a request object: its `type`, the fields it needs and those it refuses (400 when sent). */
-const kind = (type: string, required: string[], refused: string[], others: Record<string, object> = {}) => ({
-  properties: {
-    type: { const: type },
-    ...Object.fromEntries(required.filter((field) => field !== 'type').map((field) => [field, true])),
-    ...Object.fromEntries(refused.map((field) => [field, false])),
-    ...others,
-  },
-  required,
-});
-
-/** The services' rules on which fields go with which `type` (coupon.service.ts), as JSON Schema says them. */
-const REQUEST_VARIANTS: [new () => object, object[]][] = [
-  [ValidityDto, [kind('FIXED', ['startAt', 'endAt'], ['days']), kind('RELATIVE', ['days'], ['startAt', 'endAt'])]],
-  // AMOUNT may leave out its type; PERCENT must name it. A null maxDiscountCents is no cap, as a
-  // coupon answers it, so AMOUNT takes that one too.
-  [
-    DiscountDto,
-    [
-      kind('AMOUNT', ['amountCents'], ['percentOff'], { maxDiscountCents: { type: 'null' } }),
-      kind('PERCENT', ['type', 'percentOff'], ['amountCents']),
-    ],
-  ],
-];
-
 /**
  * The OpenAPI 3.1 document served at /docs-json and committed as docs/openapi.json: what
  * @nestjs/swagger reads from the controllers and DTOs, completed by the ROUTES table. Operations
@@ -232,7 +207,6 @@ export function buildOpenApiDocument(app: INestApplication): OpenAPIObject {
   }
   // A patch must change something: the services refuse {} (400 naming body).
   for (const dto of [PatchCouponDto, UpdateWebhookDto]) Object.assign(doc.components?.schemas?.[dto.name] ?? {}, { minProperties: 1 });
-  for (const [dto, kinds] of REQUEST_VARIANTS) Object.assign(doc.components?.schemas?.[dto.name] ?? {}, { oneOf: kinds });
   const tags = new Set<string>();
   for (const [path, item] of Object.entries(doc.paths)) {
     for (const method of METHODS) {
