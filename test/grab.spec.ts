@@ -227,7 +227,13 @@ describe.each(['grouped', 'per-request'])('grab (GRAB_STRATEGY=%s)', (strategy) 
     const coupon = await createCoupon(t.url, { totalStock: 3 });
     expect((await grab(coupon.id, 'r1')).status).toBe(201);
     const tooMuch = await request(t.url).post(`/admin/coupons/${coupon.id}/stock`).set(bearer(adminToken())).send({ delta: -3 });
-    expect([tooMuch.status, tooMuch.body.code]).toEqual([409, 'INSUFFICIENT_STOCK']);
+    // Named by what remains, as the operator's screen shows it (not the 3 ever created).
+    expect([tooMuch.status, tooMuch.body.code, tooMuch.body.message, tooMuch.body.details]).toEqual([
+      409,
+      'INSUFFICIENT_STOCK',
+      'Cannot remove 3 units: only 2 remain',
+      { delta: -3, remainingStock: 2 },
+    ]);
     expect(await stockOf(coupon.id)).toEqual({ init_stock: '3', stock: '2' });
     const ok = await request(t.url).post(`/admin/coupons/${coupon.id}/stock`).set(bearer(adminToken())).send({ delta: -2 });
     expect(ok.body).toMatchObject({ initStock: 1, remainingStock: 0 });

@@ -56,12 +56,16 @@ export class StockService {
     if (changed === 1) return;
     const row = await this.find(em, couponId);
     if (!row) throw new AppError('COUPON_NOT_FOUND', `Coupon ${couponId} has no stock row; reconciliation proposes to recreate it`);
-    if (row.initStock + delta < 0)
-      throw new AppError('INSUFFICIENT_STOCK', `Cannot remove ${-delta} units: only ${row.initStock} were ever created`, {
+    // What remains is what an operator sees and the usual reason; the total only after a hand edit.
+    if (row.stock + delta < 0)
+      throw new AppError('INSUFFICIENT_STOCK', `Cannot remove ${-delta} units: only ${row.stock} remain`, {
         delta,
-        initStock: row.initStock,
+        remainingStock: row.stock,
       });
-    throw new AppError('INSUFFICIENT_STOCK', `Cannot remove ${-delta} units: fewer remain`, { delta });
+    throw new AppError('INSUFFICIENT_STOCK', `Cannot remove ${-delta} units: only ${row.initStock} were ever created`, {
+      delta,
+      initStock: row.initStock,
+    });
   }
 
   /** Reconciliation's approved "recreate stock" for a coupon whose row is gone: sold out, balanced with what was issued. */
