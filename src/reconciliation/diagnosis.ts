@@ -228,6 +228,8 @@ export function diagnoseUserCoupon(f: UserCouponFacts): UserCouponFinding | Doub
 
   if (target === 'LOCKED' && f.activeHolds.length === 0) {
     target = 'UNUSED';
+    // "The status LOCKED stands" would be taken back by the next sentence: this one is the reason.
+    if (why.at(-1)?.key === 'STATUS_STANDS') why.pop();
     why.push(sentence('NO_HOLD_BACK_TO_UNUSED'));
   }
 
