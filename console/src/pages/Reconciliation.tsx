@@ -180,7 +180,17 @@ function Runs() {
         locale={{ emptyText: <Empty /> }}
         onRow={(r) => ({ onClick: () => navigate(`/reconciliation/${r.id}`), style: { cursor: 'pointer' } })}
         columns={[
-          { title: t('id'), dataIndex: 'id', width: 70, render: (id: string) => <Link to={`/reconciliation/${id}`}>{id}</Link> },
+          {
+            title: t('id'),
+            dataIndex: 'id',
+            width: 70,
+            render: (id: string) => (
+              // The row navigates too: without this a click went to the page twice, and Back seemed to do nothing.
+              <Link to={`/reconciliation/${id}`} onClick={(e) => e.stopPropagation()}>
+                {id}
+              </Link>
+            ),
+          },
           {
             title: t('status'),
             dataIndex: 'status',

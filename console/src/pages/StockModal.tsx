@@ -61,13 +61,17 @@ export function StockModal({ coupon, onClose, onDone }: { coupon: CouponView | n
       <Form.Item
         name="amount"
         label={t('amount')}
+        dependencies={['direction']}
         rules={[
           { required: true, message: t('required') },
-          {
+          ({ getFieldValue }) => ({
             validator: async (_, v: string | undefined) => {
               if (v && !isWholeUnits(v.trim())) throw new Error(t('wholeUnits'));
+              // Refused as typed, not after its confirmation; the server still decides on the stock as it is then.
+              if (v && coupon && getFieldValue('direction') === -1 && Number(v.trim()) > coupon.remainingStock)
+                throw new Error(t('moreThanRemain', { remaining: count(Math.max(coupon.remainingStock, 0)) }));
             },
-          },
+          }),
         ]}
       >
         <Input inputMode="numeric" autoComplete="off" data-testid="stock-amount" />

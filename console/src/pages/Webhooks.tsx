@@ -233,7 +233,9 @@ export function Webhooks() {
       {list.error && <Alert type="error" title={list.error.message} style={{ marginBottom: 16 }} />}
       <Table<Webhook>
         rowKey="id"
-        scroll={{ x: 900 }}
+        // Room for an address to be read whole: the fixed columns took all but 150 px of 900, and
+        // URLs broke every few characters.
+        scroll={{ x: 1200 }}
         size="middle"
         loading={list.loading && !list.data}
         dataSource={list.data}
@@ -244,6 +246,7 @@ export function Webhooks() {
           {
             title: 'URL',
             dataIndex: 'url',
+            width: 320,
             render: (url: string, w) => (
               <Space orientation="vertical" size={0}>
                 <Typography.Text copyable>{url}</Typography.Text>
@@ -268,7 +271,7 @@ export function Webhooks() {
           {
             title: t('enabled'),
             key: 'enabled',
-            width: 200,
+            width: 150,
             render: (_, w) => (
               <Space orientation="vertical" size={0}>
                 <Switch
