@@ -62,10 +62,13 @@ export class StockService {
         delta,
         remainingStock: row.stock,
       });
-    throw new AppError('INSUFFICIENT_STOCK', `Cannot remove ${-delta} units: only ${row.initStock} were ever created`, {
-      delta,
-      initStock: row.initStock,
-    });
+    if (row.initStock + delta < 0)
+      throw new AppError('INSUFFICIENT_STOCK', `Cannot remove ${-delta} units: only ${row.initStock} were ever created`, {
+        delta,
+        initStock: row.initStock,
+      });
+    // Read after the refusal: stock added in between can make it look enough now.
+    throw new AppError('INSUFFICIENT_STOCK', `Cannot remove ${-delta} units: fewer remained`, { delta });
   }
 
   /** Reconciliation's approved "recreate stock" for a coupon whose row is gone: sold out, balanced with what was issued. */
