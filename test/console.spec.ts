@@ -511,15 +511,20 @@ describe('admin console in a browser', () => {
     await page.getByTestId('action-reason').fill('Replacement after the fraud check');
     await settle();
     await page.getByTestId('action-submit').click();
-    await page.getByRole('cell', { name: 'REISSUE', exact: true }).waitFor();
+    await page.getByText(`replaces ${uc.id}`, { exact: true }).waitFor();
     const after = (await request(t.url).get('/admin/users/alice/coupons').set(bearer(adminToken()))).body.items as {
+      id: string;
       source: string;
       status: string;
+      replacesUserCouponId: string | null;
     }[];
-    expect(after.map((c) => [c.source, c.status])).toEqual([
-      ['REISSUE', 'UNUSED'],
-      ['GRAB', 'VOID'],
+    expect(after.map((c) => [c.source, c.status, c.replacesUserCouponId])).toEqual([
+      ['REISSUE', 'UNUSED', uc.id],
+      ['GRAB', 'VOID', null],
     ]);
+    // Replaced once, it cannot be replaced again (the API would answer ALREADY_REPLACED); the new one says what it replaces.
+    expect(await page.getByTestId(`reissue-${uc.id}`).isDisabled()).toBe(true);
+    expect(await page.getByTestId(`reissue-${uc.id}`).getAttribute('title')).toBe(`Replaced already, by user coupon ${after[0].id}`);
     await shot('06-user-coupons');
   });
 
@@ -1511,7 +1516,7 @@ describe('admin console in a browser', () => {
       await tab.setViewportSize({ width: 800, height: 900 });
       await tab.goto(`${t.url}/console/campaigns#token=${adminToken()}`);
       await tab.getByTestId(`campaign-${couponId}`).waitFor();
-      // The menu opens (its 0.2 s unfolding narrows the page) the moment the chart's canvas appears:
+      // The menu opens (its 0.2 s unfolding) the moment the chart's canvas appears:
       // the chart is still being created then, as it is whenever the page's layout moves under it
       // while it loads.
       await tab.evaluate(`new MutationObserver((_, observer) => {
@@ -1610,6 +1615,29 @@ describe('admin console in a browser', () => {
           expect(placed.newestBarPixels).toBeGreaterThan(0);
         }
       }
+      // A user's coupons: the first columns are seen, not lying under a pinned Actions column.
+      await tab.goto(`${t.url}/console/users?userId=phone-fan`);
+      const firstRow = tab.locator('.ant-table-tbody tr.ant-table-row').first();
+      await firstRow.waitFor();
+      const uncovered = await tab.evaluate<
+        boolean[]
+      >(`[...document.querySelector('.ant-table-tbody tr.ant-table-row').querySelectorAll('td')]
+        .slice(0, 3)
+        .map((td) => {
+          const r = td.getBoundingClientRect();
+          return td.contains(document.elementFromPoint(r.left + r.width / 2, r.top + r.height / 2));
+        })`);
+      expect(uncovered).toEqual([true, true, true]);
+      // The menu opens over the page, not beside it: the page stays the screen's width. Its mask closes it.
+      await tab.getByTestId('menu-toggle').click();
+      await tab.getByRole('menuitem', { name: 'Webhooks' }).waitFor();
+      await tab.waitForTimeout(400);
+      await tab.screenshot({ path: `${SHOTS}/16-phone-menu.png` });
+      expect(await tab.evaluate<number>('document.documentElement.scrollWidth')).toBeLessThanOrEqual(width);
+      const menu = await tab.locator('.ant-layout-sider').boundingBox();
+      expect(menu && menu.x >= 0 && menu.x + menu.width <= width).toBe(true);
+      await tab.getByTestId('menu-mask').click({ position: { x: width - 20, y: height / 2 } });
+      expect(await tab.getByTestId('menu-toggle').getAttribute('aria-expanded')).toBe('false');
       // A bulk job's drawer too: all of it on the screen, closed from its own button.
       await tab.goto(`${t.url}/console/bulk`);
       await tab.getByTestId(`job-${job.body.jobId}`).click();
@@ -1756,5 +1784,56 @@ describe('admin console in a browser', () => {
         expect([opener, close, await focusAfterDrawer(page.getByTestId(opener), opener, close)]).toEqual([opener, close, opener]);
       }
     }
+  });
+
+  it('shows what reconciliation wrote in words: yes and no, a dash for none, statuses by name, a repair step by step', async () => {
+    const coupon = await createCoupon(t.url, { name: 'Used by hand' });
+    const uc = await grabUserCoupon(t.url, coupon.id, 'words-user');
+    // Marked used by hand: no redemption, no state-log row. The run proposes putting it back to UNUSED.
+    await t.db.query(`UPDATE user_coupon SET status = 'USED', used_at = NOW(3) WHERE id = ?`, [uc.id]);
+    const started = await request(t.url).post('/admin/reconciliation/runs').set(bearer(adminToken()));
+    expect(started.status).toBe(202);
+    const run = async () => (await request(t.url).get(`/admin/reconciliation/runs/${started.body.runId}`).set(bearer(adminToken()))).body;
+    expect((await eventually(run, (r) => r.status !== 'RUNNING', 20_000)).status).toBe('COMPLETED');
+    const proposed = (
+      (await request(t.url).get(`/admin/compensations?runId=${started.body.runId}`).set(bearer(adminToken()))).body.items as {
+        id: string;
+        discrepancy: { userCouponId: string | null; details: { replayLegal: boolean; usedRedemptionIds: string[] } };
+      }[]
+    ).find((c) => c.discrepancy.userCouponId === uc.id);
+    expect(proposed?.discrepancy.details).toMatchObject({ replayLegal: true, usedRedemptionIds: [] });
+    const approved = await request(t.url)
+      .post(`/admin/compensations/${proposed?.id}/approve`)
+      .set(bearer(adminToken()))
+      .send({ reason: 'Nobody used it' });
+    expect(approved.status).toBe(200);
+    await page.goto(`${t.url}/console/compensations?status=DONE#token=${adminToken()}`);
+    await page.locator('.ant-table-row', { hasText: `UC #${uc.id}` }).click();
+    const expanded = page.locator('.ant-table-expanded-row', { hasText: 'What was done' });
+    await expanded.waitFor();
+    await shot('08b-compensation-in-words');
+    // A bordered description is a table: a label cell and a content cell per row.
+    const item = (name: string) =>
+      expanded
+        .locator('tr.ant-descriptions-row', { has: page.locator('th.ant-descriptions-item-label', { hasText: new RegExp(`^${name}$`) }) })
+        .first()
+        .locator('td.ant-descriptions-item-content')
+        .first();
+    expect(await item('Log replays legally').textContent()).toBe('Yes');
+    expect(await item('Redemptions that used it').textContent()).toBe('—');
+    expect(await item('Status').textContent()).toBe('Used');
+    expect(await item('Status to repair to').textContent()).toBe('Unused');
+    // The steps done, each its own lines rather than JSON.
+    expect(
+      await item('Steps')
+        .locator('.ant-descriptions-item-label', { hasText: /^Step$/ })
+        .count(),
+    ).toBeGreaterThan(0);
+    const leaves = await expanded
+      .locator('.ant-descriptions-item-content')
+      .evaluateAll((cells) => cells.filter((c) => !c.querySelector('.ant-descriptions')).map((c) => c.textContent ?? ''));
+    expect(leaves.filter((v) => ['true', 'false', 'null', '[]', '{}', ''].includes(v) || v.startsWith('[') || v.startsWith('{'))).toEqual(
+      [],
+    );
   });
 });

@@ -137,6 +137,9 @@ export function App() {
         collapsedWidth={0}
         width={220}
         theme="dark"
+        // Narrow, the open menu lies over the page rather than beside it: beside, it pushed a phone's
+        // page 220 pixels past the screen's edge.
+        style={narrow ? { position: 'fixed', top: 0, bottom: 0, left: 0, zIndex: 1001, overflowY: 'auto' } : undefined}
       >
         <div style={{ color: '#fff', fontSize: 18, fontWeight: 600, padding: '18px 24px' }}>{t('appTitle')}</div>
         <Menu
@@ -150,6 +153,13 @@ export function App() {
           }}
         />
       </Layout.Sider>
+      {narrow && menuOpen && (
+        <div
+          data-testid="menu-mask"
+          onClick={() => setMenuOpen(false)}
+          style={{ position: 'fixed', inset: 0, zIndex: 1000, background: 'rgba(0, 0, 0, 0.45)' }}
+        />
+      )}
       <Layout>
         <Layout.Header
           style={{

@@ -1,4 +1,5 @@
 import { useCallback, useEffect, useLayoutEffect, useMemo, useRef, useState } from 'react';
+import { Grid } from 'antd';
 import { ApiError, newIdempotencyKey } from './api';
 
 /**
@@ -171,4 +172,12 @@ export function useLazyIdempotencyKey(): { take(): string; renew(): void } {
     }),
     [],
   );
+}
+
+/**
+ * Where a table's actions column is pinned: at the table's right edge however far it scrolls, except
+ * on a phone (below antd's sm), where the pinned column hid all but a sliver of the others.
+ */
+export function useActionsPin(): 'right' | undefined {
+  return Grid.useBreakpoint().sm === false ? undefined : 'right';
 }

@@ -88,8 +88,8 @@ const en = {
   key_releaseTo: 'Release to',
   key_holdId: 'Hold',
   key_closeAs: 'Close as',
-  key_orderAmountCents: 'Order amount (cents)',
-  key_discountCents: 'Discount (cents)',
+  key_orderAmountCents: 'Order amount',
+  key_discountCents: 'Discount',
   key_redemptionIds: 'Redemptions',
   key_redemptionId: 'Redemption',
   key_expect: 'Expected state',
@@ -97,6 +97,14 @@ const en = {
   key_from: 'From',
   key_to: 'To',
   key_steps: 'Steps',
+  key_op: 'Step',
+  key_logIds: 'Log rows',
+  key_activeHoldIds: 'Active holds',
+  key_holds: 'Holds',
+  key_rows: 'Log rows to append',
+  key_txId: 'Transaction id',
+  yes: 'Yes',
+  no: 'No',
   notStarted: 'Not started',
   running: 'Running',
   ended: 'Ended',
@@ -175,6 +183,8 @@ const en = {
   voidLockedHint: 'Held by an order at checkout: it can be voided once the order releases it',
   reissue: 'Reissue',
   reissueUsableHint: 'Still usable: void it first, then reissue a replacement',
+  replacedAlreadyHint: 'Replaced already, by user coupon {id}',
+  replacesCoupon: 'replaces {id}',
   reason: 'Reason',
   reasonRequired: 'A reason is required',
   fromStock: 'Take it from stock',
@@ -412,8 +422,8 @@ const zhCN: Messages = {
   key_releaseTo: '释放为',
   key_holdId: '锁券记录',
   key_closeAs: '关闭为',
-  key_orderAmountCents: '订单金额（分）',
-  key_discountCents: '优惠金额（分）',
+  key_orderAmountCents: '订单金额',
+  key_discountCents: '优惠金额',
   key_redemptionIds: '核销记录',
   key_redemptionId: '核销记录',
   key_expect: '预期状态',
@@ -421,6 +431,14 @@ const zhCN: Messages = {
   key_from: '原状态',
   key_to: '新状态',
   key_steps: '步骤',
+  key_op: '步骤',
+  key_logIds: '日志行',
+  key_activeHoldIds: '有效的锁券记录',
+  key_holds: '锁券记录',
+  key_rows: '要追加的日志行',
+  key_txId: '事务号',
+  yes: '是',
+  no: '否',
   notStarted: '未开始',
   running: '进行中',
   ended: '已结束',
@@ -493,6 +511,8 @@ const zhCN: Messages = {
   voidLockedHint: '正被订单锁定（结算中）：订单释放后才能作废',
   reissue: '补发',
   reissueUsableHint: '这张券仍可使用：请先作废，再补发替换券',
+  replacedAlreadyHint: '已补发过，替换券为 {id}',
+  replacesCoupon: '替换 {id}',
   reason: '原因',
   reasonRequired: '必须填写原因',
   fromStock: '从库存扣减',
@@ -682,8 +702,23 @@ export function useI18n(): I18n {
   return i18n;
 }
 
+// A user coupon's statuses have the lower-case words the console says them with everywhere.
+const USER_COUPON_STATUS: Record<string, MessageKey> = {
+  UNUSED: 'unused',
+  LOCKED: 'locked',
+  USED: 'used',
+  EXPIRED: 'expired',
+  VOID: 'void',
+};
+
+/** A user coupon's status in words; one that is none of the lifecycle's (damaged data) as stored. */
+export function userCouponStatus(t: Translate, code: string): string {
+  return Object.hasOwn(USER_COUPON_STATUS, code) ? t(USER_COUPON_STATUS[code]) : code;
+}
+
 /** Names the API's codes carry (statuses, modes) when the dictionary has them, else the code itself. */
 export function label(t: Translate, code: string): string {
+  if (Object.hasOwn(USER_COUPON_STATUS, code)) return userCouponStatus(t, code);
   return code in en ? t(code as MessageKey) : code;
 }
 

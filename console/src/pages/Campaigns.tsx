@@ -4,7 +4,7 @@ import { LineChartOutlined, PauseCircleOutlined, PlayCircleOutlined, PlusOutline
 import { Link } from 'react-router-dom';
 import { client, ok, type Coupon, type Counts, type CouponView } from '../api';
 import { count, phase, shortTime } from '../format';
-import { usePagedList } from '../hooks';
+import { useActionsPin, usePagedList } from '../hooks';
 import { LoadMore } from '../LoadMore';
 import { NavButton } from '../NavButton';
 import { useI18n, type Translate } from '../i18n';
@@ -91,6 +91,7 @@ export function PauseButton({ coupon, onDone }: { coupon: Pick<CouponView, 'id' 
 
 export function Campaigns() {
   const { t } = useI18n();
+  const actionsPin = useActionsPin();
   const [creating, setCreating] = useState(false);
   const [stockOf, setStockOf] = useState<Coupon | null>(null);
   // A part of the name, or an id; none: every campaign.
@@ -162,7 +163,7 @@ export function Campaigns() {
             key: 'actions',
             width: 215,
             // In view however far a narrow window scrolls the table.
-            fixed: 'right',
+            fixed: actionsPin,
             render: (_, c) => (
               <Space size={4}>
                 <NavButton to={`/campaigns/${c.id}`} size="small" icon={<LineChartOutlined />}>

@@ -4,7 +4,7 @@ import { CheckOutlined, CloseOutlined } from '@ant-design/icons';
 import { Link } from 'react-router-dom';
 import { ApiError, client, ok, type Compensation } from '../api';
 import { showApiErrors } from '../apiForm';
-import { time } from '../format';
+import { count, time, yuan } from '../format';
 import { useDialog, type PagedList } from '../hooks';
 import { explanationText, keyLabel, label, useI18n, type Translate } from '../i18n';
 import { LoadMore } from '../LoadMore';
@@ -12,20 +12,47 @@ import { OutcomeAlert, useOutcome } from '../outcome';
 
 const STATUS_COLOR = { PENDING: 'gold', DONE: 'green', REJECTED: 'default' } as const;
 
+/** Keys whose values are the API's codes (statuses, operations), shown by their names. */
+const CODE_KEYS = new Set(['status', 'replayedStatus', 'targetStatus', 'releaseTo', 'closeAs', 'done', 'from', 'to', 'op']);
+const ISO_TIME = /^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d+)?Z$/;
+
+/** A value of that JSON in words, as the rest of the console shows it: times in the operator's zone, amounts in yuan. */
+function scalarText(t: Translate, key: string, v: string | number | boolean): string {
+  if (typeof v === 'boolean') return t(v ? 'yes' : 'no');
+  if (typeof v === 'number') return key.endsWith('Cents') ? `¥${yuan(v)}` : count(v);
+  if (ISO_TIME.test(v)) return time(v);
+  return CODE_KEYS.has(key) ? label(t, v) : v;
+}
+
+function Value({ name, value }: { name: string; value: unknown }) {
+  const { t } = useI18n();
+  // An empty list is "none" as much as null is: `[]` meant nothing to an operator.
+  if (value === null || value === undefined || (Array.isArray(value) && value.length === 0))
+    return <Typography.Text type="secondary">—</Typography.Text>;
+  if (Array.isArray(value)) {
+    if (value.every((v) => typeof v !== 'object' || v === null))
+      return <>{value.map((v) => (v === null ? '—' : scalarText(t, name, v as string | number | boolean))).join(', ')}</>;
+    return (
+      <Space orientation="vertical" style={{ width: '100%' }}>
+        {value.map((v, i) => (
+          <JsonView key={i} value={v} />
+        ))}
+      </Space>
+    );
+  }
+  if (typeof value === 'object') return <JsonView value={value} />;
+  return <>{scalarText(t, name, value as string | number | boolean)}</>;
+}
+
 /** JSON the reconciliation wrote (details, params, results) as readable key/value lines. */
 export function JsonView({ value }: { value: unknown }) {
   const { t } = useI18n();
-  if (value === null || value === undefined) return <Typography.Text type="secondary">—</Typography.Text>;
-  if (typeof value !== 'object') return <span>{String(value)}</span>;
+  if (typeof value !== 'object' || value === null || Array.isArray(value)) return <Value name="" value={value} />;
   return (
     <Descriptions size="small" column={1} bordered styles={{ label: { width: 150 } }}>
       {Object.entries(value as Record<string, unknown>).map(([k, v]) => (
         <Descriptions.Item key={k} label={keyLabel(t, k)}>
-          {typeof v === 'object' && v !== null ? (
-            <pre style={{ margin: 0, fontSize: 12, whiteSpace: 'pre-wrap' }}>{JSON.stringify(v, null, 1)}</pre>
-          ) : (
-            String(v)
-          )}
+          <Value name={k} value={v} />
         </Descriptions.Item>
       ))}
     </Descriptions>

@@ -5,8 +5,8 @@ import { Link, useSearchParams } from 'react-router-dom';
 import { client, ok, type UserCoupon, type UserCouponStatus } from '../api';
 import { showApiErrors } from '../apiForm';
 import { time } from '../format';
-import { useDialog, useIdempotencyKey, usePagedList, usePoll } from '../hooks';
-import { useI18n, type Translate } from '../i18n';
+import { useActionsPin, useDialog, useIdempotencyKey, usePagedList, usePoll } from '../hooks';
+import { useI18n, userCouponStatus, type Translate } from '../i18n';
 import { LoadMore } from '../LoadMore';
 import { OutcomeAlert, useOutcome } from '../outcome';
 
@@ -18,10 +18,9 @@ const STATUS_COLOR: Record<UserCouponStatus | 'LOCKED', string> = {
   EXPIRED: 'default',
   VOID: 'red',
 };
-const STATUS_KEY = { UNUSED: 'unused', LOCKED: 'locked', USED: 'used', EXPIRED: 'expired', VOID: 'void' } as const;
 
 export function StatusTag({ status, t }: { status: UserCouponStatus; t: Translate }) {
-  return <Tag color={STATUS_COLOR[status]}>{STATUS_KEY[status] ? t(STATUS_KEY[status]) : status}</Tag>;
+  return <Tag color={STATUS_COLOR[status]}>{userCouponStatus(t, status)}</Tag>;
 }
 
 function HistoryDrawer({ userCouponId, onClose }: { userCouponId: string | null; onClose(): void }) {
@@ -194,6 +193,7 @@ function ActionModal({
 
 export function UserCoupons() {
   const { t } = useI18n();
+  const actionsPin = useActionsPin();
   const [params, setParams] = useSearchParams();
   const userId = params.get('userId') ?? '';
   const historyOf = params.get('history');
@@ -204,6 +204,10 @@ export function UserCoupons() {
         ? ok(client.GET('/admin/user-coupons', { params: { query: { userId, limit: 100, cursor } } }))
         : { items: [], nextCursor: null },
     [userId],
+  );
+  // The list runs newest first, so a replacement is always read before the coupon it replaces.
+  const replacedBy = new Map(
+    (list.items ?? []).filter((uc) => uc.replacesUserCouponId !== null).map((uc) => [uc.replacesUserCouponId, uc.id]),
   );
   const setParam = (k: string, v: string | null) => {
     const next = new URLSearchParams(params);
@@ -243,7 +247,8 @@ export function UserCoupons() {
       ) : (
         <Table<UserCoupon>
           rowKey="id"
-          scroll={{ x: 1100 }}
+          // The widths' sum: a time keeps its two lines (date and time, then zone) rather than three.
+          scroll={{ x: 1130 }}
           size="middle"
           loading={list.loading}
           dataSource={list.items}
@@ -259,16 +264,31 @@ export function UserCoupons() {
               render: (id: string) => <Link to={`/campaigns/${id}`}>#{id}</Link>,
             },
             { title: t('status'), dataIndex: 'status', width: 100, render: (s: UserCouponStatus) => <StatusTag status={s} t={t} /> },
-            { title: t('source'), dataIndex: 'source', width: 120 },
-            { title: t('issuedAt'), dataIndex: 'issuedAt', render: time },
-            { title: t('expiresAt'), dataIndex: 'expiresAt', render: time },
-            { title: t('usedAt'), dataIndex: 'usedAt', render: time },
+            {
+              title: t('source'),
+              dataIndex: 'source',
+              width: 150,
+              render: (source: string, uc) =>
+                uc.replacesUserCouponId === null ? (
+                  source
+                ) : (
+                  <Space orientation="vertical" size={0}>
+                    {source}
+                    <Typography.Text type="secondary" style={{ fontSize: 12 }}>
+                      {t('replacesCoupon', { id: uc.replacesUserCouponId })}
+                    </Typography.Text>
+                  </Space>
+                ),
+            },
+            { title: t('issuedAt'), dataIndex: 'issuedAt', width: 150, render: time },
+            { title: t('expiresAt'), dataIndex: 'expiresAt', width: 150, render: time },
+            { title: t('usedAt'), dataIndex: 'usedAt', width: 150, render: time },
             {
               title: t('actions'),
               key: 'actions',
               width: 260,
               // In view however far the table scrolls: at 1280 pixels Void was cut off at the card's edge.
-              fixed: 'right',
+              fixed: actionsPin,
               render: (_, uc) => (
                 <Space size={4}>
                   <Button
@@ -294,8 +314,14 @@ export function UserCoupons() {
                   {/* A replacement is for a coupon the user can no longer use: one for a usable coupon would give two. */}
                   <Button
                     size="small"
-                    disabled={uc.status === 'UNUSED' || uc.status === 'LOCKED'}
-                    title={uc.status === 'UNUSED' || uc.status === 'LOCKED' ? t('reissueUsableHint') : undefined}
+                    disabled={uc.status === 'UNUSED' || uc.status === 'LOCKED' || replacedBy.has(uc.id)}
+                    title={
+                      uc.status === 'UNUSED' || uc.status === 'LOCKED'
+                        ? t('reissueUsableHint')
+                        : replacedBy.has(uc.id)
+                          ? t('replacedAlreadyHint', { id: replacedBy.get(uc.id) as string })
+                          : undefined
+                    }
                     onClick={() => action.show({ kind: 'reissue', coupon: uc })}
                     data-testid={`reissue-${uc.id}`}
                   >
