@@ -12,6 +12,7 @@ import { AppModule } from './app.module.js';
 import { AppConfig } from './config/app-config.js';
 import { AppError } from './common/errors.js';
 import { HttpExceptionFilter, sendError } from './common/http-exception.filter.js';
+import { continueWhenBodyRead } from './common/expect-continue.js';
 import { type AheadRoute, answerAheadOfFastify } from './common/ahead-of-fastify.js';
 import { UnreadBodies } from './common/unread-body.js';
 import { BODY_LIMIT_BYTES, strictJsonBodies } from './common/json-body.js';
@@ -214,6 +215,7 @@ export async function createApp(
   // Node answers an Expect other than 100-continue with a bare 417 unless this is listened for. A
   // server may also ignore the expectation (RFC 9110, 10.1.1): the request is served as without it.
   fastify.server.on('checkExpectation', (req: IncomingMessage, res: ServerResponse) => fastify.server.emit('request', req, res));
+  continueWhenBodyRead(fastify.server);
   // Callback hooks: an async hook costs every request two more promises.
   fastify.addHook('onRequest', (req, reply, done) => {
     // Connection: close comes with every answer once the server is closing (unread.settle).

@@ -4,6 +4,7 @@ import { connect, type Socket } from 'node:net';
 import { gzipSync } from 'node:zlib';
 import request from 'supertest';
 import { healthOnAgent, sendOnAgent } from './support/early-answer.js';
+import { BODY_LIMIT_BYTES } from '../src/common/json-body.js';
 import { rawExchange } from './support/net.js';
 import { couponBody, createCoupon, newKey } from './support/factories.js';
 import { adminToken, bearer, serviceToken, startTestApp, TEST_SECRET, TestApp, testConfig, tokenFor } from './support/harness.js';
@@ -699,6 +700,65 @@ describe('hardening', () => {
       expect(raw.split('\r\n')[0]).toBe('HTTP/1.1 400 Bad Request');
       expect(raw).toMatch(/\r\nx-request-id: probe-expect\r\n/i);
       expect((JSON.parse(raw.slice(raw.indexOf('\r\n\r\n') + 4)) as { code: string }).code).toBe('VALIDATION_FAILED');
+    });
+
+    /** Sends `head`, and `body` only once the server says 100 Continue, as a client that expects does; reads until the server closes or 2 s pass. */
+    const expectingContinue = (head: string, body: string) =>
+      new Promise<{ answer: string; bodySent: boolean; closedByServer: boolean }>((resolve, reject) => {
+        const socket = connect(Number(new URL(t.url).port), '127.0.0.1', () => socket.write(head));
+        let answer = '';
+        let bodySent = false;
+        const finish = (closedByServer: boolean) => {
+          clearTimeout(timer);
+          socket.destroy();
+          resolve({ answer, bodySent, closedByServer });
+        };
+        const timer = setTimeout(() => finish(false), 2000);
+        socket.on('data', (c: Buffer) => {
+          answer += c.toString();
+          if (!bodySent && answer.startsWith('HTTP/1.1 100 Continue\r\n\r\n')) {
+            bodySent = true;
+            socket.write(body);
+          }
+        });
+        socket.on('close', () => finish(true));
+        socket.on('error', reject);
+      });
+
+    it('Expect: 100-continue: a request refused on its headers is answered without asking for the body, and the connection closes', async () => {
+      const refusals: [string, string, string][] = [
+        // Too large by its length.
+        [
+          `POST /admin/coupons HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${adminToken()}\r\nContent-Type: application/json\r\nContent-Length: ${BODY_LIMIT_BYTES + 1}\r\nExpect: 100-continue\r\n\r\n`,
+          'HTTP/1.1 413 Payload Too Large',
+          'PAYLOAD_TOO_LARGE',
+        ],
+        // A bulk upload without a token: its megabytes are not sent to be told 401.
+        [
+          `POST /admin/coupons/1/issuances HTTP/1.1\r\nHost: x\r\nContent-Type: text/csv\r\nContent-Length: 5000000\r\nExpect: 100-continue\r\n\r\n`,
+          'HTTP/1.1 401 Unauthorized',
+          'UNAUTHENTICATED',
+        ],
+      ];
+      for (const [head, status, code] of refusals) {
+        const { answer, bodySent, closedByServer } = await expectingContinue(head, 'x'.repeat(BODY_LIMIT_BYTES + 1));
+        expect([answer.split('\r\n')[0], bodySent, closedByServer]).toEqual([status, false, true]);
+        expect(answer).toMatch(/\r\nconnection: close\r\n/i);
+        expect((JSON.parse(answer.slice(answer.indexOf('\r\n\r\n') + 4)) as { code: string }).code).toBe(code);
+      }
+      expect((await request(t.url).get('/health')).status).toBe(200);
+    });
+
+    it('Expect: 100-continue: a body the route reads is asked for with 100 Continue, then answered on the same connection', async () => {
+      const { answer, bodySent } = await expectingContinue(
+        `POST /redemptions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${serviceToken()}\r\nContent-Type: application/json\r\nContent-Length: 2\r\nExpect: 100-continue\r\n\r\n`,
+        '{}',
+      );
+      expect(bodySent).toBe(true);
+      const final = answer.slice('HTTP/1.1 100 Continue\r\n\r\n'.length);
+      expect(final.split('\r\n')[0]).toBe('HTTP/1.1 400 Bad Request');
+      expect(final).toMatch(/\r\nconnection: keep-alive\r\n/i);
+      expect((JSON.parse(final.slice(final.indexOf('\r\n\r\n') + 4)) as { code: string }).code).toBe('VALIDATION_FAILED');
     });
   });
 

@@ -1,6 +1,7 @@
 import type { IncomingMessage } from 'node:http';
 import { Socket } from 'node:net';
 import type { FastifyReply, FastifyRequest } from 'fastify';
+import { awaitsContinue } from './expect-continue.js';
 import { announcesBody } from './validation.js';
 
 /** The most of a refused body read and dropped: the largest body any route takes (a bulk upload's CSV). */
@@ -53,7 +54,14 @@ export class UnreadBodies {
     };
     socket.once('close', onClose);
     const reading = body.listenerCount('data') + body.listenerCount('readable') > 0;
-    if (this.closing || body.destroyed || reading || reply.statusCode === 408 || Number(req.headers['content-length']) > DRAIN_MAX_BYTES) {
+    if (
+      this.closing ||
+      body.destroyed ||
+      reading ||
+      awaitsContinue(body) ||
+      reply.statusCode === 408 ||
+      Number(req.headers['content-length']) > DRAIN_MAX_BYTES
+    ) {
       void reply.header('connection', 'close');
       return;
     }

@@ -1,0 +1,36 @@
+import type { IncomingMessage, Server, ServerResponse } from 'node:http';
+
+const awaiting = new WeakSet<IncomingMessage>();
+
+/**
+ * `100 Continue` only once the body is read. Node writes it as soon as the headers arrive, so a
+ * request refused on its headers alone (413 on its length, 415, 401 for a bulk upload without a
+ * token) had the client send its whole body for nothing. Answered without it, the connection
+ * closes (Node's rule: the client may have sent the body or not, RFC 9110 10.1.1), so no body is
+ * left to drain.
+ */
+export function continueWhenBodyRead(server: Server): void {
+  server.on('checkContinue', (req: IncomingMessage, res: ServerResponse) => {
+    // No body to hold back (a GET, a length of 0): at once, as Node would, so the connection is kept.
+    if (req.headers['transfer-encoding'] === undefined && !(Number(req.headers['content-length']) > 0)) res.writeContinue();
+    else continueOnFirstRead(req, res);
+    server.emit('request', req, res);
+  });
+}
+
+function continueOnFirstRead(req: IncomingMessage, res: ServerResponse): void {
+  awaiting.add(req);
+  const read = req._read;
+  req._read = function (size: number) {
+    req._read = read;
+    awaiting.delete(req);
+    // Read to drop the rest after an answer (UnreadBodies): a 100 then would follow the final status.
+    if (!res.headersSent) res.writeContinue();
+    read.call(this, size);
+  };
+}
+
+/** The client holds the body back until told to continue, and has not been told. */
+export function awaitsContinue(req: IncomingMessage): boolean {
+  return awaiting.has(req);
+}
