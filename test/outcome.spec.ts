@@ -1,5 +1,7 @@
 import request from 'supertest';
 import { DataSource, QueryRunner } from 'typeorm';
+import { setTimeout as sleep } from 'node:timers/promises';
+import { runWithDeadline } from '../src/database/deadline-pool.js';
 import { inSnapshot, TransactionService } from '../src/database/transaction.service.js';
 import { createCoupon, newKey } from './support/factories.js';
 import { bearer, startTestApp, TestApp, tokenFor } from './support/harness.js';
@@ -61,6 +63,43 @@ describe('a lost COMMIT with the database unreachable', () => {
     }
     expect(lookup.status).toBe(404);
     expect((await grab()).status).toBe(201);
+  });
+});
+
+describe('a COMMIT answered after the last moment its request left it', () => {
+  let proxy: TcpProxy;
+  let t: TestApp;
+  let armed = false;
+  const onCommit = (): CommitFate => {
+    if (!armed) return 'pass';
+    armed = false;
+    return 'slow-answer';
+  };
+
+  beforeAll(async () => {
+    proxy = await startTcpProxy(real, { onCommit, slowAnswerMs: 400 });
+    t = await startTestApp({ DB_HOST: '127.0.0.1', DB_PORT: String(proxy.port) });
+  });
+  afterAll(async () => {
+    await t.close();
+    await proxy.close();
+  });
+
+  it('is found committed in the margin left for the answer, not answered OUTCOME_UNKNOWN', async () => {
+    const { id } = await createCoupon(t.url, { name: 'before' });
+    // The request's database time ends 250 ms before its deadline; the COMMIT is sent with 100 ms of
+    // it left, and its answer (the server has committed) comes 400 ms later.
+    const deadline = { at: Date.now() + 1500, answered: false };
+    armed = true;
+    const outcome = await runWithDeadline(deadline, () =>
+      t.app.get(TransactionService).inTransaction(async (em) => {
+        await em.query('UPDATE coupon SET name = ? WHERE id = ?', ['after', id]);
+        await sleep(deadline.at - 250 - 100 - Date.now());
+        return 'returned';
+      }),
+    ).catch((err: { code?: string }) => err.code);
+    expect([outcome, proxy.commits['slow-answer']]).toEqual(['returned', 1]);
+    expect(((await t.db.query('SELECT name FROM coupon WHERE id = ?', [id])) as { name: string }[])[0].name).toBe('after');
   });
 });
 

@@ -1,15 +1,18 @@
 import { connect, createServer, Socket } from 'node:net';
 
 /** What to do with a client's COMMIT (a COM_QUERY packet whose text is exactly COMMIT). */
-export type CommitFate = 'pass' | 'lose-answer' | 'drop';
+export type CommitFate = 'pass' | 'lose-answer' | 'drop' | 'slow-answer';
 
 export interface TcpProxyOptions {
   /**
    * Decides each COMMIT. `lose-answer`: forward it, then cut the connection before the server's
    * answer reaches the client (the server has it and commits). `drop`: cut the connection without
    * forwarding it (the server rolls back). Either way the client sees a lost connection at COMMIT.
+   * `slow-answer`: forward it, and hold the server's answer back for `slowAnswerMs` (the server has
+   * committed; a client whose statement timeout is shorter gives up waiting).
    */
   onCommit?: () => CommitFate;
+  slowAnswerMs?: number;
   /** Listen on this port (to bring a "host" back where it was); a free one by default. */
   port?: number;
   /** Connections after this many are cut as soon as they are accepted (a host lost at a chosen point of a start). */
@@ -37,7 +40,7 @@ const COMMIT = Buffer.from('COMMIT');
  */
 export function startTcpProxy(target: { host: string; port: number }, opts: TcpProxyOptions = {}): Promise<TcpProxy> {
   const sockets = new Set<Socket>();
-  const commits: Record<CommitFate, number> = { pass: 0, 'lose-answer': 0, drop: 0 };
+  const commits: Record<CommitFate, number> = { pass: 0, 'lose-answer': 0, drop: 0, 'slow-answer': 0 };
   let accepted = 0;
   const state = { refusing: false };
   const server = createServer((client) => {
@@ -56,8 +59,10 @@ export function startTcpProxy(target: { host: string; port: number }, opts: TcpP
     client.on('close', cut);
     upstream.on('close', cut);
     let answerLost = false;
+    let heldUntil = 0;
     upstream.on('data', (chunk: Buffer) => {
       if (answerLost) cut();
+      else if (Date.now() < heldUntil) setTimeout(() => client.write(chunk), heldUntil - Date.now());
       else client.write(chunk);
     });
     let pending: Buffer = Buffer.alloc(0);
@@ -74,6 +79,7 @@ export function startTcpProxy(target: { host: string; port: number }, opts: TcpP
         if (fate === 'drop') return cut();
         upstream.write(packet);
         if (fate === 'lose-answer') answerLost = true;
+        if (fate === 'slow-answer') heldUntil = Date.now() + (opts.slowAnswerMs ?? 1000);
       }
     });
   });
