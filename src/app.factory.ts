@@ -13,6 +13,7 @@ import { AppConfig } from './config/app-config.js';
 import { AppError } from './common/errors.js';
 import { HttpExceptionFilter, sendError } from './common/http-exception.filter.js';
 import { continueWhenBodyRead } from './common/expect-continue.js';
+import { isMalformedQuery, parseQueryString } from './common/query-string.js';
 import { type AheadRoute, answerAheadOfFastify } from './common/ahead-of-fastify.js';
 import { UnreadBodies } from './common/unread-body.js';
 import { BODY_LIMIT_BYTES, strictJsonBodies } from './common/json-body.js';
@@ -159,7 +160,7 @@ export async function createApp(
     // Fastify would take any x-request-id verbatim (8 KB, markup) into every answer and log line.
     requestIdHeader: false,
     genReqId: requestIdOf,
-    routerOptions: { maxParamLength: 512 },
+    routerOptions: { maxParamLength: 512, querystringParser: parseQueryString },
     // JSON bodies go through json-body.ts; these keep Fastify's own checks of them out of the way too.
     onProtoPoisoning: 'ignore',
     onConstructorPoisoning: 'ignore',
@@ -223,6 +224,13 @@ export async function createApp(
       done(new AppError('SERVICE_UNAVAILABLE', 'This instance is shutting down; retry shortly', undefined, { 'Retry-After': '1' }));
     } else if (req.raw.httpVersion === '1.1' && req.headers.host === undefined) {
       done(validationFailed({ host: ['an HTTP/1.1 request needs a Host header'] }));
+    } else if (isMalformedQuery(req.query)) {
+      done(
+        validationFailed(
+          { query: ['has a %-escape that is not UTF-8 text or not two hex digits'] },
+          'The query string is not valid percent-encoding',
+        ),
+      );
     } else {
       done();
     }

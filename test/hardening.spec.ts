@@ -232,6 +232,31 @@ describe('hardening', () => {
       expect([res.status, Object.keys(res.body.details?.fields ?? {})]).toEqual([400, ['limit']]);
     });
 
+    it('a query whose %-escapes are broken or not UTF-8 is 400 naming the query, not taken as literal text', async () => {
+      const coupon = await createCoupon(t.url);
+      const refused = [
+        request(t.url).get('/admin/coupons?q=%C3').set(bearer(adminToken())),
+        request(t.url).get('/coupons?limit=%G1'),
+        request(t.url)
+          .get('/me/coupons?limit=1%')
+          .set(bearer(tokenFor('parse-1'))),
+        request(t.url)
+          .post(`/admin/coupons/${coupon.id}/issuances?reason=%FF&fromStock=false`)
+          .set(bearer(adminToken()))
+          .set('Idempotency-Key', newKey('pct'))
+          .set('Content-Type', 'text/csv')
+          .send('pct-1\n'),
+      ];
+      for (const res of await Promise.all(refused))
+        expect([res.status, res.body.code, Object.keys(res.body.details?.fields ?? {})]).toEqual([400, 'VALIDATION_FAILED', ['query']]);
+      const [job] = (await t.db.query('SELECT id FROM issuance_job WHERE coupon_id = ?', [coupon.id])) as unknown[];
+      expect(job).toBeUndefined();
+      // Escapes that are UTF-8 text still work: a search for "%" and for "券".
+      const percent = await request(t.url).get('/admin/coupons?q=%25').set(bearer(adminToken()));
+      const han = await request(t.url).get('/admin/coupons?q=%E5%88%B8').set(bearer(adminToken()));
+      expect([percent.status, han.status]).toEqual([200, 200]);
+    });
+
     it('plain decimal limits still work, on user and admin lists', async () => {
       expect(
         (
@@ -702,12 +727,18 @@ describe('hardening', () => {
       expect((JSON.parse(raw.slice(raw.indexOf('\r\n\r\n') + 4)) as { code: string }).code).toBe('VALIDATION_FAILED');
     });
 
-    /** Sends `head`, and `body` only once the server says 100 Continue, as a client that expects does; reads until the server closes or 2 s pass. */
-    const expectingContinue = (head: string, body: string) =>
+    /**
+     * Sends `head`, and `body` once the server says 100 Continue, as a client that expects does (or at
+     * once, as one that does not wait); reads until the server closes or 2 s pass.
+     */
+    const expectingContinue = (head: string, body: string | Buffer, waits = true) =>
       new Promise<{ answer: string; bodySent: boolean; closedByServer: boolean }>((resolve, reject) => {
-        const socket = connect(Number(new URL(t.url).port), '127.0.0.1', () => socket.write(head));
+        const socket = connect(Number(new URL(t.url).port), '127.0.0.1', () => {
+          socket.write(head);
+          if (!waits) socket.write(body);
+        });
         let answer = '';
-        let bodySent = false;
+        let bodySent = !waits;
         const finish = (closedByServer: boolean) => {
           clearTimeout(timer);
           socket.destroy();
@@ -724,16 +755,15 @@ describe('hardening', () => {
         socket.on('close', () => finish(true));
         socket.on('error', reject);
       });
+    const codeOf = (answer: string) =>
+      (JSON.parse(answer.slice(answer.indexOf('\r\n\r\n', answer.lastIndexOf('HTTP/1.1')) + 4)) as { code: string }).code;
+    const tooLarge = `POST /admin/coupons HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${adminToken()}\r\nContent-Type: application/json\r\nContent-Length: ${4 * 1024 * 1024}\r\nExpect: 100-continue\r\n\r\n`;
 
     it('Expect: 100-continue: a request refused on its headers is answered without asking for the body, and the connection closes', async () => {
       const refusals: [string, string, string][] = [
         // Too large by its length.
-        [
-          `POST /admin/coupons HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${adminToken()}\r\nContent-Type: application/json\r\nContent-Length: ${BODY_LIMIT_BYTES + 1}\r\nExpect: 100-continue\r\n\r\n`,
-          'HTTP/1.1 413 Payload Too Large',
-          'PAYLOAD_TOO_LARGE',
-        ],
-        // A bulk upload without a token: its megabytes are not sent to be told 401.
+        [tooLarge, 'HTTP/1.1 413 Payload Too Large', 'PAYLOAD_TOO_LARGE'],
+        // A bulk upload (CSV) without a token: its megabytes are not sent to be told 401.
         [
           `POST /admin/coupons/1/issuances HTTP/1.1\r\nHost: x\r\nContent-Type: text/csv\r\nContent-Length: 5000000\r\nExpect: 100-continue\r\n\r\n`,
           'HTTP/1.1 401 Unauthorized',
@@ -744,9 +774,17 @@ describe('hardening', () => {
         const { answer, bodySent, closedByServer } = await expectingContinue(head, 'x'.repeat(BODY_LIMIT_BYTES + 1));
         expect([answer.split('\r\n')[0], bodySent, closedByServer]).toEqual([status, false, true]);
         expect(answer).toMatch(/\r\nconnection: close\r\n/i);
-        expect((JSON.parse(answer.slice(answer.indexOf('\r\n\r\n') + 4)) as { code: string }).code).toBe(code);
+        expect(codeOf(answer)).toBe(code);
       }
       expect((await request(t.url).get('/health')).status).toBe(200);
+    });
+
+    it('Expect: 100-continue: a client that sends its body without waiting still reads its 413, not a reset', async () => {
+      // The rest of the body is read and dropped while the connection closes, as without Expect.
+      for (let i = 0; i < 3; i++) {
+        const { answer } = await expectingContinue(tooLarge, Buffer.alloc(4 * 1024 * 1024, 'x'), false);
+        expect([answer.split('\r\n')[0], codeOf(answer)]).toEqual(['HTTP/1.1 413 Payload Too Large', 'PAYLOAD_TOO_LARGE']);
+      }
     });
 
     it('Expect: 100-continue: a body the route reads is asked for with 100 Continue, then answered on the same connection', async () => {
@@ -758,7 +796,20 @@ describe('hardening', () => {
       const final = answer.slice('HTTP/1.1 100 Continue\r\n\r\n'.length);
       expect(final.split('\r\n')[0]).toBe('HTTP/1.1 400 Bad Request');
       expect(final).toMatch(/\r\nconnection: keep-alive\r\n/i);
-      expect((JSON.parse(final.slice(final.indexOf('\r\n\r\n') + 4)) as { code: string }).code).toBe('VALIDATION_FAILED');
+      expect(codeOf(final)).toBe('VALIDATION_FAILED');
+    });
+
+    it('Expect: 100-continue: a CSV sent whole with its head, read after the database work, is taken and its connection kept', async () => {
+      const coupon = await createCoupon(t.url);
+      const csv = 'whole-1\nwhole-2\n';
+      const { answer, closedByServer } = await expectingContinue(
+        `POST /admin/coupons/${coupon.id}/issuances?reason=whole&fromStock=false HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${adminToken()}\r\nIdempotency-Key: ${newKey('whole')}\r\nContent-Type: text/csv\r\nContent-Length: ${csv.length}\r\nExpect: 100-continue\r\n\r\n`,
+        csv,
+        false,
+      );
+      const final = answer.slice(answer.lastIndexOf('HTTP/1.1'));
+      expect([final.split('\r\n')[0], closedByServer]).toEqual(['HTTP/1.1 202 Accepted', false]);
+      expect(final).toMatch(/\r\nconnection: keep-alive\r\n/i);
     });
   });
 

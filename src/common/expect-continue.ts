@@ -23,9 +23,8 @@ function continueOnFirstRead(req: IncomingMessage, res: ServerResponse): void {
   const read = req._read;
   req._read = function (size: number) {
     req._read = read;
-    awaiting.delete(req);
     // Read to drop the rest after an answer (UnreadBodies): a 100 then would follow the final status.
-    if (!res.headersSent) res.writeContinue();
+    if (awaiting.delete(req) && !res.headersSent) res.writeContinue();
     read.call(this, size);
   };
 }
@@ -33,4 +32,9 @@ function continueOnFirstRead(req: IncomingMessage, res: ServerResponse): void {
 /** The client holds the body back until told to continue, and has not been told. */
 export function awaitsContinue(req: IncomingMessage): boolean {
   return awaiting.has(req);
+}
+
+/** The answer goes without 100 Continue: reading what the client sends anyway no longer asks for the rest. */
+export function forgoContinue(req: IncomingMessage): void {
+  awaiting.delete(req);
 }

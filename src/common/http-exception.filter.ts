@@ -1,6 +1,7 @@
 import { ArgumentsHost, Catch, ExceptionFilter, HttpException } from '@nestjs/common';
 import type { FastifyBaseLogger, FastifyReply, FastifyRequest } from 'fastify';
 import { isDatabaseOutage, outageMessage } from './db-errors.js';
+import { awaitsContinue } from './expect-continue.js';
 import { AppError, ErrorCode } from './errors.js';
 import { languageOf, messageFor } from './messages.js';
 
@@ -48,9 +49,12 @@ export function toAppError(err: unknown, log: FastifyBaseLogger): AppError {
   return new AppError('INTERNAL', 'Internal error');
 }
 
-/** Fastify's handlerTimeout fired (REQUEST_TIMEOUT_MS): the client's slowness if its body had not all arrived, else ours. */
+/**
+ * Fastify's handlerTimeout fired (REQUEST_TIMEOUT_MS): the client's slowness if its body had not all
+ * arrived, else ours; ours too when the server had not yet asked for the body (100 Continue held back).
+ */
 function deadlineError(request: FastifyRequest): AppError {
-  return request.raw.complete
+  return request.raw.complete || awaitsContinue(request.raw)
     ? deadlinePassed()
     : new AppError('REQUEST_TIMEOUT', 'The request took too long to arrive', undefined, { Connection: 'close' });
 }

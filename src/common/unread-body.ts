@@ -1,11 +1,13 @@
 import type { IncomingMessage } from 'node:http';
 import { Socket } from 'node:net';
 import type { FastifyReply, FastifyRequest } from 'fastify';
-import { awaitsContinue } from './expect-continue.js';
+import { awaitsContinue, forgoContinue } from './expect-continue.js';
 import { announcesBody } from './validation.js';
 
 /** The most of a refused body read and dropped: the largest body any route takes (a bulk upload's CSV). */
 const DRAIN_MAX_BYTES = 64 * 1024 * 1024;
+/** How long a connection answered without 100 Continue is read from after its answer. */
+const LINGER_MS = 2000;
 
 /**
  * Bodies whose answer went before they had all arrived, one set per server. An answer sent before
@@ -45,6 +47,12 @@ export class UnreadBodies {
     // closing server closes it a moment later.
     if (this.closing) void reply.header('connection', 'close');
     const body = req.raw;
+    // Arrived whole before anything read it (so nothing asked for it): the 100 goes late, before the
+    // answer, or Node would close a connection that has nothing left to read.
+    if (body.complete && awaitsContinue(body)) {
+      forgoContinue(body);
+      reply.raw.writeContinue();
+    }
     // Not `complete` yet either when answered in the turn it arrived (the coupon page from memory, a
     // 404), before Node's parser has ended it: a listener added then stayed until the connection closed.
     if (body.complete || !announcesBody(req)) return;
@@ -54,18 +62,16 @@ export class UnreadBodies {
     };
     socket.once('close', onClose);
     const reading = body.listenerCount('data') + body.listenerCount('readable') > 0;
-    if (
-      this.closing ||
-      body.destroyed ||
-      reading ||
-      awaitsContinue(body) ||
-      reply.statusCode === 408 ||
-      Number(req.headers['content-length']) > DRAIN_MAX_BYTES
-    ) {
+    if (this.closing || body.destroyed || reading || reply.statusCode === 408 || Number(req.headers['content-length']) > DRAIN_MAX_BYTES) {
       void reply.header('connection', 'close');
       return;
     }
-    const keepAlive = reply.raw.shouldKeepAlive;
+    // Not asked for its body: a client that waits for the 100 sends none, one that did not wait
+    // (or stopped waiting) may be sending it. Closed, but its write side only (lingering): what
+    // still arrives is read and dropped, so such a client reads the answer instead of a reset.
+    const held = awaitsContinue(body);
+    if (held) forgoContinue(body);
+    const keepAlive = reply.raw.shouldKeepAlive && !held;
     void reply.header('connection', keepAlive ? 'keep-alive' : 'close');
     // Node ends an answer with Connection: close by socket.destroySoon(): here only the write side ends.
     if (!keepAlive) socket.destroySoon = () => socket.end();
@@ -76,7 +82,7 @@ export class UnreadBodies {
     });
     // Else a client trickling the rest held the connection for Node's requestTimeout (601 s), where
     // a slow body that is not refused gets the route's deadline.
-    const giveUp = setTimeout(() => body.destroy(), withinMs).unref();
+    const giveUp = setTimeout(() => body.destroy(), held ? Math.min(withinMs, LINGER_MS) : withinMs).unref();
     this.draining.set(socket, body);
     const done = () => {
       clearTimeout(giveUp);
