@@ -710,3 +710,47 @@ describe('reconciliation', () => {
     expect(await one(`SELECT COUNT(*) AS n FROM reconciliation_run WHERE status = 'RUNNING'`)).toEqual({ n: '0' });
   });
 });
+
+describe('reconciliation: progress of a run that records many discrepancies', () => {
+  let t: TestApp;
+  beforeAll(async () => {
+    t = await startTestApp();
+  });
+  afterAll(() => t.close());
+
+  it('writes its count of discrepancies as it records them, not only between chunks', async () => {
+    const { id: couponId } = await createCoupon(t.url, { totalStock: 5 });
+    const res = await request(t.url)
+      .post(`/coupons/${couponId}/grab`)
+      .set(bearer(tokenFor('progress-0')))
+      .set('Idempotency-Key', newKey());
+    expect(res.status).toBe(201);
+    // 1,000 coupons used by hand, with no redemption: one chunk, 1,000 findings recorded one by one.
+    await t.db.query(
+      `INSERT INTO user_coupon (coupon_id, user_id, status, source, from_stock, idempotency_key, issued_at, valid_from, expires_at, updated_at, used_at)
+       SELECT coupon_id, CONCAT('progress-', s.seq), 'USED', 'BULK', 0, NULL, issued_at, valid_from, expires_at, updated_at, NOW(3)
+       FROM user_coupon, seq_1_to_1000 s WHERE id = ?`,
+      [res.body.id],
+    );
+    await t.db.query(
+      `INSERT INTO user_coupon_state_log (user_coupon_id, from_status, to_status, tx_id, reason, created_at)
+       SELECT uc.id, NULL, 'UNUSED', CONCAT('test:', uc.id), NULL, uc.issued_at FROM user_coupon uc WHERE uc.coupon_id = ? AND uc.id <> ?`,
+      [couponId, res.body.id],
+    );
+    const { runId, done } = await t.app.get(ReconciliationService).start('FULL', 'test');
+    const seen = new Set<number>();
+    let finished = false;
+    void done.then(() => (finished = true));
+    while (!finished) {
+      const [row] = (await t.db.query(`SELECT status, discrepancies FROM reconciliation_run WHERE id = ?`, [runId])) as {
+        status: string;
+        discrepancies: number;
+      }[];
+      if (row.status === 'RUNNING') seen.add(Number(row.discrepancies));
+      await new Promise((r) => setTimeout(r, 50));
+    }
+    expect((await done).discrepancies).toBe(1000);
+    // A count between none and all while it ran: the operator watching the run sees it move.
+    expect([...seen].some((n) => n > 0 && n < 1000)).toBe(true);
+  });
+});

@@ -317,18 +317,25 @@ export class ReconciliationService implements BeforeApplicationShutdown {
       const recheck = since ? await this.decidedSince(since) : [];
       this.logger.log(`Reconciliation run ${runId} started (${mode}${since ? `, log audit since ${since.toISOString()}` : ''})`);
       let [lastLog, lastSave] = [Date.now(), Date.now()];
+      const saveProgressIfDue = async () => {
+        if (Date.now() - lastSave < PROGRESS_SAVE_MS) return;
+        lastSave = Date.now();
+        await this.tx.inTransaction((em) =>
+          em.query(`UPDATE reconciliation_run SET checked = ?, discrepancies = ? WHERE id = ?`, [totals.checked, totals.found, runId]),
+        );
+      };
       const step = async (audit: string, chunk: ChunkResult) => {
         if (this.closing) throw new Error('Interrupted: the instance shut down');
         if (lease.signal.aborted) throw lease.signal.reason as Error;
         totals.checked += chunk.checked;
         progressChecked.inc({ audit }, chunk.checked);
-        for (const f of chunk.findings) if (await this.record(runId, f)) totals.found++;
-        if (Date.now() - lastSave >= PROGRESS_SAVE_MS) {
-          lastSave = Date.now();
-          await this.tx.inTransaction((em) =>
-            em.query(`UPDATE reconciliation_run SET checked = ?, discrepancies = ? WHERE id = ?`, [totals.checked, totals.found, runId]),
-          );
+        // Each finding is a transaction of its own: a chunk of a thousand took 15 s, and the run's
+        // row, written only between chunks, showed 66 discrepancies all that time.
+        for (const f of chunk.findings) {
+          if (await this.record(runId, f)) totals.found++;
+          await saveProgressIfDue();
         }
+        await saveProgressIfDue();
         if (Date.now() - lastLog >= PROGRESS_LOG_MS) {
           lastLog = Date.now();
           this.logger.log(
