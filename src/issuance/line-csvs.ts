@@ -15,12 +15,13 @@ export const USER_ID_CSV_HEADER = 'user_id\r\n';
  * it, and an edited one would no longer upload as the same user. The text of an INVALID_USER_ID line
  * may hold anything, and is its first 64 characters only: it is written after a `'`, so that it can
  * neither upload again as a user id (not even when those 64 characters make one) nor start a formula,
- * with its line breaks and tabs as spaces (the upload reads a line as one entry, quoted or not), and
+ * with its control characters as spaces (line breaks: the upload reads a line as one entry, quoted or
+ * not; tabs; NUL, which a spreadsheet may cut the file at), and
  * quoted when it holds a quote, comma or semicolon (the separators spreadsheets split on).
  */
 export function skippedCsvLine(userId: string, reason: string): string {
   if (reason !== 'INVALID_USER_ID') return `${userId}\r\n`;
-  const text = `'${userId.replace(/[\r\n\t]/g, ' ')}`;
+  const text = `'${userId.replace(/\p{Cc}/gu, ' ')}`;
   return /[",;]/.test(text) ? `"${text.replaceAll('"', '""')}"\r\n` : `${text}\r\n`;
 }
 
