@@ -39,6 +39,18 @@ describe('idempotent operator writes', () => {
     const reordered = Object.fromEntries(Object.entries(body).reverse());
     const again = await create(reordered, key);
     expect([again.status, again.body.id, again.headers['idempotent-replayed']]).toEqual([201, all[0].body.id, 'true']);
+    // So is one that writes its instants otherwise or spells out the defaults it left out.
+    const spelled = {
+      ...body,
+      grabStartAt: body.grabStartAt.replace('.000Z', 'Z').replace('Z', '+00:00'),
+      perUserLimit: body.perUserLimit ?? 1,
+      stackable: false,
+      returnOnRefund: false,
+      discount: { type: 'AMOUNT', ...body.discount },
+    };
+    expect(spelled.grabStartAt).not.toBe(body.grabStartAt);
+    const same = await create(spelled, key);
+    expect([same.status, same.body.id, same.headers['idempotent-replayed']]).toEqual([201, all[0].body.id, 'true']);
     const other = await create({ ...body, totalStock: 200 }, key);
     expect([other.status, other.body.code, other.body.details]).toEqual([422, 'IDEMPOTENCY_KEY_REUSED', { couponId: all[0].body.id }]);
     // Without a key every request creates.

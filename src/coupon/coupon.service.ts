@@ -32,6 +32,48 @@ function instant(field: string, value: string): Date {
   return new Date(t);
 }
 
+/** The template a creation request makes, its defaults filled in; 400 for fields that do not go together. */
+function templateFields(dto: CreateCouponDto) {
+  const grabStartAt = instant('grabStartAt', dto.grabStartAt);
+  const grabEndAt = instant('grabEndAt', dto.grabEndAt);
+  if (grabEndAt <= grabStartAt) throw validationFailed({ grabEndAt: ['must be after grabStartAt'] });
+  const v = dto.validity;
+  let validityStartAt: Date | null = null;
+  let validityEndAt: Date | null = null;
+  if (v.type === 'FIXED') {
+    if (v.days !== undefined) throw validationFailed({ 'validity.days': ['only for RELATIVE validity'] });
+    validityStartAt = instant('validity.startAt', v.startAt as string);
+    validityEndAt = instant('validity.endAt', v.endAt as string);
+    if (validityEndAt <= validityStartAt) throw validationFailed({ 'validity.endAt': ['must be after validity.startAt'] });
+  } else if (v.startAt !== undefined || v.endAt !== undefined) {
+    throw validationFailed({ validity: ['startAt and endAt are only for FIXED validity'] });
+  }
+  const d = dto.discount;
+  const percent = d.type === 'PERCENT';
+  if (percent && d.amountCents !== undefined) throw validationFailed({ 'discount.amountCents': ['only for AMOUNT discounts'] });
+  if (!percent && (d.percentOff !== undefined || d.maxDiscountCents !== undefined)) {
+    throw validationFailed({ discount: ['percentOff and maxDiscountCents are only for PERCENT discounts'] });
+  }
+  return {
+    name: dto.name,
+    perUserLimit: dto.perUserLimit ?? 1,
+    grabStartAt,
+    grabEndAt,
+    validityType: v.type,
+    validityStartAt,
+    validityEndAt,
+    validityDays: v.type === 'RELATIVE' ? (v.days as number) : null,
+    thresholdCents: d.thresholdCents,
+    discountType: percent ? ('PERCENT' as const) : ('AMOUNT' as const),
+    discountCents: percent ? null : (d.amountCents as number),
+    percentOff: percent ? (d.percentOff as number) : null,
+    maxDiscountCents: percent ? (d.maxDiscountCents ?? null) : null,
+    stackable: dto.stackable ?? false,
+    rateLimitPerSecond: dto.rateLimitPerSecond ?? null,
+    returnOnRefund: dto.returnOnRefund ?? false,
+  };
+}
+
 export function toCouponView(c: Coupon, s: StockRow) {
   return {
     id: c.id,
@@ -171,56 +213,21 @@ export class CouponService {
   }
 
   async create(dto: CreateCouponDto, key?: string): Promise<{ coupon: CouponView; replayed: boolean }> {
-    // First: the checks below depend on the time, and a repeat after them must still be its replay.
-    const keyed = key === undefined ? undefined : { key, digest: requestDigest(dto) };
+    const fields = templateFields(dto);
+    // The digest of the template the request makes, not of its text: a retry that writes an instant
+    // otherwise (…00Z for …00.000Z) or spells out a default was refused as another request (422).
+    // Before the check below: it depends on the time, and a repeat after it must still be its replay.
+    const keyed = key === undefined ? undefined : { key, digest: requestDigest({ ...fields, totalStock: dto.totalStock }) };
     const earlier = keyed && (await this.earlier('coupon.create', keyed.key, keyed.digest));
     if (earlier) return { coupon: await this.view(earlier), replayed: true };
-    const grabStartAt = instant('grabStartAt', dto.grabStartAt);
-    const grabEndAt = instant('grabEndAt', dto.grabEndAt);
-    if (grabEndAt <= grabStartAt) throw validationFailed({ grabEndAt: ['must be after grabStartAt'] });
-    const v = dto.validity;
-    let validityStartAt: Date | null = null;
-    let validityEndAt: Date | null = null;
-    if (v.type === 'FIXED') {
-      if (v.days !== undefined) throw validationFailed({ 'validity.days': ['only for RELATIVE validity'] });
-      validityStartAt = instant('validity.startAt', v.startAt as string);
-      validityEndAt = instant('validity.endAt', v.endAt as string);
-      if (validityEndAt <= validityStartAt) throw validationFailed({ 'validity.endAt': ['must be after validity.startAt'] });
+    if (fields.validityEndAt !== null) {
       // Every coupon of it would be issued EXPIRED.
-      if (validityEndAt <= new Date()) throw validationFailed({ 'validity.endAt': ['has already passed'] });
+      if (fields.validityEndAt <= new Date()) throw validationFailed({ 'validity.endAt': ['has already passed'] });
       // Grabbing ends with the validity (grabClosesAt): such a coupon could never be grabbed.
-      if (validityEndAt <= grabStartAt) throw validationFailed({ 'validity.endAt': ['must be after grabStartAt'] });
-    } else if (v.startAt !== undefined || v.endAt !== undefined) {
-      throw validationFailed({ validity: ['startAt and endAt are only for FIXED validity'] });
-    }
-    const d = dto.discount;
-    const percent = d.type === 'PERCENT';
-    if (percent && d.amountCents !== undefined) throw validationFailed({ 'discount.amountCents': ['only for AMOUNT discounts'] });
-    if (!percent && (d.percentOff !== undefined || d.maxDiscountCents !== undefined)) {
-      throw validationFailed({ discount: ['percentOff and maxDiscountCents are only for PERCENT discounts'] });
+      if (fields.validityEndAt <= fields.grabStartAt) throw validationFailed({ 'validity.endAt': ['must be after grabStartAt'] });
     }
     const now = new Date();
-    const coupon = Object.assign(new Coupon(), {
-      name: dto.name,
-      status: 'ACTIVE' as const,
-      perUserLimit: dto.perUserLimit ?? 1,
-      grabStartAt,
-      grabEndAt,
-      validityType: v.type,
-      validityStartAt,
-      validityEndAt,
-      validityDays: v.type === 'RELATIVE' ? (v.days as number) : null,
-      thresholdCents: dto.discount.thresholdCents,
-      discountType: percent ? ('PERCENT' as const) : ('AMOUNT' as const),
-      discountCents: percent ? null : (d.amountCents as number),
-      percentOff: percent ? (d.percentOff as number) : null,
-      maxDiscountCents: percent ? (d.maxDiscountCents ?? null) : null,
-      stackable: dto.stackable ?? false,
-      rateLimitPerSecond: dto.rateLimitPerSecond ?? null,
-      returnOnRefund: dto.returnOnRefund ?? false,
-      createdAt: now,
-      updatedAt: now,
-    });
+    const coupon = Object.assign(new Coupon(), { ...fields, status: 'ACTIVE' as const, createdAt: now, updatedAt: now });
     const { couponId, replayed } = await this.once('coupon.create', keyed, null, async (em) => {
       const c = await em.save(Coupon, Object.assign(new Coupon(), coupon));
       await this.stock.create(em, c.id, dto.totalStock, now);
