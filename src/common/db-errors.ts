@@ -72,6 +72,7 @@ export function outageMessage(err: unknown): string {
   if (isRetryableTxError(err)) return 'The data this request needs was held by other work for too long; retry shortly';
   const code = driverError(err)?.code;
   if (code === 'PROTOCOL_SEQUENCE_TIMEOUT' || code === 'POOL_ACQUIRE_TIMEOUT')
-    return "The database did not answer within the request's deadline; retry shortly";
+    // A statement waiting on a row another request holds (a busy order, a hot coupon) ends here too.
+    return "The database did not answer within the request's deadline (busy, or the data was held by other work); retry shortly";
   return 'The database is not available right now; retry shortly';
 }
