@@ -9,18 +9,26 @@ import { CommitFate, startTcpProxy, TcpProxy } from './support/tcp-proxy.js';
 
 const real = { host: process.env.DB_HOST ?? '127.0.0.1', port: Number(process.env.DB_PORT ?? 3306) };
 
+/** `fate` for the first COMMIT after arm(), calling `then` as it happens; every other COMMIT passes. */
+function nextCommit(fate: CommitFate, then = () => {}) {
+  let armed = false;
+  return {
+    arm: () => (armed = true),
+    onCommit: (): CommitFate => {
+      if (!armed) return 'pass';
+      armed = false;
+      then();
+      return fate;
+    },
+  };
+}
+
 /** When the COMMIT's answer is lost and the database then stays out of reach, the answer says the outcome is unknown. */
 describe('a lost COMMIT with the database unreachable', () => {
   let proxy: TcpProxy;
   let t: TestApp;
-  let armed = false;
   /** The armed COMMIT is cut before it reaches the server, and the "host" dies with it: nothing answers until it is back. */
-  const onCommit = (): CommitFate => {
-    if (!armed) return 'pass';
-    armed = false;
-    void proxy.close();
-    return 'drop';
-  };
+  const { arm, onCommit } = nextCommit('drop', () => void proxy.close());
 
   beforeAll(async () => {
     proxy = await startTcpProxy(real, { onCommit });
@@ -40,7 +48,7 @@ describe('a lost COMMIT with the database unreachable', () => {
         .set(bearer(tokenFor('unlucky')))
         .set('Idempotency-Key', key);
     const port = proxy.port;
-    armed = true;
+    arm();
     const started = Date.now();
     const res = await grab();
     expect(res.status).toBe(503);
@@ -69,12 +77,7 @@ describe('a lost COMMIT with the database unreachable', () => {
 describe('a COMMIT answered after the last moment its request left it', () => {
   let proxy: TcpProxy;
   let t: TestApp;
-  let armed = false;
-  const onCommit = (): CommitFate => {
-    if (!armed) return 'pass';
-    armed = false;
-    return 'slow-answer';
-  };
+  const { arm, onCommit } = nextCommit('slow-answer');
 
   beforeAll(async () => {
     proxy = await startTcpProxy(real, { onCommit, slowAnswerMs: 400 });
@@ -90,7 +93,7 @@ describe('a COMMIT answered after the last moment its request left it', () => {
     // The request's database time ends 250 ms before its deadline; the COMMIT is sent with 100 ms of
     // it left, and its answer (the server has committed) comes 400 ms later.
     const deadline = { at: Date.now() + 1500, answered: false };
-    armed = true;
+    arm();
     const outcome = await runWithDeadline(deadline, () =>
       t.app.get(TransactionService).inTransaction(async (em) => {
         await em.query('UPDATE coupon SET name = ? WHERE id = ?', ['after', id]);
