@@ -6,8 +6,8 @@ const awaiting = new WeakSet<IncomingMessage>();
  * `100 Continue` only once the body is read. Node writes it as soon as the headers arrive, so a
  * request refused on its headers alone (413 on its length, 415, 401 for a bulk upload without a
  * token) had the client send its whole body for nothing. Answered without it, the connection
- * closes (Node's rule: the client may have sent the body or not, RFC 9110 10.1.1), so no body is
- * left to drain.
+ * closes (Node's rule: the client may have sent the body or not, RFC 9110 10.1.1), once what a
+ * client that did not wait sends meanwhile has been read and dropped (UnreadBodies, up to 2 s).
  */
 export function continueWhenBodyRead(server: Server): void {
   server.on('checkContinue', (req: IncomingMessage, res: ServerResponse) => {
