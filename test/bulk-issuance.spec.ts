@@ -190,6 +190,7 @@ describe('bulk issuance', () => {
       'x\nalice\ny',
       'a;=1',
       'nul\u0000bell\u0007del\u007f',
+      'lone\ud800half',
     ];
     const created = await post(coupon.id, { userIds, reason: 'sale', fromStock: true });
     expect(created.status).toBe(202);
@@ -198,7 +199,7 @@ describe('bulk issuance', () => {
     expect(await job(jobId)).toMatchObject({
       status: 'COMPLETED',
       issued: 3,
-      skippedByReason: { SOLD_OUT: 5, INVALID_USER_ID: 9, DUPLICATE: 1 },
+      skippedByReason: { SOLD_OUT: 5, INVALID_USER_ID: 10, DUPLICATE: 1 },
     });
 
     // Two a page: the cursor is the last SOLD_OUT line listed, and the next page starts past it, not at the next line skipped.
@@ -241,6 +242,8 @@ describe('bulk issuance', () => {
         `"'a;=1"`,
         // Control characters a spreadsheet would choke on, as spaces.
         "'nul bell del ",
+        // A lone surrogate, which the column cannot hold, as its escape rather than U+FFFD.
+        "'lone\\ud800half",
         '',
       ].join('\r\n'),
     );
@@ -258,7 +261,7 @@ describe('bulk issuance', () => {
     const report = await postCsv(coupon.id, Buffer.from(all.text), 'reason=report&fromStock=false');
     expect(report.status).toBe(202);
     await run();
-    expect(await job(report.body.jobId as string)).toMatchObject({ status: 'COMPLETED', skippedByReason: { INVALID_USER_ID: 9 } });
+    expect(await job(report.body.jobId as string)).toMatchObject({ status: 'COMPLETED', skippedByReason: { INVALID_USER_ID: 10 } });
     expect((await bulkCoupons(coupon.id)).filter((r) => ['alice', long.slice(0, 64)].includes(r.user_id))).toEqual([]);
   });
 

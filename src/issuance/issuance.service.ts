@@ -105,8 +105,14 @@ export type JobView = ReturnType<typeof toJobView>;
 const visible = (j: Job) => j.status !== 'UPLOADING' && j.status !== 'DISCARDED';
 const jobNotFound = (jobId: string) => new AppError('ISSUANCE_JOB_NOT_FOUND', `Issuance job ${jobId} does not exist`, { jobId });
 
-/** At most 64 code points of a line that is not a user id, to show it in the skipped list. */
-const shown = (text: string) => Array.from(text).slice(0, 64).join('');
+/**
+ * At most 64 code points of a line that is not a user id, to show it in the skipped list. A lone
+ * surrogate (a JSON list's "\ud800") as its escape: the column cannot hold it, and it showed as U+FFFD.
+ */
+const shown = (text: string) =>
+  Array.from(text.replace(/\p{Cs}/gu, (half) => `\\u${half.charCodeAt(0).toString(16)}`))
+    .slice(0, 64)
+    .join('');
 
 /**
  * Bulk issuance jobs: the list streams into the database in chunks as it arrives (a million ids are
