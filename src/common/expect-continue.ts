@@ -1,4 +1,5 @@
 import type { IncomingMessage, Server, ServerResponse } from 'node:http';
+import { announcesBody } from './validation.js';
 
 const awaiting = new WeakSet<IncomingMessage>();
 
@@ -12,8 +13,8 @@ const awaiting = new WeakSet<IncomingMessage>();
 export function continueWhenBodyRead(server: Server): void {
   server.on('checkContinue', (req: IncomingMessage, res: ServerResponse) => {
     // No body to hold back (a GET, a length of 0): at once, as Node would, so the connection is kept.
-    if (req.headers['transfer-encoding'] === undefined && !(Number(req.headers['content-length']) > 0)) res.writeContinue();
-    else continueOnFirstRead(req, res);
+    if (announcesBody(req)) continueOnFirstRead(req, res);
+    else res.writeContinue();
     server.emit('request', req, res);
   });
 }
