@@ -149,6 +149,36 @@ describe.each([
     }
   });
 
+  it("a group cut short by its earliest request's deadline refuses only the requests out of time: the others go into the next group", async () => {
+    const coupon = await coupons.template((await createCoupon(t.url, { totalStock: 10 })).id);
+    const blocker = t.db.createQueryRunner();
+    await blocker.connect();
+    await blocker.startTransaction('READ COMMITTED');
+    const outcome = (d: Promise<GrabDecision>) => d.then(granted, (err: { code?: string }) => err.code ?? 'ERROR');
+    const submitBy = (ms: number, userId: string) => {
+      let d!: Promise<GrabDecision>;
+      withDeadline({ at: Date.now() + ms, answered: false }, () => (d = groups.submit(coupon, { userId, key: newKey() })));
+      return outcome(d);
+    };
+    try {
+      await blocker.query(`SELECT stock FROM coupon_stock WHERE coupon_id = ? FOR UPDATE`, [coupon.id]);
+      const first = submitBy(1000, 'cut-first');
+      await waitForStatement(t.db, '%FROM coupon_stock%FOR UPDATE%');
+      // Both queue behind the first one's group and then form the next, which runs under the earlier
+      // deadline of the two (the second's): it ends while the row is still held.
+      const second = submitBy(1600, 'cut-second');
+      const third = submitBy(4000, 'cut-third');
+      await new Promise((r) => setTimeout(r, 2000));
+      await blocker.commitTransaction();
+      expect([await first, await second, await third]).toEqual(['PROTOCOL_SEQUENCE_TIMEOUT', 'PROTOCOL_SEQUENCE_TIMEOUT', 'GRANTED']);
+      const issued = (await t.db.query(`SELECT user_id FROM user_coupon WHERE coupon_id = ?`, [coupon.id])) as { user_id: string }[];
+      expect(issued.map((r) => r.user_id)).toEqual(['cut-third']);
+    } finally {
+      if (blocker.isTransactionActive) await blocker.rollbackTransaction();
+      await blocker.release();
+    }
+  });
+
   it('a grab whose request deadline passes while it queues behind a blocked group is refused, not issued afterwards', async () => {
     const coupon = await coupons.template((await createCoupon(t.url, { totalStock: 10 })).id);
     const blocker = t.db.createQueryRunner();

@@ -64,14 +64,19 @@ export function isDatabaseOutage(err: unknown): boolean {
   return /Pool is closed|Connection lost|Can't add new command when connection is in closed state|connect ECONNREFUSED/.test(msg);
 }
 
+/** A statement or a wait for a connection cut off by its time limit: a request's deadline, or a job's statement timeout. */
+export function isDeadlineTimeout(err: unknown): boolean {
+  const code = driverError(err)?.code;
+  return code === 'PROTOCOL_SEQUENCE_TIMEOUT' || code === 'POOL_ACQUIRE_TIMEOUT';
+}
+
 /**
  * What a 503 for a database error tells the client. "Not available" for a lock held too long by
  * other work (the database answering every other request) sent operators looking for an outage.
  */
 export function outageMessage(err: unknown): string {
   if (isRetryableTxError(err)) return 'The data this request needs was held by other work for too long; retry shortly';
-  const code = driverError(err)?.code;
-  if (code === 'PROTOCOL_SEQUENCE_TIMEOUT' || code === 'POOL_ACQUIRE_TIMEOUT')
+  if (isDeadlineTimeout(err))
     // A statement waiting on a row another request holds (a busy order, a hot coupon) ends here too.
     return "The database did not answer within the request's deadline (busy, or the data was held by other work); retry shortly";
   return 'The database is not available right now; retry shortly';

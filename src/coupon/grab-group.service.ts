@@ -1,7 +1,7 @@
 import { Injectable } from '@nestjs/common';
 import { EntityManager } from 'typeorm';
 import { AppConfig } from '../config/app-config.js';
-import { isDuplicateKey } from '../common/db-errors.js';
+import { isDeadlineTimeout, isDuplicateKey } from '../common/db-errors.js';
 import { AppError } from '../common/errors.js';
 import { histogram } from '../common/metrics.js';
 import { currentDeadline, Deadline, hasTimeLeft, runWithDeadline } from '../database/deadline-pool.js';
@@ -83,7 +83,13 @@ export class GrabGroupService {
         const decisions = await this.underEarliestDeadline(group, () => this.decideGroup(coupon, group));
         group.forEach((w, i) => w.resolve(decisions[i]));
       } catch (err) {
-        group.forEach((w) => w.reject(err));
+        // Cut short by the deadline of its earliest request: those with time left go into the next
+        // group, not answered 503 seconds before their own deadline. Each time at least the earliest
+        // leaves, so this ends; and a coupon that did commit unseen is found by its key in the next group.
+        const cutShort = isDeadlineTimeout(err) && group.some((w) => w.deadline && !hasTimeLeft(w.deadline));
+        const again = cutShort ? group.filter((w) => !w.deadline || hasTimeLeft(w.deadline)) : [];
+        for (const w of group) if (!again.includes(w)) w.reject(err);
+        queue.waiting.unshift(...again);
       }
     }
     queue.running = false;
