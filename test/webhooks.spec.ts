@@ -968,7 +968,6 @@ describe('webhooks', () => {
       await removal.startTransaction();
       try {
         await removal.query(`DELETE FROM webhook_endpoint WHERE id = ?`, [hook.id]);
-        await removal.query(`DELETE FROM webhook_delivery WHERE endpoint_id = ?`, [hook.id]);
         const resend = request(t.url)
           .post(`/admin/webhooks/${hook.id}/redeliver`)
           .set(admin())
@@ -986,6 +985,64 @@ describe('webhooks', () => {
         await removal.release();
       }
     }
+  });
+
+  it('deletes an endpoint at once whatever its deliveries, and the relay then removes them with their attempts in batches', async () => {
+    const gone = await createHook('http://127.0.0.1:9/never', { events: ['user_coupon.issued'] });
+    const kept = await createHook('http://127.0.0.1:9/never', { events: ['user_coupon.issued'] });
+    for (const hook of [gone, kept]) await request(t.url).patch(`/admin/webhooks/${hook.id}`).set(admin()).send({ enabled: false });
+    const counts = async (hookId: string) => {
+      const [r] = (await t.db.query(
+        `SELECT COUNT(DISTINCT d.id) AS deliveries, COUNT(a.id) AS attempts
+         FROM webhook_delivery d LEFT JOIN webhook_delivery_attempt a ON a.delivery_id = d.id WHERE d.endpoint_id = ?`,
+        [hookId],
+      )) as { deliveries: string; attempts: string }[];
+      return [Number(r.deliveries), Number(r.attempts)];
+    };
+    // 2.5 batches for the deleted endpoint, a few for the kept one; every delivery with an attempt.
+    for (const [hook, n] of [
+      [gone, 2_500],
+      [kept, 10],
+    ] as const) {
+      const at = new Date();
+      const rows = Array.from({ length: n }, (_, i) => [hook.id, i + 1, i + 1, 'user_coupon.issued', '{}', at, 'FAILED', 1, at]);
+      await t.db.query(
+        `INSERT INTO webhook_delivery (endpoint_id, log_id, user_coupon_id, event_type, payload, event_at, status, attempts, created_at) VALUES ?`,
+        [rows],
+      );
+      await t.db.query(
+        `INSERT INTO webhook_delivery_attempt (delivery_id, attempted_at, status_code, error, duration_ms)
+         SELECT id, created_at, 500, NULL, 1 FROM webhook_delivery WHERE endpoint_id = ?`,
+        [hook.id],
+      );
+      expect(await counts(hook.id)).toEqual([n, n]);
+    }
+    // One of its deliveries held, as the sender holds one while writing an attempt back: the endpoint's
+    // removal must not wait for it (it once deleted every delivery in its own transaction, and on a
+    // backlog of a few hundred thousand outlived the request's deadline and rolled back: 503, never deleted).
+    const holder = t.db.createQueryRunner();
+    await holder.connect();
+    await holder.startTransaction();
+    try {
+      await holder.query(`SELECT id FROM webhook_delivery WHERE endpoint_id = ? AND log_id = 2500 FOR UPDATE`, [gone.id]);
+      const started = Date.now();
+      const res = await request(t.url).delete(`/admin/webhooks/${gone.id}`).set(admin());
+      expect([res.status, Date.now() - started < 2_000]).toEqual([204, true]);
+      expect((await request(t.url).get(`/admin/webhooks/${gone.id}`).set(admin())).status).toBe(404);
+      expect((await request(t.url).get(`/admin/webhooks/${gone.id}/deliveries`).set(admin())).status).toBe(404);
+      // Each batch commits on its own: the first goes although a later delivery is held (how many more go
+      // before the held one depends on whether the server reads a batch's DELETE by key or by scan).
+      for (const until = Date.now() + 10_000; (await counts(gone.id))[0] > 2_000 && Date.now() < until;) await sleep(50);
+      const [left, leftAttempts] = await counts(gone.id);
+      expect([left <= 2_000, left > 0, leftAttempts]).toEqual([true, true, left]);
+    } finally {
+      await holder.commitTransaction();
+      await holder.release();
+    }
+    for (const until = Date.now() + 10_000; (await counts(gone.id))[0] > 0 && Date.now() < until;) await sleep(50);
+    expect(await counts(gone.id)).toEqual([0, 0]);
+    expect(await counts(kept.id)).toEqual([10, 10]);
+    await request(t.url).delete(`/admin/webhooks/${kept.id}`).set(admin());
   });
 
   it('an endpoint write that fails after its deliveries committed is done again alone: nothing counted twice or lost, no attempt written twice', async () => {

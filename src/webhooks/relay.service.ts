@@ -5,6 +5,7 @@ import { AppConfig } from '../config/app-config.js';
 import { LeaseService } from '../database/lease.js';
 import { TransactionService } from '../database/transaction.service.js';
 import { FanOut, readCursor } from './fan-out.js';
+import { DeliveryPurge } from './purge.js';
 import { Sender } from './sender.js';
 import { firstRowAtAfter } from '../ledger/state-log.js';
 
@@ -20,6 +21,8 @@ export const RELAY_LEASE = 'webhook-relay';
 /** How often a stand-by instance tries to become the relay. */
 const LEADER_CHECK_MS = 1000;
 const GAUGE_EVERY_MS = 1000;
+/** How often deliveries of deleted endpoints are looked for when there were none: an endpoint may be deleted on another instance. */
+const PURGE_CHECK_MS = 1000;
 
 /** Lets a loop sleep until its poll interval ends or someone has work for it. */
 class Waker {
@@ -65,9 +68,11 @@ export class WebhookRelay implements OnApplicationBootstrap, OnModuleDestroy {
   private running: Promise<void> = Promise.resolve();
   readonly fanOut: FanOut;
   readonly sender: Sender;
+  private readonly purge: DeliveryPurge;
   private readonly fanOutWake = new Waker();
   private readonly sendWake = new Waker();
   private readonly flushWake = new Waker();
+  private readonly purgeWake = new Waker();
 
   constructor(
     private readonly dataSource: DataSource,
@@ -77,6 +82,7 @@ export class WebhookRelay implements OnApplicationBootstrap, OnModuleDestroy {
   ) {
     this.fanOut = new FanOut(dataSource, tx, config);
     this.sender = new Sender(dataSource, tx, config, () => this.flushWake.wake());
+    this.purge = new DeliveryPurge(dataSource, tx);
   }
 
   onApplicationBootstrap(): void {
@@ -120,8 +126,8 @@ export class WebhookRelay implements OnApplicationBootstrap, OnModuleDestroy {
   }
 
   /**
-   * The relay until `signal`: three loops (read the log, write outcomes back, start attempts), so
-   * that none waits for the others' database round trips. Attempts in flight are then abandoned (they stay PENDING).
+   * The relay until `signal`: four loops (read the log, write outcomes back, start attempts, remove
+   * deleted endpoints' deliveries), so that none waits for the others' database round trips. Attempts in flight are then abandoned (they stay PENDING).
    */
   async run(signal: AbortSignal): Promise<void> {
     this.fanOut.reset();
@@ -145,12 +151,13 @@ export class WebhookRelay implements OnApplicationBootstrap, OnModuleDestroy {
         await this.sender.dispatch(signal);
         return false;
       }),
+      this.loop(this.purgeWake, signal, () => this.purge.step(), PURGE_CHECK_MS),
     ]);
     await this.sender.flush().catch(() => undefined);
   }
 
-  /** Runs `step` until `signal`: again at once when it says there is more or was woken meanwhile, else after WEBHOOK_POLL_MS. */
-  private async loop(waker: Waker, signal: AbortSignal, step: () => Promise<boolean>): Promise<void> {
+  /** Runs `step` until `signal`: again at once when it says there is more or was woken meanwhile, else after `idleMs`. */
+  private async loop(waker: Waker, signal: AbortSignal, step: () => Promise<boolean>, idleMs = this.config.WEBHOOK_POLL_MS): Promise<void> {
     let failing = false;
     while (!signal.aborted) {
       waker.woken = false;
@@ -165,7 +172,7 @@ export class WebhookRelay implements OnApplicationBootstrap, OnModuleDestroy {
         await sleep(1000, signal);
         continue;
       }
-      if (!more && !waker.woken) await waker.wait(this.config.WEBHOOK_POLL_MS, signal);
+      if (!more && !waker.woken) await waker.wait(idleMs, signal);
     }
   }
 

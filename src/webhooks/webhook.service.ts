@@ -87,13 +87,10 @@ export class WebhookService {
     });
   }
 
+  /** The endpoint's row alone: the relay removes its deliveries afterwards, in batches (purge.ts). */
   async remove(id: string): Promise<void> {
     await this.tx.inTransaction(async (em) => {
       if ((await execute(em, `DELETE FROM webhook_endpoint WHERE id = ?`, [id])) === 0) throw notFound(id);
-      await em.query(`DELETE a FROM webhook_delivery_attempt a JOIN webhook_delivery d ON d.id = a.delivery_id WHERE d.endpoint_id = ?`, [
-        id,
-      ]);
-      await em.query(`DELETE FROM webhook_delivery WHERE endpoint_id = ?`, [id]);
     });
   }
 
