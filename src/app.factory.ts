@@ -19,7 +19,7 @@ import { UnreadBodies } from './common/unread-body.js';
 import { BODY_LIMIT_BYTES, strictJsonBodies } from './common/json-body.js';
 import { createPino, PinoNestLogger } from './common/logger.js';
 import { onResponse, requestIdOf } from './common/request-log.js';
-import { StrictValidationPipe, UndeclaredInputGuard, validationFailed } from './common/validation.js';
+import { hostProblem, StrictValidationPipe, UndeclaredInputGuard, validationFailed } from './common/validation.js';
 import { type Deadline, deadlineOf, settleDeadline, withDeadline } from './database/deadline-pool.js';
 import { serveConsole } from './console/serve-console.js';
 import { giveLineCsvsTime } from './issuance/line-csvs.js';
@@ -224,6 +224,8 @@ export async function createApp(
       done(new AppError('SERVICE_UNAVAILABLE', 'This instance is shutting down; retry shortly', undefined, { 'Retry-After': '1' }));
     } else if (req.raw.httpVersion === '1.1' && req.headers.host === undefined) {
       done(validationFailed({ host: ['an HTTP/1.1 request needs a Host header'] }));
+    } else if (hostProblem(req.raw) !== null) {
+      done(validationFailed({ host: [`Host ${hostProblem(req.raw)}`] }, 'The Host header is not valid'));
     } else if (isMalformedQuery(req.query)) {
       done(
         validationFailed(

@@ -647,6 +647,28 @@ describe('hardening', () => {
     expect((await post('application/json', 'identity', json.toString())).status).toBe(202);
   });
 
+  it('a JSON body labelled with a charset other than UTF-8 is 415 UNSUPPORTED_MEDIA_TYPE, not read as UTF-8 whatever it is', async () => {
+    const coupon = await createCoupon(t.url);
+    const post = (type: string) =>
+      request(t.url)
+        .post(`/admin/coupons/${coupon.id}/issuances`)
+        .set(bearer(adminToken()))
+        .set('Idempotency-Key', newKey('cs'))
+        .set('Content-Type', type)
+        .send(JSON.stringify({ userIds: ['cs-1'], reason: 'r', fromStock: false }));
+    const answers: [string, number, string | undefined][] = [];
+    for (const type of ['application/json; charset=latin1', 'application/json;charset="utf-16"', 'application/json; CHARSET=ISO-8859-1'])
+      answers.push([type, (await post(type)).status, (await post(type)).body.code]);
+    expect(answers).toEqual(answers.map(([type]) => [type, 415, 'UNSUPPORTED_MEDIA_TYPE']));
+    for (const type of [
+      'application/json',
+      'application/json; charset=utf-8',
+      'application/json; charset="UTF-8"',
+      'application/json; charset=utf8',
+    ])
+      expect([type, (await post(type)).status]).toEqual([type, 202]);
+  });
+
   describe('request ids (item 5)', () => {
     const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/;
     const idOf = async (sent: string | undefined, path = '/coupons/1') => {
@@ -696,6 +718,28 @@ describe('hardening', () => {
       expect([body.code, Object.keys(body.details.fields)]).toEqual(['VALIDATION_FAILED', ['host']]);
       // HTTP/1.0 has no Host requirement.
       expect(await rawExchange(t.url, 'GET /health HTTP/1.0\r\n\r\n')).toMatch(/^HTTP\/1\.1 200 /);
+    });
+
+    it('two Host lines or a Host that is no host are 400 VALIDATION_FAILED (RFC 9112 3.2), on every way a request is answered', async () => {
+      const coupon = await createCoupon(t.url);
+      const grab = `POST /coupons/${coupon.id}/grab HTTP/1.1\r\nAuthorization: ${bearer(tokenFor('host-1')).Authorization}\r\nIdempotency-Key: ${newKey()}\r\n`;
+      const answers: [string, string, string | undefined][] = [];
+      for (const head of [`GET /coupons/${coupon.id} HTTP/1.1\r\n`, 'GET /health HTTP/1.1\r\n', grab]) {
+        for (const hosts of ['Host: a\r\nHost: b\r\n', 'Host: a b\r\n', 'Host: a/b\r\n', 'Host: x\r\nhost: x\r\n']) {
+          const raw = await rawExchange(t.url, `${head}${hosts}Connection: close\r\n\r\n`);
+          const body = JSON.parse(raw.slice(raw.indexOf('\r\n\r\n') + 4)) as {
+            code: string;
+            details?: { fields: Record<string, unknown> };
+          };
+          answers.push([raw.split(' ')[1], body.code, Object.keys(body.details?.fields ?? {})[0]]);
+        }
+      }
+      expect(answers).toEqual(Array.from({ length: 12 }, () => ['400', 'VALIDATION_FAILED', 'host']));
+      // Hosts as clients send them: a name, an address, an IPv6 literal, each with or without a port.
+      for (const host of ['localhost', 'api.example.com:8443', '127.0.0.1:3000', '[::1]:3000', '[::1]']) {
+        const raw = await rawExchange(t.url, `GET /coupons/${coupon.id} HTTP/1.1\r\nHost: ${host}\r\nConnection: close\r\n\r\n`);
+        expect([host, raw.split(' ')[1]]).toEqual([host, '200']);
+      }
     });
 
     it('CONNECT is 404 in the error format with the request id, not a connection closed unanswered', async () => {

@@ -4,6 +4,7 @@ import type { Logger } from 'pino';
 import { asError, type ErrorCode } from './errors.js';
 import { errorAnswer, toAppError } from './http-exception.filter.js';
 import { logRequest, type RequestLine, requestIdOf } from './request-log.js';
+import { hostProblem } from './validation.js';
 
 export interface AheadOfFastify {
   /** The server is closing: its refusal of a new request is Fastify's to answer. */
@@ -112,6 +113,7 @@ export function answerAheadOfFastify(server: Server, options: AheadOfFastify, ro
   const offered = (req: IncomingMessage) =>
     req.url !== undefined &&
     req.headers.host !== undefined &&
+    hostProblem(req) === null &&
     !(options.cors && req.headers.origin !== undefined) &&
     hasNoBody(req) &&
     !options.isClosing() &&

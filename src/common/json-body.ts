@@ -35,6 +35,11 @@ export function strictJsonBodies(fastify: FastifyInstance): void {
       return done(
         new AppError('UNSUPPORTED_MEDIA_TYPE', `Content-Encoding ${encoding.slice(0, 64)} is not supported; send the body uncompressed`),
       );
+    const charset = req.headers['content-length'] === '0' ? null : otherCharset(req.headers['content-type']);
+    if (charset !== null)
+      return done(
+        new AppError('UNSUPPORTED_MEDIA_TYPE', `A JSON body is UTF-8 (RFC 8259); charset=${charset.slice(0, 64)} is not accepted`),
+      );
     done(null, payload);
   });
   // Every other type is refused unread, except an empty body: Content-Length 0 is no body whatever
@@ -65,6 +70,17 @@ export function strictJsonBodies(fastify: FastifyInstance): void {
       done(validationFailed({ body: [`is not valid JSON (${(err as Error).message})`] }, 'The body is not valid JSON'), undefined);
     }
   });
+}
+
+/**
+ * The charset a JSON Content-Type names when it is not UTF-8: its bytes were read as UTF-8 whatever
+ * it said, so a Latin-1 "é" was stored as U+FFFD or refused as "not UTF-8", and a UTF-16 body as "not JSON".
+ */
+function otherCharset(contentType: string | undefined): string | null {
+  if (contentType === undefined || !/^\s*application\/json\s*(;|$)/i.test(contentType)) return null;
+  const m = /;\s*charset\s*=\s*(?:"([^"]*)"|([^;\s]*))/i.exec(contentType);
+  const charset = m?.[1] ?? m?.[2];
+  return charset === undefined || /^(utf-?8|us-ascii)$/i.test(charset) ? null : charset;
 }
 
 /**

@@ -130,6 +130,22 @@ export function announcesBody({ headers }: Pick<IncomingMessage, 'headers'>): bo
   return headers['transfer-encoding'] !== undefined || Number(headers['content-length'] ?? 0) > 0;
 }
 
+/** uri-host [":" port] (RFC 9110 7.2): an IP literal in brackets, or a reg-name (letters, digits, unreserved, sub-delims, %-escapes). */
+const HOST_VALUE = /^(?:\[[0-9A-Za-z:.%~_-]+\]|[A-Za-z0-9._~!$&'()*+,;=%-]*)(?::\d*)?$/;
+
+/**
+ * Why the request's Host is not one (RFC 9112 3.2: 400 for two Host lines or an invalid one), or
+ * null. Node keeps the first of two and drops the other, so a proxy reading the second would have
+ * served another host than this service saw.
+ */
+export function hostProblem({ headers, rawHeaders }: Pick<IncomingMessage, 'headers' | 'rawHeaders'>): string | null {
+  let lines = 0;
+  for (let i = 0; i < rawHeaders.length; i += 2) if (rawHeaders[i].length === 4 && rawHeaders[i].toLowerCase() === 'host') lines++;
+  if (lines > 1) return 'is sent more than once';
+  if (headers.host !== undefined && !HOST_VALUE.test(headers.host)) return 'is not a host name or address with an optional port';
+  return null;
+}
+
 /** The bytes of each chunked body sent on a GET or HEAD, counted as they arrived (json-body.ts). */
 const bodylessChunkedBytes = new WeakMap<IncomingMessage, number>();
 
