@@ -987,6 +987,24 @@ describe('webhooks', () => {
     }
   });
 
+  it("the relay's lag leaves out a disabled endpoint's deliveries: they wait for an operator, not for the relay", async () => {
+    const parked = await createHook('http://127.0.0.1:9/never', { events: ['user_coupon.issued'] });
+    await request(t.url).patch(`/admin/webhooks/${parked.id}`).set(admin()).send({ enabled: false });
+    const hourAgo = new Date(Date.now() - 3_600_000);
+    await t.db.query(
+      `INSERT INTO webhook_delivery (endpoint_id, log_id, user_coupon_id, event_type, payload, event_at, status, attempts, next_attempt_at, created_at)
+       VALUES (?, 1, 1, 'user_coupon.issued', '{}', ?, 'PENDING', 0, ?, ?)`,
+      [parked.id, hourAgo, hourAgo, hourAgo],
+    );
+    const gauge = async (name: string) => Number(new RegExp(`^${name} (\\S+)`, 'm').exec((await request(t.url).get('/metrics')).text)?.[1]);
+    // The gauges are written about once a second: watched for 2.5 s, the lag has been written twice since the insert.
+    let highest = 0;
+    for (const until = Date.now() + 2_500; Date.now() < until; await sleep(100))
+      highest = Math.max(highest, await gauge('webhook_relay_lag_seconds'));
+    expect(highest).toBeLessThan(600);
+    await request(t.url).delete(`/admin/webhooks/${parked.id}`).set(admin());
+  });
+
   it('deletes an endpoint at once whatever its deliveries, and the relay then removes them with their attempts in batches', async () => {
     const gone = await createHook('http://127.0.0.1:9/never', { events: ['user_coupon.issued'] });
     const kept = await createHook('http://127.0.0.1:9/never', { events: ['user_coupon.issued'] });

@@ -12,7 +12,7 @@ import { firstRowAtAfter } from '../ledger/state-log.js';
 const pending = gauge('webhook_events_pending', 'Deliveries not yet delivered nor given up (on the relaying instance; 0 on the others)');
 const lag = gauge(
   'webhook_relay_lag_seconds',
-  'Age of the oldest event not yet attempted: a state-log row not read yet, or a delivery never tried (on the relaying instance)',
+  'How far behind the relay is: the age of the oldest state-log row not read yet, or how long the earliest due delivery to an enabled endpoint has waited for its attempt (on the relaying instance)',
 );
 const leading = gauge('webhook_relay_leader', '1 on the instance that relays webhooks, 0 on the others');
 
@@ -178,12 +178,17 @@ export class WebhookRelay implements OnApplicationBootstrap, OnModuleDestroy {
 
   private async updateGauges(): Promise<void> {
     const db = this.dataSource.manager;
-    const [p] = (await db.query(
-      `SELECT COUNT(*) AS n, MIN(IF(attempts = 0, event_at, NULL)) AS oldest FROM webhook_delivery WHERE status = 'PENDING'`,
-    )) as { n: string; oldest: Date | null }[];
+    const [p] = (await db.query(`SELECT COUNT(*) AS n FROM webhook_delivery WHERE status = 'PENDING'`)) as { n: string }[];
     pending.set(Number(p.n));
+    // Enabled endpoints only: a disabled one's deliveries wait for an operator, not for the relay,
+    // and counted here they kept the lag rising (an alert on it never cleared). Each endpoint's
+    // earliest due time is the first entry of its idx_due range.
+    const [d] = (await db.query(
+      `SELECT MIN((SELECT MIN(d.next_attempt_at) FROM webhook_delivery d WHERE d.endpoint_id = e.id AND d.status = 'PENDING')) AS due
+       FROM webhook_endpoint e WHERE e.enabled = 1`,
+    )) as { due: Date | null }[];
     const unread = await firstRowAtAfter(db, this.fanOut.position ?? (await readCursor(db)));
-    const oldest = Math.min(p.oldest?.getTime() ?? Infinity, unread?.getTime() ?? Infinity);
+    const oldest = Math.min(d.due?.getTime() ?? Infinity, unread?.getTime() ?? Infinity);
     lag.set(Number.isFinite(oldest) ? Math.max(0, (Date.now() - oldest) / 1000) : 0);
   }
 }
