@@ -1836,4 +1836,53 @@ describe('admin console in a browser', () => {
       [],
     );
   });
+
+  it("says a hold's and a log's repairs in words too: no key as written, times in the zone, a log row's fields left to the approval", async () => {
+    const coupon = await createCoupon(t.url, { name: 'Repairs in words' });
+    const held = await grabUserCoupon(t.url, coupon.id, 'words-held');
+    const hold = await request(t.url)
+      .post('/redemptions/holds')
+      .set(bearer(serviceToken()))
+      .send({ userCouponId: held.id, orderNo: `words-${held.id}`, orderAmountCents: 20_000, userId: 'words-held' });
+    expect(hold.status).toBe(201);
+    // Its lock no longer ends with its hold (SET_LOCKED_UNTIL), and another coupon lost its log (APPEND_LOG).
+    await t.db.query(`UPDATE user_coupon SET locked_until = locked_until + INTERVAL 5 HOUR WHERE id = ?`, [held.id]);
+    const unlogged = await grabUserCoupon(t.url, coupon.id, 'words-unlogged');
+    await t.db.query(`DELETE FROM user_coupon_state_log WHERE user_coupon_id = ?`, [unlogged.id]);
+    const started = await request(t.url).post('/admin/reconciliation/runs').set(bearer(adminToken()));
+    expect(started.status).toBe(202);
+    const run = async () => (await request(t.url).get(`/admin/reconciliation/runs/${started.body.runId}`).set(bearer(adminToken()))).body;
+    expect((await eventually(run, (r) => r.status !== 'RUNNING', 20_000)).status).toBe('COMPLETED');
+    await page.goto(`${t.url}/console/compensations?status=PENDING#token=${adminToken()}`);
+    const texts: string[] = [];
+    const labels: string[] = [];
+    const readWords = async (within: Locator) => {
+      texts.push((await within.textContent()) ?? '');
+      labels.push(...(await within.locator('.ant-descriptions-item-label').allTextContents()));
+    };
+    for (const uc of [held.id, unlogged.id]) {
+      await page.locator('.ant-table-row', { hasText: `UC #${uc}` }).click();
+      await readWords(page.locator('.ant-table-expanded-row').filter({ visible: true }).last());
+      await page
+        .locator('.ant-table-row', { hasText: `UC #${uc}` })
+        .getByRole('button', { name: /Approve/ })
+        .click();
+      const dialog = page.locator('.ant-modal').filter({ visible: true });
+      await dialog.waitFor();
+      await readWords(dialog);
+      if (uc === unlogged.id) {
+        await shot('08c-approve-log-repair');
+        // The log row it appends: its id, reason and time are the approval's, and each word is whole on its line.
+        expect(await dialog.getByText('written when approved').count()).toBe(3);
+        const unused = dialog.locator('.ant-descriptions-item-content', { hasText: /^Unused$/ }).last();
+        expect((await unused.boundingBox())?.height ?? 0).toBeLessThan(40);
+      }
+      await dialog.getByRole('button', { name: 'Cancel' }).click();
+      await dialog.waitFor({ state: 'hidden' });
+    }
+    // Every label in words (no camelCase key as the server wrote it), every time in the operator's zone (no ISO instant).
+    expect(labels.length).toBeGreaterThan(10);
+    expect(labels.filter((l) => /^[a-z]+[A-Z]\w*$/.test(l) || /^[a-z]+$/.test(l))).toEqual([]);
+    expect(texts.filter((x) => /\d{4}-\d{2}-\d{2}T\d{2}:\d{2}/.test(x))).toEqual([]);
+  });
 });

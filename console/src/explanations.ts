@@ -38,7 +38,7 @@ export const EXPLANATIONS_EN = {
   explain_HOLD_LOCK_UNTIL_WRONG:
     "ACTIVE, and its coupon is LOCKED for no other hold, but locked until {lockedUntil} where the hold ends at {holdExpiresAt}: set the coupon's lock back to the hold's end.",
   explain_ORDER_DISCOUNT_EXCEEDED:
-    'The coupons used on order {orderNo} took {discountCents} cents off an order of {orderAmountCents}: an operator decides.',
+    'The coupons used on order {orderNo} took {discountCents} off an order of {orderAmountCents}: an operator decides.',
 };
 
 export const EXPLANATIONS_ZH_CN: typeof EXPLANATIONS_EN = {
@@ -69,6 +69,5 @@ export const EXPLANATIONS_ZH_CN: typeof EXPLANATIONS_EN = {
   explain_HOLD_COUPON_GONE: '锁券记录仍为 ACTIVE，但它的券已不存在：将锁券记录关闭为 RELEASED（RECONCILIATION）。',
   explain_HOLD_LOCK_UNTIL_WRONG:
     '锁券记录仍为 ACTIVE，券为 LOCKED 且未被其他锁券记录占用，但锁定至 {lockedUntil}，而锁券记录到 {holdExpiresAt} 结束：将券的锁定时间改回锁券记录的结束时间。',
-  explain_ORDER_DISCOUNT_EXCEEDED:
-    '订单 {orderNo} 使用的券共优惠了 {discountCents} 分，超过订单金额 {orderAmountCents} 分：由运营人员决定。',
+  explain_ORDER_DISCOUNT_EXCEEDED: '订单 {orderNo} 使用的券共优惠了 {discountCents}，超过订单金额 {orderAmountCents}：由运营人员决定。',
 };

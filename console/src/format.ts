@@ -29,3 +29,11 @@ export function phase(
   if (now >= Date.parse(c.grabEndAt) || (c.validity.endAt !== undefined && now >= Date.parse(c.validity.endAt))) return 'ended';
   return c.remainingStock === 0 ? 'soldOut' : 'running';
 }
+
+const ISO_TIME = /^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d+)?Z$/;
+
+/** A value the server wrote under `key` (reconciliation's details, an explanation's values), as the console shows such values. */
+export function valueText(key: string, v: string | number): string {
+  if (typeof v === 'number') return key.endsWith('Cents') ? `¥${yuan(v)}` : count(v);
+  return ISO_TIME.test(v) ? time(v) : v;
+}

@@ -1,6 +1,7 @@
 import { createContext, useContext, useMemo, useState, type ReactNode } from 'react';
 import { setApiLanguage } from './api';
 import { EXPLANATIONS_EN, EXPLANATIONS_ZH_CN } from './explanations';
+import { valueText } from './format';
 
 const en = {
   appTitle: 'Coupon console',
@@ -103,6 +104,12 @@ const en = {
   key_holds: 'Holds',
   key_rows: 'Log rows to append',
   key_txId: 'Transaction id',
+  key_holdExpiresAt: 'Hold ends at',
+  filledOnApproval: 'written when approved',
+  key_expectLockedUntil: 'Locked until (expected)',
+  key_reason: 'Reason',
+  key_createdAt: 'Written at',
+  key_at: 'At',
   yes: 'Yes',
   no: 'No',
   notStarted: 'Not started',
@@ -437,6 +444,12 @@ const zhCN: Messages = {
   key_holds: '锁券记录',
   key_rows: '要追加的日志行',
   key_txId: '事务号',
+  key_holdExpiresAt: '锁券记录结束时间',
+  filledOnApproval: '批准时写入',
+  key_expectLockedUntil: '预期的锁定时间',
+  key_reason: '原因',
+  key_createdAt: '写入时间',
+  key_at: '时间',
   yes: '是',
   no: '否',
   notStarted: '未开始',
@@ -743,7 +756,8 @@ export function explanationText(t: Translate, details: unknown): string | null {
     const named = `explain_${String(part?.key)}`;
     if (!(named in en)) return english;
     const params = typeof part.params === 'object' && part.params !== null ? (part.params as Record<string, string | number>) : {};
-    said.push(t(named as MessageKey, params));
+    // Times in the operator's zone and amounts in yuan, as the fields beside the sentence show them.
+    said.push(t(named as MessageKey, Object.fromEntries(Object.entries(params).map(([k, v]) => [k, valueText(k, v)]))));
   }
   return said.join(t('sentenceGap'));
 }

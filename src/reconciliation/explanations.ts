@@ -6,6 +6,9 @@
  * English text for a key it does not know). A key keeps its meaning and its parameters once
  * released: a sentence that says something else is a new key. Parameters are strings and numbers.
  */
+/** An amount in cents as the console shows one (¥150, ¥12.50); anything else as it is. */
+const yuan = (cents: number | string) => (typeof cents === 'number' ? `¥${(cents / 100).toFixed(cents % 100 === 0 ? 0 : 2)}` : cents);
+
 const SENTENCES = {
   // stock (invariant 1)
   STOCK_UNITS_LOST: (p: { count: number }) => `${p.count} unit(s) left the stock without an issued coupon: put them back.`,
@@ -51,7 +54,7 @@ const SENTENCES = {
     `ACTIVE, and its coupon is LOCKED for no other hold, but locked until ${p.lockedUntil} where the hold ends at ${p.holdExpiresAt}: set the coupon's lock back to the hold's end.`,
   // orders
   ORDER_DISCOUNT_EXCEEDED: (p: { orderNo: string; discountCents: number; orderAmountCents: number }) =>
-    `The coupons used on order ${p.orderNo} took ${p.discountCents} cents off an order of ${p.orderAmountCents}: an operator decides.`,
+    `The coupons used on order ${p.orderNo} took ${yuan(p.discountCents)} off an order of ${yuan(p.orderAmountCents)}: an operator decides.`,
 } satisfies Record<string, (p: never) => string>;
 
 export type ExplanationKey = keyof typeof SENTENCES;

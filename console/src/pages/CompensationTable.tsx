@@ -4,7 +4,7 @@ import { CheckOutlined, CloseOutlined } from '@ant-design/icons';
 import { Link } from 'react-router-dom';
 import { ApiError, client, ok, type Compensation } from '../api';
 import { showApiErrors } from '../apiForm';
-import { count, time, yuan } from '../format';
+import { time, valueText } from '../format';
 import { useDialog, type PagedList } from '../hooks';
 import { explanationText, keyLabel, label, useI18n, type Translate } from '../i18n';
 import { LoadMore } from '../LoadMore';
@@ -14,18 +14,19 @@ const STATUS_COLOR = { PENDING: 'gold', DONE: 'green', REJECTED: 'default' } as 
 
 /** Keys whose values are the API's codes (statuses, operations), shown by their names. */
 const CODE_KEYS = new Set(['status', 'replayedStatus', 'targetStatus', 'releaseTo', 'closeAs', 'done', 'from', 'to', 'op']);
-const ISO_TIME = /^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d+)?Z$/;
-
 /** A value of that JSON in words, as the rest of the console shows it: times in the operator's zone, amounts in yuan. */
 function scalarText(t: Translate, key: string, v: string | number | boolean): string {
   if (typeof v === 'boolean') return t(v ? 'yes' : 'no');
-  if (typeof v === 'number') return key.endsWith('Cents') ? `¥${yuan(v)}` : count(v);
-  if (ISO_TIME.test(v)) return time(v);
-  return CODE_KEYS.has(key) ? label(t, v) : v;
+  return typeof v === 'string' && CODE_KEYS.has(key) ? label(t, v) : valueText(key, v);
 }
 
-function Value({ name, value }: { name: string; value: unknown }) {
+/** Fields of a log row a repair will append that are left empty for the approval to fill in (its transaction id, reason and time). */
+const FILLED_ON_APPROVAL = new Set(['txId', 'reason', 'createdAt']);
+
+function Value({ name, value, within }: { name: string; value: unknown; within?: string }) {
   const { t } = useI18n();
+  if (value === null && within === 'rows' && FILLED_ON_APPROVAL.has(name))
+    return <Typography.Text type="secondary">{t('filledOnApproval')}</Typography.Text>;
   // An empty list is "none" as much as null is: `[]` meant nothing to an operator.
   if (value === null || value === undefined || (Array.isArray(value) && value.length === 0))
     return <Typography.Text type="secondary">—</Typography.Text>;
@@ -35,24 +36,34 @@ function Value({ name, value }: { name: string; value: unknown }) {
     return (
       <Space orientation="vertical" style={{ width: '100%' }}>
         {value.map((v, i) => (
-          <JsonView key={i} value={v} />
+          <JsonView key={i} value={v} within={name} nested />
         ))}
       </Space>
     );
   }
-  if (typeof value === 'object') return <JsonView value={value} />;
+  if (typeof value === 'object') return <JsonView value={value} nested />;
   return <>{scalarText(t, name, value as string | number | boolean)}</>;
 }
 
-/** JSON the reconciliation wrote (details, params, results) as readable key/value lines. */
-export function JsonView({ value }: { value: unknown }) {
+/**
+ * JSON the reconciliation wrote (details, params, results) as readable key/value lines. Nested ones
+ * put their labels above their values: beside them, three levels deep (a repair's steps, a step's
+ * log rows), the words of the innermost were broken one letter a line.
+ */
+export function JsonView({ value, within, nested = false }: { value: unknown; within?: string; nested?: boolean }) {
   const { t } = useI18n();
   if (typeof value !== 'object' || value === null || Array.isArray(value)) return <Value name="" value={value} />;
   return (
-    <Descriptions size="small" column={1} bordered styles={{ label: { width: 150 } }}>
+    <Descriptions
+      size="small"
+      column={1}
+      bordered
+      layout={nested ? 'vertical' : 'horizontal'}
+      styles={{ label: { width: nested ? undefined : 150 } }}
+    >
       {Object.entries(value as Record<string, unknown>).map(([k, v]) => (
         <Descriptions.Item key={k} label={keyLabel(t, k)}>
-          <Value name={k} value={v} />
+          <Value name={k} value={v} within={within} />
         </Descriptions.Item>
       ))}
     </Descriptions>
@@ -114,6 +125,7 @@ function Decide({
       onOk={() => form.submit()}
       okText={t(decision)}
       okButtonProps={{ danger: decision === 'reject', loading: busy, 'data-testid': 'decide-submit' }}
+      width={720}
       destroyOnHidden
     >
       <OutcomeAlert unsure={outcome.unsure} />
