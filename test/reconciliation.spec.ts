@@ -753,4 +753,41 @@ describe('reconciliation: progress of a run that records many discrepancies', ()
     // A count between none and all while it ran: the operator watching the run sees it move.
     expect([...seen].some((n) => n > 0 && n < 1000)).toBe(true);
   });
+
+  it('a running run is answered with as many discrepancies as it lists by type, and its first chunk counted at once', async () => {
+    const { id: couponId } = await createCoupon(t.url, { totalStock: 5 });
+    const res = await request(t.url)
+      .post(`/coupons/${couponId}/grab`)
+      .set(bearer(tokenFor('running-0')))
+      .set('Idempotency-Key', newKey());
+    expect(res.status).toBe(201);
+    await t.db.query(
+      `INSERT INTO user_coupon (coupon_id, user_id, status, source, from_stock, idempotency_key, issued_at, valid_from, expires_at, updated_at, used_at)
+       SELECT coupon_id, CONCAT('running-', s.seq), 'USED', 'BULK', 0, NULL, issued_at, valid_from, expires_at, updated_at, NOW(3)
+       FROM user_coupon, seq_1_to_300 s WHERE id = ?`,
+      [res.body.id],
+    );
+    await t.db.query(
+      `INSERT INTO user_coupon_state_log (user_coupon_id, from_status, to_status, tx_id, reason, created_at)
+       SELECT uc.id, NULL, 'UNUSED', CONCAT('test:', uc.id), NULL, uc.issued_at FROM user_coupon uc WHERE uc.coupon_id = ? AND uc.id <> ?`,
+      [couponId, res.body.id],
+    );
+    const { runId, done } = await t.app.get(ReconciliationService).start('FULL', 'test');
+    let finished = false;
+    void done.then(() => (finished = true));
+    const views: { checked: number; discrepancies: number; listed: number }[] = [];
+    while (!finished) {
+      const view = (await request(t.url).get(`/admin/reconciliation/runs/${runId}`).set(bearer(adminToken()))).body as {
+        status: string;
+        checked: number;
+        discrepancies: number;
+        byType: Record<string, number>;
+      };
+      const listed = Object.values(view.byType).reduce((a, b) => a + b, 0);
+      if (view.status === 'RUNNING' && listed > 0) views.push({ checked: view.checked, discrepancies: view.discrepancies, listed });
+    }
+    expect((await done).discrepancies).toBe(300);
+    expect(views.length).toBeGreaterThan(0);
+    expect(views.filter((v) => v.discrepancies !== v.listed || v.checked === 0)).toEqual([]);
+  });
 });
