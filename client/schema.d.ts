@@ -1516,6 +1516,8 @@ export interface components {
              * @enum {string|null}
              */
             replayedStatus: "UNUSED" | "LOCKED" | "USED" | "EXPIRED" | "VOID" | null;
+            /** @description The index in `transitions` of the first step that is no move of the lifecycle, or does not start where the one before ended; null when every step is */
+            firstInconsistentStep: number | null;
             /** @description Every step legal and continuing from the previous one, ending at the stored status (a hold timed out but not yet swept is stored LOCKED while `userCoupon.status` shows it UNUSED) */
             consistent: boolean;
         };

@@ -489,6 +489,20 @@ describe('admin console in a browser', () => {
     await shot('04-campaigns');
   });
 
+  it('a user id the service refuses shows its error alone: no coupons listed as none, no title naming it, no Reissue', async () => {
+    await page.goto(`${t.url}/console/users#token=${adminToken()}`);
+    await page.getByTestId('user-search').locator('input').fill('a b');
+    await page.getByTestId('user-search').locator('input').press('Enter');
+    const card = page.locator('.ant-card').first();
+    await card.locator('.ant-alert-error').waitFor();
+    expect(await card.locator('.ant-alert-error').textContent()).toMatch(/userId/);
+    expect([
+      await card.locator('.ant-card-head-title').textContent(),
+      await card.getByText('This user has no coupons').count(),
+      await card.getByRole('button', { name: 'Reissue' }).count(),
+    ]).toEqual(['User coupons', 0, 0]);
+  });
+
   it('voids a user’s coupon with a reason and shows its timeline', async () => {
     await page.getByRole('menuitem', { name: 'User coupons' }).click();
     await page.getByTestId('user-search').locator('input').fill('alice');
@@ -1125,6 +1139,23 @@ describe('admin console in a browser', () => {
     expect(await page.getByTestId(`reissue-${held.id}`).getAttribute('title')).toMatch(/void it first/);
   });
 
+  it('says where a broken log breaks: the step, in words, marked on the timeline', async () => {
+    const uc = await grabUserCoupon(t.url, (await createCoupon(t.url, { name: 'Broken log' })).id, 'broken-log');
+    // A step written by hand that does not start where the log stands (UNUSED).
+    await t.db.query(
+      `INSERT INTO user_coupon_state_log (user_coupon_id, from_status, to_status, tx_id, reason, created_at) VALUES (?, 'EXPIRED', 'VOID', 'by-hand', NULL, NOW(3))`,
+      [uc.id],
+    );
+    await page.goto(`${t.url}/console/users?userId=broken-log#token=${adminToken()}`);
+    await page.getByTestId(`history-${uc.id}`).click();
+    await page.getByTestId('broken-step').waitFor();
+    expect(await page.getByTestId('history-consistency').textContent()).toContain(
+      'Step 2 of the log, Expired → Void, is no move of the lifecycle from where the log stood: replaying stops at Unused',
+    );
+    expect(await page.getByTestId('broken-step').count()).toBe(1);
+    await page.keyboard.press('Escape');
+  });
+
   it('shows a coupon whose status is none of the lifecycle’s (damaged data) by its raw status, not a failed page', async () => {
     const damaged = await grabUserCoupon(t.url, (await createCoupon(t.url, { name: 'Damaged one' })).id, 'damaged');
     // The list as the API gives it for a row whose status was set by hand (what an operator investigates).
@@ -1207,14 +1238,14 @@ describe('admin console in a browser', () => {
     }
   });
 
-  it('stops polling a campaign that does not exist, after its 404', async () => {
+  it.each(['987654321', 'abc'])('stops polling a campaign that does not exist or is no id (%s), after its 404 or 400', async (id) => {
     let asked = 0;
     const count = (req: { url(): string }) => {
-      if (req.url().includes('/admin/coupons/987654321')) asked++;
+      if (req.url().includes(`/admin/coupons/${id}`)) asked++;
     };
     page.on('request', count);
     try {
-      await page.goto(`${t.url}/console/campaigns/987654321`);
+      await page.goto(`${t.url}/console/campaigns/${id}`);
       await page.waitForTimeout(1500);
       const afterLoad = asked;
       expect(afterLoad).toBeGreaterThan(0);
@@ -1539,7 +1570,11 @@ describe('admin console in a browser', () => {
   });
 
   it('fits a phone, 375 by 812: no page scrolls sideways, and each page’s buttons are on the screen', async () => {
-    const coupon = await createCoupon(t.url, { name: 'On a phone: spend ¥100 save ¥10, a name long enough to wrap' });
+    // The most stock a campaign may have: the live page's widest numbers.
+    const coupon = await createCoupon(t.url, {
+      name: 'On a phone: spend ¥100 save ¥10, a name long enough to wrap',
+      totalStock: 1_000_000_000,
+    });
     const job = await request(t.url)
       .post(`/admin/coupons/${coupon.id}/issuances`)
       .set(bearer(adminToken()))

@@ -5,7 +5,8 @@ import { ApiError, newIdempotencyKey } from './api';
 /**
  * Loads with `load` now, again whenever `deps` change, and every `everyMs` if given. A poll never
  * overlaps the previous one, and an answer that arrives after a newer request started is dropped.
- * A 404 stops the polling (what it reads does not exist: asking every second will not change that);
+ * A 404 or a 400 stops the polling (what it reads does not exist, or is not a name of anything:
+ * asking every second will not change that);
  * a change of `deps` or a reload() starts it again.
  */
 export function usePoll<T>(load: () => Promise<T>, deps: unknown[], everyMs?: number) {
@@ -30,7 +31,8 @@ export function usePoll<T>(load: () => Promise<T>, deps: unknown[], everyMs?: nu
       }
     } catch (err) {
       if (mine === generation.current) {
-        gone.current = err instanceof ApiError && err.status === 404;
+        // 400 too: a malformed id (/campaigns/abc) is no more likely to be taken next second.
+        gone.current = err instanceof ApiError && (err.status === 404 || err.status === 400);
         setError(err as Error);
       }
     } finally {

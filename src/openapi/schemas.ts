@@ -210,6 +210,12 @@ export const RESPONSE_SCHEMAS: Record<string, JsonSchema> = {
       enum: [...USER_COUPON_STATUSES, null],
       description: 'Where replaying the log from issuance ends (or stops, at the first inconsistent step)',
     },
+    firstInconsistentStep: {
+      type: ['integer', 'null'],
+      minimum: 0,
+      description:
+        'The index in `transitions` of the first step that is no move of the lifecycle, or does not start where the one before ended; null when every step is',
+    },
     consistent: {
       type: 'boolean',
       description:

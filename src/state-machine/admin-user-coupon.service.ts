@@ -18,6 +18,8 @@ export interface UserCouponHistory {
   userCoupon: UserCouponView;
   transitions: { from: UserCouponStatus | null; to: UserCouponStatus; txId: string; reason: string | null; at: string }[];
   replayedStatus: UserCouponStatus | null;
+  /** The index in `transitions` of the first step that is no move of the lifecycle or does not start where the one before ended; null when every step is. */
+  firstInconsistentStep: number | null;
   consistent: boolean;
 }
 
@@ -161,6 +163,7 @@ export class AdminUserCouponService {
           at: l.createdAt.toISOString(),
         })),
         replayedStatus: replayed.status,
+        firstInconsistentStep: replayed.legal ? null : replayed.lastConsistentIndex + 1,
         consistent: replayed.legal && replayed.status === uc.status,
       };
     });

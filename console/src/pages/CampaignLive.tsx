@@ -54,8 +54,9 @@ function chartOption(series: Series, stockTrail: [number, number][], t: Translat
     },
     tooltip: { trigger: 'axis' },
     // Named in order: series replaced on each update would otherwise be listed in the order they first appeared.
-    legend: { top: 0, data: [...outcomes.map((o) => label(t, o)), t('remaining')] },
-    grid: { left: 56, right: 64, top: 40, bottom: 32 },
+    // Below the chart: above it, on a phone, the legend wrapped onto the axes' names.
+    legend: { bottom: 0, data: [...outcomes.map((o) => label(t, o)), t('remaining')] },
+    grid: { left: 56, right: 64, top: 40, bottom: 56 },
     xAxis: {
       type: 'time',
       min: from,
@@ -158,22 +159,22 @@ export function CampaignLive() {
       {detail.error && <Typography.Text type="danger">{detail.error.message}</Typography.Text>}
       {/* Two by two on a phone, four in a row from md up. */}
       <Row gutter={[16, 16]}>
-        <Col xs={12} md={6}>
+        <Col xs={24} sm={12} md={6}>
           <Card style={{ height: '100%' }}>
             <Statistic title={t('remaining')} value={live.data?.remainingStock ?? '—'} data-testid="live-remaining" />
           </Card>
         </Col>
-        <Col xs={12} md={6}>
+        <Col xs={24} sm={12} md={6}>
           <Card style={{ height: '100%' }}>
             <Statistic title={t('initStock')} value={live.data?.initStock ?? '—'} />
           </Card>
         </Col>
-        <Col xs={12} md={6}>
+        <Col xs={24} sm={12} md={6}>
           <Card style={{ height: '100%' }}>
             <Statistic title={t('lastSecond')} value={recent} data-testid="live-recent" />
           </Card>
         </Col>
-        <Col xs={12} md={6}>
+        <Col xs={24} sm={12} md={6}>
           <Card style={{ height: '100%' }}>
             <Typography.Text type="secondary">{t('stock')}</Typography.Text>
             {live.data && <StockBar coupon={live.data} t={t} />}

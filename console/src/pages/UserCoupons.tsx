@@ -2,7 +2,7 @@ import { useState } from 'react';
 import { Alert, App, Button, Card, Descriptions, Drawer, Form, Input, Modal, Space, Switch, Table, Tag, Timeline, Typography } from 'antd';
 import { HistoryOutlined, SearchOutlined, StopOutlined, UndoOutlined } from '@ant-design/icons';
 import { Link, useSearchParams } from 'react-router-dom';
-import { client, ok, type UserCoupon, type UserCouponStatus } from '../api';
+import { ApiError, client, ok, type UserCoupon, type UserCouponStatus } from '../api';
 import { showApiErrors } from '../apiForm';
 import { time } from '../format';
 import { useActionsPin, useDialog, useIdempotencyKey, usePagedList, usePoll } from '../hooks';
@@ -31,6 +31,7 @@ function HistoryDrawer({ userCouponId, onClose }: { userCouponId: string | null;
     [userCouponId],
   );
   const h = history.data;
+  const brokenStep = h?.firstInconsistentStep != null ? h.transitions[h.firstInconsistentStep] : undefined;
   return (
     <Drawer title={userCouponId ? t('historyOf', { id: userCouponId }) : ''} size={620} open={userCouponId !== null} onClose={onClose}>
       {history.error && <Alert type="error" title={history.error.message} />}
@@ -42,8 +43,18 @@ function HistoryDrawer({ userCouponId, onClose }: { userCouponId: string | null;
             title={h.consistent ? t('consistent') : t('inconsistent')}
             description={
               h.consistent
-                ? t('replayOk', { status: h.userCoupon.status })
-                : t('replayedStatus', { replayed: h.replayedStatus ?? '—', status: h.userCoupon.status })
+                ? t('replayOk', { status: userCouponStatus(t, h.userCoupon.status) })
+                : brokenStep
+                  ? t('replayBroken', {
+                      n: (h.firstInconsistentStep ?? 0) + 1,
+                      from: brokenStep.from ? userCouponStatus(t, brokenStep.from) : t('issuance'),
+                      to: userCouponStatus(t, brokenStep.to),
+                      replayed: h.replayedStatus ? userCouponStatus(t, h.replayedStatus) : '—',
+                    })
+                  : t('replayedStatus', {
+                      replayed: h.replayedStatus ? userCouponStatus(t, h.replayedStatus) : '—',
+                      status: userCouponStatus(t, h.userCoupon.status),
+                    })
             }
             data-testid="history-consistency"
           />
@@ -59,8 +70,17 @@ function HistoryDrawer({ userCouponId, onClose }: { userCouponId: string | null;
           </Descriptions>
           <Timeline
             data-testid="timeline"
-            items={h.transitions.map((step) => ({
-              color: step.to === 'VOID' ? 'red' : step.to === 'USED' ? 'blue' : step.to === 'UNUSED' ? 'green' : 'gray',
+            items={h.transitions.map((step, i) => ({
+              color:
+                i === h.firstInconsistentStep
+                  ? 'red'
+                  : step.to === 'VOID'
+                    ? 'red'
+                    : step.to === 'USED'
+                      ? 'blue'
+                      : step.to === 'UNUSED'
+                        ? 'green'
+                        : 'gray',
               title: time(step.at),
               content: (
                 <div>
@@ -69,6 +89,11 @@ function HistoryDrawer({ userCouponId, onClose }: { userCouponId: string | null;
                     <span>→</span>
                     <StatusTag status={step.to} t={t} />
                   </Space>
+                  {i === h.firstInconsistentStep && (
+                    <div style={{ marginTop: 4 }} data-testid="broken-step">
+                      <Typography.Text type="danger">{t('brokenStep')}</Typography.Text>
+                    </div>
+                  )}
                   {step.reason && <div style={{ marginTop: 4 }}>{step.reason}</div>}
                   <Typography.Text type="secondary" code style={{ fontSize: 12 }}>
                     {t('txId')}: {step.txId}
@@ -209,6 +234,8 @@ export function UserCoupons() {
   const replacedBy = new Map(
     (list.items ?? []).filter((uc) => uc.replacesUserCouponId !== null).map((uc) => [uc.replacesUserCouponId, uc.id]),
   );
+  // A user id the service refused names no user: no "Coupons of a b", no "no coupons", no Reissue for it.
+  const shown = userId && !(list.error instanceof ApiError && list.error.status === 400) ? userId : '';
   const setParam = (k: string, v: string | null) => {
     const next = new URLSearchParams(params);
     if (v === null) next.delete(k);
@@ -218,9 +245,9 @@ export function UserCoupons() {
 
   return (
     <Card
-      title={userId ? t('userCouponsOf', { user: userId }) : t('navUsers')}
+      title={shown ? t('userCouponsOf', { user: shown }) : t('navUsers')}
       extra={
-        userId && (
+        shown && (
           <Button icon={<UndoOutlined />} onClick={() => action.show({ kind: 'reissue', coupon: null })}>
             {t('reissue')}
           </Button>
@@ -242,8 +269,8 @@ export function UserCoupons() {
         data-testid="user-search"
       />
       {list.error && <Alert type="error" title={list.error.message} style={{ marginBottom: 16 }} />}
-      {!userId ? (
-        <Typography.Paragraph type="secondary">{t('enterUserId')}</Typography.Paragraph>
+      {!shown ? (
+        !userId && <Typography.Paragraph type="secondary">{t('enterUserId')}</Typography.Paragraph>
       ) : (
         <Table<UserCoupon>
           rowKey="id"
