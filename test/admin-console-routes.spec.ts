@@ -83,6 +83,23 @@ describe('admin routes the console reads', () => {
     }
   });
 
+  it('a coupon whose status is none of the lifecycle (set by hand) is issued but counted under no status, not as a key of its own', async () => {
+    const c = await createCoupon(t.url, { name: 'bogus status', totalStock: 5 });
+    const res = await grab(c.id, 'bogus-holder');
+    expect(res.status).toBe(201);
+    await t.db.query(`UPDATE user_coupon SET status = 'BOGUS' WHERE id = ?`, [res.body.id]);
+    try {
+      const view = await admin(`/admin/coupons/${c.id}`);
+      expect([view.status, view.body.counts]).toEqual([
+        200,
+        { issued: 1, issuedFromStock: 1, unused: 0, locked: 0, used: 0, expired: 0, void: 0 },
+      ]);
+    } finally {
+      // Put back for the invariant checks after the test.
+      await t.db.query(`UPDATE user_coupon SET status = 'UNUSED' WHERE id = ?`, [res.body.id]);
+    }
+  });
+
   it('GET /admin/coupons lists newest first with stock and counts, paged by cursor', async () => {
     const a = await createCoupon(t.url, { name: 'first', totalStock: 5 });
     const b = await createCoupon(t.url, { name: 'second', totalStock: 7 });

@@ -1,7 +1,7 @@
 import { EntityManager, getMetadataArgsStorage } from 'typeorm';
 import { rowsSql, sqlLiteral } from '../database/sql-rows.js';
 import { execute } from '../database/transaction.service.js';
-import type { UserCouponStatus } from './transitions.js';
+import { USER_COUPON_STATUSES, type UserCouponStatus } from './transitions.js';
 import { effectiveStatusSql, UserCoupon } from './user-coupon.entity.js';
 
 /**
@@ -183,7 +183,8 @@ export async function countByStatus(em: Queryable, couponIds: readonly string[],
     const n = Number(r.n);
     const [stored, seen] = [r.stored.toLowerCase() as StatusCount, r.seen.toLowerCase() as StatusCount];
     if (Number(r.part) === 0) {
-      c[stored] += n;
+      // A status none of the lifecycle's (set by hand: reconciliation's to find) is issued but counted under none of them.
+      if (STATUS_COUNTS.has(stored)) c[stored] += n;
       c.issued += n;
       c.issuedFromStock += Number(r.fromStock);
     } else if (seen !== stored) {
@@ -195,6 +196,7 @@ export async function countByStatus(em: Queryable, couponIds: readonly string[],
 }
 export type CouponCounts = Record<'issued' | 'issuedFromStock' | StatusCount, number>;
 type StatusCount = Lowercase<UserCouponStatus>;
+const STATUS_COUNTS = new Set<string>(USER_COUPON_STATUSES.map((s) => s.toLowerCase()));
 
 /**
  * A user's coupons, newest first, ids below `beforeId`, at most `limit`. `status` filters by the
