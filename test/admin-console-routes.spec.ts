@@ -94,6 +94,17 @@ describe('admin routes the console reads', () => {
         200,
         { issued: 1, issuedFromStock: 1, unused: 0, locked: 0, used: 0, expired: 0, void: 0 },
       ]);
+      // A trailing space the column's collation pads away: the status it reads as.
+      await t.db.query(`UPDATE user_coupon SET status = 'UNUSED ' WHERE id = ?`, [res.body.id]);
+      expect((await admin(`/admin/coupons/${c.id}`)).body.counts).toEqual({
+        issued: 1,
+        issuedFromStock: 1,
+        unused: 1,
+        locked: 0,
+        used: 0,
+        expired: 0,
+        void: 0,
+      });
     } finally {
       // Put back for the invariant checks after the test.
       await t.db.query(`UPDATE user_coupon SET status = 'UNUSED' WHERE id = ?`, [res.body.id]);

@@ -179,6 +179,43 @@ describe.each([
     }
   });
 
+  it('after a group cut short, only grabs with a second or more left try again: a stall costs a few groups, not one per deadline', async () => {
+    const coupon = await coupons.template((await createCoupon(t.url, { totalStock: 10 })).id);
+    const groupsSoFar = async () =>
+      (await registry.getSingleMetric('grab_group_size')?.get())?.values.find(
+        (v) => (v as { metricName?: string }).metricName === 'grab_group_size_count',
+      )?.value ?? 0;
+    const blocker = t.db.createQueryRunner();
+    await blocker.connect();
+    await blocker.startTransaction('READ COMMITTED');
+    const outcome = (d: Promise<GrabDecision>) => d.then(granted, (err: { code?: string }) => err.code ?? 'ERROR');
+    const submitBy = (ms: number, userId: string) => {
+      let d!: Promise<GrabDecision>;
+      withDeadline({ at: Date.now() + ms, answered: false }, () => (d = groups.submit(coupon, { userId, key: newKey() })));
+      return outcome(d);
+    };
+    try {
+      await blocker.query(`SELECT stock FROM coupon_stock WHERE coupon_id = ? FOR UPDATE`, [coupon.id]);
+      const before = await groupsSoFar();
+      const first = submitBy(1000, 'floor-first');
+      await waitForStatement(t.db, '%FROM coupon_stock%FOR UPDATE%');
+      // Eight deadlines a little apart, all ending while the row is held, and one that outlasts the hold.
+      const short = Array.from({ length: 8 }, (_, i) => submitBy(1300 + 30 * i, `floor-short-${i}`));
+      const long = submitBy(4000, 'floor-long');
+      await new Promise((r) => setTimeout(r, 2000));
+      await blocker.commitTransaction();
+      expect([await first, ...(await Promise.all(short)), await long]).toEqual([
+        ...Array.from({ length: 9 }, () => 'PROTOCOL_SEQUENCE_TIMEOUT'),
+        'GRANTED',
+      ]);
+      // The first alone, then the nine, then the one with time left: not one more group for each short deadline.
+      expect((await groupsSoFar()) - before).toBe(3);
+    } finally {
+      if (blocker.isTransactionActive) await blocker.rollbackTransaction();
+      await blocker.release();
+    }
+  });
+
   it('a grab whose request deadline passes while it queues behind a blocked group is refused, not issued afterwards', async () => {
     const coupon = await coupons.template((await createCoupon(t.url, { totalStock: 10 })).id);
     const blocker = t.db.createQueryRunner();

@@ -667,6 +667,16 @@ describe('hardening', () => {
       'application/json; charset=utf8',
     ])
       expect([type, (await post(type)).status]).toEqual([type, 202]);
+    // An empty body is no body whatever it is labelled, by its length or chunked.
+    const grab = (framing: string) =>
+      rawExchange(
+        t.url,
+        `POST /coupons/${coupon.id}/grab HTTP/1.1\r\nHost: x\r\nAuthorization: ${bearer(tokenFor(`cs-${framing.length}`)).Authorization}\r\n` +
+          `Idempotency-Key: ${newKey()}\r\nContent-Type: application/json; charset=latin1\r\n${framing}Connection: close\r\n\r\n` +
+          (framing.startsWith('Transfer') ? '0\r\n\r\n' : ''),
+      );
+    for (const framing of ['Content-Length: 0\r\n', 'Transfer-Encoding: chunked\r\n'])
+      expect([framing, (await grab(framing)).split(' ')[1]]).toEqual([framing, '201']);
   });
 
   describe('request ids (item 5)', () => {

@@ -35,11 +35,6 @@ export function strictJsonBodies(fastify: FastifyInstance): void {
       return done(
         new AppError('UNSUPPORTED_MEDIA_TYPE', `Content-Encoding ${encoding.slice(0, 64)} is not supported; send the body uncompressed`),
       );
-    const charset = req.headers['content-length'] === '0' ? null : otherCharset(req.headers['content-type']);
-    if (charset !== null)
-      return done(
-        new AppError('UNSUPPORTED_MEDIA_TYPE', `A JSON body is UTF-8 (RFC 8259); charset=${charset.slice(0, 64)} is not accepted`),
-      );
     done(null, payload);
   });
   // Every other type is refused unread, except an empty body: Content-Length 0 is no body whatever
@@ -56,8 +51,15 @@ export function strictJsonBodies(fastify: FastifyInstance): void {
     );
   });
   fastify.removeContentTypeParser('application/json');
-  fastify.addContentTypeParser('application/json', { parseAs: 'buffer' }, (_req, body, done) => {
+  fastify.addContentTypeParser('application/json', { parseAs: 'buffer' }, (req, body, done) => {
     if (body.length === 0) return done(null, undefined);
+    // Once its length is known: an empty body is no body, whatever its label says.
+    const charset = otherCharset(req.headers['content-type']);
+    if (charset !== null)
+      return done(
+        new AppError('UNSUPPORTED_MEDIA_TYPE', `A JSON body is UTF-8 (RFC 8259); charset=${charset.slice(0, 64)} is not accepted`),
+        undefined,
+      );
     let text: string;
     try {
       text = utf8.decode(body as Buffer);

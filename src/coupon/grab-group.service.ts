@@ -28,6 +28,9 @@ const deadlinePassed = () =>
     'Retry-After': '1',
   });
 
+/** What a grab needs left of its deadline to go into the next group after its own was cut short by another's (drain). */
+const REQUEUE_MIN_MS = 1000;
+
 interface Queue {
   waiting: Waiter[];
   running: boolean;
@@ -83,11 +86,13 @@ export class GrabGroupService {
         const decisions = await this.underEarliestDeadline(group, () => this.decideGroup(coupon, group));
         group.forEach((w, i) => w.resolve(decisions[i]));
       } catch (err) {
-        // Cut short by the deadline of its earliest request: those with time left go into the next
-        // group, not answered 503 seconds before their own deadline. Each time at least the earliest
-        // leaves, so this ends; and a coupon that did commit unseen is found by its key in the next group.
+        // Cut short by the deadline of its earliest request: those with a second or more left go into
+        // the next group, not answered 503 seconds before their own deadline (a coupon that did commit
+        // unseen is found by its key there). Not those with less: each group cut short leaves its
+        // statement waiting on the stock row's lock in the server until the lock-wait timeout, and one
+        // retry per distinct deadline of a burst filled the server's connections during a stall.
         const cutShort = isDeadlineTimeout(err) && group.some((w) => w.deadline && !hasTimeLeft(w.deadline));
-        const again = cutShort ? group.filter((w) => !w.deadline || hasTimeLeft(w.deadline)) : [];
+        const again = cutShort ? group.filter((w) => !w.deadline || hasTimeLeft(w.deadline, REQUEUE_MIN_MS)) : [];
         for (const w of group) if (!again.includes(w)) w.reject(err);
         queue.waiting.unshift(...again);
       }

@@ -51,8 +51,8 @@ export function currentDeadline(): Deadline | undefined {
 }
 
 /** Whether a database wait could still start before `deadline`. */
-export function hasTimeLeft(deadline: Deadline): boolean {
-  return deadline.answered || deadline.at - ANSWER_MARGIN_MS > Date.now();
+export function hasTimeLeft(deadline: Deadline, atLeastMs = 0): boolean {
+  return deadline.answered || deadline.at - ANSWER_MARGIN_MS - atLeastMs > Date.now();
 }
 
 /** Runs work shared by several requests (a grab group) under one deadline: the earliest of theirs. */

@@ -181,7 +181,8 @@ export async function countByStatus(em: Queryable, couponIds: readonly string[],
     const c = counts.get(String(r.couponId));
     if (!c) continue;
     const n = Number(r.n);
-    const [stored, seen] = [r.stored.toLowerCase() as StatusCount, r.seen.toLowerCase() as StatusCount];
+    // Trimmed: the column's collation pads, so a status set by hand as 'EXPIRED ' groups with (and may label) the real ones.
+    const [stored, seen] = [r.stored.trim().toLowerCase() as StatusCount, r.seen.trim().toLowerCase() as StatusCount];
     if (Number(r.part) === 0) {
       // A status none of the lifecycle's (set by hand: reconciliation's to find) is issued but counted under none of them.
       if (STATUS_COUNTS.has(stored)) c[stored] += n;

@@ -1,11 +1,7 @@
 import type { DataSource } from 'typeorm';
 import type { TransactionService } from '../database/transaction.service.js';
 
-/**
- * Deliveries removed per transaction: short enough that the sender's writes never queue long behind
- * one, and under MariaDB's in_predicate_conversion_threshold (1,000), which turns a longer IN list
- * into a derived table that the DELETE then joins by scanning the whole table.
- */
+/** Deliveries removed per transaction: short enough that the sender's writes never queue long behind one. */
 export const PURGE_BATCH = 500;
 
 /**
@@ -32,18 +28,22 @@ export class DeliveryPurge {
     const endpointId = this.left[0];
     if (endpointId === undefined) return false;
     const removed = await this.tx.inTransaction(async (em) => {
+      // Gone for this transaction too, whatever the read that listed it saw (a node of a cluster behind on the endpoint's creation).
+      if (((await em.query(`SELECT id FROM webhook_endpoint WHERE id = ? LOCK IN SHARE MODE`, [endpointId])) as unknown[]).length > 0)
+        return null;
       // In (endpoint_id, log_id) order: the unique key's own order, so the LIMIT bounds what is read and locked.
       const rows = (await em.query(`SELECT id FROM webhook_delivery WHERE endpoint_id = ? ORDER BY log_id LIMIT ? FOR UPDATE`, [
         endpointId,
         PURGE_BATCH,
       ])) as { id: string }[];
       if (rows.length === 0) return 0;
-      const ids = rows.map((r) => r.id);
-      await em.query(`DELETE FROM webhook_delivery_attempt WHERE delivery_id IN (?)`, [ids]);
-      await em.query(`DELETE FROM webhook_delivery WHERE id IN (?)`, [ids]);
+      await em.query(`DELETE FROM webhook_delivery_attempt WHERE delivery_id IN (?)`, [rows.map((r) => r.id)]);
+      // The same rows, by the same index walk: by their ids, the server may scan the whole table and
+      // wait on a lock the sender holds on a row of another batch.
+      await em.query(`DELETE FROM webhook_delivery WHERE endpoint_id = ? ORDER BY log_id LIMIT ?`, [endpointId, rows.length]);
       return rows.length;
     });
-    if (removed < PURGE_BATCH) this.left.shift();
+    if (removed === null || removed < PURGE_BATCH) this.left.shift();
     return this.left.length > 0;
   }
 

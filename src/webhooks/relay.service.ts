@@ -182,9 +182,11 @@ export class WebhookRelay implements OnApplicationBootstrap, OnModuleDestroy {
     pending.set(Number(p.n));
     // Enabled endpoints only: a disabled one's deliveries wait for an operator, not for the relay,
     // and counted here they kept the lag rising (an alert on it never cleared). Each endpoint's
-    // earliest due time is the first entry of its idx_due range.
+    // earliest due time is the first entry of its idx_due range: ORDER BY ... LIMIT 1, since MariaDB
+    // reads a correlated MIN() over the whole range (90,000 rows an endpoint on a backlog).
     const [d] = (await db.query(
-      `SELECT MIN((SELECT MIN(d.next_attempt_at) FROM webhook_delivery d WHERE d.endpoint_id = e.id AND d.status = 'PENDING')) AS due
+      `SELECT MIN((SELECT d.next_attempt_at FROM webhook_delivery d WHERE d.endpoint_id = e.id AND d.status = 'PENDING'
+                   ORDER BY d.next_attempt_at LIMIT 1)) AS due
        FROM webhook_endpoint e WHERE e.enabled = 1`,
     )) as { due: Date | null }[];
     const unread = await firstRowAtAfter(db, this.fanOut.position ?? (await readCursor(db)));

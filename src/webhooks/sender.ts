@@ -110,6 +110,7 @@ export class Sender {
       const due = (await this.dataSource.query(
         `SELECT d.id, d.log_id, d.payload, d.attempts, d.final_attempt FROM webhook_delivery d
          WHERE d.endpoint_id = ? AND d.status = 'PENDING' AND d.next_attempt_at <= ?
+           AND EXISTS (SELECT 1 FROM webhook_endpoint e WHERE e.id = d.endpoint_id AND e.enabled = 1)
            ${skip.length > 0 ? `AND d.id NOT IN (${skip.map(() => '?').join(', ')})` : ''}
            AND NOT EXISTS (SELECT 1 FROM ${EARLIER_PENDING})
          ORDER BY d.next_attempt_at, d.id LIMIT ?`,
