@@ -1,5 +1,6 @@
 import { registry } from '../src/common/metrics.js';
 import { CouponService } from '../src/coupon/coupon.service.js';
+import type { Coupon } from '../src/coupon/coupon.entity.js';
 import type { GrabDecision } from '../src/coupon/grab-decision.js';
 import { GrabGroupService } from '../src/coupon/grab-group.service.js';
 import { withDeadline } from '../src/database/deadline-pool.js';
@@ -37,6 +38,31 @@ describe.each([
       }[]
     ).map((r) => Number(r.n));
   const granted = (d: GrabDecision) => (d.outcome === 'refused' ? d.error.code : 'GRANTED');
+  /**
+   * Runs `fn` while another transaction holds the coupon's stock row, as a stalled group would.
+   * `submitBy(ms, user)` grabs under a request deadline `ms` away and gives the outcome's code;
+   * `release()` commits the hold.
+   */
+  const withStockHeld = async (
+    coupon: Coupon,
+    fn: (submitBy: (ms: number, userId: string) => Promise<string>, release: () => Promise<void>) => Promise<void>,
+  ) => {
+    const blocker = t.db.createQueryRunner();
+    await blocker.connect();
+    await blocker.startTransaction('READ COMMITTED');
+    try {
+      await blocker.query(`SELECT stock FROM coupon_stock WHERE coupon_id = ? FOR UPDATE`, [coupon.id]);
+      const submitBy = (ms: number, userId: string) => {
+        let d!: Promise<GrabDecision>;
+        withDeadline({ at: Date.now() + ms, answered: false }, () => (d = groups.submit(coupon, { userId, key: newKey() })));
+        return d.then(granted, (err: { code?: string }) => err.code ?? 'ERROR');
+      };
+      await fn(submitBy, () => blocker.commitTransaction());
+    } finally {
+      if (blocker.isTransactionActive) await blocker.rollbackTransaction();
+      await blocker.release();
+    }
+  };
   /** Until the group's INSERT is running, which it cannot finish while the held key is uncommitted (at most 10 s). */
   const waitForBlockedInsert = async () => {
     for (let i = 0; i < 200; i++) {
@@ -151,17 +177,7 @@ describe.each([
 
   it("a group cut short by its earliest request's deadline refuses only the requests out of time: the others go into the next group", async () => {
     const coupon = await coupons.template((await createCoupon(t.url, { totalStock: 10 })).id);
-    const blocker = t.db.createQueryRunner();
-    await blocker.connect();
-    await blocker.startTransaction('READ COMMITTED');
-    const outcome = (d: Promise<GrabDecision>) => d.then(granted, (err: { code?: string }) => err.code ?? 'ERROR');
-    const submitBy = (ms: number, userId: string) => {
-      let d!: Promise<GrabDecision>;
-      withDeadline({ at: Date.now() + ms, answered: false }, () => (d = groups.submit(coupon, { userId, key: newKey() })));
-      return outcome(d);
-    };
-    try {
-      await blocker.query(`SELECT stock FROM coupon_stock WHERE coupon_id = ? FOR UPDATE`, [coupon.id]);
+    await withStockHeld(coupon, async (submitBy, release) => {
       const first = submitBy(1000, 'cut-first');
       await waitForStatement(t.db, '%FROM coupon_stock%FOR UPDATE%');
       // Both queue behind the first one's group and then form the next, which runs under the earlier
@@ -169,14 +185,11 @@ describe.each([
       const second = submitBy(1600, 'cut-second');
       const third = submitBy(4000, 'cut-third');
       await new Promise((r) => setTimeout(r, 2000));
-      await blocker.commitTransaction();
+      await release();
       expect([await first, await second, await third]).toEqual(['PROTOCOL_SEQUENCE_TIMEOUT', 'PROTOCOL_SEQUENCE_TIMEOUT', 'GRANTED']);
       const issued = (await t.db.query(`SELECT user_id FROM user_coupon WHERE coupon_id = ?`, [coupon.id])) as { user_id: string }[];
       expect(issued.map((r) => r.user_id)).toEqual(['cut-third']);
-    } finally {
-      if (blocker.isTransactionActive) await blocker.rollbackTransaction();
-      await blocker.release();
-    }
+    });
   });
 
   it('after a group cut short, only grabs with a second or more left try again: a stall costs a few groups, not one per deadline', async () => {
@@ -185,17 +198,7 @@ describe.each([
       (await registry.getSingleMetric('grab_group_size')?.get())?.values.find(
         (v) => (v as { metricName?: string }).metricName === 'grab_group_size_count',
       )?.value ?? 0;
-    const blocker = t.db.createQueryRunner();
-    await blocker.connect();
-    await blocker.startTransaction('READ COMMITTED');
-    const outcome = (d: Promise<GrabDecision>) => d.then(granted, (err: { code?: string }) => err.code ?? 'ERROR');
-    const submitBy = (ms: number, userId: string) => {
-      let d!: Promise<GrabDecision>;
-      withDeadline({ at: Date.now() + ms, answered: false }, () => (d = groups.submit(coupon, { userId, key: newKey() })));
-      return outcome(d);
-    };
-    try {
-      await blocker.query(`SELECT stock FROM coupon_stock WHERE coupon_id = ? FOR UPDATE`, [coupon.id]);
+    await withStockHeld(coupon, async (submitBy, release) => {
       const before = await groupsSoFar();
       const first = submitBy(1000, 'floor-first');
       await waitForStatement(t.db, '%FROM coupon_stock%FOR UPDATE%');
@@ -203,17 +206,14 @@ describe.each([
       const short = Array.from({ length: 8 }, (_, i) => submitBy(1300 + 30 * i, `floor-short-${i}`));
       const long = submitBy(4000, 'floor-long');
       await new Promise((r) => setTimeout(r, 2000));
-      await blocker.commitTransaction();
+      await release();
       expect([await first, ...(await Promise.all(short)), await long]).toEqual([
         ...Array.from({ length: 9 }, () => 'PROTOCOL_SEQUENCE_TIMEOUT'),
         'GRANTED',
       ]);
       // The first alone, then the nine, then the one with time left: not one more group for each short deadline.
       expect((await groupsSoFar()) - before).toBe(3);
-    } finally {
-      if (blocker.isTransactionActive) await blocker.rollbackTransaction();
-      await blocker.release();
-    }
+    });
   });
 
   it('a grab whose request deadline passes while it queues behind a blocked group is refused, not issued afterwards', async () => {

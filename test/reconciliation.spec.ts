@@ -718,25 +718,29 @@ describe('reconciliation: progress of a run that records many discrepancies', ()
   });
   afterAll(() => t.close());
 
-  it('writes its count of discrepancies as it records them, not only between chunks', async () => {
+  /** `n` coupons set USED by hand, with no redemption, each logged as issued: one chunk of `n` findings, recorded one by one. */
+  const usedByHand = async (prefix: string, n: number) => {
     const { id: couponId } = await createCoupon(t.url, { totalStock: 5 });
     const res = await request(t.url)
       .post(`/coupons/${couponId}/grab`)
-      .set(bearer(tokenFor('progress-0')))
+      .set(bearer(tokenFor(`${prefix}-0`)))
       .set('Idempotency-Key', newKey());
     expect(res.status).toBe(201);
-    // 1,000 coupons used by hand, with no redemption: one chunk, 1,000 findings recorded one by one.
     await t.db.query(
       `INSERT INTO user_coupon (coupon_id, user_id, status, source, from_stock, idempotency_key, issued_at, valid_from, expires_at, updated_at, used_at)
-       SELECT coupon_id, CONCAT('progress-', s.seq), 'USED', 'BULK', 0, NULL, issued_at, valid_from, expires_at, updated_at, NOW(3)
-       FROM user_coupon, seq_1_to_1000 s WHERE id = ?`,
-      [res.body.id],
+       SELECT coupon_id, CONCAT(?, '-', s.seq), 'USED', 'BULK', 0, NULL, issued_at, valid_from, expires_at, updated_at, NOW(3)
+       FROM user_coupon, seq_1_to_${n} s WHERE id = ?`,
+      [prefix, res.body.id],
     );
     await t.db.query(
       `INSERT INTO user_coupon_state_log (user_coupon_id, from_status, to_status, tx_id, reason, created_at)
        SELECT uc.id, NULL, 'UNUSED', CONCAT('test:', uc.id), NULL, uc.issued_at FROM user_coupon uc WHERE uc.coupon_id = ? AND uc.id <> ?`,
       [couponId, res.body.id],
     );
+  };
+
+  it('writes its count of discrepancies as it records them, not only between chunks', async () => {
+    await usedByHand('progress', 1000);
     const { runId, done } = await t.app.get(ReconciliationService).start('FULL', 'test');
     const seen = new Set<number>();
     let finished = false;
@@ -755,23 +759,7 @@ describe('reconciliation: progress of a run that records many discrepancies', ()
   });
 
   it('a running run is answered with as many discrepancies as it lists by type, and its first chunk counted at once', async () => {
-    const { id: couponId } = await createCoupon(t.url, { totalStock: 5 });
-    const res = await request(t.url)
-      .post(`/coupons/${couponId}/grab`)
-      .set(bearer(tokenFor('running-0')))
-      .set('Idempotency-Key', newKey());
-    expect(res.status).toBe(201);
-    await t.db.query(
-      `INSERT INTO user_coupon (coupon_id, user_id, status, source, from_stock, idempotency_key, issued_at, valid_from, expires_at, updated_at, used_at)
-       SELECT coupon_id, CONCAT('running-', s.seq), 'USED', 'BULK', 0, NULL, issued_at, valid_from, expires_at, updated_at, NOW(3)
-       FROM user_coupon, seq_1_to_300 s WHERE id = ?`,
-      [res.body.id],
-    );
-    await t.db.query(
-      `INSERT INTO user_coupon_state_log (user_coupon_id, from_status, to_status, tx_id, reason, created_at)
-       SELECT uc.id, NULL, 'UNUSED', CONCAT('test:', uc.id), NULL, uc.issued_at FROM user_coupon uc WHERE uc.coupon_id = ? AND uc.id <> ?`,
-      [couponId, res.body.id],
-    );
+    await usedByHand('running', 300);
     const { runId, done } = await t.app.get(ReconciliationService).start('FULL', 'test');
     let finished = false;
     void done.then(() => (finished = true));
