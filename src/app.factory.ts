@@ -219,13 +219,14 @@ export async function createApp(
   continueWhenBodyRead(fastify.server);
   // Callback hooks: an async hook costs every request two more promises.
   fastify.addHook('onRequest', (req, reply, done) => {
+    const badHost = hostProblem(req.raw);
     // Connection: close comes with every answer once the server is closing (unread.settle).
     if (unread.isClosing()) {
       done(new AppError('SERVICE_UNAVAILABLE', 'This instance is shutting down; retry shortly', undefined, { 'Retry-After': '1' }));
     } else if (req.raw.httpVersion === '1.1' && req.headers.host === undefined) {
       done(validationFailed({ host: ['an HTTP/1.1 request needs a Host header'] }));
-    } else if (hostProblem(req.raw) !== null) {
-      done(validationFailed({ host: [`Host ${hostProblem(req.raw)}`] }, 'The Host header is not valid'));
+    } else if (badHost !== null) {
+      done(validationFailed({ host: [`Host ${badHost}`] }, 'The Host header is not valid'));
     } else if (isMalformedQuery(req.query)) {
       done(
         validationFailed(

@@ -4,7 +4,7 @@ import { DataSource, EntityManager } from 'typeorm';
 import { TransactionService } from '../src/database/transaction.service.js';
 import { AppConfig } from '../src/config/app-config.js';
 import { RECONCILIATION_LEASE, ReconciliationService } from '../src/reconciliation/reconciliation.service.js';
-import { createCoupon, CouponInput, newKey } from './support/factories.js';
+import { createCoupon, CouponInput, grabUserCoupon, newKey } from './support/factories.js';
 import { adminToken, bearer, serviceToken, startTestApp, TestApp, tokenFor } from './support/harness.js';
 import { checkInvariants } from '../src/ledger/invariants.js';
 import { tryAcquireLease } from '../src/database/lease.js';
@@ -721,21 +721,17 @@ describe('reconciliation: progress of a run that records many discrepancies', ()
   /** `n` coupons set USED by hand, with no redemption, each logged as issued: one chunk of `n` findings, recorded one by one. */
   const usedByHand = async (prefix: string, n: number) => {
     const { id: couponId } = await createCoupon(t.url, { totalStock: 5 });
-    const res = await request(t.url)
-      .post(`/coupons/${couponId}/grab`)
-      .set(bearer(tokenFor(`${prefix}-0`)))
-      .set('Idempotency-Key', newKey());
-    expect(res.status).toBe(201);
+    const first = await grabUserCoupon(t.url, couponId, `${prefix}-0`);
     await t.db.query(
       `INSERT INTO user_coupon (coupon_id, user_id, status, source, from_stock, idempotency_key, issued_at, valid_from, expires_at, updated_at, used_at)
        SELECT coupon_id, CONCAT(?, '-', s.seq), 'USED', 'BULK', 0, NULL, issued_at, valid_from, expires_at, updated_at, NOW(3)
        FROM user_coupon, seq_1_to_${n} s WHERE id = ?`,
-      [prefix, res.body.id],
+      [prefix, first.id],
     );
     await t.db.query(
       `INSERT INTO user_coupon_state_log (user_coupon_id, from_status, to_status, tx_id, reason, created_at)
        SELECT uc.id, NULL, 'UNUSED', CONCAT('test:', uc.id), NULL, uc.issued_at FROM user_coupon uc WHERE uc.coupon_id = ? AND uc.id <> ?`,
-      [couponId, res.body.id],
+      [couponId, first.id],
     );
   };
 

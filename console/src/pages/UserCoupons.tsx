@@ -11,6 +11,9 @@ import { LoadMore } from '../LoadMore';
 import { OutcomeAlert, useOutcome } from '../outcome';
 
 // LOCKED (a checkout hold) is named here before the API's document has it.
+/** A timeline step by where it leads; the step where the log breaks is red whatever it leads to. */
+const STEP_COLOR: Partial<Record<UserCouponStatus, string>> = { VOID: 'red', USED: 'blue', UNUSED: 'green' };
+
 const STATUS_COLOR: Record<UserCouponStatus | 'LOCKED', string> = {
   UNUSED: 'green',
   LOCKED: 'gold',
@@ -71,16 +74,7 @@ function HistoryDrawer({ userCouponId, onClose }: { userCouponId: string | null;
           <Timeline
             data-testid="timeline"
             items={h.transitions.map((step, i) => ({
-              color:
-                i === h.firstInconsistentStep
-                  ? 'red'
-                  : step.to === 'VOID'
-                    ? 'red'
-                    : step.to === 'USED'
-                      ? 'blue'
-                      : step.to === 'UNUSED'
-                        ? 'green'
-                        : 'gray',
+              color: i === h.firstInconsistentStep ? 'red' : (STEP_COLOR[step.to] ?? 'gray'),
               title: time(step.at),
               content: (
                 <div>
