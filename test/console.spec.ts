@@ -607,7 +607,8 @@ describe('admin console in a browser', () => {
     await t.db.query('UPDATE coupon_stock SET stock = stock - 2 WHERE coupon_id = ?', [couponId]);
     await page.getByRole('menuitem', { name: 'Reconciliation' }).click();
     await page.getByTestId('start-run').click();
-    await page.getByText('STOCK_MISMATCH: 1').waitFor({ timeout: 20_000 });
+    // The finding by its name, its code the tag's title.
+    await page.getByTitle('STOCK_MISMATCH').getByText('Stock mismatch: 1').waitFor({ timeout: 20_000 });
     const approve = page.locator('[data-testid^="approve-"]');
     await approve.waitFor();
     await shot('07-reconciliation-run');
@@ -621,7 +622,7 @@ describe('admin console in a browser', () => {
     await page.locator('.ant-tag', { hasText: 'Done' }).waitFor();
     const [stock] = (await t.db.query('SELECT stock FROM coupon_stock WHERE coupon_id = ?', [couponId])) as { stock: string }[];
     expect(Number(stock.stock)).toBe(34);
-    await page.locator('.ant-table-row', { hasText: 'RESTORE_STOCK' }).click();
+    await page.locator('.ant-table-row', { hasText: 'Restore stock' }).click();
     await page.getByText('What was done').waitFor();
     // What reconciliation wrote, its keys in words: the details', the action's and the result's.
     const labels = page.locator('.ant-table-expanded-row .ant-descriptions-item-label');
@@ -1896,6 +1897,7 @@ describe('admin console in a browser', () => {
       labels.push(...(await within.locator('.ant-descriptions-item-label').allTextContents()));
     };
     for (const uc of [held.id, unlogged.id]) {
+      texts.push((await page.locator('.ant-table-row', { hasText: `UC #${uc}` }).textContent()) ?? '');
       await page.locator('.ant-table-row', { hasText: `UC #${uc}` }).click();
       await readWords(page.locator('.ant-table-expanded-row').filter({ visible: true }).last());
       await page
@@ -1919,5 +1921,9 @@ describe('admin console in a browser', () => {
     expect(labels.length).toBeGreaterThan(10);
     expect(labels.filter((l) => /^[a-z]+[A-Z]\w*$/.test(l) || /^[a-z]+$/.test(l))).toEqual([]);
     expect(texts.filter((x) => /\d{4}-\d{2}-\d{2}T\d{2}:\d{2}/.test(x))).toEqual([]);
+    // Findings, actions and a repair's steps by their names: no code as the server wrote it (APPEND_LOG, SET_LOCKED_UNTIL).
+    expect(texts.join(' ').match(/\b[A-Z]+(?:_[A-Z]+)+\b/g)).toBeNull();
+    for (const named of ['Log disagrees with status', 'Repair the coupon', 'Append log rows', 'Set the lock’s end'])
+      expect(texts.join(' ')).toContain(named);
   });
 });

@@ -118,7 +118,7 @@ function Decide({
       afterClose={afterClose}
       title={
         decision === 'approve'
-          ? t('approveTitle', { id: compensation.id, action: compensation.action })
+          ? t('approveTitle', { id: compensation.id, action: label(t, compensation.action) })
           : t('rejectTitle', { id: compensation.id })
       }
       onCancel={onClose}
@@ -214,7 +214,9 @@ export function CompensationTable({ list }: { list: PagedList<Compensation> }) {
               const why = explanationText(t, c.discrepancy.details);
               return (
                 <Space orientation="vertical" size={0}>
-                  <Tag color="volcano">{c.discrepancy.type}</Tag>
+                  <Tag color="volcano" title={c.discrepancy.type}>
+                    {label(t, c.discrepancy.type)}
+                  </Tag>
                   <Typography.Text type="secondary" style={{ fontSize: 12 }}>
                     <Link to={`/reconciliation/${c.discrepancy.runId}`} onClick={(e) => e.stopPropagation()}>
                       {t('run', { id: c.discrepancy.runId })}
@@ -227,7 +229,7 @@ export function CompensationTable({ list }: { list: PagedList<Compensation> }) {
               );
             },
           },
-          { title: t('action'), dataIndex: 'action', width: 160, render: (a: string) => <Tag>{a}</Tag> },
+          { title: t('action'), dataIndex: 'action', width: 160, render: (a: string) => <Tag title={a}>{label(t, a)}</Tag> },
           {
             title: t('status'),
             dataIndex: 'status',

@@ -82,8 +82,8 @@ function RunDetail({ runId }: { runId: string }) {
             <Space orientation="vertical">
               <Space wrap>
                 {Object.entries(r.byType).map(([type, n]) => (
-                  <Tag key={type} color="volcano" style={{ fontSize: 14, padding: '4px 10px' }}>
-                    {type}: {n}
+                  <Tag key={type} title={type} color="volcano" style={{ fontSize: 14, padding: '4px 10px' }}>
+                    {label(t, type)}: {n}
                   </Tag>
                 ))}
               </Space>
