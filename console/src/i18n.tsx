@@ -238,6 +238,9 @@ const en = {
   PENDING: 'Pending',
   DONE: 'Done',
   REJECTED: 'Rejected',
+  CONFIRMED: 'Confirmed',
+  RELEASED: 'Released',
+  RECONCILIATION: 'by reconciliation',
   // What reconciliation found and proposes, named by their codes (the code itself is the tag's title).
   STOCK_MISMATCH: 'Stock mismatch',
   USED_WITHOUT_REDEMPTION: 'Used without a redemption',
@@ -596,6 +599,9 @@ const zhCN: Messages = {
   PENDING: '待处理',
   DONE: '已执行',
   REJECTED: '已拒绝',
+  CONFIRMED: '已确认',
+  RELEASED: '已释放',
+  RECONCILIATION: '由对账释放',
   STOCK_MISMATCH: '库存不符',
   USED_WITHOUT_REDEMPTION: '已使用但无核销记录',
   REDEMPTION_WITHOUT_USED: '有核销记录但未使用',
@@ -792,6 +798,10 @@ export function keyLabel(t: Translate, key: string): string {
   return named in en ? t(named as MessageKey) : key;
 }
 
+/** The statuses the sentences name (the server's English says them as codes), and the values that are statuses. */
+const STATUS_CODES = /\b(?:UNUSED|LOCKED|USED|EXPIRED|VOID|ACTIVE|CONFIRMED|RELEASED|RECONCILIATION)\b/g;
+const STATUS_PARAMS = new Set(['status', 'targetStatus', 'replayedStatus', 'releaseTo', 'redemptionStatus']);
+
 /**
  * A discrepancy's explanation in the console's language: its sentences (`details.explanationParts`)
  * said from their keys and values; the server's English `details.explanation` when it sent none
@@ -807,8 +817,14 @@ export function explanationText(t: Translate, details: unknown): string | null {
     const named = `explain_${String(part?.key)}`;
     if (!(named in en)) return english;
     const params = typeof part.params === 'object' && part.params !== null ? (part.params as Record<string, string | number>) : {};
-    // Times in the operator's zone and amounts in yuan, as the fields beside the sentence show them.
-    said.push(t(named as MessageKey, Object.fromEntries(Object.entries(params).map(([k, v]) => [k, valueText(k, v)]))));
+    // Statuses by their names, times in the operator's zone and amounts in yuan, as the fields beside the sentence show them.
+    const values: Record<string, string> = {};
+    for (const [k, v] of Object.entries(params)) values[k] = STATUS_PARAMS.has(k) && typeof v === 'string' ? label(t, v) : valueText(k, v);
+    said.push(
+      t(named as MessageKey)
+        .replace(STATUS_CODES, (code) => label(t, code))
+        .replace(/\{(\w+)\}/g, (m, name: string) => values[name] ?? m),
+    );
   }
   return said.join(t('sentenceGap'));
 }
