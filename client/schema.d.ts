@@ -9775,9 +9775,9 @@ export interface operations {
     IssuanceController_create: {
         parameters: {
             query?: {
-                /** @description Required with a text/csv body */
+                /** @description Required with a text/csv body; 400 with a JSON body (it goes in the body) */
                 reason?: string;
-                /** @description Required with a text/csv body */
+                /** @description Required with a text/csv body; 400 with a JSON body (it goes in the body) */
                 fromStock?: "true" | "false";
             };
             header: {

@@ -352,6 +352,7 @@ describe('hardening', () => {
     for (const [path, headerLines, body] of [
       ['/me/coupons', [json, 'Content-Length: 7'], '{"x":1}'],
       ['/health', [json, 'Content-Length: 8'], 'not json'],
+      ['/metrics', [json, 'Content-Length: 2'], '{}'],
       [`/coupons/${coupon.id}`, ['Content-Type: text/plain', 'Content-Length: 5'], 'hello'],
       [`/coupons/${coupon.id}`, [json, 'Transfer-Encoding: chunked'], '7\r\n{"x":1}\r\n0\r\n\r\n'],
     ] as const)

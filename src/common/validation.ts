@@ -193,7 +193,8 @@ export class UndeclaredInputGuard implements CanActivate {
     const declared = this.declaredInput(context);
     const reads = declared.query;
     const unknown = reads === 'dto' ? [] : names.filter((name) => !reads.has(name));
-    const unwanted = bodyGiven && !declared.body;
+    // No GET reads a body, also one that takes the raw request (/metrics).
+    const unwanted = bodyGiven && (unparsed || !declared.body);
     if (unwanted && isPlainObject(body)) unknown.push(...Object.keys(body));
     const fields: [string, string[]][] = unknown.map((name) => [name, [`property ${name} should not exist`]]);
     // No query takes a list: `limit=1&limit=2` arrives as one, which the DTO's checks would call "not an integer".

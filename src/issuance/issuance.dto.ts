@@ -37,12 +37,19 @@ const toBool = ({ value }: { value: unknown }) => (value === 'true' ? true : val
 
 /** A `text/csv` job's settings, as query parameters (the body is the list). */
 export class CsvIssuanceQuery {
-  @ApiPropertyOptional({ minLength: 1, maxLength: 255, description: 'Required with a text/csv body' })
+  @ApiPropertyOptional({
+    minLength: 1,
+    maxLength: 255,
+    description: 'Required with a text/csv body; 400 with a JSON body (it goes in the body)',
+  })
   @IsOmittable()
   @ReasonText(255)
   reason?: string;
 
-  @ApiPropertyOptional({ enum: ['true', 'false'], description: 'Required with a text/csv body' })
+  @ApiPropertyOptional({
+    enum: ['true', 'false'],
+    description: 'Required with a text/csv body; 400 with a JSON body (it goes in the body)',
+  })
   @IsOmittable()
   @Transform(toBool)
   @IsBoolean()
