@@ -11,6 +11,7 @@ import { adminToken, bearer, serviceToken, startTestApp, TestApp, tokenFor } fro
 import { checkInvariants } from '../src/ledger/invariants.js';
 import { countByStatus } from '../src/ledger/user-coupons.js';
 import { databaseFingerprint } from './support/fingerprint.js';
+import { ORDER_LOCK_STRIPES } from '../src/redemption/order.js';
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
@@ -225,28 +226,107 @@ describe('checkout holds', () => {
     expect(await stored(uc.id)).toBe('LOCKED');
   });
 
+  /**
+   * What `send` answers while another transaction holds the row `lockSql` locks, until `until` (ms
+   * since the epoch): the request waits for the row, as behind a slow request on the same order or coupon.
+   */
+  const whileLocked = async <T>(lockSql: string, params: unknown[], until: number, send: () => PromiseLike<T>): Promise<T> => {
+    const runner = t.db.createQueryRunner();
+    await runner.connect();
+    await runner.startTransaction();
+    try {
+      await runner.query(lockSql, params);
+      // then(): supertest sends only once asked for its answer.
+      const answer = Promise.resolve(send()).then((r) => r);
+      await sleep(until - Date.now());
+      await runner.commitTransaction();
+      return await answer;
+    } finally {
+      if (runner.isTransactionActive) await runner.rollbackTransaction();
+      await runner.release();
+    }
+  };
+  const LOCK_ORDER = `SELECT order_no FROM coupon_order WHERE order_no = ? FOR UPDATE`;
+  const LOCK_COUPON = `SELECT id FROM user_coupon WHERE id = ? FOR UPDATE`;
+  const LOCK_STRIPE = `SELECT stripe FROM coupon_order_lock WHERE stripe = CRC32(?) % ${ORDER_LOCK_STRIPES} FOR UPDATE`;
+
   it("a confirmation that waited for the order's lock past the hold's time is 409 HOLD_EXPIRED: the time is read after the wait", async () => {
     const uc = await userCoupon('waiter');
     const orderNo = order();
     const held = await hold(tokenFor('waiter'), { userCouponId: uc.id, orderNo, orderAmountCents: 20000, ttlSeconds: 2 });
     expect(held.status).toBe(201);
     // Another transaction on the order (another coupon being added) holds its lock across the hold's end.
-    const runner = t.db.createQueryRunner();
-    await runner.connect();
-    await runner.startTransaction();
-    try {
-      await runner.query(`SELECT order_no FROM coupon_order WHERE order_no = ? FOR UPDATE`, [orderNo]);
-      // then(): supertest sends only once asked for its answer.
-      const confirming = redeem(tokenFor('waiter'), { userCouponId: uc.id, orderNo, orderAmountCents: 20000 }).then((r) => r);
-      await new Promise((r) => setTimeout(r, Date.parse(held.body.expiresAt) + 200 - Date.now()));
-      await runner.commitTransaction();
-      const confirmed = await confirming;
-      expect([confirmed.status, confirmed.body.code]).toEqual([409, 'HOLD_EXPIRED']);
-    } finally {
-      if (runner.isTransactionActive) await runner.rollbackTransaction();
-      await runner.release();
-    }
+    const confirmed = await whileLocked(LOCK_ORDER, [orderNo], Date.parse(held.body.expiresAt) + 200, () =>
+      redeem(tokenFor('waiter'), { userCouponId: uc.id, orderNo, orderAmountCents: 20000 }),
+    );
+    expect([confirmed.status, confirmed.body.code]).toEqual([409, 'HOLD_EXPIRED']);
     expect(await stored(uc.id)).not.toBe('USED');
+  });
+
+  it("a release sent while the order's hold is still being placed waits for it and releases it: the cancelled order keeps no coupon", async () => {
+    const uc = await userCoupon('lost-hold');
+    const orderNo = order();
+    // Another request of the order holds its lock; the hold queues behind it, and the order service,
+    // its answer late, cancels the order: the release is sent after the hold.
+    let released: request.Response | undefined;
+    const placed = await whileLocked(LOCK_STRIPE, [orderNo], Date.now() + 1500, async () => {
+      const placing = hold(tokenFor('lost-hold'), { userCouponId: uc.id, orderNo, orderAmountCents: 20000 }).then((r) => r);
+      await sleep(300);
+      const releasing = release(tokenFor('lost-hold'), { userCouponId: uc.id, orderNo }).then((r) => (released = r));
+      return Promise.all([placing, releasing]).then(([p]) => p);
+    });
+    expect([placed.status, placed.body.status]).toEqual([201, 'ACTIVE']);
+    expect([released?.status, released?.body.releaseReason]).toEqual([200, 'CANCELLED']);
+    expect(await stored(uc.id)).toBe('UNUSED');
+  });
+
+  describe("a request that waited for the coupon's row reads the time once it has it", () => {
+    it('a hold placed after the wait lasts its whole time: ACTIVE, not born timed out', async () => {
+      const uc = await userCoupon('late-hold');
+      const orderNo = order();
+      const placed = await whileLocked(LOCK_COUPON, [uc.id], Date.now() + 2500, () =>
+        hold(tokenFor('late-hold'), { userCouponId: uc.id, orderNo, orderAmountCents: 20000, ttlSeconds: 1 }),
+      );
+      const answeredAt = Date.now();
+      expect([placed.status, placed.body.status, placed.body.releaseReason]).toEqual([201, 'ACTIVE', null]);
+      expect(Date.parse(placed.body.expiresAt) - answeredAt).toBeGreaterThan(500);
+      const confirmed = await redeem(tokenFor('late-hold'), { userCouponId: uc.id, orderNo, orderAmountCents: 20000 });
+      expect(confirmed.status).toBe(201);
+    });
+
+    it("a confirmation that gets the coupon past the hold's time is 409 HOLD_EXPIRED, and another order holds it", async () => {
+      const uc = await userCoupon('late-confirm');
+      const orderNo = order();
+      const held = await hold(tokenFor('late-confirm'), { userCouponId: uc.id, orderNo, orderAmountCents: 20000, ttlSeconds: 2 });
+      expect(held.status).toBe(201);
+      const confirmed = await whileLocked(LOCK_COUPON, [uc.id], Date.parse(held.body.expiresAt) + 300, () =>
+        redeem(tokenFor('late-confirm'), { userCouponId: uc.id, orderNo, orderAmountCents: 20000 }),
+      );
+      expect([confirmed.status, confirmed.body.code]).toEqual([409, 'HOLD_EXPIRED']);
+      const other = await hold(tokenFor('late-confirm'), { userCouponId: uc.id, orderNo: order(), orderAmountCents: 20000 });
+      expect([other.status, other.body.status]).toEqual([201, 'ACTIVE']);
+    });
+
+    it("a release that gets the coupon past the hold's time answers the timeout, released at the hold's end", async () => {
+      const uc = await userCoupon('late-release');
+      const orderNo = order();
+      const held = await hold(tokenFor('late-release'), { userCouponId: uc.id, orderNo, orderAmountCents: 20000, ttlSeconds: 2 });
+      const released = await whileLocked(LOCK_COUPON, [uc.id], Date.parse(held.body.expiresAt) + 300, () =>
+        release(tokenFor('late-release'), { userCouponId: uc.id, orderNo }),
+      );
+      expect([released.status, released.body.releaseReason, released.body.releasedAt]).toEqual([200, 'TIMEOUT', held.body.expiresAt]);
+      expect(await holdRow(orderNo, uc.id)).toEqual({ status: 'RELEASED', release_reason: 'TIMEOUT' });
+    });
+
+    it("an admin void that gets the coupon past its hold's time voids it: the timed-out hold refuses nothing", async () => {
+      const uc = await userCoupon('late-void');
+      const held = await hold(tokenFor('late-void'), { userCouponId: uc.id, orderNo: order(), orderAmountCents: 20000, ttlSeconds: 2 });
+      const voided = await whileLocked(LOCK_COUPON, [uc.id], Date.parse(held.body.expiresAt) + 300, () =>
+        request(t.url).post(`/admin/user-coupons/${uc.id}/void`).set(bearer(adminToken())).send({ reason: 'fraud' }),
+      );
+      expect([voided.status, voided.body.status]).toEqual([200, 'VOID']);
+      expect(await steps(uc.id)).toEqual(['null>UNUSED', 'UNUSED>LOCKED', 'LOCKED>UNUSED', 'UNUSED>VOID']);
+    });
   });
 
   it('a timed-out hold behaves as released before the sweep: reads UNUSED, confirmation 409 HOLD_EXPIRED, another order holds it', async () => {

@@ -13,7 +13,7 @@ import { lockUserCoupon, setLockedUntil } from '../ledger/user-coupons.js';
 import { orderActor, usableDiscount, userCouponNotFound } from './checks.js';
 import { effectiveHold, Hold } from './hold.entity.js';
 import { findHold, releasedAt, releaseHold, releaseTimedOutHold } from './holds.js';
-import { lockOrder, orderDiscount } from './order.js';
+import { lockOrder, lockOrderStripe, orderDiscount } from './order.js';
 import { HoldDto, ReleaseHoldDto } from './redemption.dto.js';
 
 const outcomes = counter('hold_outcomes_total', 'Checkout hold answers by operation and result', ['operation', 'result']);
@@ -65,10 +65,11 @@ export class HoldService {
 
   private async holdOnce(em: EntityManager, userId: string, dto: HoldDto): Promise<{ hold: Hold; replayed: boolean }> {
     const order = await lockOrder(em, dto.orderNo, dto.orderAmountCents, new Date());
-    // Read after the wait for the order's lock: a request queued behind one that found a hold timed
-    // out must find it timed out too.
-    const now = new Date();
     const uc = await lockUserCoupon(em, dto.userCouponId, 'exclusive');
+    // Read once the rows it decides on are locked: a request queued behind one that found a hold
+    // timed out must find it timed out too, and a hold placed after a wait lasts its whole time
+    // from then (read before, a 1 s hold that waited 3 s for the coupon was born RELEASED).
+    const now = new Date();
     if (!uc || uc.userId !== userId) throw userCouponNotFound();
     const same = await findHold(em, dto.orderNo, uc.id, false);
     if (same) return replayHold(same, userId, dto);
@@ -106,8 +107,13 @@ export class HoldService {
       'release',
       () =>
         this.tx.inTransaction(async (em) => {
-          const now = new Date();
+          // The order first, as a hold locks it: a release sent while the order's hold is still being
+          // placed (its answer lost, the order cancelled) waits for it and releases it, rather than
+          // answering HOLD_NOT_FOUND and leaving the coupon locked for the cancelled order.
+          await lockOrderStripe(em, dto.orderNo);
           const uc = await lockUserCoupon(em, dto.userCouponId, 'exclusive');
+          // After the wait for the coupon: a release that gets it past the hold's time finds it timed out.
+          const now = new Date();
           const hold = uc && uc.userId === userId ? await findHold(em, dto.orderNo, uc.id, true) : null;
           if (!uc || !hold) throw holdNotFound();
           if (hold.status === 'CONFIRMED') throw new AppError('HOLD_ALREADY_CONFIRMED', 'The order was paid: the coupon is used');

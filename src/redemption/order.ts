@@ -64,9 +64,17 @@ async function insertOrder(em: EntityManager, orderNo: string, orderAmountCents:
   }
 }
 
+/**
+ * The order's lock without its row, for a request that adds no coupon to it: it waits for every
+ * hold, redemption and refund of the order in progress, and they for it.
+ */
+export async function lockOrderStripe(em: EntityManager, orderNo: string): Promise<void> {
+  await em.query(`SELECT stripe FROM coupon_order_lock WHERE ${STRIPE_OF_ORDER} FOR UPDATE`, [orderNo]);
+}
+
 /** A refund marks its order, under the order's lock: from then on it takes no new hold or redemption. */
 export async function markOrderRefunded(em: EntityManager, orderNo: string): Promise<void> {
-  await em.query(`SELECT stripe FROM coupon_order_lock WHERE ${STRIPE_OF_ORDER} FOR UPDATE`, [orderNo]);
+  await lockOrderStripe(em, orderNo);
   await em.query(`UPDATE coupon_order SET refunded = 1 WHERE order_no = ?`, [orderNo]);
 }
 

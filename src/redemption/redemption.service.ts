@@ -103,10 +103,11 @@ export class RedemptionService {
     if (earlier) return this.replayRedemption(earlier, userId, dto);
     return this.tx.inTransaction(async (em) => {
       const order = await lockOrder(em, dto.orderNo, dto.orderAmountCents, new Date());
-      // Read after the wait for the order's lock: a confirmation queued behind a request that found
-      // its hold timed out (and put another coupon on the order) must find it timed out too.
-      const now = new Date();
       const uc = await lockUserCoupon(em, dto.userCouponId, 'exclusive');
+      // Read once the order and the coupon are locked: a confirmation queued behind a request that
+      // found its hold timed out (and put another coupon on the order), or one that got the coupon
+      // past the hold's time, must find it timed out too.
+      const now = new Date();
       if (!uc || uc.userId !== userId) throw userCouponNotFound();
       if (uc.status === 'USED') {
         const mine = await em.findOneBy(Redemption, { orderNo: dto.orderNo, userCouponId: uc.id });
@@ -248,7 +249,7 @@ export class RedemptionService {
       await em.insert(Refund, refund);
       refund.id = String(refund.id);
       await takeRefundNumber(em, dto.refundNo, refund.id);
-      await this.releaseHoldsOf(em, dto.orderNo, dto.refundNo, new Date());
+      await this.releaseHoldsOf(em, dto.orderNo, dto.refundNo);
       return { refund, replacement, replayed: false };
     });
   }
@@ -260,9 +261,10 @@ export class RedemptionService {
    * whose coupon is not LOCKED (a gap reconciliation reports as HOLD_WITHOUT_LOCKED, for an admin to
    * settle) is left alone: the refund must not fail over another coupon's state.
    */
-  private async releaseHoldsOf(em: EntityManager, orderNo: string, refundNo: string, now: Date): Promise<void> {
+  private async releaseHoldsOf(em: EntityManager, orderNo: string, refundNo: string): Promise<void> {
     for (const { userCouponId } of await em.findBy(Hold, { orderNo, status: 'ACTIVE' })) {
       const uc = await lockUserCoupon(em, userCouponId, 'exclusive');
+      const now = new Date();
       const hold = uc && (await findHold(em, orderNo, uc.id, true));
       if (!uc || uc.status !== 'LOCKED' || hold?.status !== 'ACTIVE') continue;
       const reason = effectiveHold(hold, now).status === 'RELEASED' ? 'TIMEOUT' : 'CANCELLED';

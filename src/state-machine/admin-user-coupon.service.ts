@@ -73,9 +73,10 @@ export class AdminUserCouponService {
    */
   voidUserCoupon(userCouponId: string, reason: string, adminId: string): Promise<UserCouponView> {
     return this.tx.inTransaction(async (em) => {
-      const now = new Date();
       const txId = TxIds.admin(adminId, 'void');
       const uc = await this.lock(em, userCouponId, 'exclusive');
+      // After the wait for the coupon: a hold that timed out meanwhile no longer refuses the void.
+      const now = new Date();
       const status = effectiveStatus(uc, now);
       if (status === 'LOCKED') {
         throw new AppError('COUPON_LOCKED', 'This coupon is held for an unpaid order; it can be voided once released', {
