@@ -1116,8 +1116,8 @@ describe('the relay closing gaps in the state-log ids', () => {
   // information_schema.innodb_trx is rebuilt only after 100 ms without a read: a relay passing more
   // often than that (WEBHOOK_POLL_MS 50, or a backlog) kept reading a list that still showed a
   // rolled-back writer, and its cursor never passed the gap.
-  /** Two log rows, the lower one of a transaction left open; passes of `fanOut` every 20 ms meanwhile. */
-  const openGap = async (fanOut: FanOut) => {
+  /** Two log rows, the lower one of a transaction left open (`beforeOpen` writes first); passes of `fanOut` every 20 ms meanwhile. */
+  const openGap = async (fanOut: FanOut, beforeOpen?: (uc: string) => Promise<void>) => {
     const coupon = await createCoupon(t.url, { totalStock: 10 });
     const ucs: string[] = [];
     for (const user of ['gap-a', 'gap-b']) {
@@ -1132,6 +1132,7 @@ describe('the relay closing gaps in the state-log ids', () => {
         `INSERT INTO user_coupon_state_log (user_coupon_id, from_status, to_status, tx_id, reason, created_at) VALUES (?, 'UNUSED', 'VOID', 'gap-test', NULL, NOW(3))`,
         [uc],
       );
+    await beforeOpen?.(ucs[0]);
     const writer = t.db.createQueryRunner();
     await writer.startTransaction();
     await insertLog(writer, ucs[0]);
@@ -1144,6 +1145,10 @@ describe('the relay closing gaps in the state-log ids', () => {
       top: BigInt(top),
       rollBack: async () => {
         await writer.rollbackTransaction();
+        await writer.release();
+      },
+      commit: async () => {
+        await writer.commitTransaction();
         await writer.release();
       },
       passFor: async (ms: number, until: () => Promise<boolean> = async () => false) => {
@@ -1164,6 +1169,34 @@ describe('the relay closing gaps in the state-log ids', () => {
     await gap.rollBack();
     await gap.passFor(5000, async () => (await cursor()) === gap.top);
     expect(await cursor()).toBe(gap.top);
+  });
+
+  it('passes a rolled-back gap wider than a thousand ids, and turns a row above it that committed late', async () => {
+    const hook = await request(t.url).post('/admin/webhooks').set(bearer(adminToken())).send({ url: 'http://127.0.0.1:9/hook' });
+    expect(hook.status).toBe(201);
+    // Below the open row: a bulk batch of 1,500 log rows rolled back (a crashed runner's), ids never filled.
+    const wideGap = async (uc: string) => {
+      const bulk = t.db.createQueryRunner();
+      await bulk.startTransaction();
+      await bulk.query(
+        `INSERT INTO user_coupon_state_log (user_coupon_id, from_status, to_status, tx_id, reason, created_at)
+         SELECT ?, 'UNUSED', 'VOID', 'wide-gap', NULL, NOW(3) FROM seq_1_to_1500`,
+        [uc],
+      );
+      await bulk.rollbackTransaction();
+      await bulk.release();
+    };
+    const gap = await openGap(new FanOut(t.app.get(DataSource), t.app.get(TransactionService), t.config), wideGap);
+    await gap.passFor(1500);
+    // The open row holds the cursor (below the wide gap too: its writer might have taken ids there);
+    // then it commits, and becomes an event although 1,500 missing ids lie below it.
+    expect(await cursor()).toBeLessThan(gap.gapId - 1500n);
+    await gap.commit();
+    const delivered = async () =>
+      ((await t.db.query(`SELECT COUNT(*) AS n FROM webhook_delivery WHERE log_id = ?`, [String(gap.gapId)])) as { n: string }[])[0].n;
+    await gap.passFor(5000, async () => (await cursor()) === gap.top);
+    expect([await cursor(), await delivered()]).toEqual([gap.top, '1']);
+    await request(t.url).delete(`/admin/webhooks/${hook.body.id}`).set(bearer(adminToken()));
   });
 
   it('without the PROCESS privilege waits WEBHOOK_GAP_MAX_AGE_SECONDS for a gap, then passes it', async () => {

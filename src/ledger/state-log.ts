@@ -166,10 +166,16 @@ export async function logRowsAfter(em: Queryable, afterId: string, limit: number
   return rows.map(toEntry);
 }
 
-/** The committed rows among these ids (the relay's open gaps). */
-export async function logRowsByIds(em: Queryable, ids: readonly string[]): Promise<LogEntry[]> {
-  if (ids.length === 0) return [];
-  const rows = (await em.query(`${SELECT} WHERE l.id IN (${ids.map(() => '?').join(', ')}) ORDER BY l.id`, ids)) as FeedRow[];
+/**
+ * The committed rows with ids in these ranges (the relay's open gaps, `lo` and `hi` included), in id
+ * order: one primary-key range each, so a gap costs the rows it holds, not its width.
+ */
+export async function logRowsInRanges(em: Queryable, ranges: readonly { lo: bigint; hi: bigint }[]): Promise<LogEntry[]> {
+  if (ranges.length === 0) return [];
+  const rows = (await em.query(
+    `${SELECT} WHERE ${ranges.map(() => 'l.id BETWEEN ? AND ?').join(' OR ')} ORDER BY l.id`,
+    ranges.flatMap((r) => [String(r.lo), String(r.hi)]),
+  )) as FeedRow[];
   return rows.map(toEntry);
 }
 

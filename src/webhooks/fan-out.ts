@@ -4,7 +4,7 @@ import { errnoOf } from '../common/db-errors.js';
 import { counter, gauge } from '../common/metrics.js';
 import type { AppConfig } from '../config/app-config.js';
 import type { TransactionService } from '../database/transaction.service.js';
-import { type LogEntry, logRowsAfter, logRowsByIds } from '../ledger/state-log.js';
+import { type LogEntry, logRowsAfter, logRowsInRanges } from '../ledger/state-log.js';
 import { buildEvent } from './events.js';
 import { enabledEndpoints, subscribedTypes } from './webhook.store.js';
 
@@ -19,8 +19,8 @@ const openGaps = gauge(
 );
 
 const BATCH = 2000;
-/** How many open gaps one pass re-reads; the rest wait for the next pass. */
-const GAP_CHECK = 1000;
+/** Open gaps reread by one statement; a pass rereads them all. */
+const GAPS_PER_READ = 500;
 /**
  * information_schema.innodb_trx is a cache that InnoDB rebuilds only when it has not been read for
  * 100 ms: polled more often (by this relay on a busy log, or by any other reader on the server) it
@@ -86,38 +86,35 @@ export class FanOut {
   }
 
   /**
-   * One pass: reread open gaps, read new rows, create their deliveries and move the cursor, the
+   * One pass: read new rows, reread open gaps, create their deliveries and move the cursor, the
    * last two in one transaction. Returns how many deliveries were created and whether more rows wait.
    */
   async pass(): Promise<{ created: number; more: boolean }> {
     const db = this.dataSource.manager;
     if (this.scanned === null) this.durable = await readCursor(db);
     const scanned = this.scanned ?? BigInt(this.durable as string);
-    let gaps = this.scanned === null ? [] : [...this.gaps];
-    const entries: LogEntry[] = [];
-
-    if (gaps.length > 0) {
-      const settledBefore = await this.settledBefore();
-      const checked = gapIds(gaps, GAP_CHECK);
-      const found = await logRowsByIds(db, checked);
-      entries.push(...found);
-      const foundIds = found.map((e) => BigInt(e.id));
-      const lastChecked = BigInt(checked[checked.length - 1]);
-      // A gap closes only when every id in it was reread after the check that settled it.
-      gaps = gaps.flatMap((g) => splitGap(g, foundIds)).filter((g) => !(g.seenAt < settledBefore && g.hi <= lastChecked));
-    }
-
+    const open = this.scanned === null ? [] : this.gaps;
+    const settledBefore = open.length > 0 ? await this.settledBefore() : -Infinity;
     const rows = await logRowsAfter(db, String(scanned), BATCH);
+    // Every open gap is reread, after the new rows: a row of a gap that committed before one of
+    // them was written (an earlier change of its coupon) is found by this pass, so a coupon's
+    // events are turned in log order. Rereading only the first 1,000 ids of the gaps (before the
+    // new rows) let a gap of a rolled-back bulk batch, wider than that, stay open for good: the
+    // gaps above it were never reread, their rows committed late never became events, and the
+    // cursor stopped at it.
+    const found: LogEntry[] = [];
+    for (let i = 0; i < open.length; i += GAPS_PER_READ) found.push(...(await logRowsInRanges(db, open.slice(i, i + GAPS_PER_READ))));
+    const foundIds = found.map((e) => BigInt(e.id));
+    // A gap closes when it was reread after the check that settled it.
+    const gaps = open.flatMap((g) => splitGap(g, foundIds)).filter((g) => !(g.seenAt < settledBefore));
     let next = scanned;
-    if (rows.length > 0) {
-      let seenAt: number | undefined;
-      for (const r of rows) {
-        const id = BigInt(r.id);
-        if (id > next + 1n) gaps.push({ lo: next + 1n, hi: id - 1n, seenAt: (seenAt ??= await dbNow(db)) });
-        next = id;
-      }
-      entries.push(...rows);
+    let seenAt: number | undefined;
+    for (const r of rows) {
+      const id = BigInt(r.id);
+      if (id > next + 1n) gaps.push({ lo: next + 1n, hi: id - 1n, seenAt: (seenAt ??= await dbNow(db)) });
+      next = id;
     }
+    const entries = [...found, ...rows];
 
     const cursor = gaps.length > 0 ? String(gaps[0].lo - 1n) : String(next);
     const created =
@@ -205,16 +202,6 @@ export async function readCursor(db: Pick<EntityManager, 'query'>): Promise<stri
 async function dbNow(db: Pick<EntityManager, 'query'>): Promise<number> {
   const [r] = (await db.query(`SELECT UNIX_TIMESTAMP() AS now`)) as { now: string | number }[];
   return Math.floor(Number(r.now));
-}
-
-/** The first `max` ids of the gaps, in order. */
-function gapIds(gaps: readonly Gap[], max: number): string[] {
-  const ids: string[] = [];
-  for (const g of gaps) {
-    for (let id = g.lo; id <= g.hi && ids.length < max; id++) ids.push(String(id));
-    if (ids.length >= max) break;
-  }
-  return ids;
 }
 
 /** The parts of a gap not covered by rows that showed up (`found` holds only ids that were missing). */
