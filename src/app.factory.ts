@@ -10,7 +10,7 @@ import type { FastifyError, FastifyReply, FastifyRequest } from 'fastify';
 import type { Logger } from 'pino';
 import { AppModule } from './app.module.js';
 import { AppConfig } from './config/app-config.js';
-import { AppError } from './common/errors.js';
+import { shuttingDown } from './common/errors.js';
 import { HttpExceptionFilter, sendError } from './common/http-exception.filter.js';
 import { continueWhenBodyRead } from './common/expect-continue.js';
 import { isMalformedQuery, parseQueryString } from './common/query-string.js';
@@ -222,7 +222,7 @@ export async function createApp(
     const badHost = hostProblem(req.raw);
     // Connection: close comes with every answer once the server is closing (unread.settle).
     if (unread.isClosing()) {
-      done(new AppError('SERVICE_UNAVAILABLE', 'This instance is shutting down; retry shortly', undefined, { 'Retry-After': '1' }));
+      done(shuttingDown());
     } else if (req.raw.httpVersion === '1.1' && req.headers.host === undefined) {
       done(validationFailed({ host: ['an HTTP/1.1 request needs a Host header'] }));
     } else if (badHost !== null) {

@@ -1,5 +1,5 @@
 import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
-import { Agent, request as httpRequest } from 'node:http';
+import { Agent, request as httpRequest, type IncomingHttpHeaders } from 'node:http';
 import request from 'supertest';
 import { IssuanceRunner, MAX_PAUSES } from '../src/issuance/issuance-runner.js';
 import { listSkips } from '../src/issuance/issuance.store.js';
@@ -21,11 +21,11 @@ async function startCsvUpload(t: TestApp, couponId: string, key: string, prefix:
     method: 'POST',
     headers: { ...bearer(adminToken()), 'Idempotency-Key': key, 'Content-Type': 'text/csv' },
   });
-  const answer = new Promise<{ status: number; body: { code?: string } }>((resolve, reject) => {
+  const answer = new Promise<{ status: number; body: { code?: string }; headers: IncomingHttpHeaders }>((resolve, reject) => {
     req.on('response', (res) => {
       let text = '';
       res.on('data', (c: Buffer) => (text += c.toString()));
-      res.on('end', () => resolve({ status: res.statusCode ?? 0, body: JSON.parse(text) as { code?: string } }));
+      res.on('end', () => resolve({ status: res.statusCode ?? 0, body: JSON.parse(text) as { code?: string }, headers: res.headers }));
     });
     req.on('error', reject);
   });
@@ -1033,6 +1033,46 @@ describe("a bulk job's skipped lines as CSV, streamed past REQUEST_TIMEOUT_MS", 
       expect(Date.now() - started).toBeLessThan(2500);
     } finally {
       proxy.resume();
+    }
+  });
+});
+
+describe('a CSV upload in flight when its instance stops', () => {
+  it('is answered 503 with Retry-After at once, not held to its deadline, and its key is free for the retry on another instance', async () => {
+    const stopping = await startTestApp();
+    const other = await startTestApp({}, stopping.config);
+    let closed: Promise<void> | undefined;
+    try {
+      const coupon = await createCoupon(stopping.url, { totalStock: 10 });
+      const key = newKey();
+      const upload = await startCsvUpload(stopping, coupon.id, key, 'stopping');
+      // What SIGTERM runs (shutdown.ts). Before, it waited for the upload, which a client still sending holds for its deadline.
+      const stoppedAt = Date.now();
+      closed = stopping.app.close();
+      const stopped = await Promise.race([closed.then(() => true), new Promise((r) => setTimeout(r, 8000, false))]);
+      // Held by the upload (the old behaviour): the client gives up, so that the stop can end.
+      if (!stopped) upload.req.destroy();
+      expect([stopped, Date.now() - stoppedAt < 5000]).toEqual([true, true]);
+      const answer = await upload.answer;
+      expect([answer.status, answer.body.code, answer.headers['retry-after'], answer.headers.connection]).toEqual([
+        503,
+        'SERVICE_UNAVAILABLE',
+        '1',
+        'close',
+      ]);
+      expect(await other.db.query(`SELECT status FROM issuance_job WHERE id = ?`, [upload.jobId])).toEqual([{ status: 'DISCARDED' }]);
+      const retry = await request(other.url)
+        .post(`/admin/coupons/${coupon.id}/issuances?reason=r&fromStock=false`)
+        .set(bearer(adminToken()))
+        .set('Idempotency-Key', key)
+        .set('Content-Type', 'text/csv')
+        .send('stopping-0\nstopping-1\n');
+      expect([retry.status, retry.body.jobId === upload.jobId]).toEqual([202, false]);
+      upload.req.destroy();
+    } finally {
+      await (closed ?? stopping.app.close());
+      await stopping.db.destroy();
+      await other.close();
     }
   });
 });

@@ -62,7 +62,7 @@ export class IssuanceController {
       if (Object.keys(missing).length > 0) throw validationFailed(missing);
       request = { reason: query.reason as string, fromStock: query.fromStock as boolean };
       const type = req.headers['content-type'];
-      lines = userIdLines(req.body as Readable, csvDecoder(type), csvHeader(type));
+      lines = userIdLines(req.body as Readable, csvDecoder(type), csvHeader(type), this.issuance.stopping);
     } else {
       const fields = Object.keys(query).filter((f) => query[f as keyof CsvIssuanceQuery] !== undefined);
       if (fields.length > 0)

@@ -1,7 +1,7 @@
 import { createHash } from 'node:crypto';
 import { Readable } from 'node:stream';
 import { setTimeout as sleep } from 'node:timers/promises';
-import { Injectable, type OnApplicationShutdown } from '@nestjs/common';
+import { type BeforeApplicationShutdown, Injectable } from '@nestjs/common';
 import { DataSource } from 'typeorm';
 import { isDuplicateKey } from '../common/db-errors.js';
 import { AppError } from '../common/errors.js';
@@ -120,7 +120,7 @@ const shown = (text: string) =>
  * runner issues it. The Idempotency-Key is unique per job in the database.
  */
 @Injectable()
-export class IssuanceService implements OnApplicationShutdown {
+export class IssuanceService implements BeforeApplicationShutdown {
   private readonly closing = new AbortController();
 
   constructor(
@@ -197,7 +197,18 @@ export class IssuanceService implements OnApplicationShutdown {
     });
   }
 
-  onApplicationShutdown(): void {
+  /**
+   * Aborted when the instance starts stopping, before its HTTP server waits for the requests in
+   * flight: a CSV upload then stops reading (userIdLines), its job is discarded and it is answered
+   * 503, so its key is free for the retry elsewhere. Left to finish, an upload held the stop for
+   * SHUTDOWN_TIMEOUT_MS (an upload's deadline is BULK_UPLOAD_TIMEOUT_MS, ten minutes), then the
+   * process exited 1 and the uploader saw a reset.
+   */
+  get stopping(): AbortSignal {
+    return this.closing.signal;
+  }
+
+  beforeApplicationShutdown(): void {
     this.closing.abort();
   }
 

@@ -1,7 +1,7 @@
 import type { Socket } from 'node:net';
 import type { Readable } from 'node:stream';
 import { TextDecoder } from 'node:util';
-import { AppError } from '../common/errors.js';
+import { AppError, shuttingDown } from '../common/errors.js';
 import { validationFailed } from '../common/validation.js';
 
 export const CSV_MAX_BYTES = 64 * 1024 * 1024;
@@ -50,6 +50,7 @@ export async function* userIdLines(
   body: Readable,
   decoder = csvDecoder(undefined),
   header: CsvHeader = 'guess',
+  stopping?: AbortSignal,
 ): AsyncGenerator<{ lineNo: number; text: string }> {
   let bytes = 0;
   let lines = 0;
@@ -96,7 +97,7 @@ export async function* userIdLines(
       throw new AppError('PAYLOAD_TOO_LARGE', `At most ${CSV_MAX_LINES} user ids per upload`, { maxLines: CSV_MAX_LINES });
     return { lineNo, text: line };
   };
-  for await (const chunk of chunksOf(body)) {
+  for await (const chunk of chunksOf(body, stopping)) {
     bytes += chunk.length;
     if (bytes > CSV_MAX_BYTES) throw csvTooLarge();
     for (const raw of take(decoder.write(chunk))) {
@@ -121,7 +122,7 @@ export async function* userIdLines(
  * the rest unread, not destroyed: every route reads and drops it (common/unread-body.ts), so a
  * client still sending gets the answer rather than a broken pipe.
  */
-async function* chunksOf(body: Readable): AsyncGenerator<Buffer> {
+async function* chunksOf(body: Readable, stopping?: AbortSignal): AsyncGenerator<Buffer> {
   const chunks = body.iterator({ destroyOnReturn: false }) as AsyncIterator<Buffer>;
   // The request's 'timeout' (an IncomingMessage's): Node found the connection silent for its
   // connectionTimeout. The client's slowness only while a chunk is awaited: while the caller is
@@ -145,6 +146,17 @@ async function* chunksOf(body: Readable): AsyncGenerator<Buffer> {
   });
   stall.catch(() => undefined);
   body.on('timeout', onStall);
+  // The instance stopping: the rest is not read (as after a stall), and the connection closes with the answer.
+  let onStop = (): void => undefined;
+  const stop = new Promise<never>((_, reject) => {
+    onStop = () => {
+      stalled = true;
+      reject(shuttingDown({ Connection: 'close' }));
+    };
+  });
+  stop.catch(() => undefined);
+  if (stopping?.aborted) onStop();
+  stopping?.addEventListener('abort', onStop);
   try {
     for (;;) {
       awaiting = true;
@@ -153,7 +165,7 @@ async function* chunksOf(body: Readable): AsyncGenerator<Buffer> {
         const socket = (body as Readable & { socket?: Socket }).socket;
         if (socket?.timeout) socket.setTimeout(socket.timeout);
       }
-      const next = await Promise.race([chunks.next(), stall]);
+      const next = await Promise.race([chunks.next(), stall, stop]);
       awaiting = false;
       if (next.done) return;
       yield next.value;
@@ -163,6 +175,7 @@ async function* chunksOf(body: Readable): AsyncGenerator<Buffer> {
     throw validationFailed({ body: ['was cut off before its end'] }, `The upload was cut off: ${(err as Error).message}`);
   } finally {
     body.off('timeout', onStall);
+    stopping?.removeEventListener('abort', onStop);
     // Stops listening, so the rest can be read and dropped; not after a stall, where the chunk
     // still awaited would hold the return up until the connection closes.
     if (!stalled) await chunks.return?.();
