@@ -394,6 +394,8 @@ describe('admin console in a browser', () => {
     await page.getByTestId('create-submit').click();
     await page.getByText('percentOff must not be greater than 100').waitFor();
     await page.getByTestId('field-percentOff').fill('15');
+    // What the shopper pays, beside the percentage off: a shop that says 打 8.5 折 must not type 85 here.
+    await page.getByText('The shopper pays 85% of the order').waitFor();
     await settle();
     await page.getByTestId('create-submit').click();
     const listed = async () =>
@@ -557,7 +559,7 @@ describe('admin console in a browser', () => {
     await expectMaybeMade('.ant-modal');
     expect((await request(t.url).get('/admin/users/retry-1/coupons').set(bearer(adminToken()))).body.items).toHaveLength(1);
     await page.getByTestId('action-submit').click();
-    await page.getByRole('cell', { name: 'REISSUE', exact: true }).waitFor();
+    await page.getByRole('cell', { name: 'Reissue', exact: true }).waitFor();
     const issued = (await request(t.url).get('/admin/users/retry-1/coupons').set(bearer(adminToken()))).body.items as unknown[];
     expect(issued).toHaveLength(1);
     forgetLogged('net::ERR_FAILED');
@@ -588,16 +590,24 @@ describe('admin console in a browser', () => {
     await page.getByText('1 sent again').waitFor();
     await receiver.waitFor(() => receiver.accepted.length === before + 1, 15_000);
     expect(receiver.accepted[before].webhookId).toBe(voided?.webhookId);
-    // None failed: sending the failed ones again sends nothing, after a confirmation.
+    // None failed: sending the failed ones again sends nothing, after a confirmation, and says why rather than "0 sent again".
     await page.getByTestId('redeliver-failed').click();
     await page.locator('.ant-popconfirm').getByRole('button', { name: 'Send again' }).click();
-    await page.getByText('0 sent again').waitFor();
+    await page.getByText('No delivery has failed for good', { exact: false }).waitFor();
     // Nothing left for the relay to send (its outcome of the resend written, nothing made due): so nothing more arrives later.
     const pending = async () =>
       Number(((await t.db.query(`SELECT COUNT(*) AS n FROM webhook_delivery WHERE status = 'PENDING'`)) as { n: string }[])[0].n);
     for (const until = Date.now() + 10_000; (await pending()) > 0 && Date.now() < until;) await new Promise((r) => setTimeout(r, 50));
     expect(await pending()).toBe(0);
     expect(receiver.accepted).toHaveLength(before + 1);
+    // A delivery pending after a failed attempt is being retried, not waiting for its first try.
+    const [{ id: retried }] = (await t.db.query(`SELECT MIN(id) AS id FROM webhook_delivery`)) as { id: string }[];
+    await t.db.query(
+      `UPDATE webhook_delivery SET status = 'PENDING', attempts = 1, next_attempt_at = NOW() + INTERVAL 1 HOUR WHERE id = ?`,
+      [retried],
+    );
+    await page.getByTestId('deliveries').locator('.ant-tag', { hasText: 'Retrying' }).waitFor();
+    await t.db.query(`UPDATE webhook_delivery SET status = 'DELIVERED', next_attempt_at = NULL WHERE id = ?`, [retried]);
     await page.locator('.ant-drawer-open .ant-drawer-close').click();
     await page.locator('.ant-drawer-open').waitFor({ state: 'detached' });
   });
@@ -854,6 +864,32 @@ describe('admin console in a browser', () => {
     await closeDrawer();
     await page.getByTestId('jobs').locator('.ant-tag', { hasText: 'Cancelled' }).waitFor();
     await shot('13-bulk-jobs');
+
+    // A CSV saved by Chinese Excel is GBK: sent as such (it was refused as not UTF-8), its Chinese read as written.
+    await page.getByTestId('new-job').click();
+    await page.locator('.ant-modal').waitFor();
+    await settle();
+    for (let tries = 0; !(await page.getByTestId('job-file').isVisible()) && tries < 5; tries++) {
+      await page.getByText('Upload a CSV file').click();
+      await page
+        .getByTestId('job-file')
+        .waitFor({ timeout: 3000 })
+        .catch(() => undefined);
+    }
+    const gbk = Buffer.from([...Buffer.from('user_id\nvip-gbk-1\n'), 0xc0, 0xee, 0xcb, 0xc4, ...Buffer.from('\nvip-gbk-2\n')]);
+    await page.locator('input[type=file]').setInputFiles({ name: 'excel.csv', mimeType: 'text/csv', buffer: gbk });
+    await page.getByText('read as GBK (GB18030)').waitFor();
+    await page.getByTestId('job-reason').fill('Excel list');
+    // Not from stock: the tests after this one count the campaign's stock.
+    await page.getByLabel('Take it from stock').uncheck();
+    await settle();
+    await page.getByTestId('job-submit').click();
+    await page.locator('[data-testid="job-detail"][data-status="QUEUED"]').waitFor();
+    const gbkJob = (await page.getByTestId('job-detail').getAttribute('data-job-id')) ?? '';
+    await t.app.get(IssuanceRunner).runQueued();
+    const gbkSkipped = await request(t.url).get(`/admin/issuance-jobs/${gbkJob}/skipped`).set(bearer(adminToken()));
+    expect(gbkSkipped.body.items).toEqual([{ line: 3, userId: '李四', reason: 'INVALID_USER_ID' }]);
+    await closeDrawer();
   });
 
   it("filters a bulk job's skipped lines by reason and downloads them, of that reason or all, as the CSV the API gives", async () => {
@@ -1216,7 +1252,7 @@ describe('admin console in a browser', () => {
       await tab.getByTestId('action-reason').fill('Goodwill');
       await tab.waitForTimeout(400);
       await tab.getByTestId('action-submit').click();
-      await tab.getByRole('cell', { name: 'REISSUE', exact: true }).waitFor();
+      await tab.getByRole('cell', { name: 'Reissue', exact: true }).waitFor();
       const coupons = (await request(t.url).get('/admin/users/plain-3/coupons').set(bearer(adminToken()))).body.items as unknown[];
       expect(coupons).toHaveLength(1);
     } finally {
@@ -1704,8 +1740,16 @@ describe('admin console in a browser', () => {
     await shot('14-bulk-jobs-zh');
     // The reconciliation's explanation of the stock it restored, said from its key and values.
     await page.goto(`${t.url}/console/compensations?status=DONE`);
-    await page.getByText('有 2 件离开了库存，却没有对应发出的券：放回库存。').waitFor();
+    await page.getByText('库存少了 2 张，但没有对应发出的券：建议补回库存。').waitFor();
     expect(await page.getByText('left the stock').count()).toBe(0);
+    // A percentage off said as a Chinese shop says it: 15% off is 打 8.5 折, not "15% 折扣" (which reads as 打 1.5 折).
+    await page.goto(`${t.url}/console/campaigns/${percentCouponId}`);
+    await page.getByText('满 100 元立减 15%（即 8.5 折），最高减 20 元').waitFor();
+    // Yes or no in words: "—" read as "not set".
+    const valueOf = (name: string) =>
+      page.locator(`xpath=//*[contains(@class,"ant-descriptions-item-label")][normalize-space()="${name}"]/following-sibling::*[1]`);
+    expect([await valueOf('可与其他优惠券叠加使用').textContent(), await valueOf('退款时退还优惠券').textContent()]).toEqual(['是', '否']);
+    await page.goto(`${t.url}/console/compensations?status=DONE`);
     await page.getByTestId('language').getByText('English').click();
     await page.getByText('2 unit(s) left the stock without an issued coupon: put them back.').waitFor();
   });
@@ -1844,7 +1888,7 @@ describe('admin console in a browser', () => {
       .send({ reason: 'Nobody used it' });
     expect(approved.status).toBe(200);
     await page.goto(`${t.url}/console/compensations?status=DONE#token=${adminToken()}`);
-    await page.locator('.ant-table-row', { hasText: `UC #${uc.id}` }).click();
+    await page.locator('.ant-table-row', { hasText: `User coupon #${uc.id}` }).click();
     const expanded = page.locator('.ant-table-expanded-row', { hasText: 'What was done' });
     await expanded.waitFor();
     await shot('08b-compensation-in-words');
@@ -1897,11 +1941,11 @@ describe('admin console in a browser', () => {
       labels.push(...(await within.locator('.ant-descriptions-item-label').allTextContents()));
     };
     for (const uc of [held.id, unlogged.id]) {
-      texts.push((await page.locator('.ant-table-row', { hasText: `UC #${uc}` }).textContent()) ?? '');
-      await page.locator('.ant-table-row', { hasText: `UC #${uc}` }).click();
+      texts.push((await page.locator('.ant-table-row', { hasText: `User coupon #${uc}` }).textContent()) ?? '');
+      await page.locator('.ant-table-row', { hasText: `User coupon #${uc}` }).click();
       await readWords(page.locator('.ant-table-expanded-row').filter({ visible: true }).last());
       await page
-        .locator('.ant-table-row', { hasText: `UC #${uc}` })
+        .locator('.ant-table-row', { hasText: `User coupon #${uc}` })
         .getByRole('button', { name: /Approve/ })
         .click();
       const dialog = page.locator('.ant-modal').filter({ visible: true });

@@ -42,32 +42,32 @@ export const EXPLANATIONS_EN = {
 };
 
 export const EXPLANATIONS_ZH_CN: typeof EXPLANATIONS_EN = {
-  explain_STOCK_UNITS_LOST: '有 {count} 件离开了库存，却没有对应发出的券：放回库存。',
-  explain_STOCK_UNITS_EXCESS: '比总库存多出 {count} 件：从剩余库存中扣除。',
+  explain_STOCK_UNITS_LOST: '库存少了 {count} 张，但没有对应发出的券：建议补回库存。',
+  explain_STOCK_UNITS_EXCESS: '比总库存多出 {count} 张：建议从剩余库存中扣除。',
   explain_STOCK_OVER_ISSUED:
-    '从库存发出了 {issuedFromStock} 张券，超过总库存 {initStock}，且仍剩余 {stock}：以已发出的数量结束发放（总库存改为 {issuedFromStock}，不再剩余）。',
+    '从库存发出了 {issuedFromStock} 张券，超过总库存 {initStock}，且仍剩余 {stock}：建议按已发出的数量结束发放（总库存改为 {issuedFromStock}，不再剩余）。',
   explain_STOCK_ROW_MISSING:
-    '该活动没有库存记录：按已抢光重建（总库存 = 已发出的 {issuedFromStock} 张，不再剩余）；如需继续发放，之后再增加库存。',
-  explain_USED_BY_ORDER: '有一条 USED 核销记录引用了这张券：已有订单使用了它。',
-  explain_USE_LOGGED_REDEMPTION_MISSING: '日志记录了它的使用（{txId}，日志行 {logId}），但核销记录缺失：按日志重建。',
-  explain_USED_WITHOUT_USE: '状态为 USED，但既没有核销记录，日志中也没有订单使用它：状态改回日志停留的 {targetStatus}。',
-  explain_STATUS_NOT_IN_LIFECYCLE: '{status} 不是券生命周期中的状态：状态改回日志停留的 {targetStatus}。',
-  explain_LOCKED_BY_LIVE_HOLD: '日志以 LOCKED 结束，且有一条 ACTIVE 锁券记录（订单 {orderNo}）锁定着它：状态改回 LOCKED。',
-  explain_EXPIRED_TOO_EARLY: '未到期就成了 EXPIRED，而日志从未到达该状态：状态改回日志停留的 {targetStatus}。',
-  explain_LOG_STATUS_CANNOT_FOLLOW: '完整且合法的日志停在 {replayedStatus}，从它到不了 {status}：状态改回 {replayedStatus}。',
-  explain_STATUS_STANDS: '状态 {status} 保留；修复日志，使其通向该状态。',
-  explain_NO_HOLD_BACK_TO_UNUSED: '没有 ACTIVE 锁券记录锁定它，因此改回 UNUSED。',
-  explain_REDEMPTION_ROW_RESTORED: '它的核销记录（{redemptionId}）仍在，状态为 {redemptionStatus}：改回 USED。',
+    '该活动没有库存记录：建议按已抢光重建（总库存 = 已发出的 {issuedFromStock} 张，不再剩余）；如需继续发放，之后再增加库存。',
+  explain_USED_BY_ORDER: '有一条「USED」的核销记录引用了这张券：已有订单使用了它。',
+  explain_USE_LOGGED_REDEMPTION_MISSING: '状态日志记录了它的使用（{txId}，日志行 {logId}），但核销记录缺失：建议按日志重建。',
+  explain_USED_WITHOUT_USE: '状态为「USED」，但既没有核销记录，日志中也没有订单使用它：建议将状态改回日志停留的「{targetStatus}」。',
+  explain_STATUS_NOT_IN_LIFECYCLE: '「{status}」不是券生命周期中的状态：建议将状态改回日志停留的「{targetStatus}」。',
+  explain_LOCKED_BY_LIVE_HOLD: '状态日志最后为「LOCKED」，订单 {orderNo} 的锁券仍有效：建议将状态恢复为「LOCKED」。',
+  explain_EXPIRED_TOO_EARLY: '未到有效期就成了「EXPIRED」，而日志从未记录过期：建议将状态改回日志停留的「{targetStatus}」。',
+  explain_LOG_STATUS_CANNOT_FOLLOW:
+    '完整且合法的状态日志停在「{replayedStatus}」，从它到不了「{status}」：建议将状态改回「{replayedStatus}」。',
+  explain_STATUS_STANDS: '保留当前状态「{status}」，补写或修正状态日志。',
+  explain_NO_HOLD_BACK_TO_UNUSED: '没有有效的锁券锁定它，因此改回「UNUSED」。',
+  explain_REDEMPTION_ROW_RESTORED: '它的核销记录（{redemptionId}）仍在，状态为「{redemptionStatus}」：改回「USED」。',
   explain_USED_MORE_THAN_ONCE:
-    '{count} 条 USED 核销记录（订单 {orderNos}）引用同一张券：它被使用了不止一次。哪次使用有效，由运营人员决定。',
+    '{count} 条「USED」的核销记录（订单 {orderNos}）引用同一张券：它被使用了不止一次。哪次使用有效，由运营人员决定。',
   explain_REDEMPTION_COUPON_GONE: '该核销记录引用的用户券已不存在；无法从数据表判断它属于哪个活动，由运营人员决定。',
-  explain_LOCKED_WITHOUT_HOLD: '状态为 LOCKED，但没有 ACTIVE 锁券记录引用它：通过状态机释放为 {releaseTo}。',
-  explain_HOLD_ORDER_USED_COUPON: '锁券记录仍为 ACTIVE，但订单已使用了这张券（核销记录 {redemptionId}）：将锁券记录关闭为 CONFIRMED。',
-  explain_HOLD_COUPON_NOT_LOCKED: '锁券记录仍为 ACTIVE，但它的券状态为 {status}：将锁券记录关闭为 RELEASED（RECONCILIATION）。',
-  explain_HOLD_COUPON_LOCKED_FOR_ANOTHER:
-    '锁券记录仍为 ACTIVE，但它的券被另一条锁券记录锁定：将锁券记录关闭为 RELEASED（RECONCILIATION）。',
-  explain_HOLD_COUPON_GONE: '锁券记录仍为 ACTIVE，但它的券已不存在：将锁券记录关闭为 RELEASED（RECONCILIATION）。',
+  explain_LOCKED_WITHOUT_HOLD: '状态为「LOCKED」，但没有有效的锁券引用它：建议通过状态机释放为「{releaseTo}」。',
+  explain_HOLD_ORDER_USED_COUPON: '锁券仍有效，但订单已使用了这张券（核销记录 {redemptionId}）：建议将锁券关闭为「CONFIRMED」。',
+  explain_HOLD_COUPON_NOT_LOCKED: '锁券仍有效，但它的券状态为「{status}」：建议将锁券关闭为「RELEASED」（RECONCILIATION）。',
+  explain_HOLD_COUPON_LOCKED_FOR_ANOTHER: '锁券仍有效，但它的券被另一笔锁券锁定：建议将锁券关闭为「RELEASED」（RECONCILIATION）。',
+  explain_HOLD_COUPON_GONE: '锁券仍有效，但它的券已不存在：建议将锁券关闭为「RELEASED」（RECONCILIATION）。',
   explain_HOLD_LOCK_UNTIL_WRONG:
-    '锁券记录仍为 ACTIVE，券为 LOCKED 且未被其他锁券记录占用，但锁定至 {lockedUntil}，而锁券记录到 {holdExpiresAt} 结束：将券的锁定时间改回锁券记录的结束时间。',
+    '锁券仍有效，券为「LOCKED」且未被其他锁券占用，但锁定至 {lockedUntil}，而锁券到 {holdExpiresAt} 结束：建议将券的锁定时间改回锁券的结束时间。',
   explain_ORDER_DISCOUNT_EXCEEDED: '订单 {orderNo} 使用的券共优惠了 {discountCents}，超过订单金额 {orderAmountCents}：由运营人员决定。',
 };

@@ -6,6 +6,8 @@ import dayjs from 'dayjs';
  */
 export const count = (n: number) => n.toLocaleString('en-US');
 export const yuan = (cents: number) => (cents / 100).toFixed(cents % 100 === 0 ? 0 : 2);
+/** X percent off as Chinese shops say it: 打 N 折, N the tenths the shopper pays (20% off is 8 折, 15% off 8.5 折). */
+export const fold = (percentOff: number) => String((100 - percentOff) / 10);
 /**
  * Times are shown in the operator's own time zone, named by its offset from UTC (UTC+08:00), each
  * time its own: operators in several zones compare notes, and a range may cross a change of

@@ -94,6 +94,22 @@ function useCouponOptions(deps: unknown[]) {
 }
 
 /** How much of the list went up; at 100 % the server is still storing it, and answers once it has. */
+type CsvCharset = 'utf-8' | 'gb18030';
+
+/**
+ * UTF-8 when the file's first MiB is UTF-8 (an ASCII file is both), else GB18030, the superset of the
+ * GBK that Chinese Excel saves "CSV" in: sent as UTF-8, such a file was refused as not UTF-8 text.
+ */
+async function csvCharset(file: Blob): Promise<CsvCharset> {
+  try {
+    // stream: a character cut at the end of the slice is not an error.
+    new TextDecoder('utf-8', { fatal: true }).decode(await file.slice(0, 1024 * 1024).arrayBuffer(), { stream: true });
+    return 'utf-8';
+  } catch {
+    return 'gb18030';
+  }
+}
+
 function UploadProgress({ fraction }: { fraction: number }) {
   const { t } = useI18n();
   const percent = Math.floor(fraction * 100);
@@ -128,6 +144,8 @@ function CreateJob({
   const { message } = App.useApp();
   const [form] = Form.useForm<CreateValues>();
   const [file, setFile] = useState<File | null>(null);
+  // The chosen file's text encoding, read off its first bytes: a CSV saved by Chinese Excel is GBK.
+  const [charset, setCharset] = useState<CsvCharset>('utf-8');
   const [fileError, setFileError] = useState<string | null>(null);
   const [busy, setBusy] = useState(false);
   // The part of a CSV body sent so far (0 to 1) while one goes up, else null.
@@ -165,7 +183,7 @@ function CreateJob({
               // The file goes up as it is, streamed by the browser; the server reads it line by line.
               body: (v.source === 'csv' ? file : ids.join('\n')) as unknown as string,
               bodySerializer: (b: unknown) => b as BodyInit,
-              headers: { 'content-type': 'text/csv' },
+              headers: { 'content-type': v.source === 'csv' ? `text/csv; charset=${charset}` : 'text/csv' },
             }),
       );
       void message.success(t('jobCreated', { id: created.jobId }));
@@ -225,7 +243,9 @@ function CreateJob({
         {source === 'csv' ? (
           <Form.Item
             label={t('csvFile')}
-            extra={t('csvHelp')}
+            extra={
+              file ? `${t('csvHelp')} · ${t('fileCharset', { charset: charset === 'utf-8' ? 'UTF-8' : 'GBK (GB18030)' })}` : t('csvHelp')
+            }
             required
             validateStatus={fileError ? 'error' : undefined}
             help={fileError ?? undefined}
@@ -236,6 +256,7 @@ function CreateJob({
               beforeUpload={(f) => {
                 const tooLarge = f.size > CSV_MAX_BYTES;
                 setFile(tooLarge ? null : f);
+                if (!tooLarge) void csvCharset(f).then(setCharset);
                 renewKey();
                 setFileError(tooLarge ? t('fileTooLarge') : null);
                 // Kept here and sent with the job, not uploaded on its own.
@@ -259,11 +280,11 @@ function CreateJob({
             extra={`${t('pasteHelp')} · ${t('idCount', { n: pastedIds(pasted ?? '').length })}`}
             rules={[{ required: true, whitespace: true, message: t('idsRequired') }]}
           >
-            <Input.TextArea rows={6} placeholder={'alice\nbob\ncarol'} data-testid="job-user-ids" />
+            <Input.TextArea rows={6} placeholder={t('userIdsPlaceholder')} data-testid="job-user-ids" />
           </Form.Item>
         )}
         <Form.Item name="reason" label={t('reason')} rules={[{ required: true, whitespace: true, message: t('reasonRequired') }]}>
-          <Input placeholder="VIP November" data-testid="job-reason" />
+          <Input placeholder={t('jobReasonPlaceholder')} data-testid="job-reason" />
         </Form.Item>
         <Form.Item name="fromStock" label={t('fromStock')} valuePropName="checked" extra={t('fromStockHelp')}>
           <Switch />
@@ -456,7 +477,7 @@ function JobDetail({ jobId, onClose, onChanged }: { jobId: string | null; onClos
             </Descriptions.Item>
             <Descriptions.Item label={t('reason')}>{j.reason}</Descriptions.Item>
             <Descriptions.Item label={t('total')}>{count(j.total)}</Descriptions.Item>
-            <Descriptions.Item label={t('fromStock')}>{j.fromStock ? '✓' : '—'}</Descriptions.Item>
+            <Descriptions.Item label={t('fromStock')}>{t(j.fromStock ? 'yes' : 'no')}</Descriptions.Item>
             <Descriptions.Item label={t('issued')}>
               <span data-testid="job-issued">{count(j.issued)}</span>
             </Descriptions.Item>
@@ -579,7 +600,7 @@ export function BulkJobs() {
           { title: t('progress'), key: 'progress', width: 220, render: (_, j) => <JobProgress job={j} /> },
           { title: t('issued'), dataIndex: 'issued', align: 'right', width: 80, render: count },
           { title: t('skipped'), dataIndex: 'skipped', align: 'right', width: 80, render: count },
-          { title: t('fromStockShort'), dataIndex: 'fromStock', width: 100, align: 'center', render: (f: boolean) => (f ? '✓' : '—') },
+          { title: t('fromStockShort'), dataIndex: 'fromStock', width: 100, align: 'center', render: (f: boolean) => t(f ? 'yes' : 'no') },
           { title: t('createdAt'), dataIndex: 'createdAt', width: 170, render: time },
           {
             title: t('actions'),

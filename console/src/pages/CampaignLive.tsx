@@ -6,7 +6,7 @@ import dayjs from 'dayjs';
 import { useParams } from 'react-router-dom';
 import { client, ok, type CouponView, type Series } from '../api';
 import { Chart } from '../chart';
-import { count, time, yuan } from '../format';
+import { count, fold, time, yuan } from '../format';
 import { usePoll } from '../hooks';
 import { NavButton } from '../NavButton';
 import { label, useI18n, type Translate } from '../i18n';
@@ -33,11 +33,13 @@ const ORDER = Object.keys(COLORS);
 
 function describeDiscount(c: CouponView, t: Translate): string {
   const d = c.discount;
+  const threshold = yuan(d.thresholdCents);
   if (d.type === 'PERCENT') {
     const cap = d.maxDiscountCents === null ? '' : t('maxDiscountDesc', { max: yuan(d.maxDiscountCents) });
-    return t('percentDesc', { percent: d.percentOff, threshold: yuan(d.thresholdCents) }) + cap;
+    const said = { percent: d.percentOff, threshold, fold: fold(d.percentOff) };
+    return t(d.thresholdCents === 0 ? 'percentDescAny' : 'percentDesc', said) + cap;
   }
-  return t('discountDesc', { amount: yuan(d.amountCents), threshold: yuan(d.thresholdCents) });
+  return t(d.thresholdCents === 0 ? 'discountDescAny' : 'discountDesc', { amount: yuan(d.amountCents), threshold });
 }
 
 function chartOption(series: Series, stockTrail: [number, number][], t: Translate): EChartsOption {
@@ -219,7 +221,7 @@ export function CampaignLive() {
             ))}
           </Row>
           <Descriptions size="small" column={{ xs: 1, md: 2 }} bordered>
-            <Descriptions.Item label={t('discountAmount')}>{describeDiscount(coupon, t)}</Descriptions.Item>
+            <Descriptions.Item label={t('discountRule')}>{describeDiscount(coupon, t)}</Descriptions.Item>
             <Descriptions.Item label={t('perUserLimit')}>{t('perUserDesc', { n: coupon.perUserLimit })}</Descriptions.Item>
             <Descriptions.Item label={t('grabWindow')}>
               {time(coupon.grabStartAt)} → {time(coupon.grabEndAt)}
@@ -232,8 +234,8 @@ export function CampaignLive() {
             <Descriptions.Item label={t('rateLimit')}>
               {coupon.rateLimitPerSecond === null ? t('rateLimitDefault') : count(coupon.rateLimitPerSecond)}
             </Descriptions.Item>
-            <Descriptions.Item label={t('returnOnRefund')}>{coupon.returnOnRefund ? '✓' : '—'}</Descriptions.Item>
-            <Descriptions.Item label={t('stackable')}>{coupon.stackable ? '✓' : '—'}</Descriptions.Item>
+            <Descriptions.Item label={t('returnOnRefund')}>{t(coupon.returnOnRefund ? 'yes' : 'no')}</Descriptions.Item>
+            <Descriptions.Item label={t('stackable')}>{t(coupon.stackable ? 'yes' : 'no')}</Descriptions.Item>
           </Descriptions>
         </PageCard>
       )}

@@ -222,7 +222,7 @@ export function CompensationTable({ list }: { list: PagedList<Compensation> }) {
                       {t('run', { id: c.discrepancy.runId })}
                     </Link>
                     {c.discrepancy.couponId && ` · ${t('couponId')} #${c.discrepancy.couponId}`}
-                    {c.discrepancy.userCouponId && ` · UC #${c.discrepancy.userCouponId}`}
+                    {c.discrepancy.userCouponId && ` · ${t('key_userCouponId')} #${c.discrepancy.userCouponId}`}
                   </Typography.Text>
                   {why && <Typography.Text>{why}</Typography.Text>}
                 </Space>

@@ -5,7 +5,7 @@ import type { components } from '../../../client/schema';
 import { ApiError, client, ok, type CouponView } from '../api';
 import { showApiErrors } from '../apiForm';
 import { useDrawerFocusReturn, useLazyIdempotencyKey } from '../hooks';
-import { yuan } from '../format';
+import { fold, yuan } from '../format';
 import { useI18n } from '../i18n';
 import { OutcomeAlert, useOutcome } from '../outcome';
 
@@ -120,6 +120,12 @@ export function CreateCampaign({ open, onClose, onCreated }: { open: boolean; on
   const outcome = useOutcome();
   const validityType = Form.useWatch(['validity', 'type'], form);
   const discountType = Form.useWatch(['discount', 'type'], form);
+  const percentOff = Form.useWatch(['discount', 'percentOff'], form);
+  // What the shopper pays, said as the shop says it (20% off is 打 8 折): a 折 typed as the percentage would be the reverse.
+  const paysHelp =
+    typeof percentOff === 'number' && Number.isInteger(percentOff) && percentOff >= 1 && percentOff <= 100
+      ? t('percentOffHelp', { pays: 100 - percentOff, fold: fold(percentOff) })
+      : undefined;
   const required = [{ required: true, message: t('required') }];
   // Judged as typed: an InputNumber with `precision` rounded 2.5 to 3 and sent that.
   const whole = { type: 'integer' as const, message: t('wholeNumber') };
@@ -182,7 +188,7 @@ export function CreateCampaign({ open, onClose, onCreated }: { open: boolean; on
         }}
       >
         <Form.Item name="name" label={t('name')} rules={required}>
-          <Input placeholder="Double 11: spend ¥100 save ¥10" data-testid="field-name" />
+          <Input placeholder={t('namePlaceholder')} data-testid="field-name" />
         </Form.Item>
         <Row gutter={16}>
           <Col span={12}>
@@ -254,7 +260,7 @@ export function CreateCampaign({ open, onClose, onCreated }: { open: boolean; on
           {discountType === 'PERCENT' ? (
             <>
               <Col span={8}>
-                <Form.Item name={['discount', 'percentOff']} label={t('percentOff')} rules={requiredWhole}>
+                <Form.Item name={['discount', 'percentOff']} label={t('percentOff')} rules={requiredWhole} extra={paysHelp}>
                   <InputNumber style={{ width: '100%' }} suffix="%" data-testid="field-percentOff" />
                 </Form.Item>
               </Col>

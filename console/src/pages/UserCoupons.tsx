@@ -6,7 +6,7 @@ import { ApiError, client, ok, type UserCoupon, type UserCouponStatus } from '..
 import { showApiErrors } from '../apiForm';
 import { time } from '../format';
 import { useActionsPin, useDialog, useIdempotencyKey, usePagedList, usePoll } from '../hooks';
-import { useI18n, userCouponStatus, type Translate } from '../i18n';
+import { label, logReason, useI18n, userCouponStatus, type Translate } from '../i18n';
 import { LoadMore } from '../LoadMore';
 import { OutcomeAlert, useOutcome } from '../outcome';
 
@@ -67,7 +67,7 @@ function HistoryDrawer({ userCouponId, onClose }: { userCouponId: string | null;
             <Descriptions.Item label={t('status')}>
               <StatusTag status={h.userCoupon.status} t={t} />
             </Descriptions.Item>
-            <Descriptions.Item label={t('source')}>{h.userCoupon.source}</Descriptions.Item>
+            <Descriptions.Item label={t('source')}>{label(t, h.userCoupon.source)}</Descriptions.Item>
             <Descriptions.Item label={t('issuedAt')}>{time(h.userCoupon.issuedAt)}</Descriptions.Item>
             <Descriptions.Item label={t('expiresAt')}>{time(h.userCoupon.expiresAt)}</Descriptions.Item>
           </Descriptions>
@@ -88,7 +88,7 @@ function HistoryDrawer({ userCouponId, onClose }: { userCouponId: string | null;
                       <Typography.Text type="danger">{t('brokenStep')}</Typography.Text>
                     </div>
                   )}
-                  {step.reason && <div style={{ marginTop: 4 }}>{step.reason}</div>}
+                  {step.reason && <div style={{ marginTop: 4 }}>{logReason(t, step.reason)}</div>}
                   <Typography.Text type="secondary" code style={{ fontSize: 12 }}>
                     {t('txId')}: {step.txId}
                   </Typography.Text>
@@ -291,10 +291,10 @@ export function UserCoupons() {
               width: 150,
               render: (source: string, uc) =>
                 uc.replacesUserCouponId === null ? (
-                  source
+                  label(t, source)
                 ) : (
                   <Space orientation="vertical" size={0}>
-                    {source}
+                    {label(t, source)}
                     <Typography.Text type="secondary" style={{ fontSize: 12 }}>
                       {t('replacesCoupon', { id: uc.replacesUserCouponId })}
                     </Typography.Text>

@@ -22,7 +22,7 @@ import { client, ok, type CreatedWebhook, type Delivery, type Webhook } from '..
 import { showApiErrors } from '../apiForm';
 import { time } from '../format';
 import { label, useI18n } from '../i18n';
-import { usePagedList, usePoll } from '../hooks';
+import { useActionsPin, usePagedList, usePoll } from '../hooks';
 import { LoadMore } from '../LoadMore';
 
 type EventType = Webhook['events'][number];
@@ -123,7 +123,9 @@ function Deliveries({ webhook, onClose }: { webhook: Webhook | null; onClose(): 
           body: deliveryIds ? { deliveryIds } : {},
         }),
       );
-      void message.success(t('redelivered', { n: redelivered }));
+      // None failed for good: those being retried are on their way already, and "0 sent again" read as done.
+      if (redelivered === 0) void message.info(t('nothingToRedeliver'));
+      else void message.success(t('redelivered', { n: redelivered }));
     } catch (err) {
       void message.error((err as Error).message);
     }
@@ -146,7 +148,7 @@ function Deliveries({ webhook, onClose }: { webhook: Webhook | null; onClose(): 
       {list.error && <Alert type="error" title={list.error.message} />}
       <Table<Delivery>
         rowKey="id"
-        scroll={{ x: 800 }}
+        scroll={{ x: 1150 }}
         size="small"
         data-testid="deliveries"
         loading={list.loading && !list.items}
@@ -164,7 +166,7 @@ function Deliveries({ webhook, onClose }: { webhook: Webhook | null; onClose(): 
                 { title: t('attemptedAt'), dataIndex: 'attemptedAt', render: time },
                 { title: 'HTTP', dataIndex: 'statusCode', render: (c: number | null) => c ?? '—' },
                 { title: t('error'), dataIndex: 'error', render: (e: string | null) => e ?? '—' },
-                { title: 'ms', dataIndex: 'durationMs', align: 'right' },
+                { title: t('durationMs'), dataIndex: 'durationMs', align: 'right' },
               ]}
             />
           ),
@@ -172,21 +174,25 @@ function Deliveries({ webhook, onClose }: { webhook: Webhook | null; onClose(): 
         columns={[
           { title: t('event'), dataIndex: 'eventId', width: 100 },
           { title: t('type'), dataIndex: 'type', render: (ty: string) => <Tag>{ty}</Tag> },
-          { title: 'UC', dataIndex: 'userCouponId', width: 70 },
+          { title: t('key_userCouponId'), dataIndex: 'userCouponId', width: 90 },
           {
             title: t('status'),
             dataIndex: 'status',
             width: 110,
-            render: (s: Delivery['status']) => <Tag color={DELIVERY_COLOR[s]}>{label(t, s)}</Tag>,
+            // Pending after a failed attempt: being retried (it shows its last answer), not waiting for its first try.
+            render: (s: Delivery['status'], d) => (
+              <Tag color={DELIVERY_COLOR[s]}>{s === 'PENDING' && d.attemptCount > 0 ? t('retrying') : label(t, s)}</Tag>
+            ),
           },
           { title: t('attempts'), dataIndex: 'attemptCount', width: 90, align: 'right' },
           {
             title: t('lastAnswer'),
             key: 'last',
+            width: 130,
             render: (_, d) => (d.lastStatusCode !== null ? `HTTP ${d.lastStatusCode}` : (d.lastError ?? '—')),
           },
-          { title: t('nextAttemptAt'), dataIndex: 'nextAttemptAt', render: time },
-          { title: t('deliveredAt'), dataIndex: 'deliveredAt', render: time },
+          { title: t('nextAttemptAt'), dataIndex: 'nextAttemptAt', width: 170, render: time },
+          { title: t('deliveredAt'), dataIndex: 'deliveredAt', width: 170, render: time },
           {
             key: 'redeliver',
             width: 110,
@@ -211,6 +217,7 @@ export function Webhooks() {
   const [creating, setCreating] = useState(false);
   const [secret, setSecret] = useState<string | null>(null);
   const [deliveriesOf, setDeliveriesOf] = useState<Webhook | null>(null);
+  const actionsPin = useActionsPin();
   const list = usePoll(() => ok(client.GET('/admin/webhooks')), [], 5000);
   const act = async (what: () => Promise<unknown>, done: string) => {
     try {
@@ -298,6 +305,7 @@ export function Webhooks() {
             title: t('actions'),
             key: 'actions',
             width: 210,
+            fixed: actionsPin,
             render: (_, w) => (
               <Space size={4}>
                 <Button size="small" icon={<SendOutlined />} onClick={() => setDeliveriesOf(w)} data-testid={`deliveries-${w.id}`}>
