@@ -1742,6 +1742,18 @@ describe('admin console in a browser', () => {
     await page.goto(`${t.url}/console/compensations?status=DONE`);
     await page.getByText('库存少了 2 张，但没有对应发出的券：建议补回库存。').waitFor();
     expect(await page.getByText('left the stock').count()).toBe(0);
+    // The API's messages under the fields, said in Chinese: no English sentence under a Chinese label.
+    await page.goto(`${t.url}/console/campaigns`);
+    await page.getByTestId('new-campaign').click();
+    await page.getByTestId('field-name').fill('双十二 满100减10');
+    await page.getByTestId('field-validity-days').fill('0');
+    await page.getByLabel('优惠金额（元）').fill('0');
+    await settle();
+    await page.getByTestId('create-submit').click();
+    await page.getByText('不能小于 1', { exact: true }).waitFor();
+    await page.getByText('不能小于 ¥0.01', { exact: true }).waitFor();
+    expect(await page.getByText('must not be less than').count()).toBe(0);
+    await page.keyboard.press('Escape');
     // A percentage off said as a Chinese shop says it: 15% off is 打 8.5 折, not "15% 折扣" (which reads as 打 1.5 折).
     await page.goto(`${t.url}/console/campaigns/${percentCouponId}`);
     await page.getByText('满 100 元立减 15%（即 8.5 折），最高减 20 元').waitFor();

@@ -27,6 +27,9 @@ export function setApiLanguage(lang: string): void {
   language = lang;
 }
 
+/** The language the console speaks, as the API is asked for it. */
+export const apiLanguage = (): string => language;
+
 const session: Middleware = {
   onRequest({ request }) {
     const token = storedToken();

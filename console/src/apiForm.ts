@@ -1,5 +1,33 @@
 import type { FormInstance } from 'antd';
-import { ApiError } from './api';
+import { ApiError, apiLanguage } from './api';
+
+/**
+ * The API's per-field messages are English (class-validator's wording, the field named as the body
+ * names it): the forms' common ones said in Chinese when the console speaks it, the field left to
+ * the label above the message. Any other stays as the API wrote it.
+ */
+const IN_CHINESE: [RegExp, (m: RegExpMatchArray) => string][] = [
+  [/must not be less than (\S+)$/i, (m) => `不能小于 ${m[1]}`],
+  [/must not be greater than (\S+)$/i, (m) => `不能大于 ${m[1]}`],
+  [/must be an integer number$/, () => '必须是整数'],
+  [/should not be empty$/, () => '必填'],
+  [/must not be 0$/, () => '不能为 0'],
+  [/must be after validity\.startAt$/, () => '必须晚于生效时间'],
+  [/must be after grabStartAt$/, () => '必须晚于抢券开始时间'],
+  [/must be 1-64 of \[A-Za-z0-9_.:-\]$/, () => '须为 1–64 个字符，只含字母、数字和 _ . : -'],
+  [/must be UTF-8 text$/, () => '不是 UTF-8 文本：请在 Excel 中另存为「CSV UTF-8」'],
+  [/without control characters/, () => '必须是可见文字，不能只有空白，也不能含控制字符'],
+  [/must be an absolute http or https URL$/, () => '必须是完整的 http 或 https 地址'],
+];
+
+function said(message: string): string {
+  if (apiLanguage() !== 'zh-CN') return message;
+  for (const [pattern, chinese] of IN_CHINESE) {
+    const m = message.match(pattern);
+    if (m) return chinese(m);
+  }
+  return message;
+}
 
 /**
  * Puts the API's validation messages (`details.fields`, keyed by body path like "discount.amountCents")
@@ -13,9 +41,9 @@ export function showApiErrors(form: FormInstance, err: unknown, known: string[][
   const placed = Object.entries(fields).filter(([path, messages]) => {
     const name = path.split('.');
     const fits = known.some((k) => k.join('.') === name.join('.'));
-    if (!fits) unplaced.push(`${path}: ${messages.join(', ')}`);
+    if (!fits) unplaced.push(`${path}: ${messages.map(said).join(', ')}`);
     return fits;
   });
-  form.setFields(placed.map(([path, errors]) => ({ name: path.split('.'), errors })));
+  form.setFields(placed.map(([path, errors]) => ({ name: path.split('.'), errors: errors.map(said) })));
   return unplaced.length > 0 ? unplaced.join('; ') : null;
 }

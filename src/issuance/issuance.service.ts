@@ -1,10 +1,11 @@
+import { setMaxListeners } from 'node:events';
 import { createHash } from 'node:crypto';
 import { Readable } from 'node:stream';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { type BeforeApplicationShutdown, Injectable } from '@nestjs/common';
 import { DataSource } from 'typeorm';
 import { isDuplicateKey } from '../common/db-errors.js';
-import { AppError } from '../common/errors.js';
+import { AppError, shuttingDown } from '../common/errors.js';
 import { LONE_SURROGATE, USER_ID_PATTERN, validationFailed } from '../common/validation.js';
 import { toPage } from '../common/page.js';
 import { AppConfig } from '../config/app-config.js';
@@ -129,7 +130,10 @@ export class IssuanceService implements BeforeApplicationShutdown {
     private readonly coupons: CouponService,
     private readonly runner: IssuanceRunner,
     private readonly config: AppConfig,
-  ) {}
+  ) {
+    // Every CSV upload in progress listens to it: more than ten at once is no leak.
+    setMaxListeners(0, this.closing.signal);
+  }
 
   /** 202 for a new job, or the job this key made before (`replayed`). */
   async create(req: JobRequest, lines: AsyncIterable<{ lineNo: number; text: string }>): Promise<{ jobId: string; replayed: boolean }> {
@@ -139,6 +143,8 @@ export class IssuanceService implements BeforeApplicationShutdown {
     if (replayed) return replayed;
     const ended = validityEnded(await this.coupons.template(req.couponId), new Date());
     if (ended) throw ended;
+    // Stopping: a job made now would only be discarded (and a CSV refused) as its upload starts.
+    if (this.closing.signal.aborted) throw shuttingDown();
     let jobId: string;
     try {
       jobId = await this.tx.inTransaction((em) => insertJob(em, req, new Date()));

@@ -19,8 +19,10 @@ const openGaps = gauge(
 );
 
 const BATCH = 2000;
-/** Open gaps reread by one statement; a pass rereads them all. */
+/** Open gaps reread by one statement. */
 const GAPS_PER_READ = 500;
+/** How often an idle relay rereads every open gap (one that reads new rows always does). */
+const ALL_GAPS_EVERY_MS = 1000;
 /**
  * information_schema.innodb_trx is a cache that InnoDB rebuilds only when it has not been read for
  * 100 ms: polled more often (by this relay on a busy log, or by any other reader on the server) it
@@ -64,6 +66,7 @@ export class FanOut {
   private durable: string | null = null;
   private trxUnreadableLogged = false;
   private probedAt = 0;
+  private allGapsReadAt = 0;
 
   constructor(
     private readonly dataSource: DataSource,
@@ -96,17 +99,25 @@ export class FanOut {
     const open = this.scanned === null ? [] : this.gaps;
     const settledBefore = open.length > 0 ? await this.settledBefore() : -Infinity;
     const rows = await logRowsAfter(db, String(scanned), BATCH);
-    // Every open gap is reread, after the new rows: a row of a gap that committed before one of
-    // them was written (an earlier change of its coupon) is found by this pass, so a coupon's
-    // events are turned in log order. Rereading only the first 1,000 ids of the gaps (before the
-    // new rows) let a gap of a rolled-back bulk batch, wider than that, stay open for good: the
-    // gaps above it were never reread, their rows committed late never became events, and the
-    // cursor stopped at it.
+    // A pass that read new rows rereads every open gap, after them: a row of a gap that committed
+    // before one of them was written (an earlier change of its coupon) is found by this pass, so a
+    // coupon's events are turned in log order. Rereading only the first 1,000 ids of the gaps
+    // (before the new rows) let a gap of a rolled-back bulk batch, wider than that, stay open for
+    // good: the gaps above it were never reread, their rows committed late never became events,
+    // and the cursor stopped at it. An idle pass rereads the gaps the check settled (to close
+    // them), and all of them once a second (a row committed late in one is turned within it):
+    // every gap on every 200 ms poll cost a statement per 500 gaps, and on a Galera cluster,
+    // whose auto-increment step leaves a gap beside every row, there may be many.
+    const all = rows.length > 0 || Date.now() - this.allGapsReadAt >= ALL_GAPS_EVERY_MS;
+    if (all) this.allGapsReadAt = Date.now();
+    const reread = all ? open : open.filter((g) => g.seenAt < settledBefore);
     const found: LogEntry[] = [];
-    for (let i = 0; i < open.length; i += GAPS_PER_READ) found.push(...(await logRowsInRanges(db, open.slice(i, i + GAPS_PER_READ))));
-    const foundIds = found.map((e) => BigInt(e.id));
-    // A gap closes when it was reread after the check that settled it.
-    const gaps = open.flatMap((g) => splitGap(g, foundIds)).filter((g) => !(g.seenAt < settledBefore));
+    for (let i = 0; i < reread.length; i += GAPS_PER_READ) found.push(...(await logRowsInRanges(db, reread.slice(i, i + GAPS_PER_READ))));
+    // A gap closes when it was reread after the check that settled it (every settled gap was).
+    const gaps = splitGaps(
+      open,
+      found.map((e) => BigInt(e.id)),
+    ).filter((g) => !(g.seenAt < settledBefore));
     let next = scanned;
     let seenAt: number | undefined;
     for (const r of rows) {
@@ -204,16 +215,19 @@ async function dbNow(db: Pick<EntityManager, 'query'>): Promise<number> {
   return Math.floor(Number(r.now));
 }
 
-/** The parts of a gap not covered by rows that showed up (`found` holds only ids that were missing). */
-function splitGap(g: Gap, found: readonly bigint[]): Gap[] {
+/** The parts of the gaps not covered by rows that showed up; both in id order, walked once together. */
+function splitGaps(gaps: readonly Gap[], found: readonly bigint[]): Gap[] {
   const parts: Gap[] = [];
-  let lo = g.lo;
-  for (const id of found) {
-    if (id < g.lo || id > g.hi) continue;
-    if (id > lo) parts.push({ ...g, lo, hi: id - 1n });
-    lo = id + 1n;
+  let f = 0;
+  for (const g of gaps) {
+    while (f < found.length && found[f] < g.lo) f++;
+    let lo = g.lo;
+    for (; f < found.length && found[f] <= g.hi; f++) {
+      if (found[f] > lo) parts.push({ ...g, lo, hi: found[f] - 1n });
+      lo = found[f] + 1n;
+    }
+    if (lo <= g.hi) parts.push({ ...g, lo });
   }
-  if (lo <= g.hi) parts.push({ ...g, lo });
   return parts;
 }
 
