@@ -200,7 +200,7 @@ function Runs() {
           { title: t('mode'), dataIndex: 'mode', width: 110, render: (m: string) => label(t, m) },
           { title: t('startedAt'), dataIndex: 'startedAt', render: time },
           { title: t('finishedAt'), dataIndex: 'finishedAt', render: time },
-          { title: t('checked'), dataIndex: 'checked', align: 'right' },
+          { title: t('checked'), dataIndex: 'checked', align: 'right', render: (n: number) => count(n) },
           {
             title: t('discrepancies'),
             dataIndex: 'discrepancies',
@@ -208,7 +208,7 @@ function Runs() {
             render: (n: number) =>
               n > 0 ? (
                 <Typography.Text type="danger" strong>
-                  {n}
+                  {count(n)}
                 </Typography.Text>
               ) : (
                 n

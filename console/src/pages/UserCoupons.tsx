@@ -61,7 +61,8 @@ function HistoryDrawer({ userCouponId, onClose }: { userCouponId: string | null;
             }
             data-testid="history-consistency"
           />
-          <Descriptions size="small" column={2} bordered>
+          {/* Labels on one line: in Chinese at the drawer's width, 发放时间 broke as 发放时/间. */}
+          <Descriptions size="small" column={2} bordered styles={{ label: { whiteSpace: 'nowrap' } }}>
             <Descriptions.Item label={t('userId')}>{h.userCoupon.userId}</Descriptions.Item>
             <Descriptions.Item label={t('couponId')}>#{h.userCoupon.couponId}</Descriptions.Item>
             <Descriptions.Item label={t('status')}>
