@@ -202,13 +202,14 @@ export function CreateCampaign({ open, onClose, onCreated }: { open: boolean; on
             </Form.Item>
           </Col>
         </Row>
+        {/* A date and time to the second takes a phone's whole width: in half of it the seconds were cut. */}
         <Row gutter={16}>
-          <Col span={12}>
+          <Col xs={24} sm={12}>
             <Form.Item name="grabStartAt" label={t('grabStartAt')} rules={required}>
               <DatePicker showTime style={{ width: '100%' }} />
             </Form.Item>
           </Col>
-          <Col span={12}>
+          <Col xs={24} sm={12}>
             <Form.Item name="grabEndAt" label={t('grabEndAt')} rules={required}>
               <DatePicker showTime style={{ width: '100%' }} />
             </Form.Item>
@@ -225,12 +226,12 @@ export function CreateCampaign({ open, onClose, onCreated }: { open: boolean; on
         </Form.Item>
         {validityType === 'FIXED' ? (
           <Row gutter={16}>
-            <Col span={12}>
+            <Col xs={24} sm={12}>
               <Form.Item name={['validity', 'startAt']} label={t('validityStartAt')} rules={required}>
                 <DatePicker showTime style={{ width: '100%' }} />
               </Form.Item>
             </Col>
-            <Col span={12}>
+            <Col xs={24} sm={12}>
               <Form.Item name={['validity', 'endAt']} label={t('validityEndAt')} rules={required}>
                 <DatePicker showTime style={{ width: '100%' }} />
               </Form.Item>

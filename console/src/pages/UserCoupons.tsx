@@ -270,7 +270,7 @@ export function UserCoupons() {
         <Table<UserCoupon>
           rowKey="id"
           // The widths' sum: a time keeps its two lines (date and time, then zone) rather than three.
-          scroll={{ x: 1130 }}
+          scroll={{ x: 1190 }}
           size="middle"
           loading={list.loading}
           dataSource={list.items}
@@ -302,9 +302,9 @@ export function UserCoupons() {
                   </Space>
                 ),
             },
-            { title: t('issuedAt'), dataIndex: 'issuedAt', width: 150, render: time },
-            { title: t('expiresAt'), dataIndex: 'expiresAt', width: 150, render: time },
-            { title: t('usedAt'), dataIndex: 'usedAt', width: 150, render: time },
+            { title: t('issuedAt'), dataIndex: 'issuedAt', width: 170, render: time },
+            { title: t('expiresAt'), dataIndex: 'expiresAt', width: 170, render: time },
+            { title: t('usedAt'), dataIndex: 'usedAt', width: 170, render: time },
             {
               title: t('actions'),
               key: 'actions',
