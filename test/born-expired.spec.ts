@@ -88,6 +88,33 @@ describe('no coupon is issued after its fixed validity ended', () => {
     expect(await issuedOf(couponId)).toBe(1);
   });
 
+  it("a reissue that waited for the coupon it replaces past the validity's end is 409 COUPON_EXPIRED, not a coupon born expired", async () => {
+    const couponId = await couponEndingSoon();
+    const replaced = await grabUserCoupon(t.url, couponId, 'waited');
+    const endsAt = Math.floor(Date.now() / 1000) * 1000 + 2000;
+    await t.db.query(`UPDATE coupon SET validity_end_at = ? WHERE id = ?`, [new Date(endsAt), couponId]);
+    // Another operator's repair of that coupon holds its row across the end.
+    const runner = t.db.createQueryRunner();
+    await runner.startTransaction();
+    try {
+      await runner.query(`SELECT id FROM user_coupon WHERE id = ? FOR UPDATE`, [replaced.id]);
+      const reissuing = request(t.url)
+        .post('/admin/user-coupons/reissue')
+        .set(admin())
+        .set('Idempotency-Key', newKey('reissue'))
+        .send({ couponId, userId: 'waited', reason: 'lost', fromStock: false, replacesUserCouponId: replaced.id })
+        .then((r) => r);
+      await new Promise((r) => setTimeout(r, endsAt + 300 - Date.now()));
+      await runner.commitTransaction();
+      const late = await reissuing;
+      expect([late.status, late.body.code]).toEqual([409, 'COUPON_EXPIRED']);
+    } finally {
+      if (runner.isTransactionActive) await runner.rollbackTransaction();
+      await runner.release();
+    }
+    expect(await issuedOf(couponId)).toBe(1);
+  });
+
   it('a bulk job skips the lines it reaches after the validity ended (COUPON_EXPIRED); a new job for the coupon is refused', async () => {
     const couponId = await couponEndingSoon();
     const post = () =>

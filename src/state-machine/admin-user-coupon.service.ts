@@ -105,8 +105,6 @@ export class AdminUserCouponService {
         if (replay) return replayReissue(replay, dto);
         const coupon = await em.findOneBy(Coupon, { id: dto.couponId });
         if (!coupon) throw new AppError('COUPON_NOT_FOUND', `Coupon ${dto.couponId} does not exist`, { couponId: dto.couponId });
-        const ended = validityEnded(coupon, new Date());
-        if (ended) throw ended;
         if (dto.replacesUserCouponId !== undefined) {
           // Locked, so that of two replacements of one coupon (two operators on one ticket) the second
           // waits and finds the first: a coupon is made good once.
@@ -124,6 +122,9 @@ export class AdminUserCouponService {
               replacedBy: replacement,
             });
         }
+        // After the wait for the replaced coupon: a validity that ended meanwhile would give a coupon born expired.
+        const ended = validityEnded(coupon, new Date());
+        if (ended) throw ended;
         const uc = await this.issuer.issue(em, {
           coupon,
           userId: dto.userId,
