@@ -1706,7 +1706,8 @@ describe('admin console in a browser', () => {
       const grabStart = tab.locator('input#grabStartAt');
       await grabStart.waitFor();
       await tab.waitForTimeout(400);
-      expect(await grabStart.evaluate((i) => [(i as HTMLInputElement).value.length, i.scrollWidth <= i.clientWidth])).toEqual([19, true]);
+      const fits = `(() => { const i = document.querySelector('input#grabStartAt'); return [i.value.length, i.scrollWidth <= i.clientWidth]; })()`;
+      expect(await tab.evaluate<[number, boolean]>(fits)).toEqual([19, true]);
       await tab.keyboard.press('Escape');
       // The menu opens over the page, not beside it: the page stays the screen's width. Its mask closes it.
       await tab.getByTestId('menu-toggle').click();
