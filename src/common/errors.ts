@@ -84,11 +84,11 @@ export class AppError extends Error {
   }
 }
 
-/** What was thrown or rejected with, as an Error: a rejection with no reason (undefined) included, which a callback would take for "no error". */
 /** A request this instance will not finish because it is stopping: another instance (or this one, restarted) takes the retry. */
 export const shuttingDown = (extraHeaders: Record<string, string> = {}) =>
   new AppError('SERVICE_UNAVAILABLE', 'This instance is shutting down; retry shortly', undefined, { 'Retry-After': '1', ...extraHeaders });
 
+/** What was thrown or rejected with, as an Error: a rejection with no reason (undefined) included, which a callback would take for "no error". */
 export function asError(err: unknown): Error {
   return err instanceof Error ? err : Object.assign(new Error(`Non-Error rejection: ${String(err)}`), { cause: err });
 }

@@ -34,7 +34,7 @@ const holdNotFound = () => new AppError('HOLD_NOT_FOUND', 'No hold of this coupo
 /**
  * Checkout holds: a coupon locked for one unpaid order (UNUSED -> LOCKED), confirmed by the
  * redemption of the same (order, coupon) (RedemptionService), released on cancel or timeout. Each
- * runs as one transaction that locks the order (its stripe, then its row; holds only), then the
+ * runs as one transaction that locks the order (its stripe, then, for a hold, its row), then the
  * user coupon row, then the hold, the same order as redemptions, so they serialize without deadlocking.
  */
 @Injectable()
