@@ -102,6 +102,22 @@ async function noToasts(): Promise<void> {
   for (let i = 0; i < 100 && (await page.locator('.ant-message-notice').count()) > 0; i++) await page.waitForTimeout(100);
 }
 
+/** The new bulk job dialog, switched to uploading a CSV file. */
+async function openCsvJobDialog(): Promise<void> {
+  await page.getByTestId('new-job').click();
+  await page.locator('.ant-modal').waitFor();
+  await settle();
+  // Under a loaded CI machine a click landing while the modal still opens was once lost (the file
+  // input never appeared): click the switch again until the file button shows.
+  for (let tries = 0; !(await page.getByTestId('job-file').isVisible()) && tries < 5; tries++) {
+    await page.getByText('Upload a CSV file').click();
+    await page
+      .getByTestId('job-file')
+      .waitFor({ timeout: 3000 })
+      .catch(() => undefined);
+  }
+}
+
 /** Escape closes a drawer only while the focus is inside it; its close button always does. */
 async function closeDrawer(): Promise<void> {
   await noToasts();
@@ -795,18 +811,7 @@ describe('admin console in a browser', () => {
     await page.locator('[data-testid="job-detail"][data-status="COMPLETED"]').waitFor();
     await closeDrawer();
 
-    await page.getByTestId('new-job').click();
-    await page.locator('.ant-modal').waitFor();
-    await settle();
-    // Under a loaded CI machine a click landing while the modal still opens was once lost (the file
-    // input never appeared): click the switch again until the file button shows.
-    for (let tries = 0; !(await page.getByTestId('job-file').isVisible()) && tries < 5; tries++) {
-      await page.getByText('Upload a CSV file').click();
-      await page
-        .getByTestId('job-file')
-        .waitFor({ timeout: 3000 })
-        .catch(() => undefined);
-    }
+    await openCsvJobDialog();
     // A file over the 64 MiB one job takes is refused as it is chosen, before anything goes up.
     const tooLarge = `${SHOTS}/too-large.csv`;
     writeFileSync(tooLarge, '');
@@ -866,16 +871,7 @@ describe('admin console in a browser', () => {
     await shot('13-bulk-jobs');
 
     // A CSV saved by Chinese Excel is GBK: sent as such (it was refused as not UTF-8), its Chinese read as written.
-    await page.getByTestId('new-job').click();
-    await page.locator('.ant-modal').waitFor();
-    await settle();
-    for (let tries = 0; !(await page.getByTestId('job-file').isVisible()) && tries < 5; tries++) {
-      await page.getByText('Upload a CSV file').click();
-      await page
-        .getByTestId('job-file')
-        .waitFor({ timeout: 3000 })
-        .catch(() => undefined);
-    }
+    await openCsvJobDialog();
     const gbk = Buffer.from([...Buffer.from('user_id\nvip-gbk-1\n'), 0xc0, 0xee, 0xcb, 0xc4, ...Buffer.from('\nvip-gbk-2\n')]);
     await page.locator('input[type=file]').setInputFiles({ name: 'excel.csv', mimeType: 'text/csv', buffer: gbk });
     await page.getByText('read as GBK (GB18030)').waitFor();

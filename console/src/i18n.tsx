@@ -838,17 +838,17 @@ export function label(t: Translate, code: string): string {
   return code in en ? t(code as MessageKey) : code;
 }
 
-/** A log row's reason in words when the service wrote it; an operator's (a void's, a repair's) as written. */
-export function logReason(t: Translate, reason: string): string {
-  const named = `logReason_${reason}`;
-  return named in en ? t(named as MessageKey) : reason;
+/** `text` in words when the dictionary has `prefix` + it, else as written. */
+function worded(t: Translate, prefix: string, text: string): string {
+  const named = `${prefix}${text}`;
+  return named in en ? t(named as MessageKey) : text;
 }
 
+/** A log row's reason in words when the service wrote it; an operator's (a void's, a repair's) as written. */
+export const logReason = (t: Translate, reason: string) => worded(t, 'logReason_', reason);
+
 /** A key of the JSON reconciliation wrote, named in words; one it does not know yet stays as written. */
-export function keyLabel(t: Translate, key: string): string {
-  const named = `key_${key}`;
-  return named in en ? t(named as MessageKey) : key;
-}
+export const keyLabel = (t: Translate, key: string) => worded(t, 'key_', key);
 
 /** The statuses the sentences name (the server's English says them as codes), and the values that are statuses. */
 const STATUS_CODES = /\b(?:UNUSED|LOCKED|USED|EXPIRED|VOID|ACTIVE|CONFIRMED|RELEASED|RECONCILIATION)\b/g;
