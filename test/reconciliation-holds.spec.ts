@@ -88,6 +88,34 @@ describe('reconciliation of holds and orders', () => {
     expect(await findings()).toEqual([]);
   });
 
+  it('an approval that waited for the coupon past its validity releases it EXPIRED: the time is read after the wait', async () => {
+    const h = await held('lwh-late');
+    await sql(`DELETE FROM redemption_hold WHERE id = ?`, [h.holdId]);
+    const [proposal] = await findings();
+    expect(proposal.action).toBe('RELEASE_COUPON');
+    await sql(`UPDATE user_coupon SET expires_at = NOW(3) + INTERVAL 1 SECOND WHERE id = ?`, [h.ucId]);
+    const { expires_at: end } = await one<{ expires_at: Date }>(`SELECT expires_at FROM user_coupon WHERE id = ?`, [h.ucId]);
+    // Another transaction (a slow order-service call on the coupon) holds its row across the validity's end.
+    const runner = t.db.createQueryRunner();
+    await runner.connect();
+    await runner.startTransaction();
+    try {
+      await runner.query(`SELECT id FROM user_coupon WHERE id = ? FOR UPDATE`, [h.ucId]);
+      const answer = decide(proposal.id).then((r) => r);
+      await new Promise((r) => setTimeout(r, end.getTime() + 300 - Date.now()));
+      await runner.commitTransaction();
+      const res = await answer;
+      expect(res.status).toBe(200);
+      expect(res.body.result).toMatchObject({ done: 'RELEASE_COUPON', from: 'LOCKED', to: 'EXPIRED' });
+      expect(Date.parse(res.body.decidedAt)).toBeGreaterThan(end.getTime());
+    } finally {
+      if (runner.isTransactionActive) await runner.rollbackTransaction();
+      await runner.release();
+    }
+    expect(await one(`SELECT status FROM user_coupon WHERE id = ?`, [h.ucId])).toEqual({ status: 'EXPIRED' });
+    expect(await logOf(h.ucId)).toEqual(['null>UNUSED', 'UNUSED>LOCKED', 'LOCKED>EXPIRED']);
+  });
+
   it('a LOCKED status its log never reached is one LOG_MISMATCH, set back without a move; no release logged from LOCKED', async () => {
     const coupon = await createCoupon(t.url, { totalStock: 5 });
     const grab = await request(t.url)

@@ -62,11 +62,10 @@ export class CompensationService {
 
   async decide(id: string, approve: boolean, adminId: string, reason: string): Promise<CompensationView> {
     const view = await this.tx.inTransaction(async (em) => {
-      const now = new Date();
       const claimed = await execute(
         em,
-        `UPDATE compensation SET status = ?, decided_by = ?, decision_reason = ?, decided_at = ? WHERE id = ? AND status = 'PENDING'`,
-        [approve ? 'DONE' : 'REJECTED', adminId, reason, now, id],
+        `UPDATE compensation SET status = ?, decided_by = ?, decision_reason = ? WHERE id = ? AND status = 'PENDING'`,
+        [approve ? 'DONE' : 'REJECTED', adminId, reason, id],
       );
       if (claimed !== 1) {
         const [row]: { status: string }[] = await em.query(`SELECT status FROM compensation WHERE id = ?`, [id]);
@@ -74,8 +73,9 @@ export class CompensationService {
         throw new AppError('COMPENSATION_ALREADY_DECIDED', `Compensation ${id} is already ${row.status}`, { id, status: row.status });
       }
       const comp = await em.getRepository(Compensation).findOneOrFail({ where: { id }, relations: { discrepancy: true } });
-      const result = approve ? await this.perform(em, comp, now) : { done: 'nothing: rejected' };
-      await em.query(`UPDATE compensation SET result = ? WHERE id = ?`, [JSON.stringify(result), id]);
+      const result = approve ? await this.perform(em, comp) : { done: 'nothing: rejected' };
+      // Decided once performed: the action may have waited for its rows' locks.
+      await em.query(`UPDATE compensation SET result = ?, decided_at = ? WHERE id = ?`, [JSON.stringify(result), new Date(), id]);
       // Decided either way: a later run may report the entity again if it is still (or again) inconsistent.
       await em.query(`UPDATE discrepancy SET open_key = NULL WHERE id = ?`, [comp.discrepancyId]);
       return toCompensationView(await em.getRepository(Compensation).findOneOrFail({ where: { id }, relations: { discrepancy: true } }));
@@ -85,20 +85,21 @@ export class CompensationService {
     return view;
   }
 
-  private async perform(em: EntityManager, comp: Compensation, now: Date): Promise<Record<string, unknown>> {
+  /** Each action reads the clock once it holds its rows' locks: a wait for them may have outlasted a validity or a hold. */
+  private async perform(em: EntityManager, comp: Compensation): Promise<Record<string, unknown>> {
     switch (comp.action) {
       case 'RESTORE_STOCK':
       case 'REMOVE_STOCK':
       case 'ADOPT_ISSUED':
-        return this.fixStock(em, comp, JSON.parse(comp.params) as StockFinding['params'], now);
+        return this.fixStock(em, comp, JSON.parse(comp.params) as StockFinding['params']);
       case 'RECREATE_STOCK':
-        return this.recreateStock(em, JSON.parse(comp.params) as MissingStockFinding['params'], now);
+        return this.recreateStock(em, JSON.parse(comp.params) as MissingStockFinding['params']);
       case 'MARK_CONSISTENT':
-        return this.repair(em, comp, JSON.parse(comp.params) as RepairParams, now);
+        return this.repair(em, comp, JSON.parse(comp.params) as RepairParams);
       case 'RELEASE_COUPON':
-        return this.releaseCoupon(em, comp, JSON.parse(comp.params) as LockedWithoutHoldFinding['params'], now);
+        return this.releaseCoupon(em, comp, JSON.parse(comp.params) as LockedWithoutHoldFinding['params']);
       case 'CLOSE_HOLD':
-        return this.closeHold(em, JSON.parse(comp.params) as HoldWithoutLockedFinding['params'], now);
+        return this.closeHold(em, JSON.parse(comp.params) as HoldWithoutLockedFinding['params']);
       case 'SET_LOCKED_UNTIL':
         return this.setLockUntil(em, JSON.parse(comp.params) as HoldLockUntilFinding['params']);
       case 'MANUAL_REVIEW':
@@ -111,7 +112,6 @@ export class CompensationService {
     em: EntityManager,
     comp: Compensation,
     p: LockedWithoutHoldFinding['params'],
-    now: Date,
   ): Promise<Record<string, unknown>> {
     const uc = await lockUserCoupon(em, p.userCouponId, 'exclusive');
     const [active]: { id: string }[] = await em.query(
@@ -121,6 +121,7 @@ export class CompensationService {
     if (uc?.status !== 'LOCKED' || active) {
       throw changedSinceRun(`User coupon ${p.userCouponId}`, { status: uc?.status ?? null, activeHoldId: active?.id ?? null });
     }
+    const now = new Date();
     // The move is logged from LOCKED: from any other last step it would break the log's replay (invariant 5).
     const logged = (await findLog(em, p.userCouponId)).at(-1)?.toStatus ?? null;
     if (logged !== 'LOCKED') {
@@ -144,13 +145,13 @@ export class CompensationService {
   }
 
   /** An ACTIVE hold its coupon is not LOCKED for, still: CONFIRMED if the order used the coupon, else RELEASED (RECONCILIATION). */
-  private async closeHold(em: EntityManager, p: HoldWithoutLockedFinding['params'], now: Date): Promise<Record<string, unknown>> {
+  private async closeHold(em: EntityManager, p: HoldWithoutLockedFinding['params']): Promise<Record<string, unknown>> {
     const uc = await lockUserCoupon(em, p.userCouponId, 'exclusive');
     const [hold]: { status: string }[] = await em.query(`SELECT status FROM redemption_hold WHERE id = ? FOR UPDATE`, [p.holdId]);
     if (hold?.status !== 'ACTIVE' || (uc?.status ?? null) !== p.expectStatus) {
       throw changedSinceRun(`Hold ${p.holdId}`, { holdStatus: hold?.status ?? null, userCouponStatus: uc?.status ?? null });
     }
-    await closeHoldForReconciliation(em, p.holdId, p.closeAs, now);
+    await closeHoldForReconciliation(em, p.holdId, p.closeAs, new Date());
     return { done: 'CLOSE_HOLD', holdId: p.holdId, to: p.closeAs };
   }
 
@@ -174,9 +175,10 @@ export class CompensationService {
     return { done: 'SET_LOCKED_UNTIL', userCouponId: p.userCouponId, holdId: p.holdId, from: lockedUntil, to: p.lockedUntil };
   }
 
-  private async fixStock(em: EntityManager, comp: Compensation, p: StockFinding['params'], now: Date): Promise<Record<string, unknown>> {
+  private async fixStock(em: EntityManager, comp: Compensation, p: StockFinding['params']): Promise<Record<string, unknown>> {
     // The stock row lock holds grabs back, and every grab that deducted before it has committed its coupon too, so the count below is exact.
     const row = await this.stock.lock(em, p.couponId);
+    const now = new Date();
     const issued = await countFromStock(em, p.couponId);
     const difference = row ? row.initStock - row.stock - issued : null;
     if (!row || difference !== p.difference)
@@ -199,13 +201,13 @@ export class CompensationService {
     return { done: comp.action, couponId: p.couponId, count: p.count };
   }
 
-  private async recreateStock(em: EntityManager, p: MissingStockFinding['params'], now: Date): Promise<Record<string, unknown>> {
+  private async recreateStock(em: EntityManager, p: MissingStockFinding['params']): Promise<Record<string, unknown>> {
     // Nothing issues from stock while the row is missing, so the count is exact; a row that came back meanwhile (by hand) is a change since the run.
     const changed = () => changedSinceRun(`The stock of coupon ${p.couponId}`, { couponId: p.couponId });
     if (await this.stock.lock(em, p.couponId)) throw changed();
     const issued = await countFromStock(em, p.couponId);
     try {
-      await this.stock.recreate(em, p.couponId, issued, now);
+      await this.stock.recreate(em, p.couponId, issued, new Date());
     } catch (err) {
       if (isDuplicateKey(err)) throw changed();
       throw err;
@@ -213,7 +215,7 @@ export class CompensationService {
     return { done: 'RECREATE_STOCK', couponId: p.couponId, initStock: issued, stock: 0 };
   }
 
-  private async repair(em: EntityManager, comp: Compensation, p: RepairParams, now: Date): Promise<Record<string, unknown>> {
+  private async repair(em: EntityManager, comp: Compensation, p: RepairParams): Promise<Record<string, unknown>> {
     await lockUserCoupon(em, p.userCouponId, 'exclusive');
     const [facts] = await loadUserCouponFacts(em, [p.userCouponId]);
     const current = facts && {
@@ -234,6 +236,7 @@ export class CompensationService {
     const txId = TxIds.compensation(comp.id);
     const reason = `reconciliation: compensation ${comp.id} (${comp.discrepancy.type})`;
     const done: Record<string, unknown>[] = [];
+    const now = new Date();
     for (const s of p.steps) done.push(await this.repairStep(em, p.userCouponId, s, facts, { txId, reason, now }));
     return { done: 'MARK_CONSISTENT', userCouponId: p.userCouponId, steps: done };
   }
