@@ -8,6 +8,7 @@ import { DataSource } from 'typeorm';
 import { dataSourceOptions } from '../src/database/data-source-options.js';
 import { TransactionService } from '../src/database/transaction.service.js';
 import { ExpiryService } from '../src/state-machine/expiry.service.js';
+import { writersBefore } from '../src/webhooks/cluster-writers.js';
 import { FanOut, readCursor } from '../src/webhooks/fan-out.js';
 import { WebhookRelay } from '../src/webhooks/relay.service.js';
 import { Sender } from '../src/webhooks/sender.js';
@@ -1169,6 +1170,46 @@ describe('the relay closing gaps in the state-log ids', () => {
     await gap.rollBack();
     await gap.passFor(5000, async () => (await cursor()) === gap.top);
     expect(await cursor()).toBe(gap.top);
+  });
+
+  it('does not trust a list of writers built during an earlier check on the same connection, kept by another reader polling it', async () => {
+    const check = t.db.createQueryRunner();
+    const writer = t.db.createQueryRunner();
+    let polling = true;
+    let poller = Promise.resolve();
+    const checkOnce = async () => {
+      await check.startTransaction('READ COMMITTED');
+      try {
+        return await writersBefore((sql) => check.query(sql));
+      } finally {
+        await check.rollbackTransaction();
+      }
+    };
+    try {
+      await check.connect();
+      // A first check that built the list itself (another test file's reads may have kept an older one).
+      let first = await checkOnce();
+      for (const until = Date.now() + 10_000; first === 'stale' && Date.now() < until; first = await checkOnce()) await sleep(150);
+      expect(first).toEqual([]);
+      // Reads of the view every 20 ms from now on, as a monitoring agent's: the list is rebuilt only
+      // after 100 ms without one, so the first check's stays.
+      poller = (async () => {
+        for (; polling; await sleep(20)) await t.db.query(`SELECT COUNT(*) FROM information_schema.innodb_trx`);
+      })();
+      await writer.startTransaction();
+      await writer.query(
+        `INSERT INTO user_coupon_state_log (user_coupon_id, from_status, to_status, tx_id, reason, created_at) VALUES (0, NULL, 'UNUSED', 'open-writer', NULL, NOW(3))`,
+      );
+      const again = await checkOnce();
+      // Stale, or the writer listed: never "no writer" while one is open.
+      expect(again === 'stale' || again.length === 1).toBe(true);
+    } finally {
+      polling = false;
+      await poller;
+      if (writer.isTransactionActive) await writer.rollbackTransaction();
+      await writer.release();
+      await check.release();
+    }
   });
 
   it('passes a rolled-back gap wider than a thousand ids, and turns a row above it that committed late', async () => {

@@ -5,6 +5,7 @@ import { counter, gauge } from '../common/metrics.js';
 import type { AppConfig } from '../config/app-config.js';
 import type { TransactionService } from '../database/transaction.service.js';
 import { type LogEntry, logRowsAfter, logRowsInRanges } from '../ledger/state-log.js';
+import { ClusterWriters, clusterSize, writersBefore } from './cluster-writers.js';
 import { buildEvent } from './events.js';
 import { enabledEndpoints, subscribedTypes } from './webhook.store.js';
 
@@ -67,6 +68,10 @@ export class FanOut {
   private trxUnreadableLogged = false;
   private probedAt = 0;
   private allGapsReadAt = 0;
+  /** Set once the relay finds itself on a Galera cluster of more than one node. */
+  private cluster: ClusterWriters | null = null;
+  /** Whether the last check was the cluster's: its settled gaps are then reread with a causal read. */
+  private clusterChecked = false;
 
   constructor(
     private readonly dataSource: DataSource,
@@ -111,8 +116,7 @@ export class FanOut {
     const all = rows.length > 0 || Date.now() - this.allGapsReadAt >= ALL_GAPS_EVERY_MS;
     if (all) this.allGapsReadAt = Date.now();
     const reread = all ? open : open.filter((g) => g.seenAt < settledBefore);
-    const found: LogEntry[] = [];
-    for (let i = 0; i < reread.length; i += GAPS_PER_READ) found.push(...(await logRowsInRanges(db, reread.slice(i, i + GAPS_PER_READ))));
+    const found = await this.reread(reread, this.clusterChecked && settledBefore > -Infinity);
     // A gap closes when it was reread after the check that settled it (every settled gap was).
     const gaps = splitGaps(
       open,
@@ -148,6 +152,40 @@ export class FanOut {
     return { created, more: rows.length === BATCH };
   }
 
+  /** The open-writer check of this server, or of every node of its Galera cluster (cluster-writers.ts). */
+  private async probe(): Promise<number | 'stale'> {
+    const db = this.dataSource.manager;
+    this.clusterChecked = (await clusterSize(db)) > 1;
+    if (!this.clusterChecked) return probeOpenWriters(this.dataSource);
+    this.cluster ??= new ClusterWriters(this.config);
+    return this.cluster.settledBefore(await dbNow(db));
+  }
+
+  /** Closes the connections of the cluster's check, if it made any. */
+  async close(): Promise<void> {
+    await this.cluster?.close();
+    this.cluster = null;
+  }
+
+  /** The log rows in the gaps; with `causal`, after the relay's node applied every commit of the cluster (cluster-writers.ts). */
+  private async reread(gaps: readonly Gap[], causal: boolean): Promise<LogEntry[]> {
+    const read = async (db: Pick<EntityManager, 'query'>) => {
+      const found: LogEntry[] = [];
+      for (let i = 0; i < gaps.length; i += GAPS_PER_READ) found.push(...(await logRowsInRanges(db, gaps.slice(i, i + GAPS_PER_READ))));
+      return found;
+    };
+    if (!causal || gaps.length === 0) return read(this.dataSource.manager);
+    const qr = this.dataSource.createQueryRunner('master');
+    try {
+      await qr.query(`SET SESSION wsrep_sync_wait = 1`);
+      return await read(qr);
+    } finally {
+      // The pool's connections read without waiting (a statement fails only on a broken connection, which the pool drops).
+      await qr.query(`SET SESSION wsrep_sync_wait = DEFAULT`).catch(() => undefined);
+      await qr.release();
+    }
+  }
+
   /**
    * Gaps seen before this DB time (unix seconds) can no longer be filled; -Infinity when that is
    * not known on this pass. Read before the gaps are reread.
@@ -157,7 +195,7 @@ export class FanOut {
     this.probedAt = Date.now();
     let settled: number | 'stale';
     try {
-      settled = await probeOpenWriters(this.dataSource);
+      settled = await this.probe();
     } catch (err) {
       // 1227: no PROCESS privilege.
       if (errnoOf(err) !== 1227) throw err;
@@ -175,30 +213,20 @@ export class FanOut {
 }
 
 /**
- * The check, in a transaction of its own begun after every gap open now was seen. Its write (undone
- * at the end) gives it an InnoDB transaction id, and ids grow in the order transactions first write:
- * the writer of a missing log id had written before the read that showed the gap, so its id is
- * lower. If the innodb_trx answer lists this transaction, the cache was rebuilt after it began and
- * lists every writer still open; a gap can then only be filled by a listed transaction of this
- * database with a lower id, and only if that one had begun by the time the gap was seen. Gaps seen
- * before the oldest of those began are settled, all of them when there is none. A stale answer
- * (this transaction missing) is no evidence either way. Read-only transactions are listed with ids above
- * every real one, so they never count.
+ * The check on one server, in a transaction of its own begun after every gap open now was seen. Its
+ * write gives it an InnoDB transaction id, and ids grow in the order transactions first write: the
+ * writer of a missing log id had written before the read that showed the gap, so its id is lower,
+ * and it is listed while open (writersBefore). A gap can then only be filled by a listed writer, and
+ * only if that one had begun by the time the gap was seen: gaps seen before the oldest of those
+ * began are settled, all of them when there is none.
  */
 async function probeOpenWriters(dataSource: DataSource): Promise<number | 'stale'> {
   const qr = dataSource.createQueryRunner('master');
   try {
     await qr.startTransaction('READ COMMITTED');
-    await qr.query(`UPDATE webhook_relay_cursor SET updated_at = UTC_TIMESTAMP(3) WHERE name = 'relay'`);
-    const rows = (await qr.query(
-      `SELECT CAST(t.trx_id AS CHAR) AS id, t.trx_mysql_thread_id = CONNECTION_ID() AS mine, UNIX_TIMESTAMP(t.trx_started) AS started
-       FROM information_schema.innodb_trx t JOIN information_schema.processlist p ON p.id = t.trx_mysql_thread_id
-       WHERE p.db = DATABASE()`,
-    )) as { id: string; mine: string | number; started: string | number }[];
-    const mine = rows.find((r) => Number(r.mine) === 1);
-    if (mine === undefined) return 'stale';
-    const older = rows.filter((r) => BigInt(r.id) < BigInt(mine.id)).map((r) => Math.floor(Number(r.started)));
-    return older.length === 0 ? Infinity : Math.min(...older);
+    const writers = await writersBefore((sql) => qr.query(sql));
+    if (writers === 'stale') return 'stale';
+    return writers.length === 0 ? Infinity : Math.min(...writers.map((w) => w.started));
   } finally {
     await qr.rollbackTransaction().catch(() => undefined);
     await qr.release();

@@ -93,6 +93,7 @@ export class WebhookRelay implements OnApplicationBootstrap, OnModuleDestroy {
     this.stopping.abort();
     await this.running;
     await this.sender.close();
+    await this.fanOut.close();
   }
 
   private async lead(): Promise<void> {

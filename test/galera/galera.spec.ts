@@ -41,10 +41,19 @@ describe('three instances on a three-node Galera cluster', () => {
   });
   const countOn = async (n: number, sql: string, params: unknown[] = []) => Number((await onNode<{ n: string }>(n, sql, params))[0].n);
 
-  const startAll = (extra: Record<string, string> = {}) =>
+  /** The instances, one per node; `extra` is every instance's added settings, or instance i's. */
+  const startAll = (extra: Record<string, string> | ((i: number) => Record<string, string>) = {}) =>
     Promise.all(
       Array.from({ length: INSTANCES }, (_, i) =>
-        startServer({ dbName, env: { DB_HOSTS: cluster.hostsFrom(i), DB_POOL_SIZE: '10', LEASE_TTL_MS: '5000', ...extra } }),
+        startServer({
+          dbName,
+          env: {
+            DB_HOSTS: cluster.hostsFrom(i),
+            DB_POOL_SIZE: '10',
+            LEASE_TTL_MS: '5000',
+            ...(typeof extra === 'function' ? extra(i) : extra),
+          },
+        }),
       ),
     );
   const stopAll = async () => {
@@ -223,6 +232,73 @@ describe('three instances on a three-node Galera cluster', () => {
     }
     figures.reconcileCronRuns = cronRuns.length;
     expect(cronRuns.map((r) => [r.status, Number(r.discrepancies)])).toEqual([['COMPLETED', 0]]);
+  });
+
+  it('a state-log row written on one node while the webhook relay reads another becomes its event, however long its writer stays open', async () => {
+    await stopAll();
+    // The relay on node 0's instance alone, so that the slow writers below are on the other nodes.
+    servers = await startAll((i) => ({ WEBHOOK_RELAY_ENABLED: String(i === 0) }));
+    const hook = await callUntilAnswered(on(0), 'POST', '/admin/webhooks', {
+      token: adminToken(),
+      body: { url: 'http://127.0.0.1:9/hook' },
+    });
+    expect(hook.status).toBe(201);
+    const couponId = await createCoupon({ totalStock: 50 });
+    const grabbed = async (i: number, user: string) => {
+      const { reply } = await grabUntilAnswered(i, couponId, user, `${user}-key`);
+      expect(reply.status).toBe(201);
+      return String(reply.body.id);
+    };
+    const voided = await Promise.all([0, 1, 2].map((n) => grabbed(n, `slow-${n}`)));
+    // A slow writer on each of the other nodes: it has taken its log id and stays open while the
+    // nodes commit later ids, seen as gaps below them.
+    const writers = await Promise.all([1, 2].map((n) => cluster.connect(n)));
+    try {
+      for (const [n, w] of writers.entries()) {
+        await w.query(`USE \`${dbName}\``);
+        await w.query('BEGIN');
+        await w.query(
+          `INSERT INTO user_coupon_state_log (user_coupon_id, from_status, to_status, tx_id, reason, created_at) VALUES (?, 'UNUSED', 'VOID', ?, 'a slow writer', NOW(3))`,
+          [voided[n + 1], `slow-writer-${n + 1}`],
+        );
+        await w.query(`UPDATE user_coupon SET status = 'VOID' WHERE id = ?`, [voided[n + 1]]);
+      }
+      const later = await Promise.all([0, 1, 2, 3, 4, 5].map((i) => grabbed(i, `later-${i}`)));
+      await sleep(2500); // several relay passes and gap checks while the writers are open
+      // The writers' ids lie below rows the nodes committed since: gaps, as the relay reads the log.
+      const [{ newest }] = await onNode<{ newest: string }>(0, `SELECT MAX(id) AS newest FROM user_coupon_state_log`);
+      for (const w of writers) {
+        const [[{ id }]] = await w.query<mysql.RowDataPacket[]>(`SELECT LAST_INSERT_ID() AS id`);
+        expect(Number(id)).toBeLessThan(Number(newest));
+      }
+      for (const w of writers) await w.query('COMMIT');
+      const missing = () =>
+        onNode<{ id: string }>(
+          0,
+          `SELECT l.id FROM user_coupon_state_log l LEFT JOIN webhook_delivery d ON d.log_id = l.id AND d.endpoint_id = ?
+           WHERE l.user_coupon_id IN (?) AND d.id IS NULL`,
+          [hook.body.id, [...voided, ...later]],
+        );
+      const until = Date.now() + 15_000;
+      while ((await missing()).length > 0 && Date.now() < until) await sleep(250);
+      expect(await missing()).toEqual([]);
+      // With the writers gone, the check settles every gap (the auto-increment step leaves one beside
+      // each row): the durable cursor reaches the newest row, as it would not in the 600 s a gap is
+      // otherwise waited for.
+      const cursorAtNewest = async () =>
+        (
+          await onNode<{ at: number }>(
+            0,
+            `SELECT (SELECT log_id FROM webhook_relay_cursor WHERE name = 'relay') >= (SELECT MAX(id) FROM user_coupon_state_log) AS at`,
+          )
+        )[0].at;
+      const settleBy = Date.now() + 15_000;
+      while (Number(await cursorAtNewest()) !== 1 && Date.now() < settleBy) await sleep(250);
+      expect(Number(await cursorAtNewest())).toBe(1);
+    } finally {
+      await Promise.all(writers.map((w) => w.end().catch(() => w.destroy())));
+      await callUntilAnswered(on(0), 'DELETE', `/admin/webhooks/${hook.body.id}`, { token: adminToken() });
+    }
   });
 
   it('a node killed mid-burst: every acknowledged grab is on the survivors, nothing oversold, its instance keeps answering', async () => {
