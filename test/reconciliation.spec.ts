@@ -226,6 +226,32 @@ describe('reconciliation', () => {
     expect(await svc.runNow('FULL', 'test')).toMatchObject({ status: 'COMPLETED', discrepancies: 0 });
   });
 
+  it('a lost redemption the order was refunded for comes back under its id: the refund answers for it, and no second refund is made', async () => {
+    const c = await coupon({ returnOnRefund: true });
+    const uc = await grab(c, 'refunded-lost');
+    const orderNo = newKey('order');
+    const redemptionId = await redeem(uc, 'refunded-lost', orderNo);
+    const refund = (refundNo: string) =>
+      request(t.url).post('/redemptions/refunds').set(bearer(serviceToken())).send({ refundNo, orderNo, userCouponId: uc });
+    const first = await refund(newKey('refund'));
+    expect(first.status).toBe(201);
+    await sql(`DELETE FROM redemption WHERE id = ?`, [redemptionId]);
+    const run = await svc.runNow('FULL', 'test');
+    const [proposal] = (await proposals(run.id)).filter((p) => p.discrepancy.userCouponId === uc);
+    expect(proposal.discrepancy.type).toBe('USED_WITHOUT_REDEMPTION');
+    const approved = await decide(proposal.id, 'approve');
+    expect(approved.status).toBe(200);
+    expect(approved.body.result.steps).toEqual(
+      expect.arrayContaining([expect.objectContaining({ op: 'RECREATE_REDEMPTION', redemptionId, refunded: true })]),
+    );
+    expect(await one(`SELECT id, status FROM redemption WHERE user_coupon_id = ?`, [uc])).toEqual({ id: redemptionId, status: 'USED' });
+    // Another refund number for the same use answers the first refund, as before the row was lost.
+    const again = await refund(newKey('refund'));
+    expect([again.status, again.headers['idempotent-replayed'], again.body.refundId]).toEqual([201, 'true', first.body.refundId]);
+    expect(await one(`SELECT COUNT(*) AS n FROM refund WHERE user_coupon_id = ?`, [uc])).toEqual({ n: '1' });
+    expect(await one(`SELECT COUNT(*) AS n FROM user_coupon WHERE replaces_user_coupon_id = ?`, [uc])).toEqual({ n: '1' });
+  });
+
   it("a lost stacked redemption comes back cut to what the order's other coupons left of it, the order's row lost or not", async () => {
     const recorded = [];
     for (const orderLost of [false, true]) {

@@ -282,10 +282,18 @@ export class CompensationService {
         return { op: s.op, from: s.from, to: s.to };
       case 'RECREATE_REDEMPTION': {
         const { orderAmountCents, discountCents, amountKnown } = await recreatedAmounts(em, userCouponId, facts.couponId, s.orderNo);
+        // A refund of the use names the lost row: it comes back under that id, so that the refund
+        // answers for it again. Under a new id, a refund with another number refunded the order a
+        // second time (and returned the coupon twice).
+        const [refunded]: { id: string }[] = await em.query(
+          `SELECT f.redemption_id AS id FROM refund f LEFT JOIN redemption r ON r.id = f.redemption_id
+           WHERE f.user_coupon_id = ? AND f.order_no = ? AND r.id IS NULL LIMIT 1`,
+          [userCouponId, s.orderNo],
+        );
         try {
           await em.query(
-            `INSERT INTO redemption (user_coupon_id, order_no, user_id, order_amount_cents, discount_cents, status, used_at) VALUES (?, ?, ?, ?, ?, 'USED', ?)`,
-            [userCouponId, s.orderNo, s.userId, orderAmountCents, discountCents, new Date(s.usedAt)],
+            `INSERT INTO redemption (id, user_coupon_id, order_no, user_id, order_amount_cents, discount_cents, status, used_at) VALUES (?, ?, ?, ?, ?, ?, 'USED', ?)`,
+            [refunded?.id ?? null, userCouponId, s.orderNo, s.userId, orderAmountCents, discountCents, new Date(s.usedAt)],
           );
         } catch (err) {
           if (isDuplicateKey(err)) throw changedSinceRun(`The redemption of order ${s.orderNo}`, { orderNo: s.orderNo, userCouponId });
@@ -296,6 +304,7 @@ export class CompensationService {
           orderNo: s.orderNo,
           orderAmountCents: amountKnown ? orderAmountCents : 'unknown, recorded as the discount',
           discountCents,
+          ...(refunded && { redemptionId: String(refunded.id), refunded: true }),
         };
       }
       case 'RESTORE_REDEMPTION':
