@@ -27,7 +27,7 @@ interface CompensationBody {
     couponId: string | null;
     userCouponId: string | null;
     redemptionId: string | null;
-    details: { difference?: number; lastConsistentLogId?: string | null; targetStatus?: string };
+    details: { difference?: number; lastConsistentLogId?: string | null; targetStatus?: string; explanation?: string };
   };
 }
 
@@ -250,6 +250,38 @@ describe('reconciliation', () => {
     expect([again.status, again.headers['idempotent-replayed'], again.body.refundId]).toEqual([201, 'true', first.body.refundId]);
     expect(await one(`SELECT COUNT(*) AS n FROM refund WHERE user_coupon_id = ?`, [uc])).toEqual({ n: '1' });
     expect(await one(`SELECT COUNT(*) AS n FROM user_coupon WHERE replaces_user_coupon_id = ?`, [uc])).toEqual({ n: '1' });
+  });
+
+  it('a user above the per-user limit (a coupon row copied by hand) is reported for an operator, naming the user and the coupons', async () => {
+    const c = await coupon({ perUserLimit: 1 });
+    const uc = await grab(c, 'copied');
+    await sql(
+      `INSERT INTO user_coupon (coupon_id, user_id, status, source, from_stock, idempotency_key, issued_at, valid_from, expires_at, updated_at)
+       SELECT coupon_id, user_id, status, source, 0, CONCAT(idempotency_key, '-copy'), issued_at, valid_from, expires_at, updated_at FROM user_coupon WHERE id = ?`,
+      [uc],
+    );
+    const { copy } = await one<{ copy: string }>(`SELECT MAX(id) AS copy FROM user_coupon WHERE coupon_id = ?`, [c]);
+    await sql(
+      `INSERT INTO user_coupon_state_log (user_coupon_id, from_status, to_status, tx_id, reason, created_at)
+       SELECT ?, from_status, to_status, tx_id, reason, created_at FROM user_coupon_state_log WHERE user_coupon_id = ?`,
+      [copy, uc],
+    );
+    const run = await svc.runNow('FULL', 'test');
+    const found = (await proposals(run.id)).filter((p) => p.discrepancy.type === 'USER_LIMIT_EXCEEDED');
+    expect(found.map((p) => [p.action, p.discrepancy.userCouponId, p.discrepancy.details])).toEqual([
+      [
+        'MANUAL_REVIEW',
+        String(copy),
+        expect.objectContaining({ couponId: c, userId: 'copied', perUserLimit: 1, held: 2, userCouponIds: [uc, String(copy)] }),
+      ],
+    ]);
+    expect(found[0].discrepancy.details.explanation).toContain(`User copied holds 2 coupons of this template`);
+    expect((await decide(found[0].id, 'approve')).status).toBe(200);
+    // The operator's fix: the copy removed (it was never used); nothing is found then.
+    await sql(`DELETE FROM user_coupon_state_log WHERE user_coupon_id = ?`, [copy]);
+    await sql(`DELETE FROM user_coupon WHERE id = ?`, [copy]);
+    const after = await svc.runNow('FULL', 'test');
+    expect((await proposals(after.id)).filter((p) => p.discrepancy.couponId === c)).toEqual([]);
   });
 
   it("a lost stacked redemption comes back cut to what the order's other coupons left of it, the order's row lost or not", async () => {

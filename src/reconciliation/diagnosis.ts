@@ -11,6 +11,7 @@ export const DISCREPANCY_TYPES = [
   'LOCKED_WITHOUT_HOLD',
   'HOLD_WITHOUT_LOCKED',
   'ORDER_DISCOUNT_EXCEEDED',
+  'USER_LIMIT_EXCEEDED',
 ] as const;
 export type DiscrepancyType = (typeof DISCREPANCY_TYPES)[number];
 

@@ -52,6 +52,9 @@ const SENTENCES = {
   HOLD_COUPON_GONE: () => 'ACTIVE, but its coupon is gone: close the hold as RELEASED (RECONCILIATION).',
   HOLD_LOCK_UNTIL_WRONG: (p: { lockedUntil: string; holdExpiresAt: string }) =>
     `ACTIVE, and its coupon is LOCKED for no other hold, but locked until ${p.lockedUntil} where the hold ends at ${p.holdExpiresAt}: set the coupon's lock back to the hold's end.`,
+  // a user's coupons of one template (invariant 2)
+  USER_LIMIT_EXCEEDED: (p: { userId: string; held: number; perUserLimit: number; userCouponIds: string }) =>
+    `User ${p.userId} holds ${p.held} coupons of this template from grabs and bulk issuance (${p.userCouponIds}), more than its limit of ${p.perUserLimit}: an operator decides which the user should not have.`,
   // orders
   ORDER_DISCOUNT_EXCEEDED: (p: { orderNo: string; discountCents: number; orderAmountCents: number }) =>
     `The coupons used on order ${p.orderNo} took ${yuan(p.discountCents)} off an order of ${yuan(p.orderAmountCents)}: an operator decides.`,

@@ -35,6 +35,7 @@ const runDuration = histogram(
 type Entity =
   | { kind: 'coupon'; id: string }
   | { kind: 'order'; id: string }
+  | { kind: 'limit'; id: string }
   | { kind: 'redemption'; id: string }
   | { kind: 'locked' | 'hold' | 'uc'; id: string; userCouponId: string };
 
@@ -48,6 +49,8 @@ function entityOf(f: Finding): Entity {
       return { kind: 'hold', id: f.details.holdId, userCouponId: f.userCouponId };
     case 'ORDER_DISCOUNT_EXCEEDED':
       return { kind: 'order', id: f.orderNo };
+    case 'USER_LIMIT_EXCEEDED':
+      return { kind: 'limit', id: `${f.couponId}:${f.details.userId}` };
     default:
       return f.couponId === null
         ? { kind: 'redemption', id: f.redemptionId }
@@ -535,10 +538,11 @@ export class ReconciliationService implements BeforeApplicationShutdown {
     return again === null || again.some((g) => g.type === f.type && openKeyOf(g) === key);
   }
 
-  /** The findings of one entity's audit; null for an order, whose review changes no data when approved. */
+  /** The findings of one entity's audit; null for an order or a user's limit, whose review changes no data when approved. */
   private async auditAgain(em: EntityManager, e: Entity): Promise<Finding[] | null> {
     switch (e.kind) {
       case 'order':
+      case 'limit':
         return null;
       case 'coupon':
         return (await this.audits.stockChunk(em, String(BigInt(e.id) - 1n), 1)).findings;
