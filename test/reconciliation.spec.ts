@@ -284,6 +284,46 @@ describe('reconciliation', () => {
     expect((await proposals(after.id)).filter((p) => p.discrepancy.couponId === c)).toEqual([]);
   });
 
+  it("a refund's returned coupon whose row is gone is found, and approving returns the coupon again, named by the refund", async () => {
+    const c = await coupon({ returnOnRefund: true });
+    const uc = await grab(c, 'lost-return');
+    const orderNo = newKey('order');
+    await redeem(uc, 'lost-return', orderNo);
+    const refunded = await request(t.url)
+      .post('/redemptions/refunds')
+      .set(bearer(serviceToken()))
+      .send({ refundNo: newKey('refund'), orderNo, userCouponId: uc });
+    expect(refunded.status).toBe(201);
+    const lost = String(refunded.body.replacementUserCoupon.id);
+    await sql(`DELETE FROM user_coupon_state_log WHERE user_coupon_id = ?`, [lost]);
+    await sql(`DELETE FROM user_coupon WHERE id = ?`, [lost]);
+    const run = await svc.runNow('FULL', 'test');
+    const [found] = (await proposals(run.id)).filter((p) => p.discrepancy.type === 'REFUND_REPLACEMENT_MISSING');
+    expect([found.action, found.discrepancy.userCouponId, found.discrepancy.details]).toEqual([
+      'REISSUE_REPLACEMENT',
+      uc,
+      expect.objectContaining({ refundId: refunded.body.refundId, orderNo, userId: 'lost-return', missingUserCouponId: lost }),
+    ]);
+    const approved = await decide(found.id, 'approve');
+    expect(approved.status).toBe(200);
+    const again = String(approved.body.result.replacementUserCouponId);
+    expect(await one(`SELECT user_id, status, source, from_stock, replaces_user_coupon_id FROM user_coupon WHERE id = ?`, [again])).toEqual(
+      {
+        user_id: 'lost-return',
+        status: 'UNUSED',
+        source: 'REFUND_RETURN',
+        from_stock: 0,
+        replaces_user_coupon_id: uc,
+      },
+    );
+    expect(await one(`SELECT replacement_user_coupon_id AS id FROM refund WHERE id = ?`, [refunded.body.refundId])).toEqual({ id: again });
+    expect(await checkInvariants(t.db, { couponIds: [c] })).toEqual([]);
+    const after = await svc.runNow('FULL', 'test');
+    expect((await proposals(after.id)).filter((p) => p.discrepancy.couponId === c)).toEqual([]);
+    // A second approval of the same proposal is refused; and a new one could not be made: nothing is missing.
+    expect((await decide(found.id, 'approve')).status).toBe(409);
+  });
+
   it("a lost stacked redemption comes back cut to what the order's other coupons left of it, the order's row lost or not", async () => {
     const recorded = [];
     for (const orderLost of [false, true]) {

@@ -39,7 +39,19 @@ export interface UserLimitFinding {
   params: { couponId: string; userId: string; userCouponIds: string[] };
 }
 
+/** A refund whose returned coupon's row is gone: the user lost what the refund gave back. */
+export interface RefundReplacementFinding {
+  type: 'REFUND_REPLACEMENT_MISSING';
+  couponId: string;
+  userCouponId: string;
+  redemptionId: string;
+  details: { refundId: string; refundNo: string; orderNo: string; userId: string; missingUserCouponId: string } & Explained;
+  action: 'REISSUE_REPLACEMENT';
+  params: { refundId: string; userCouponId: string; missingUserCouponId: string };
+}
+
 export type Finding =
+  | RefundReplacementFinding
   | StockFinding
   | MissingStockFinding
   | UserCouponFinding
@@ -121,7 +133,7 @@ export async function loadUserCouponFacts(q: Queryable, ids: string[]): Promise<
 @Injectable()
 export class AuditService {
   /** Lowest and highest id of a table, or null when it is empty. */
-  async idRange(q: Queryable, table: 'user_coupon' | 'redemption'): Promise<{ min: bigint; max: bigint } | null> {
+  async idRange(q: Queryable, table: 'user_coupon' | 'redemption' | 'refund'): Promise<{ min: bigint; max: bigint } | null> {
     const [row]: { lo: string | null; hi: string | null }[] = await q.query(`SELECT MIN(id) AS lo, MAX(id) AS hi FROM ${table}`);
     return row.lo === null || row.hi === null ? null : { min: BigInt(row.lo), max: BigInt(row.hi) };
   }
@@ -247,6 +259,52 @@ export class AuditService {
       suspects.map((s) => s.id),
     );
     const findings = facts.map(diagnoseUserCoupon).filter((f) => f !== null);
+    return { checked, findings };
+  }
+
+  /**
+   * Refunds in [lo, hi] whose returned coupon (replacement_user_coupon_id) has no row: the user lost
+   * it, and the refund, answering for that coupon, would never return another. A refund whose
+   * redemption is gone is found with the coupon it used (USED_WITHOUT_REDEMPTION), and its
+   * redemption comes back under the id the refund names.
+   */
+  async refundChunk(q: Queryable, lo: bigint, hi: bigint): Promise<ChunkResult> {
+    const range = [String(lo), String(hi)];
+    const rows: {
+      id: string;
+      refund_no: string;
+      order_no: string;
+      redemption_id: string;
+      user_coupon_id: string;
+      replacement_user_coupon_id: string;
+      coupon_id: string;
+      user_id: string;
+    }[] = await q.query(
+      `SELECT f.id, f.refund_no, f.order_no, f.redemption_id, f.user_coupon_id, f.replacement_user_coupon_id, uc.coupon_id, uc.user_id
+       FROM refund f JOIN user_coupon uc ON uc.id = f.user_coupon_id LEFT JOIN user_coupon rep ON rep.id = f.replacement_user_coupon_id
+       WHERE f.id BETWEEN ? AND ? AND f.replacement_user_coupon_id IS NOT NULL AND rep.id IS NULL ORDER BY f.id`,
+      range,
+    );
+    const checked = await count(q, `SELECT COUNT(*) AS n FROM refund WHERE id BETWEEN ? AND ?`, range);
+    const findings = rows.map((r): RefundReplacementFinding => {
+      const [refundId, missingUserCouponId] = [String(r.id), String(r.replacement_user_coupon_id)];
+      return {
+        type: 'REFUND_REPLACEMENT_MISSING',
+        couponId: String(r.coupon_id),
+        userCouponId: String(r.user_coupon_id),
+        redemptionId: String(r.redemption_id),
+        details: {
+          refundId,
+          refundNo: r.refund_no,
+          orderNo: r.order_no,
+          userId: r.user_id,
+          missingUserCouponId,
+          ...explained(sentence('REFUND_REPLACEMENT_MISSING', { refundNo: r.refund_no, missingUserCouponId, userId: r.user_id })),
+        },
+        action: 'REISSUE_REPLACEMENT',
+        params: { refundId, userCouponId: String(r.user_coupon_id), missingUserCouponId },
+      };
+    });
     return { checked, findings };
   }
 

@@ -8,12 +8,13 @@ import { discountFor, discountOf } from '../coupon/discount.js';
 import { counter } from '../common/metrics.js';
 import { Page, toPage } from '../common/page.js';
 import { execute, readSnapshot, TransactionService } from '../database/transaction.service.js';
+import { IssueService, validityEnded } from '../ledger/issue.service.js';
 import { StateMachineService } from '../ledger/state-machine.service.js';
 import { findLog, removeLogRows, writeLog } from '../ledger/state-log.js';
 import { StockService } from '../ledger/stock.service.js';
 import { TxIds } from '../ledger/tx-id.js';
-import { countFromStock, lockUserCoupon, setLockedUntil, setStatus } from '../ledger/user-coupons.js';
-import { loadUserCouponFacts } from './audit.service.js';
+import { countFromStock, findReplacement, lockUserCoupon, setLockedUntil, setStatus } from '../ledger/user-coupons.js';
+import { loadUserCouponFacts, type RefundReplacementFinding } from './audit.service.js';
 import { Compensation, CompensationStatus, CompensationView, toCompensationView } from './compensation.entity.js';
 import type { MissingStockFinding, RepairParams, RepairStep, StockFinding } from './diagnosis.js';
 import type { HoldLockUntilFinding, HoldWithoutLockedFinding, LockedWithoutHoldFinding } from './hold-audit.js';
@@ -44,6 +45,7 @@ export class CompensationService {
     private readonly tx: TransactionService,
     private readonly stock: StockService,
     private readonly stateMachine: StateMachineService,
+    private readonly issuer: IssueService,
     @InjectRepository(Compensation) private readonly compensations: Repository<Compensation>,
   ) {}
 
@@ -102,6 +104,8 @@ export class CompensationService {
         return this.closeHold(em, JSON.parse(comp.params) as HoldWithoutLockedFinding['params']);
       case 'SET_LOCKED_UNTIL':
         return this.setLockUntil(em, JSON.parse(comp.params) as HoldLockUntilFinding['params']);
+      case 'REISSUE_REPLACEMENT':
+        return this.reissueReplacement(em, comp, JSON.parse(comp.params) as RefundReplacementFinding['params']);
       case 'MANUAL_REVIEW':
         return { done: 'nothing: approved as reviewed; the data was not changed by this compensation' };
     }
@@ -153,6 +157,51 @@ export class CompensationService {
     }
     await closeHoldForReconciliation(em, p.holdId, p.closeAs, new Date());
     return { done: 'CLOSE_HOLD', holdId: p.holdId, to: p.closeAs };
+  }
+
+  /**
+   * The refund's returned coupon again, as the refund issued it (source REFUND_RETURN, not from
+   * stock, replacing the refunded coupon), and the refund names it. Past the template's fixed
+   * validity the refund names none, as a refund made then does: a coupon born EXPIRED is worth nothing.
+   */
+  private async reissueReplacement(
+    em: EntityManager,
+    comp: Compensation,
+    p: RefundReplacementFinding['params'],
+  ): Promise<Record<string, unknown>> {
+    const uc = await lockUserCoupon(em, p.userCouponId, 'exclusive');
+    const [refund]: { refund_no: string; replacement_user_coupon_id: string | null }[] = await em.query(
+      `SELECT refund_no, replacement_user_coupon_id FROM refund WHERE id = ? FOR UPDATE`,
+      [p.refundId],
+    );
+    const replacement = await findReplacement(em, p.userCouponId);
+    if (!uc || !refund || String(refund.replacement_user_coupon_id) !== p.missingUserCouponId || replacement !== null) {
+      throw changedSinceRun(`Refund ${p.refundId}`, {
+        replacementUserCouponId: refund?.replacement_user_coupon_id ?? null,
+        existingReplacementId: replacement,
+      });
+    }
+    const now = new Date();
+    const coupon = await em.findOneByOrFail(Coupon, { id: uc.couponId });
+    const issued = validityEnded(coupon, now)
+      ? null
+      : await this.issuer.issue(em, {
+          coupon,
+          userId: uc.userId,
+          source: 'REFUND_RETURN',
+          fromStock: false,
+          replacesUserCouponId: uc.id,
+          reason: `reconciliation: compensation ${comp.id} (refund ${refund.refund_no})`,
+          txId: TxIds.compensation(comp.id),
+          now,
+        });
+    await em.query(`UPDATE refund SET replacement_user_coupon_id = ? WHERE id = ?`, [issued?.id ?? null, p.refundId]);
+    return {
+      done: 'REISSUE_REPLACEMENT',
+      refundId: p.refundId,
+      replaced: p.missingUserCouponId,
+      replacementUserCouponId: issued?.id ?? null,
+    };
   }
 
   /** The coupon's lock back to its live hold's end; refused if the coupon, its lock's time or the hold moved since the run. */

@@ -12,6 +12,7 @@ export const DISCREPANCY_TYPES = [
   'HOLD_WITHOUT_LOCKED',
   'ORDER_DISCOUNT_EXCEEDED',
   'USER_LIMIT_EXCEEDED',
+  'REFUND_REPLACEMENT_MISSING',
 ] as const;
 export type DiscrepancyType = (typeof DISCREPANCY_TYPES)[number];
 
@@ -24,6 +25,7 @@ export const COMPENSATION_ACTIONS = [
   'RELEASE_COUPON',
   'CLOSE_HOLD',
   'SET_LOCKED_UNTIL',
+  'REISSUE_REPLACEMENT',
   'MANUAL_REVIEW',
 ] as const;
 export type CompensationAction = (typeof COMPENSATION_ACTIONS)[number];

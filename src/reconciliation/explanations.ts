@@ -55,6 +55,9 @@ const SENTENCES = {
   // a user's coupons of one template (invariant 2)
   USER_LIMIT_EXCEEDED: (p: { userId: string; held: number; perUserLimit: number; userCouponIds: string }) =>
     `User ${p.userId} holds ${p.held} coupons of this template from grabs and bulk issuance (${p.userCouponIds}), more than its limit of ${p.perUserLimit}: an operator decides which the user should not have.`,
+  // refunds
+  REFUND_REPLACEMENT_MISSING: (p: { refundNo: string; missingUserCouponId: string; userId: string }) =>
+    `Refund ${p.refundNo} returned the coupon to user ${p.userId} as user coupon ${p.missingUserCouponId}, whose row is gone: issue the user a replacement again.`,
   // orders
   ORDER_DISCOUNT_EXCEEDED: (p: { orderNo: string; discountCents: number; orderAmountCents: number }) =>
     `The coupons used on order ${p.orderNo} took ${yuan(p.discountCents)} off an order of ${yuan(p.orderAmountCents)}: an operator decides.`,

@@ -36,6 +36,7 @@ type Entity =
   | { kind: 'coupon'; id: string }
   | { kind: 'order'; id: string }
   | { kind: 'limit'; id: string }
+  | { kind: 'refund'; id: string }
   | { kind: 'redemption'; id: string }
   | { kind: 'locked' | 'hold' | 'uc'; id: string; userCouponId: string };
 
@@ -49,6 +50,8 @@ function entityOf(f: Finding): Entity {
       return { kind: 'hold', id: f.details.holdId, userCouponId: f.userCouponId };
     case 'ORDER_DISCOUNT_EXCEEDED':
       return { kind: 'order', id: f.orderNo };
+    case 'REFUND_REPLACEMENT_MISSING':
+      return { kind: 'refund', id: f.params.refundId };
     case 'USER_LIMIT_EXCEEDED':
       return { kind: 'limit', id: `${f.couponId}:${f.details.userId}` };
     default:
@@ -374,6 +377,9 @@ export class ReconciliationService implements BeforeApplicationShutdown {
       await this.byIdRange(q, await this.audits.idRange(q, 'redemption'), async (cq, lo, hi) =>
         step('redemption', await inSnapshot(cq, () => this.audits.orphanRedemptionChunk(cq, lo, hi))),
       );
+      await this.byIdRange(q, await this.audits.idRange(q, 'refund'), async (cq, lo, hi) =>
+        step('refund', await inSnapshot(cq, () => this.audits.refundChunk(cq, lo, hi))),
+      );
       for (let after: string | null = null; ;) {
         const chunk = await inSnapshot(q, () => orderChunk(q, after, USER_COUPON_CHUNK));
         await step('order', chunk);
@@ -548,6 +554,8 @@ export class ReconciliationService implements BeforeApplicationShutdown {
         return (await this.audits.stockChunk(em, String(BigInt(e.id) - 1n), 1)).findings;
       case 'redemption':
         return (await this.audits.orphanRedemptionChunk(em, BigInt(e.id), BigInt(e.id))).findings;
+      case 'refund':
+        return (await this.audits.refundChunk(em, BigInt(e.id), BigInt(e.id))).findings;
       default: {
         // Every approval locks the user coupon first: this waits for one repairing the coupon under another key, and sees its commit.
         await lockUserCoupon(em, e.userCouponId, 'shared');
