@@ -234,7 +234,12 @@ export function CompensationTable({ list }: { list: PagedList<Compensation> }) {
             title: t('status'),
             dataIndex: 'status',
             width: 100,
-            render: (s: Compensation['status']) => <Tag color={STATUS_COLOR[s]}>{label(t, s)}</Tag>,
+            // An approved review changed no data: "Done" read as though something was fixed.
+            render: (s: Compensation['status'], c: Compensation) => (
+              <Tag color={STATUS_COLOR[s]} title={s}>
+                {label(t, s === 'DONE' && c.action === 'MANUAL_REVIEW' ? 'REVIEWED' : s)}
+              </Tag>
+            ),
           },
           {
             title: t('decided'),
