@@ -362,6 +362,12 @@ export class ReconciliationService implements BeforeApplicationShutdown {
         if (chunk.lastCouponId === null) break;
         after = chunk.lastCouponId;
       }
+      for (let after = '0'; ;) {
+        const chunk = await inSnapshot(q, () => this.audits.userLimitChunk(q, after, COUPON_CHUNK));
+        await step('user_limit', chunk);
+        if (chunk.lastCouponId === null) break;
+        after = chunk.lastCouponId;
+      }
       const userCoupons = await this.audits.idRange(q, 'user_coupon');
       await this.byIdRange(q, userCoupons, async (cq, lo, hi) => {
         const chunk = await inSnapshot(cq, async () => {
