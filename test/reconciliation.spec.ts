@@ -320,8 +320,36 @@ describe('reconciliation', () => {
     expect(await checkInvariants(t.db, { couponIds: [c] })).toEqual([]);
     const after = await svc.runNow('FULL', 'test');
     expect((await proposals(after.id)).filter((p) => p.discrepancy.couponId === c)).toEqual([]);
-    // A second approval of the same proposal is refused; and a new one could not be made: nothing is missing.
     expect((await decide(found.id, 'approve')).status).toBe(409);
+  });
+
+  it('a lost returned coupon that had been used is left to an operator: another would give the user a second use', async () => {
+    const c = await coupon({ returnOnRefund: true });
+    const uc = await grab(c, 'used-return');
+    const orderNo = newKey('order');
+    await redeem(uc, 'used-return', orderNo);
+    const refunded = await request(t.url)
+      .post('/redemptions/refunds')
+      .set(bearer(serviceToken()))
+      .send({ refundNo: newKey('refund'), orderNo, userCouponId: uc });
+    const returned = String(refunded.body.replacementUserCoupon.id);
+    const usedOn = await redeem(returned, 'used-return');
+    // The used coupon's row is deleted by hand; its log and its redemption stay.
+    await sql(`DELETE FROM user_coupon WHERE id = ?`, [returned]);
+    const run = await svc.runNow('FULL', 'test');
+    const found = (await proposals(run.id)).filter((p) => p.discrepancy.type === 'REFUND_REPLACEMENT_MISSING');
+    expect(found.map((p) => [p.action, p.discrepancy.userCouponId, p.discrepancy.details.explanation])).toEqual([
+      ['MANUAL_REVIEW', uc, expect.stringContaining('an operator decides')],
+    ]);
+    expect((await decide(found[0].id, 'approve')).status).toBe(200);
+    expect(await one(`SELECT COUNT(*) AS n FROM user_coupon WHERE replaces_user_coupon_id = ?`, [uc])).toEqual({ n: '0' });
+    // Put back as it was, so that the file's other runs see a consistent database.
+    await sql(
+      `INSERT INTO user_coupon (id, coupon_id, user_id, status, source, from_stock, replaces_user_coupon_id, reason, issued_at, valid_from, expires_at, used_at, updated_at)
+       SELECT ?, coupon_id, user_id, 'USED', 'REFUND_RETURN', 0, id, 'restored', issued_at, valid_from, expires_at, NOW(3), NOW(3) FROM user_coupon WHERE id = ?`,
+      [returned, uc],
+    );
+    expect(usedOn).toBeTruthy();
   });
 
   it("a lost stacked redemption comes back cut to what the order's other coupons left of it, the order's row lost or not", async () => {

@@ -38,7 +38,10 @@ export const EXPLANATIONS_EN = {
   explain_HOLD_LOCK_UNTIL_WRONG:
     "ACTIVE, and its coupon is LOCKED for no other hold, but locked until {lockedUntil} where the hold ends at {holdExpiresAt}: set the coupon's lock back to the hold's end.",
   explain_REFUND_REPLACEMENT_MISSING:
-    'Refund {refundNo} returned the coupon to user {userId} as user coupon {missingUserCouponId}, whose row is gone: issue the user a replacement again.',
+    'Refund {refundNo} returned the coupon to user {userId} as user coupon {missingUserCouponId}, whose row is gone.',
+  explain_RETURN_AGAIN: 'Issue the user the returned coupon again, as the refund did.',
+  explain_REPLACEMENT_HAD_HISTORY:
+    'Its log, a redemption, a refund or a coupon replacing it shows it was used or moved on before it was lost: another coupon could give the user a second use, so an operator decides.',
   explain_USER_LIMIT_EXCEEDED:
     'User {userId} holds {held} coupons of this template from grabs and bulk issuance ({userCouponIds}), more than its limit of {perUserLimit}: an operator decides which the user should not have.',
   explain_ORDER_DISCOUNT_EXCEEDED:
@@ -73,8 +76,10 @@ export const EXPLANATIONS_ZH_CN: typeof EXPLANATIONS_EN = {
   explain_HOLD_COUPON_GONE: '锁券仍有效，但它的券已不存在：建议将锁券关闭为「RELEASED」（RECONCILIATION）。',
   explain_HOLD_LOCK_UNTIL_WRONG:
     '锁券仍有效，券为「LOCKED」且未被其他锁券占用，但锁定至 {lockedUntil}，而锁券到 {holdExpiresAt} 结束：建议将券的锁定时间改回锁券的结束时间。',
-  explain_REFUND_REPLACEMENT_MISSING:
-    '退款 {refundNo} 已将券退还给用户 {userId}（用户券 {missingUserCouponId}），但这张券的记录不见了：重新给该用户发放退还券。',
+  explain_REFUND_REPLACEMENT_MISSING: '退款 {refundNo} 已将券退还给用户 {userId}（用户券 {missingUserCouponId}），但这张券的记录不见了。',
+  explain_RETURN_AGAIN: '按退款时的方式，重新给该用户发放退还券。',
+  explain_REPLACEMENT_HAD_HISTORY:
+    '它的日志、核销、退款或替换它的券表明，它在丢失前已被使用或已有变动：再发一张可能让用户多用一次，由运营人员决定。',
   explain_USER_LIMIT_EXCEEDED:
     '用户 {userId} 通过抢券和批量发放持有本券 {held} 张（{userCouponIds}），超过每人限领 {perUserLimit} 张：由运营人员决定该用户不应持有哪几张。',
   explain_ORDER_DISCOUNT_EXCEEDED: '订单 {orderNo} 使用的券共优惠了 {discountCents}，超过订单金额 {orderAmountCents}：由运营人员决定。',

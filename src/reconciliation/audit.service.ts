@@ -46,8 +46,24 @@ export interface RefundReplacementFinding {
   userCouponId: string;
   redemptionId: string;
   details: { refundId: string; refundNo: string; orderNo: string; userId: string; missingUserCouponId: string } & Explained;
-  action: 'REISSUE_REPLACEMENT';
+  action: 'REISSUE_REPLACEMENT' | 'MANUAL_REVIEW';
   params: { refundId: string; userCouponId: string; missingUserCouponId: string };
+}
+
+/**
+ * Whether a lost user coupon had moved on from UNUSED: its log (which may have outlived its row)
+ * ends elsewhere, or a redemption, a refund or another coupon names it. Returning another coupon
+ * in its place would then hand the user a second use.
+ */
+export async function hadHistory(q: Queryable, userCouponId: string): Promise<boolean> {
+  const [row]: { moved: string | number }[] = await q.query(
+    `SELECT (SELECT to_status FROM user_coupon_state_log WHERE user_coupon_id = ? ORDER BY id DESC LIMIT 1) <> 'UNUSED'
+         OR EXISTS (SELECT 1 FROM redemption WHERE user_coupon_id = ?)
+         OR EXISTS (SELECT 1 FROM refund WHERE user_coupon_id = ?)
+         OR EXISTS (SELECT 1 FROM user_coupon WHERE replaces_user_coupon_id = ?) AS moved`,
+    [userCouponId, userCouponId, userCouponId, userCouponId],
+  );
+  return Number(row.moved) === 1;
 }
 
 export type Finding =
@@ -290,9 +306,12 @@ export class AuditService {
       range,
     );
     const checked = await count(q, `SELECT COUNT(*) AS n FROM refund WHERE id BETWEEN ? AND ?`, range);
-    const findings = rows.map((r): RefundReplacementFinding => {
+    const findings: RefundReplacementFinding[] = [];
+    for (const r of rows) {
       const [refundId, missingUserCouponId] = [String(r.id), String(r.replacement_user_coupon_id)];
-      return {
+      const moved = await hadHistory(q, missingUserCouponId);
+      const said = sentence('REFUND_REPLACEMENT_MISSING', { refundNo: r.refund_no, missingUserCouponId, userId: r.user_id });
+      findings.push({
         type: 'REFUND_REPLACEMENT_MISSING',
         couponId: String(r.coupon_id),
         userCouponId: String(r.user_coupon_id),
@@ -303,12 +322,12 @@ export class AuditService {
           orderNo: r.order_no,
           userId: r.user_id,
           missingUserCouponId,
-          ...explained(sentence('REFUND_REPLACEMENT_MISSING', { refundNo: r.refund_no, missingUserCouponId, userId: r.user_id })),
+          ...explained(said, sentence(moved ? 'REPLACEMENT_HAD_HISTORY' : 'RETURN_AGAIN')),
         },
-        action: 'REISSUE_REPLACEMENT',
+        action: moved ? 'MANUAL_REVIEW' : 'REISSUE_REPLACEMENT',
         params: { refundId, userCouponId: String(r.user_coupon_id), missingUserCouponId },
-      };
-    });
+      });
+    }
     return { checked, findings };
   }
 

@@ -8,13 +8,13 @@ import { discountFor, discountOf } from '../coupon/discount.js';
 import { counter } from '../common/metrics.js';
 import { Page, toPage } from '../common/page.js';
 import { execute, readSnapshot, TransactionService } from '../database/transaction.service.js';
-import { IssueService, validityEnded } from '../ledger/issue.service.js';
+import { IssueService, validityWindow } from '../ledger/issue.service.js';
 import { StateMachineService } from '../ledger/state-machine.service.js';
 import { findLog, removeLogRows, writeLog } from '../ledger/state-log.js';
 import { StockService } from '../ledger/stock.service.js';
 import { TxIds } from '../ledger/tx-id.js';
 import { countFromStock, findReplacement, lockUserCoupon, setLockedUntil, setStatus } from '../ledger/user-coupons.js';
-import { loadUserCouponFacts, type RefundReplacementFinding } from './audit.service.js';
+import { hadHistory, loadUserCouponFacts, type RefundReplacementFinding } from './audit.service.js';
 import { Compensation, CompensationStatus, CompensationView, toCompensationView } from './compensation.entity.js';
 import type { MissingStockFinding, RepairParams, RepairStep, StockFinding } from './diagnosis.js';
 import type { HoldLockUntilFinding, HoldWithoutLockedFinding, LockedWithoutHoldFinding } from './hold-audit.js';
@@ -160,9 +160,11 @@ export class CompensationService {
   }
 
   /**
-   * The refund's returned coupon again, as the refund issued it (source REFUND_RETURN, not from
-   * stock, replacing the refunded coupon), and the refund names it. Past the template's fixed
-   * validity the refund names none, as a refund made then does: a coupon born EXPIRED is worth nothing.
+   * The refund's returned coupon again, as the refund issued it: source REFUND_RETURN, not from
+   * stock, replacing the refunded coupon, issued at the refund's time (so valid as long as the lost
+   * one was), and the refund names it. Past that validity it names none, as a refund made then
+   * would: a coupon born EXPIRED is worth nothing. Only for a lost coupon that never moved on from
+   * UNUSED (hadHistory): else returning another would give the user a second use.
    */
   private async reissueReplacement(
     em: EntityManager,
@@ -170,31 +172,39 @@ export class CompensationService {
     p: RefundReplacementFinding['params'],
   ): Promise<Record<string, unknown>> {
     const uc = await lockUserCoupon(em, p.userCouponId, 'exclusive');
-    const [refund]: { refund_no: string; replacement_user_coupon_id: string | null }[] = await em.query(
-      `SELECT refund_no, replacement_user_coupon_id FROM refund WHERE id = ? FOR UPDATE`,
+    const [refund]: { refund_no: string; replacement_user_coupon_id: string | null; created_at: Date }[] = await em.query(
+      `SELECT refund_no, replacement_user_coupon_id, created_at FROM refund WHERE id = ? FOR UPDATE`,
       [p.refundId],
     );
     const replacement = await findReplacement(em, p.userCouponId);
-    if (!uc || !refund || String(refund.replacement_user_coupon_id) !== p.missingUserCouponId || replacement !== null) {
+    const lost = await em.query(`SELECT id FROM user_coupon WHERE id = ? FOR UPDATE`, [p.missingUserCouponId]);
+    if (
+      !uc ||
+      !refund ||
+      String(refund.replacement_user_coupon_id) !== p.missingUserCouponId ||
+      replacement !== null ||
+      lost.length > 0 ||
+      (await hadHistory(em, p.missingUserCouponId))
+    ) {
       throw changedSinceRun(`Refund ${p.refundId}`, {
         replacementUserCouponId: refund?.replacement_user_coupon_id ?? null,
         existingReplacementId: replacement,
       });
     }
-    const now = new Date();
     const coupon = await em.findOneByOrFail(Coupon, { id: uc.couponId });
-    const issued = validityEnded(coupon, now)
-      ? null
-      : await this.issuer.issue(em, {
-          coupon,
-          userId: uc.userId,
-          source: 'REFUND_RETURN',
-          fromStock: false,
-          replacesUserCouponId: uc.id,
-          reason: `reconciliation: compensation ${comp.id} (refund ${refund.refund_no})`,
-          txId: TxIds.compensation(comp.id),
-          now,
-        });
+    const issued =
+      validityWindow(coupon, refund.created_at).expiresAt <= new Date()
+        ? null
+        : await this.issuer.issue(em, {
+            coupon,
+            userId: uc.userId,
+            source: 'REFUND_RETURN',
+            fromStock: false,
+            replacesUserCouponId: uc.id,
+            reason: `reconciliation: compensation ${comp.id} (refund ${refund.refund_no})`,
+            txId: TxIds.compensation(comp.id),
+            now: refund.created_at,
+          });
     await em.query(`UPDATE refund SET replacement_user_coupon_id = ? WHERE id = ?`, [issued?.id ?? null, p.refundId]);
     return {
       done: 'REISSUE_REPLACEMENT',

@@ -57,7 +57,12 @@ const SENTENCES = {
     `User ${p.userId} holds ${p.held} coupons of this template from grabs and bulk issuance (${p.userCouponIds}), more than its limit of ${p.perUserLimit}: an operator decides which the user should not have.`,
   // refunds
   REFUND_REPLACEMENT_MISSING: (p: { refundNo: string; missingUserCouponId: string; userId: string }) =>
-    `Refund ${p.refundNo} returned the coupon to user ${p.userId} as user coupon ${p.missingUserCouponId}, whose row is gone: issue the user a replacement again.`,
+    `Refund ${p.refundNo} returned the coupon to user ${p.userId} as user coupon ${p.missingUserCouponId}, whose row is gone.`,
+  /** Follows REFUND_REPLACEMENT_MISSING. */
+  RETURN_AGAIN: () => 'Issue the user the returned coupon again, as the refund did.',
+  /** Follows REFUND_REPLACEMENT_MISSING. */
+  REPLACEMENT_HAD_HISTORY: () =>
+    'Its log, a redemption, a refund or a coupon replacing it shows it was used or moved on before it was lost: another coupon could give the user a second use, so an operator decides.',
   // orders
   ORDER_DISCOUNT_EXCEEDED: (p: { orderNo: string; discountCents: number; orderAmountCents: number }) =>
     `The coupons used on order ${p.orderNo} took ${yuan(p.discountCents)} off an order of ${yuan(p.orderAmountCents)}: an operator decides.`,

@@ -15,6 +15,7 @@ import { RefundNumbers1765497600000 } from './1765497600000-refund-numbers.js';
 import { SkipReasonIndex1765584000000 } from './1765584000000-skip-reason-index.js';
 import { OrderLockStripes1765670400000 } from './1765670400000-order-lock-stripes.js';
 import { CouponCountsIndex1765756800000 } from './1765756800000-coupon-counts-index.js';
+import { RefundCouponIndex1765843200000 } from './1765843200000-refund-coupon-index.js';
 
 /** Every migration, in order, each resumable where it stopped (resumable-migration.ts). The app, the CLI (ormconfig.ts) and the tests all use this list. */
 export const migrations = [
@@ -34,4 +35,5 @@ export const migrations = [
   SkipReasonIndex1765584000000,
   OrderLockStripes1765670400000,
   CouponCountsIndex1765756800000,
+  RefundCouponIndex1765843200000,
 ].map(resumable);
