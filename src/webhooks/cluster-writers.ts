@@ -1,4 +1,5 @@
 import { randomUUID } from 'node:crypto';
+import { Logger } from '@nestjs/common';
 import mysql from 'mysql2/promise';
 import { errnoOf } from '../common/db-errors.js';
 import { type AppConfig, databaseHosts } from '../config/app-config.js';
@@ -46,6 +47,13 @@ interface NodeAnswer {
   writers: Set<string>;
 }
 
+/** How long one node may take to answer a statement of the check (a causal read waits for the node to catch up). */
+const NODE_TIMEOUT_MS = 2000;
+/** Complete checks kept for comparison: about a minute of them; past that, gaps fall back on their age. */
+const HISTORY = 240;
+/** ER_UNKNOWN_COM_ERROR: what a node outside the primary component answers (WSREP has not yet prepared node). */
+const NOT_PRIMARY = 1047;
+
 /**
  * The open-writer check of a Galera cluster. Each node lists only its own transactions in
  * innodb_trx, and a node that has not yet applied a row committed on another one still takes ids
@@ -57,16 +65,21 @@ interface NodeAnswer {
  * apply every row committed anywhere before, so that what it writes from then on takes ids above
  * every gap seen so far. A writer that can still fill such a gap had written before the check's own
  * transaction on its node and is listed there while open. Start times cannot rule writers out (a
- * lagging node's writer may have begun after the gap was seen), so gaps settle by the writers'
- * identity: with none listed on any node, every gap open now; else, if none of the writers the
- * previous check listed is still open, the gaps seen before that check began. The settled gaps must
- * then be reread with a causal read too (a writer that committed on another node just before the
- * check may not be applied on the relay's node yet). When fewer nodes answer than the cluster has,
- * nothing is known.
+ * lagging node's writer may have begun after the gap was seen), nor can the nodes' clocks be
+ * compared, so checks are numbered and gaps settle by the writers' identity: the gaps seen before
+ * the newest complete check none of whose writers is still open (this one, when it lists none).
+ * Any earlier complete check will do, so a writer that outlives one check interval only delays
+ * settling until it ends. The settled gaps must then be reread with a causal read too (a writer that
+ * committed on another node just before the check may not be applied on the relay's node yet). When
+ * fewer nodes answer than the cluster has, the check knows nothing (the caller falls back on age).
  */
 export class ClusterWriters {
+  private readonly logger = new Logger('WebhookRelay');
   private readonly pools: mysql.Pool[];
-  private previous: { at: number; writers: Map<string, Set<string>> } | null = null;
+  /** Checks begun so far: a gap seen now is seen before every later check. */
+  private begun = 0;
+  private history: { check: number; writers: Map<string, Set<string>> }[] = [];
+  private incompleteLogged = false;
 
   constructor(config: Pick<AppConfig, 'DB_HOSTS' | 'DB_HOST' | 'DB_PORT' | 'DB_USER' | 'DB_PASSWORD' | 'DB_NAME'>) {
     this.pools = databaseHosts(config).map(({ host, port }) =>
@@ -83,23 +96,39 @@ export class ClusterWriters {
     );
   }
 
+  /** The number of the latest check begun: what a gap seen now carries. */
+  get checksBegun(): number {
+    return this.begun;
+  }
+
   /**
-   * Gaps seen before this DB time (unix seconds, `at` being now, read before the check) can no longer
-   * be filled: Infinity for every gap open now, -Infinity for none; 'stale' when not every node answered.
+   * Runs a check: gaps seen while fewer than the returned number of checks had begun can no longer be
+   * filled (0: none); 'stale' when not every node of the cluster answered.
    */
-  async settledBefore(at: number): Promise<number | 'stale'> {
+  async settledBefore(): Promise<number | 'stale'> {
+    const check = ++this.begun;
     const answers = await Promise.all(this.pools.map((pool) => checkNode(pool)));
-    const nodes = new Map<string, Set<string>>();
-    for (const a of answers) if (a !== null && a !== 'stale') nodes.set(a.node, a.writers);
-    const complete =
-      !answers.includes('stale') && nodes.size > 0 && answers.every((a) => a === null || (a !== 'stale' && a.size === nodes.size));
-    const previous = this.previous;
-    this.previous = complete ? { at, writers: nodes } : null;
-    if (!complete) return 'stale';
-    if ([...nodes.values()].every((w) => w.size === 0)) return Infinity;
-    const finished = (node: string, open: Set<string>) => ![...(previous?.writers.get(node) ?? [])].some((id) => open.has(id));
-    // One second less: `at` may come from another node's clock than the gaps' times after a failover.
-    return previous && [...nodes].every(([node, open]) => finished(node, open)) ? previous.at - 1 : -Infinity;
+    const open = new Map<string, Set<string>>();
+    for (const a of answers) if (a !== null && a !== 'stale') open.set(a.node, a.writers);
+    const sizes = answers.filter((a) => a !== null && a !== 'stale').map((a) => a.size);
+    if (answers.includes('stale') || open.size === 0 || sizes.some((n) => n !== open.size)) {
+      if (!this.incompleteLogged) {
+        this.incompleteLogged = true;
+        this.logger.warn(
+          `Galera: ${open.size} node(s) of ${Math.max(0, ...sizes)} answered the open-writer check (list every node in DB_HOSTS): ` +
+            'state-log gaps are waited for up to WEBHOOK_GAP_MAX_AGE_SECONDS',
+        );
+      }
+      return 'stale';
+    }
+    this.incompleteLogged = false;
+    this.history.push({ check, writers: open });
+    const ended = (h: (typeof this.history)[number]) =>
+      [...h.writers].every(([node, ids]) => ![...ids].some((id) => open.get(node)?.has(id)));
+    const newest = this.history.findLastIndex(ended);
+    // Older checks settle fewer gaps than the newest that qualifies: they are no longer needed.
+    this.history = newest >= 0 ? this.history.slice(newest) : this.history.slice(-HISTORY);
+    return newest >= 0 ? this.history[0].check : 0;
   }
 
   async close(): Promise<void> {
@@ -107,7 +136,12 @@ export class ClusterWriters {
   }
 }
 
-/** One node's writers, after it applied everything committed before; null when it cannot be reached or is not in the primary component. */
+/**
+ * One node's writers, after it applied everything committed before; null when it cannot be reached
+ * or is outside the primary component (its transactions cannot commit there), 'stale' when it did
+ * not answer in time or the list was stale. Every statement has a deadline: a node that lost power
+ * leaves a pooled connection waiting for TCP to give up, minutes.
+ */
 async function checkNode(pool: mysql.Pool): Promise<NodeAnswer | 'stale' | null> {
   let conn: mysql.PoolConnection;
   try {
@@ -115,7 +149,8 @@ async function checkNode(pool: mysql.Pool): Promise<NodeAnswer | 'stale' | null>
   } catch {
     return null;
   }
-  const query = async (sql: string) => (await conn.query(sql))[0];
+  const query = async (sql: string) => (await conn.query({ sql, timeout: NODE_TIMEOUT_MS }))[0];
+  let failed = false;
   try {
     await query(`SET SESSION wsrep_sync_wait = 1`);
     // The causal read: a SELECT of a table, so the node first applies every writeset committed before it.
@@ -131,12 +166,16 @@ async function checkNode(pool: mysql.Pool): Promise<NodeAnswer | 'stale' | null>
     const writers = await writersBefore(query);
     return writers === 'stale' ? 'stale' : { node: status.node, size: Number(status.size), writers: new Set(writers.map((w) => w.id)) };
   } catch (err) {
+    failed = true;
     // 1227: no PROCESS privilege, which the caller reports. Any other failure (a brute-force abort by
-    // a replicated write, the node going away) leaves this check without an answer.
+    // a replicated write, a deadline, the node going away) leaves this check without an answer.
     if (errnoOf(err) === 1227) throw err;
-    return 'stale';
+    return errnoOf(err) === NOT_PRIMARY ? null : 'stale';
   } finally {
-    await conn.query(`ROLLBACK`).catch(() => undefined);
-    conn.release();
+    if (failed) conn.destroy();
+    else {
+      await conn.query(`ROLLBACK`).catch(() => undefined);
+      conn.release();
+    }
   }
 }

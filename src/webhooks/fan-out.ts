@@ -32,12 +32,20 @@ const ALL_GAPS_EVERY_MS = 1000;
  */
 const GAP_PROBE_EVERY_MS = 250;
 
-/** Ids lo..hi (inclusive) missing from the log when a read at DB time `seenAt` (unix seconds) showed a higher id. */
+/**
+ * Ids lo..hi (inclusive) missing from the log when a read at DB time `seenAt` (unix seconds) showed
+ * a higher id, after `seenCheck` checks of a Galera cluster had begun.
+ */
 interface Gap {
   lo: bigint;
   hi: bigint;
   seenAt: number;
+  seenCheck: number;
 }
+
+/** Which open gaps can no longer be filled. */
+type Settled = (g: Gap) => boolean;
+const NONE: Settled = () => false;
 
 /**
  * Turns committed state-log rows into deliveries, exactly one per (endpoint, log row), and keeps a
@@ -102,7 +110,7 @@ export class FanOut {
     if (this.scanned === null) this.durable = await readCursor(db);
     const scanned = this.scanned ?? BigInt(this.durable as string);
     const open = this.scanned === null ? [] : this.gaps;
-    const settledBefore = open.length > 0 ? await this.settledBefore() : -Infinity;
+    const settled = open.length > 0 ? await this.settledGaps() : NONE;
     const rows = await logRowsAfter(db, String(scanned), BATCH);
     // A pass that read new rows rereads every open gap, after them: a row of a gap that committed
     // before one of them was written (an earlier change of its coupon) is found by this pass, so a
@@ -115,18 +123,19 @@ export class FanOut {
     // whose auto-increment step leaves a gap beside every row, there may be many.
     const all = rows.length > 0 || Date.now() - this.allGapsReadAt >= ALL_GAPS_EVERY_MS;
     if (all) this.allGapsReadAt = Date.now();
-    const reread = all ? open : open.filter((g) => g.seenAt < settledBefore);
-    const found = await this.reread(reread, this.clusterChecked && settledBefore > -Infinity);
+    const reread = all ? open : open.filter(settled);
+    const found = await this.reread(reread, this.clusterChecked && open.some(settled));
     // A gap closes when it was reread after the check that settled it (every settled gap was).
     const gaps = splitGaps(
       open,
       found.map((e) => BigInt(e.id)),
-    ).filter((g) => !(g.seenAt < settledBefore));
+    ).filter((g) => !settled(g));
     let next = scanned;
     let seenAt: number | undefined;
     for (const r of rows) {
       const id = BigInt(r.id);
-      if (id > next + 1n) gaps.push({ lo: next + 1n, hi: id - 1n, seenAt: (seenAt ??= await dbNow(db)) });
+      if (id > next + 1n)
+        gaps.push({ lo: next + 1n, hi: id - 1n, seenAt: (seenAt ??= await dbNow(db)), seenCheck: this.cluster?.checksBegun ?? 0 });
       next = id;
     }
     const entries = [...found, ...rows];
@@ -153,12 +162,15 @@ export class FanOut {
   }
 
   /** The open-writer check of this server, or of every node of its Galera cluster (cluster-writers.ts). */
-  private async probe(): Promise<number | 'stale'> {
-    const db = this.dataSource.manager;
-    this.clusterChecked = (await clusterSize(db)) > 1;
-    if (!this.clusterChecked) return probeOpenWriters(this.dataSource);
+  private async probe(): Promise<Settled | 'stale'> {
+    this.clusterChecked = (await clusterSize(this.dataSource.manager)) > 1;
+    if (!this.clusterChecked) {
+      const before = await probeOpenWriters(this.dataSource);
+      return before === 'stale' ? 'stale' : (g) => g.seenAt < before;
+    }
     this.cluster ??= new ClusterWriters(this.config);
-    return this.cluster.settledBefore(await dbNow(db));
+    const check = await this.cluster.settledBefore();
+    return check === 'stale' ? 'stale' : (g) => g.seenCheck < check;
   }
 
   /** Closes the connections of the cluster's check, if it made any. */
@@ -186,14 +198,11 @@ export class FanOut {
     }
   }
 
-  /**
-   * Gaps seen before this DB time (unix seconds) can no longer be filled; -Infinity when that is
-   * not known on this pass. Read before the gaps are reread.
-   */
-  private async settledBefore(): Promise<number> {
-    if (Date.now() - this.probedAt < GAP_PROBE_EVERY_MS) return -Infinity;
+  /** The gaps that can no longer be filled, as far as this pass knows. Read before the gaps are reread. */
+  private async settledGaps(): Promise<Settled> {
+    if (Date.now() - this.probedAt < GAP_PROBE_EVERY_MS) return NONE;
     this.probedAt = Date.now();
-    let settled: number | 'stale';
+    let settled: Settled | 'stale';
     try {
       settled = await this.probe();
     } catch (err) {
@@ -207,8 +216,12 @@ export class FanOut {
       }
       settled = 'stale';
     }
-    // Without a trustworthy list, a gap is waited for as long as a log-writing transaction may stay open.
-    return settled === 'stale' ? (await dbNow(this.dataSource.manager)) - this.config.WEBHOOK_GAP_MAX_AGE_SECONDS + 1 : settled;
+    if (settled !== 'stale' && !this.clusterChecked) return settled;
+    // Without a trustworthy list, and on a cluster whatever the writers (one may stay open for good),
+    // a gap is waited for as long as a log-writing transaction may stay open.
+    const oldest = (await dbNow(this.dataSource.manager)) - this.config.WEBHOOK_GAP_MAX_AGE_SECONDS + 1;
+    const aged: Settled = (g) => g.seenAt < oldest;
+    return settled === 'stale' ? aged : (g) => settled(g) || aged(g);
   }
 }
 

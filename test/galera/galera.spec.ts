@@ -301,6 +301,46 @@ describe('three instances on a three-node Galera cluster', () => {
     }
   });
 
+  it('gaps settle while writers that each outlive two gap checks keep coming on another node', async () => {
+    // Two writers on node 1, each open 1,200 ms, one beginning every 600 ms: the relay checks every
+    // 250-450 ms, so every check sees a writer the check before it saw too. Their rows are rolled back.
+    const streams = await Promise.all([1, 1].map((n) => cluster.connect(n)));
+    let streaming = true;
+    const stream = async (w: mysql.Connection, delay: number) => {
+      await w.query(`USE \`${dbName}\``);
+      await sleep(delay);
+      while (streaming) {
+        await w.query('BEGIN');
+        await w.query(
+          `INSERT INTO user_coupon_state_log (user_coupon_id, from_status, to_status, tx_id, reason, created_at) VALUES (0, NULL, 'UNUSED', 'long-writer', NULL, NOW(3))`,
+        );
+        await sleep(1200);
+        await w.query('ROLLBACK');
+      }
+    };
+    const running = Promise.all(streams.map((w, i) => stream(w, i * 600)));
+    try {
+      await sleep(1500);
+      const couponId = await createCoupon({ totalStock: 10 });
+      for (const user of ['long-a', 'long-b', 'long-c']) {
+        const { reply } = await grabUntilAnswered(0, couponId, user, `${user}-key`);
+        expect(reply.status).toBe(201);
+      }
+      const [{ newest }] = await onNode<{ newest: string }>(0, `SELECT MAX(id) AS newest FROM user_coupon_state_log`);
+      // The gaps beside the new rows settle while the long writers keep coming.
+      const cursorPast = async () =>
+        Number((await onNode<{ log_id: string }>(0, `SELECT log_id FROM webhook_relay_cursor WHERE name = 'relay'`))[0].log_id) >=
+        Number(newest);
+      const until = Date.now() + 8_000;
+      while (!(await cursorPast()) && Date.now() < until) await sleep(250);
+      expect(await cursorPast()).toBe(true);
+    } finally {
+      streaming = false;
+      await running;
+      await Promise.all(streams.map((w) => w.end().catch(() => w.destroy())));
+    }
+  });
+
   it('a node killed mid-burst: every acknowledged grab is on the survivors, nothing oversold, its instance keeps answering', async () => {
     const STOCK = 2000;
     const couponId = await createCoupon({ totalStock: STOCK });
