@@ -1587,7 +1587,7 @@ export interface components {
              * @description null while running
              */
             finishedAt: string | null;
-            /** @description Rows audited: stock rows, user coupons and redemptions */
+            /** @description Rows audited: stock rows, user coupons, redemptions, refunds and orders */
             checked: number;
             /** @description Discrepancies this run recorded as new */
             discrepancies: number;
@@ -1612,7 +1612,7 @@ export interface components {
              * @description null while running
              */
             finishedAt: string | null;
-            /** @description Rows audited: stock rows, user coupons and redemptions */
+            /** @description Rows audited: stock rows, user coupons, redemptions, refunds and orders */
             checked: number;
             /** @description Discrepancies this run recorded as new */
             discrepancies: number;

@@ -70,7 +70,7 @@ const RUN_PROPERTIES: Record<string, JsonSchema> = {
   triggeredBy: { type: 'string', description: 'The admin user id, or "cron"' },
   startedAt: dateTime(),
   finishedAt: nullableDateTime('null while running'),
-  checked: int(0, 'Rows audited: stock rows, user coupons and redemptions'),
+  checked: int(0, 'Rows audited: stock rows, user coupons, redemptions, refunds and orders'),
   discrepancies: int(0, 'Discrepancies this run recorded as new'),
   error: { type: ['string', 'null'] },
 };
