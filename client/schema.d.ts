@@ -1640,7 +1640,7 @@ export interface components {
              */
             runId: string;
             /** @enum {string} */
-            type: "STOCK_MISMATCH" | "USED_WITHOUT_REDEMPTION" | "REDEMPTION_WITHOUT_USED" | "LOG_MISMATCH" | "LOCKED_WITHOUT_HOLD" | "HOLD_WITHOUT_LOCKED" | "ORDER_DISCOUNT_EXCEEDED" | "USER_LIMIT_EXCEEDED" | "REFUND_REPLACEMENT_MISSING";
+            type: "STOCK_MISMATCH" | "USED_WITHOUT_REDEMPTION" | "REDEMPTION_WITHOUT_USED" | "LOG_MISMATCH" | "LOCKED_WITHOUT_HOLD" | "HOLD_WITHOUT_LOCKED" | "ORDER_DISCOUNT_EXCEEDED" | "USER_LIMIT_EXCEEDED" | "REFUND_REPLACEMENT_MISSING" | "REFUND_REDEMPTION_MISSING";
             /** @description The coupon template concerned */
             couponId: string | null;
             /** @description The user coupon concerned */
@@ -1667,7 +1667,7 @@ export interface components {
              * @description Names the sentence. A key keeps its meaning; new ones may be added: show `explanation` for one you do not know
              * @enum {string}
              */
-            key: "STOCK_UNITS_LOST" | "STOCK_UNITS_EXCESS" | "STOCK_OVER_ISSUED" | "STOCK_ROW_MISSING" | "USED_BY_ORDER" | "USE_LOGGED_REDEMPTION_MISSING" | "USED_WITHOUT_USE" | "STATUS_NOT_IN_LIFECYCLE" | "LOCKED_BY_LIVE_HOLD" | "EXPIRED_TOO_EARLY" | "LOG_STATUS_CANNOT_FOLLOW" | "STATUS_STANDS" | "NO_HOLD_BACK_TO_UNUSED" | "REDEMPTION_ROW_RESTORED" | "USED_MORE_THAN_ONCE" | "REDEMPTION_COUPON_GONE" | "LOCKED_WITHOUT_HOLD" | "HOLD_ORDER_USED_COUPON" | "HOLD_COUPON_NOT_LOCKED" | "HOLD_COUPON_LOCKED_FOR_ANOTHER" | "HOLD_COUPON_GONE" | "HOLD_LOCK_UNTIL_WRONG" | "USER_LIMIT_EXCEEDED" | "REFUND_REPLACEMENT_MISSING" | "RETURN_AGAIN" | "REPLACEMENT_HAD_HISTORY" | "ORDER_DISCOUNT_EXCEEDED";
+            key: "STOCK_UNITS_LOST" | "STOCK_UNITS_EXCESS" | "STOCK_OVER_ISSUED" | "STOCK_ROW_MISSING" | "USED_BY_ORDER" | "USE_LOGGED_REDEMPTION_MISSING" | "USED_WITHOUT_USE" | "STATUS_NOT_IN_LIFECYCLE" | "LOCKED_BY_LIVE_HOLD" | "EXPIRED_TOO_EARLY" | "LOG_STATUS_CANNOT_FOLLOW" | "STATUS_STANDS" | "NO_HOLD_BACK_TO_UNUSED" | "REDEMPTION_ROW_RESTORED" | "USED_MORE_THAN_ONCE" | "REDEMPTION_COUPON_GONE" | "LOCKED_WITHOUT_HOLD" | "HOLD_ORDER_USED_COUPON" | "HOLD_COUPON_NOT_LOCKED" | "HOLD_COUPON_LOCKED_FOR_ANOTHER" | "HOLD_COUPON_GONE" | "HOLD_LOCK_UNTIL_WRONG" | "USER_LIMIT_EXCEEDED" | "REFUND_REPLACEMENT_MISSING" | "RETURN_AGAIN" | "REFUND_REDEMPTION_MISSING" | "REPOINT_REFUND" | "REFUNDED_TWICE" | "REPLACEMENT_HAD_HISTORY" | "ORDER_DISCOUNT_EXCEEDED";
             /** @description The values the sentence names (counts, order numbers, statuses, ids), by name */
             params: {
                 [key: string]: string | number;
@@ -1682,7 +1682,7 @@ export interface components {
             /** @enum {string} */
             status: "PENDING" | "DONE" | "REJECTED";
             /** @enum {string} */
-            action: "RESTORE_STOCK" | "REMOVE_STOCK" | "ADOPT_ISSUED" | "RECREATE_STOCK" | "MARK_CONSISTENT" | "RELEASE_COUPON" | "CLOSE_HOLD" | "SET_LOCKED_UNTIL" | "REISSUE_REPLACEMENT" | "MANUAL_REVIEW";
+            action: "RESTORE_STOCK" | "REMOVE_STOCK" | "ADOPT_ISSUED" | "RECREATE_STOCK" | "MARK_CONSISTENT" | "RELEASE_COUPON" | "CLOSE_HOLD" | "SET_LOCKED_UNTIL" | "REISSUE_REPLACEMENT" | "REPOINT_REFUND" | "MANUAL_REVIEW";
             /** @description What the action will do, and what it expects to find */
             params: {
                 [key: string]: unknown;

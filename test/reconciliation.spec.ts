@@ -284,6 +284,33 @@ describe('reconciliation', () => {
     expect((await proposals(after.id)).filter((p) => p.discrepancy.couponId === c)).toEqual([]);
   });
 
+  it('a refund naming a redemption recreated under a new id (by an earlier repair) is made to name it again: no second refund', async () => {
+    const c = await coupon({ returnOnRefund: true });
+    const uc = await grab(c, 'repointed');
+    const orderNo = newKey('order');
+    const lost = await redeem(uc, 'repointed', orderNo);
+    const refund = (refundNo: string) =>
+      request(t.url).post('/redemptions/refunds').set(bearer(serviceToken())).send({ refundNo, orderNo, userCouponId: uc });
+    const first = await refund(newKey('refund'));
+    expect(first.status).toBe(201);
+    // What a repair made before a recreated redemption took the id its refund names: the row under a new id.
+    const { top } = await one<{ top: string }>(`SELECT MAX(id) AS top FROM redemption`);
+    const recreated = String(BigInt(top) + 1n);
+    await sql(`UPDATE redemption SET id = ? WHERE id = ?`, [recreated, lost]);
+    const run = await svc.runNow('FULL', 'test');
+    const found = (await proposals(run.id)).filter((p) => p.discrepancy.type === 'REFUND_REDEMPTION_MISSING');
+    expect(found.map((p) => [p.action, p.discrepancy.userCouponId, p.discrepancy.redemptionId])).toEqual([
+      ['REPOINT_REFUND', uc, recreated],
+    ]);
+    expect((await decide(found[0].id, 'approve')).status).toBe(200);
+    expect(await one(`SELECT redemption_id AS id FROM refund WHERE id = ?`, [first.body.refundId])).toEqual({ id: recreated });
+    const again = await refund(newKey('refund'));
+    expect([again.status, again.headers['idempotent-replayed'], again.body.refundId]).toEqual([201, 'true', first.body.refundId]);
+    expect(await checkInvariants(t.db, { couponIds: [c] })).toEqual([]);
+    const after = await svc.runNow('FULL', 'test');
+    expect((await proposals(after.id)).filter((p) => p.discrepancy.couponId === c)).toEqual([]);
+  });
+
   it("a refund's returned coupon whose row is gone is found, and approving returns the coupon again, named by the refund", async () => {
     const c = await coupon({ returnOnRefund: true });
     const uc = await grab(c, 'lost-return');

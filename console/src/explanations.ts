@@ -40,6 +40,10 @@ export const EXPLANATIONS_EN = {
   explain_REFUND_REPLACEMENT_MISSING:
     'Refund {refundNo} returned the coupon to user {userId} as user coupon {missingUserCouponId}, whose row is gone.',
   explain_RETURN_AGAIN: 'Issue the user the returned coupon again, as the refund did.',
+  explain_REFUND_REDEMPTION_MISSING:
+    "Refund {refundNo} names redemption {missingRedemptionId}, which is gone; the order's use of the coupon is redemption {redemptionId} (recreated under a new id): another refund number would refund it again.",
+  explain_REPOINT_REFUND: 'Make the refund name that redemption.',
+  explain_REFUNDED_TWICE: 'Refund {otherRefundNo} already names it: the use was refunded twice, which an operator decides.',
   explain_REPLACEMENT_HAD_HISTORY:
     'Its log, a redemption, a refund or a coupon replacing it shows it was used or moved on before it was lost: another coupon could give the user a second use, so an operator decides.',
   explain_USER_LIMIT_EXCEEDED:
@@ -78,6 +82,10 @@ export const EXPLANATIONS_ZH_CN: typeof EXPLANATIONS_EN = {
     '锁券仍有效，券为「LOCKED」且未被其他锁券占用，但锁定至 {lockedUntil}，而锁券到 {holdExpiresAt} 结束：建议将券的锁定时间改回锁券的结束时间。',
   explain_REFUND_REPLACEMENT_MISSING: '退款 {refundNo} 已将券退还给用户 {userId}（用户券 {missingUserCouponId}），但这张券的记录不见了。',
   explain_RETURN_AGAIN: '按退款时的方式，重新给该用户发放退还券。',
+  explain_REFUND_REDEMPTION_MISSING:
+    '退款 {refundNo} 指向的核销记录 {missingRedemptionId} 已不存在；该订单对这张券的使用现为核销记录 {redemptionId}（以新编号重建）：换一个退款单号会再退一次。',
+  explain_REPOINT_REFUND: '让该退款指向这条核销记录。',
+  explain_REFUNDED_TWICE: '退款 {otherRefundNo} 已指向它：这次使用被退款了两次，由运营人员决定。',
   explain_REPLACEMENT_HAD_HISTORY:
     '它的日志、核销、退款或替换它的券表明，它在丢失前已被使用或已有变动：再发一张可能让用户多用一次，由运营人员决定。',
   explain_USER_LIMIT_EXCEEDED:

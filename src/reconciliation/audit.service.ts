@@ -66,7 +66,19 @@ export async function hadHistory(q: Queryable, userCouponId: string): Promise<bo
   return Number(row.moved) === 1;
 }
 
+/** A refund naming a redemption that is gone while the order's redemption of the coupon is there under another id. */
+export interface RefundRedemptionFinding {
+  type: 'REFUND_REDEMPTION_MISSING';
+  couponId: string;
+  userCouponId: string;
+  redemptionId: string;
+  details: { refundId: string; refundNo: string; orderNo: string; missingRedemptionId: string; otherRefundId: string | null } & Explained;
+  action: 'REPOINT_REFUND' | 'MANUAL_REVIEW';
+  params: { refundId: string; missingRedemptionId: string; redemptionId: string };
+}
+
 export type Finding =
+  | RefundRedemptionFinding
   | RefundReplacementFinding
   | StockFinding
   | MissingStockFinding
@@ -306,7 +318,7 @@ export class AuditService {
       range,
     );
     const checked = await count(q, `SELECT COUNT(*) AS n FROM refund WHERE id BETWEEN ? AND ?`, range);
-    const findings: RefundReplacementFinding[] = [];
+    const findings: (RefundReplacementFinding | RefundRedemptionFinding)[] = await this.refundsOfLostRedemptions(q, range);
     for (const r of rows) {
       const [refundId, missingUserCouponId] = [String(r.id), String(r.replacement_user_coupon_id)];
       const moved = await hadHistory(q, missingUserCouponId);
@@ -329,6 +341,58 @@ export class AuditService {
       });
     }
     return { checked, findings };
+  }
+
+  /**
+   * Refunds in `range` naming a redemption that is gone, while the order's redemption of the coupon
+   * is there under another id: recreated under a new id (before a recreation took the id a refund
+   * names), it answered a later refund number as unrefunded, and the order was refunded again. The
+   * refund is made to name it; if a second refund already does, the use was refunded twice, for an
+   * operator. (With no redemption of the order left, the coupon's audit recreates it under the id
+   * the refund names.)
+   */
+  private async refundsOfLostRedemptions(q: Queryable, range: string[]): Promise<RefundRedemptionFinding[]> {
+    const rows: {
+      id: string;
+      refund_no: string;
+      order_no: string;
+      user_coupon_id: string;
+      coupon_id: string;
+      missing_id: string;
+      redemption_id: string;
+      other_id: string | null;
+      other_no: string | null;
+    }[] = await q.query(
+      `SELECT f.id, f.refund_no, f.order_no, f.user_coupon_id, uc.coupon_id, f.redemption_id AS missing_id, r2.id AS redemption_id,
+              o.id AS other_id, o.refund_no AS other_no
+       FROM refund f
+       JOIN user_coupon uc ON uc.id = f.user_coupon_id
+       JOIN redemption r2 ON r2.order_no = f.order_no AND r2.user_coupon_id = f.user_coupon_id
+       LEFT JOIN redemption r ON r.id = f.redemption_id
+       LEFT JOIN refund o ON o.redemption_id = r2.id
+       WHERE f.id BETWEEN ? AND ? AND r.id IS NULL ORDER BY f.id`,
+      range,
+    );
+    return rows.map((r) => {
+      const [refundId, missingRedemptionId, redemptionId] = [String(r.id), String(r.missing_id), String(r.redemption_id)];
+      const said = sentence('REFUND_REDEMPTION_MISSING', { refundNo: r.refund_no, missingRedemptionId, redemptionId });
+      return {
+        type: 'REFUND_REDEMPTION_MISSING',
+        couponId: String(r.coupon_id),
+        userCouponId: String(r.user_coupon_id),
+        redemptionId,
+        details: {
+          refundId,
+          refundNo: r.refund_no,
+          orderNo: r.order_no,
+          missingRedemptionId,
+          otherRefundId: r.other_id === null ? null : String(r.other_id),
+          ...explained(said, r.other_no === null ? sentence('REPOINT_REFUND') : sentence('REFUNDED_TWICE', { otherRefundNo: r.other_no })),
+        },
+        action: r.other_id === null ? 'REPOINT_REFUND' : 'MANUAL_REVIEW',
+        params: { refundId, missingRedemptionId, redemptionId },
+      };
+    });
   }
 
   /** USED redemptions in [lo, hi] whose user coupon row is gone (the other half of REDEMPTION_WITHOUT_USED is in userCouponChunk). */

@@ -14,7 +14,7 @@ import { findLog, removeLogRows, writeLog } from '../ledger/state-log.js';
 import { StockService } from '../ledger/stock.service.js';
 import { TxIds } from '../ledger/tx-id.js';
 import { countFromStock, findReplacement, lockUserCoupon, setLockedUntil, setStatus } from '../ledger/user-coupons.js';
-import { hadHistory, loadUserCouponFacts, type RefundReplacementFinding } from './audit.service.js';
+import { hadHistory, loadUserCouponFacts, type RefundRedemptionFinding, type RefundReplacementFinding } from './audit.service.js';
 import { Compensation, CompensationStatus, CompensationView, toCompensationView } from './compensation.entity.js';
 import type { MissingStockFinding, RepairParams, RepairStep, StockFinding } from './diagnosis.js';
 import type { HoldLockUntilFinding, HoldWithoutLockedFinding, LockedWithoutHoldFinding } from './hold-audit.js';
@@ -106,6 +106,8 @@ export class CompensationService {
         return this.setLockUntil(em, JSON.parse(comp.params) as HoldLockUntilFinding['params']);
       case 'REISSUE_REPLACEMENT':
         return this.reissueReplacement(em, comp, JSON.parse(comp.params) as RefundReplacementFinding['params']);
+      case 'REPOINT_REFUND':
+        return this.repointRefund(em, JSON.parse(comp.params) as RefundRedemptionFinding['params']);
       case 'MANUAL_REVIEW':
         return { done: 'nothing: approved as reviewed; the data was not changed by this compensation' };
     }
@@ -212,6 +214,30 @@ export class CompensationService {
       replaced: p.missingUserCouponId,
       replacementUserCouponId: issued?.id ?? null,
     };
+  }
+
+  /** The refund names the order's redemption of the coupon again; refused if that, the refund, or another refund of it moved since the run. */
+  private async repointRefund(em: EntityManager, p: RefundRedemptionFinding['params']): Promise<Record<string, unknown>> {
+    const [refund]: { user_coupon_id: string; order_no: string; redemption_id: string }[] = await em.query(
+      `SELECT user_coupon_id, order_no, redemption_id FROM refund WHERE id = ?`,
+      [p.refundId],
+    );
+    // The coupon first, as a refund locks it before it reads the redemption and writes the refund.
+    if (refund) await lockUserCoupon(em, refund.user_coupon_id, 'exclusive');
+    const [now]: { redemption_id: string }[] = await em.query(`SELECT redemption_id FROM refund WHERE id = ? FOR UPDATE`, [p.refundId]);
+    const [redemption]: { id: string }[] = refund
+      ? await em.query(`SELECT id FROM redemption WHERE order_no = ? AND user_coupon_id = ? FOR UPDATE`, [
+          refund.order_no,
+          refund.user_coupon_id,
+        ])
+      : [];
+    const [other]: { id: string }[] = await em.query(`SELECT id FROM refund WHERE redemption_id = ? FOR UPDATE`, [p.redemptionId]);
+    const [missing]: { id: string }[] = await em.query(`SELECT id FROM redemption WHERE id = ?`, [p.missingRedemptionId]);
+    if (!now || String(now.redemption_id) !== p.missingRedemptionId || String(redemption?.id) !== p.redemptionId || other || missing) {
+      throw changedSinceRun(`Refund ${p.refundId}`, { redemptionId: now?.redemption_id ?? null, otherRefundId: other?.id ?? null });
+    }
+    await em.query(`UPDATE refund SET redemption_id = ? WHERE id = ?`, [p.redemptionId, p.refundId]);
+    return { done: 'REPOINT_REFUND', refundId: p.refundId, from: p.missingRedemptionId, to: p.redemptionId };
   }
 
   /** The coupon's lock back to its live hold's end; refused if the coupon, its lock's time or the hold moved since the run. */

@@ -13,6 +13,7 @@ export const DISCREPANCY_TYPES = [
   'ORDER_DISCOUNT_EXCEEDED',
   'USER_LIMIT_EXCEEDED',
   'REFUND_REPLACEMENT_MISSING',
+  'REFUND_REDEMPTION_MISSING',
 ] as const;
 export type DiscrepancyType = (typeof DISCREPANCY_TYPES)[number];
 
@@ -26,6 +27,7 @@ export const COMPENSATION_ACTIONS = [
   'CLOSE_HOLD',
   'SET_LOCKED_UNTIL',
   'REISSUE_REPLACEMENT',
+  'REPOINT_REFUND',
   'MANUAL_REVIEW',
 ] as const;
 export type CompensationAction = (typeof COMPENSATION_ACTIONS)[number];

@@ -60,6 +60,13 @@ const SENTENCES = {
     `Refund ${p.refundNo} returned the coupon to user ${p.userId} as user coupon ${p.missingUserCouponId}, whose row is gone.`,
   /** Follows REFUND_REPLACEMENT_MISSING. */
   RETURN_AGAIN: () => 'Issue the user the returned coupon again, as the refund did.',
+  REFUND_REDEMPTION_MISSING: (p: { refundNo: string; missingRedemptionId: string; redemptionId: string }) =>
+    `Refund ${p.refundNo} names redemption ${p.missingRedemptionId}, which is gone; the order's use of the coupon is redemption ${p.redemptionId} (recreated under a new id): another refund number would refund it again.`,
+  /** Follows REFUND_REDEMPTION_MISSING. */
+  REPOINT_REFUND: () => 'Make the refund name that redemption.',
+  /** Follows REFUND_REDEMPTION_MISSING. */
+  REFUNDED_TWICE: (p: { otherRefundNo: string }) =>
+    `Refund ${p.otherRefundNo} already names it: the use was refunded twice, which an operator decides.`,
   /** Follows REFUND_REPLACEMENT_MISSING. */
   REPLACEMENT_HAD_HISTORY: () =>
     'Its log, a redemption, a refund or a coupon replacing it shows it was used or moved on before it was lost: another coupon could give the user a second use, so an operator decides.',

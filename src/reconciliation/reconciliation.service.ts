@@ -51,6 +51,7 @@ function entityOf(f: Finding): Entity {
     case 'ORDER_DISCOUNT_EXCEEDED':
       return { kind: 'order', id: f.orderNo };
     case 'REFUND_REPLACEMENT_MISSING':
+    case 'REFUND_REDEMPTION_MISSING':
       return { kind: 'refund', id: f.params.refundId };
     case 'USER_LIMIT_EXCEEDED':
       return { kind: 'limit', id: `${f.couponId}:${f.details.userId}` };
