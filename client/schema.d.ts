@@ -1777,8 +1777,8 @@ export interface operations {
                 headers: {
                     /** @description The request's id: the client's `X-Request-Id` when it is 1-128 of [A-Za-z0-9._:-], else a generated UUID */
                     "x-request-id": string;
-                    /** @description `no-cache, no-store, must-revalidate`: a health answer (200 or 503) no cache may keep */
-                    "Cache-Control"?: "no-cache, no-store, must-revalidate";
+                    /** @description `no-cache, no-store, must-revalidate` on a health answer (200 or 503), which no cache may keep; `no-cache` on the public coupon page and list (and their errors), which a cache (a CDN's too) may keep only if it asks again before each use: their stock changes by the second */
+                    "Cache-Control"?: "no-cache, no-store, must-revalidate" | "no-cache";
                     [name: string]: unknown;
                 };
                 content: {
@@ -1792,8 +1792,8 @@ export interface operations {
                     "x-request-id": string;
                     /** @description The language of `message` when it is not English: the request's Accept-Language chose it (zh-CN, zh, zh-TW all give zh-CN) */
                     "Content-Language"?: "zh-CN";
-                    /** @description `no-cache, no-store, must-revalidate`: a health answer (200 or 503) no cache may keep */
-                    "Cache-Control"?: "no-cache, no-store, must-revalidate";
+                    /** @description `no-cache, no-store, must-revalidate` on a health answer (200 or 503), which no cache may keep; `no-cache` on the public coupon page and list (and their errors), which a cache (a CDN's too) may keep only if it asks again before each use: their stock changes by the second */
+                    "Cache-Control"?: "no-cache, no-store, must-revalidate" | "no-cache";
                     [name: string]: unknown;
                 };
                 content: {
@@ -1816,8 +1816,8 @@ export interface operations {
                     "x-request-id": string;
                     /** @description The language of `message` when it is not English: the request's Accept-Language chose it (zh-CN, zh, zh-TW all give zh-CN) */
                     "Content-Language"?: "zh-CN";
-                    /** @description `no-cache, no-store, must-revalidate`: a health answer (200 or 503) no cache may keep */
-                    "Cache-Control"?: "no-cache, no-store, must-revalidate";
+                    /** @description `no-cache, no-store, must-revalidate` on a health answer (200 or 503), which no cache may keep; `no-cache` on the public coupon page and list (and their errors), which a cache (a CDN's too) may keep only if it asks again before each use: their stock changes by the second */
+                    "Cache-Control"?: "no-cache, no-store, must-revalidate" | "no-cache";
                     [name: string]: unknown;
                 };
                 content: {
@@ -1840,8 +1840,8 @@ export interface operations {
                     "x-request-id": string;
                     /** @description The language of `message` when it is not English: the request's Accept-Language chose it (zh-CN, zh, zh-TW all give zh-CN) */
                     "Content-Language"?: "zh-CN";
-                    /** @description `no-cache, no-store, must-revalidate`: a health answer (200 or 503) no cache may keep */
-                    "Cache-Control"?: "no-cache, no-store, must-revalidate";
+                    /** @description `no-cache, no-store, must-revalidate` on a health answer (200 or 503), which no cache may keep; `no-cache` on the public coupon page and list (and their errors), which a cache (a CDN's too) may keep only if it asks again before each use: their stock changes by the second */
+                    "Cache-Control"?: "no-cache, no-store, must-revalidate" | "no-cache";
                     [name: string]: unknown;
                 };
                 content: {
@@ -1864,8 +1864,8 @@ export interface operations {
                     "x-request-id": string;
                     /** @description The language of `message` when it is not English: the request's Accept-Language chose it (zh-CN, zh, zh-TW all give zh-CN) */
                     "Content-Language"?: "zh-CN";
-                    /** @description `no-cache, no-store, must-revalidate`: a health answer (200 or 503) no cache may keep */
-                    "Cache-Control"?: "no-cache, no-store, must-revalidate";
+                    /** @description `no-cache, no-store, must-revalidate` on a health answer (200 or 503), which no cache may keep; `no-cache` on the public coupon page and list (and their errors), which a cache (a CDN's too) may keep only if it asks again before each use: their stock changes by the second */
+                    "Cache-Control"?: "no-cache, no-store, must-revalidate" | "no-cache";
                     [name: string]: unknown;
                 };
                 content: {
@@ -1890,8 +1890,8 @@ export interface operations {
                     "Retry-After"?: string;
                     /** @description The language of `message` when it is not English: the request's Accept-Language chose it (zh-CN, zh, zh-TW all give zh-CN) */
                     "Content-Language"?: "zh-CN";
-                    /** @description `no-cache, no-store, must-revalidate`: a health answer (200 or 503) no cache may keep */
-                    "Cache-Control"?: "no-cache, no-store, must-revalidate";
+                    /** @description `no-cache, no-store, must-revalidate` on a health answer (200 or 503), which no cache may keep; `no-cache` on the public coupon page and list (and their errors), which a cache (a CDN's too) may keep only if it asks again before each use: their stock changes by the second */
+                    "Cache-Control"?: "no-cache, no-store, must-revalidate" | "no-cache";
                     [name: string]: unknown;
                 };
                 content: {
@@ -2827,6 +2827,8 @@ export interface operations {
                     "Content-Encoding"?: "gzip";
                     /** @description `Accept-Encoding` (after `Origin` when CORS_ORIGINS is set): the answer is gzip'd or not by it, so a shared cache keeps both forms apart */
                     Vary: string;
+                    /** @description `no-cache, no-store, must-revalidate` on a health answer (200 or 503), which no cache may keep; `no-cache` on the public coupon page and list (and their errors), which a cache (a CDN's too) may keep only if it asks again before each use: their stock changes by the second */
+                    "Cache-Control"?: "no-cache, no-store, must-revalidate" | "no-cache";
                     [name: string]: unknown;
                 };
                 content: {
@@ -2840,6 +2842,8 @@ export interface operations {
                     "x-request-id": string;
                     /** @description The language of `message` when it is not English: the request's Accept-Language chose it (zh-CN, zh, zh-TW all give zh-CN) */
                     "Content-Language"?: "zh-CN";
+                    /** @description `no-cache, no-store, must-revalidate` on a health answer (200 or 503), which no cache may keep; `no-cache` on the public coupon page and list (and their errors), which a cache (a CDN's too) may keep only if it asks again before each use: their stock changes by the second */
+                    "Cache-Control"?: "no-cache, no-store, must-revalidate" | "no-cache";
                     [name: string]: unknown;
                 };
                 content: {
@@ -2862,6 +2866,8 @@ export interface operations {
                     "x-request-id": string;
                     /** @description The language of `message` when it is not English: the request's Accept-Language chose it (zh-CN, zh, zh-TW all give zh-CN) */
                     "Content-Language"?: "zh-CN";
+                    /** @description `no-cache, no-store, must-revalidate` on a health answer (200 or 503), which no cache may keep; `no-cache` on the public coupon page and list (and their errors), which a cache (a CDN's too) may keep only if it asks again before each use: their stock changes by the second */
+                    "Cache-Control"?: "no-cache, no-store, must-revalidate" | "no-cache";
                     [name: string]: unknown;
                 };
                 content: {
@@ -2884,6 +2890,8 @@ export interface operations {
                     "x-request-id": string;
                     /** @description The language of `message` when it is not English: the request's Accept-Language chose it (zh-CN, zh, zh-TW all give zh-CN) */
                     "Content-Language"?: "zh-CN";
+                    /** @description `no-cache, no-store, must-revalidate` on a health answer (200 or 503), which no cache may keep; `no-cache` on the public coupon page and list (and their errors), which a cache (a CDN's too) may keep only if it asks again before each use: their stock changes by the second */
+                    "Cache-Control"?: "no-cache, no-store, must-revalidate" | "no-cache";
                     [name: string]: unknown;
                 };
                 content: {
@@ -2906,6 +2914,8 @@ export interface operations {
                     "x-request-id": string;
                     /** @description The language of `message` when it is not English: the request's Accept-Language chose it (zh-CN, zh, zh-TW all give zh-CN) */
                     "Content-Language"?: "zh-CN";
+                    /** @description `no-cache, no-store, must-revalidate` on a health answer (200 or 503), which no cache may keep; `no-cache` on the public coupon page and list (and their errors), which a cache (a CDN's too) may keep only if it asks again before each use: their stock changes by the second */
+                    "Cache-Control"?: "no-cache, no-store, must-revalidate" | "no-cache";
                     [name: string]: unknown;
                 };
                 content: {
@@ -2930,6 +2940,8 @@ export interface operations {
                     "Retry-After"?: string;
                     /** @description The language of `message` when it is not English: the request's Accept-Language chose it (zh-CN, zh, zh-TW all give zh-CN) */
                     "Content-Language"?: "zh-CN";
+                    /** @description `no-cache, no-store, must-revalidate` on a health answer (200 or 503), which no cache may keep; `no-cache` on the public coupon page and list (and their errors), which a cache (a CDN's too) may keep only if it asks again before each use: their stock changes by the second */
+                    "Cache-Control"?: "no-cache, no-store, must-revalidate" | "no-cache";
                     [name: string]: unknown;
                 };
                 content: {
@@ -2967,6 +2979,8 @@ export interface operations {
                     "Content-Encoding"?: "gzip";
                     /** @description `Accept-Encoding` (after `Origin` when CORS_ORIGINS is set): the answer is gzip'd or not by it, so a shared cache keeps both forms apart */
                     Vary: string;
+                    /** @description `no-cache, no-store, must-revalidate` on a health answer (200 or 503), which no cache may keep; `no-cache` on the public coupon page and list (and their errors), which a cache (a CDN's too) may keep only if it asks again before each use: their stock changes by the second */
+                    "Cache-Control"?: "no-cache, no-store, must-revalidate" | "no-cache";
                     [name: string]: unknown;
                 };
                 content: {
@@ -2980,6 +2994,8 @@ export interface operations {
                     "x-request-id": string;
                     /** @description The language of `message` when it is not English: the request's Accept-Language chose it (zh-CN, zh, zh-TW all give zh-CN) */
                     "Content-Language"?: "zh-CN";
+                    /** @description `no-cache, no-store, must-revalidate` on a health answer (200 or 503), which no cache may keep; `no-cache` on the public coupon page and list (and their errors), which a cache (a CDN's too) may keep only if it asks again before each use: their stock changes by the second */
+                    "Cache-Control"?: "no-cache, no-store, must-revalidate" | "no-cache";
                     [name: string]: unknown;
                 };
                 content: {
@@ -3002,6 +3018,8 @@ export interface operations {
                     "x-request-id": string;
                     /** @description The language of `message` when it is not English: the request's Accept-Language chose it (zh-CN, zh, zh-TW all give zh-CN) */
                     "Content-Language"?: "zh-CN";
+                    /** @description `no-cache, no-store, must-revalidate` on a health answer (200 or 503), which no cache may keep; `no-cache` on the public coupon page and list (and their errors), which a cache (a CDN's too) may keep only if it asks again before each use: their stock changes by the second */
+                    "Cache-Control"?: "no-cache, no-store, must-revalidate" | "no-cache";
                     [name: string]: unknown;
                 };
                 content: {
@@ -3024,6 +3042,8 @@ export interface operations {
                     "x-request-id": string;
                     /** @description The language of `message` when it is not English: the request's Accept-Language chose it (zh-CN, zh, zh-TW all give zh-CN) */
                     "Content-Language"?: "zh-CN";
+                    /** @description `no-cache, no-store, must-revalidate` on a health answer (200 or 503), which no cache may keep; `no-cache` on the public coupon page and list (and their errors), which a cache (a CDN's too) may keep only if it asks again before each use: their stock changes by the second */
+                    "Cache-Control"?: "no-cache, no-store, must-revalidate" | "no-cache";
                     [name: string]: unknown;
                 };
                 content: {
@@ -3046,6 +3066,8 @@ export interface operations {
                     "x-request-id": string;
                     /** @description The language of `message` when it is not English: the request's Accept-Language chose it (zh-CN, zh, zh-TW all give zh-CN) */
                     "Content-Language"?: "zh-CN";
+                    /** @description `no-cache, no-store, must-revalidate` on a health answer (200 or 503), which no cache may keep; `no-cache` on the public coupon page and list (and their errors), which a cache (a CDN's too) may keep only if it asks again before each use: their stock changes by the second */
+                    "Cache-Control"?: "no-cache, no-store, must-revalidate" | "no-cache";
                     [name: string]: unknown;
                 };
                 content: {
@@ -3068,6 +3090,8 @@ export interface operations {
                     "x-request-id": string;
                     /** @description The language of `message` when it is not English: the request's Accept-Language chose it (zh-CN, zh, zh-TW all give zh-CN) */
                     "Content-Language"?: "zh-CN";
+                    /** @description `no-cache, no-store, must-revalidate` on a health answer (200 or 503), which no cache may keep; `no-cache` on the public coupon page and list (and their errors), which a cache (a CDN's too) may keep only if it asks again before each use: their stock changes by the second */
+                    "Cache-Control"?: "no-cache, no-store, must-revalidate" | "no-cache";
                     [name: string]: unknown;
                 };
                 content: {
@@ -3092,6 +3116,8 @@ export interface operations {
                     "Retry-After"?: string;
                     /** @description The language of `message` when it is not English: the request's Accept-Language chose it (zh-CN, zh, zh-TW all give zh-CN) */
                     "Content-Language"?: "zh-CN";
+                    /** @description `no-cache, no-store, must-revalidate` on a health answer (200 or 503), which no cache may keep; `no-cache` on the public coupon page and list (and their errors), which a cache (a CDN's too) may keep only if it asks again before each use: their stock changes by the second */
+                    "Cache-Control"?: "no-cache, no-store, must-revalidate" | "no-cache";
                     [name: string]: unknown;
                 };
                 content: {

@@ -229,6 +229,8 @@ describe('public coupon page and list answered from memory ahead of the controll
       const again = await fetchAs(path(coupon.id), encoding);
       expect(first.status).toBe(200);
       expect(first.headers['access-control-allow-origin']).toBe(SHOP);
+      // Kept by a browser or a CDN only if asked again: the stock changes by the second.
+      expect(first.headers['cache-control']).toBe('no-cache');
       expect(again).toEqual(first);
       expect(controller).toHaveBeenCalledTimes(1);
       controller.mockClear();

@@ -2,6 +2,14 @@ import { parse as parseQuery } from 'fast-querystring';
 import type { FastifyInstance, FastifyRequest, onRequestHookHandler } from 'fastify';
 import type { AheadRoute } from '../common/ahead-of-fastify.js';
 import { JSON_TYPE } from '../common/http-exception.filter.js';
+
+/**
+ * The page and the list may be kept, by a browser or a CDN, only if asked again before each use:
+ * their remaining stock changes by the second, and with no Cache-Control a CDN applies its own
+ * default lifetime (CloudFront's is a day). A shop that accepts stock a moment older at its CDN
+ * sets that there.
+ */
+export const PUBLIC_READ_CACHE_CONTROL = 'no-cache';
 import { DEFAULT_PAGE_LIMIT } from '../common/page.js';
 import { asList } from '../common/route-hooks.js';
 import type { SharedJson } from '../common/shared-json.js';
@@ -48,7 +56,7 @@ export function servePublicReadsFromMemory(fastify: FastifyInstance, coupons: Co
     const hook: onRequestHookHandler = (req, reply, done) => {
       const json = req.method === 'GET' && !announcesBody(req) ? held(req) : undefined;
       if (!json) return done();
-      void reply.header('Content-Type', JSON_TYPE);
+      void reply.header('Content-Type', JSON_TYPE).header('Cache-Control', PUBLIC_READ_CACHE_CONTROL);
       void reply.send(json.body(reply));
     };
     route.onRequest = [...asList(route.onRequest), hook];
@@ -73,7 +81,7 @@ export function publicReadsAheadOfFastify(coupons: CouponService): AheadRoute {
     const json = heldPage(coupons, path.slice(PAGE_PREFIX.length));
     return json && { route: PAGE_ROUTE, json };
   };
-  const plain = { 'content-type': JSON_TYPE, vary: 'Accept-Encoding' };
+  const plain = { 'content-type': JSON_TYPE, 'cache-control': PUBLIC_READ_CACHE_CONTROL, vary: 'Accept-Encoding' };
   const gzipped = { ...plain, 'content-encoding': 'gzip' };
   return (req) => {
     const found = req.method === 'GET' ? held(req.url as string) : undefined;

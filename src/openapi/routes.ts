@@ -52,6 +52,7 @@ export interface RouteContract {
 
 const REPLAYED: HeaderName[] = ['Idempotent-Replayed'];
 const GZIPPED: HeaderName[] = ['Content-Encoding', 'Vary'];
+const PUBLIC_READ: HeaderName[] = [...GZIPPED, 'Cache-Control'];
 
 /** REDEMPTIONS_BY_USERS=false (src/redemption/checks.ts), as the holds and redemptions say it. */
 const ONLY_THE_ORDER_SERVICE =
@@ -61,14 +62,16 @@ export const ROUTES: Record<string, RouteContract> = {
   'GET /coupons': {
     summary: 'The coupon centre: live coupons, soonest grab start first (served from memory)',
     auth: 'public',
-    ok: { 200: { schema: 'CouponPage', description: 'One page', headers: GZIPPED } },
+    ok: { 200: { schema: 'CouponPage', description: 'One page', headers: PUBLIC_READ } },
     errors: [],
+    errorHeaders: ['Cache-Control'],
   },
   'GET /coupons/{couponId}': {
     summary: 'A coupon template with its remaining stock',
     auth: 'public',
-    ok: { 200: { schema: 'Coupon', description: 'The coupon', headers: GZIPPED } },
+    ok: { 200: { schema: 'Coupon', description: 'The coupon', headers: PUBLIC_READ } },
     errors: ['COUPON_NOT_FOUND'],
+    errorHeaders: ['Cache-Control'],
   },
   'POST /coupons/{couponId}/grab': {
     summary: 'Grab one coupon (idempotent by Idempotency-Key)',

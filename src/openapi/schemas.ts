@@ -349,8 +349,10 @@ export const HEADERS = {
     schema: { type: 'string', pattern: '(^|, )Accept-Encoding$' },
   },
   'Cache-Control': {
-    description: '`no-cache, no-store, must-revalidate`: a health answer (200 or 503) no cache may keep',
-    schema: { type: 'string', const: 'no-cache, no-store, must-revalidate' },
+    description:
+      '`no-cache, no-store, must-revalidate` on a health answer (200 or 503), which no cache may keep; `no-cache` on the public ' +
+      "coupon page and list (and their errors), which a cache (a CDN's too) may keep only if it asks again before each use: their stock changes by the second",
+    schema: { type: 'string', enum: ['no-cache, no-store, must-revalidate', 'no-cache'] },
   },
   'Content-Disposition': {
     description: 'A download: `attachment; filename="job-<jobId>-skipped[-<reason>].csv"` or `"job-<jobId>-unprocessed.csv"`',
