@@ -181,6 +181,25 @@ describe('expiry sweep', () => {
     expect(await expiry.runExclusive()).toMatchObject({ expired: 0 });
   });
 
+  it("runs a cron tick once across the instances: one whose timer fires after another's run ended skips it; the next tick runs", async () => {
+    const skipped = async () => {
+      const text = (await request(t.url).get('/metrics')).text;
+      return Number(/^expiry_sweep_runs_total\{outcome="skipped"\} (\d+)/m.exec(text)?.[1] ?? 0);
+    };
+    const couponId = await seed(t, 3, new Date(Date.now() - MINUTE), 'tick');
+    const due = new Date();
+    const before = await skipped();
+    await expiry.runScheduled(new AbortController().signal, due);
+    expect(await byStatus(couponId)).toEqual({ EXPIRED: 3 });
+    // Another instance's timer for the same tick, a moment later: the tick was run.
+    await expiry.runScheduled(new AbortController().signal, due);
+    expect(await skipped()).toBe(before + 1);
+    // The next tick, a second on, runs.
+    await new Promise((r) => setTimeout(r, due.getTime() + 1000 - Date.now()));
+    expect(await expiry.runExclusive()).toMatchObject({ complete: true });
+    expect(await skipped()).toBe(before + 1);
+  });
+
   it('reports rows done and duration on /metrics', async () => {
     const res = await request(t.url).get('/metrics');
     expect(res.text).toMatch(/^expiry_sweep_rows_total \d+/m);

@@ -41,6 +41,16 @@ export function dueAt(cronTime: CronTime, timeZone: string, due: Date, now: Date
 }
 
 /**
+ * How long a sweep's tick keeps its lease once its run is done (Lease.release): the instances'
+ * timers for one tick fire up to a moment apart, and the lease, free again at once, let one whose
+ * timer fired after another's run ended run the tick again (an SRE probe saw two runs of one tick).
+ * A tick whose timer fires later than this runs again; every sweep is safe to run twice.
+ */
+const TICK_MS = 1000;
+
+export const tickEnd = (due: Date): Date => new Date(due.getTime() + TICK_MS);
+
+/**
  * A cron job whose schedule comes from the validated config, hence registered by hand rather than
  * with @Cron. Every job is registered and stopped the same way: registered at bootstrap; at
  * shutdown it stops firing, tells the run in progress to stop (the signal) and waits for it. A

@@ -110,14 +110,25 @@ export class Lease {
   }
 
   /** Frees the lease for the next holder at once. Never throws: an unreleased lease expires by itself. */
-  async release(): Promise<void> {
+  /**
+   * Ends the lease. With `keptUntil`, no one else takes it before then: a cron tick's run, done, is
+   * not run again by an instance whose timer for the same tick fired a moment later.
+   */
+  async release(keptUntil?: Date): Promise<void> {
     clearInterval(this.timer);
     await this.renewing;
     if (this.signal.aborted) return;
     this.controller.abort(new LeaseLostError(`The lease ${this.name} was released`));
     try {
       await runTransaction(this.ds, this.settings.retries, (em) =>
-        execute(em, `UPDATE job_lease SET holder = NULL, expires_at = NOW(3) WHERE name = ? AND holder = ?`, [this.name, this.holder]),
+        keptUntil
+          ? execute(em, `UPDATE job_lease SET holder = ?, expires_at = GREATEST(NOW(3), ?) WHERE name = ? AND holder = ?`, [
+              `done:${this.holder}`,
+              keptUntil,
+              this.name,
+              this.holder,
+            ])
+          : execute(em, `UPDATE job_lease SET holder = NULL, expires_at = NOW(3) WHERE name = ? AND holder = ?`, [this.name, this.holder]),
       );
     } catch {
       // The lease runs out within ttlMs.
@@ -182,13 +193,13 @@ export class LeaseService {
   }
 
   /** Runs `fn` while holding the lease `name` and releases it after; null (fn not run) when another holder has it. */
-  async runExclusive<T>(name: string, fn: (signal: AbortSignal) => Promise<T>): Promise<T | null> {
+  async runExclusive<T>(name: string, fn: (signal: AbortSignal) => Promise<T>, keptUntil?: Date): Promise<T | null> {
     const lease = await this.tryAcquire(name);
     if (!lease) return null;
     try {
       return await fn(lease.signal);
     } finally {
-      await lease.release();
+      await lease.release(keptUntil);
     }
   }
 }

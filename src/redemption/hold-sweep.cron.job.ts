@@ -25,7 +25,7 @@ export class HoldSweepCronJob extends ScheduledCronJob {
     });
   }
 
-  protected run(signal: AbortSignal): Promise<void> {
-    return this.sweeps.runScheduled(signal);
+  protected run(signal: AbortSignal, due: Date): Promise<void> {
+    return this.sweeps.runScheduled(signal, due);
   }
 }

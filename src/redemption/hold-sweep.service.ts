@@ -1,3 +1,4 @@
+import { tickEnd } from '../common/cron-job.js';
 import { Injectable, Logger } from '@nestjs/common';
 import { EntityManager } from 'typeorm';
 import { counter, gauge } from '../common/metrics.js';
@@ -43,18 +44,20 @@ export class HoldSweepService {
    * The sweep under the `hold-sweep` lease; it stops at the next batch if the lease is lost or
    * `signal` aborts. Null when another run holds it.
    */
-  async runExclusive(now?: Date, signal?: AbortSignal): Promise<HoldSweepResult | null> {
-    const result = await this.leases.runExclusive(HOLD_SWEEP_LEASE, (lost) =>
-      this.sweep(now, signal ? AbortSignal.any([signal, lost]) : lost),
+  async runExclusive(now?: Date, signal?: AbortSignal, keptUntil?: Date): Promise<HoldSweepResult | null> {
+    const result = await this.leases.runExclusive(
+      HOLD_SWEEP_LEASE,
+      (lost) => this.sweep(now, signal ? AbortSignal.any([signal, lost]) : lost),
+      keptUntil,
     );
     if (result === null) runs.inc({ outcome: 'skipped' });
     return result;
   }
 
-  /** The cron's entry point: never throws (the next tick tries again). */
-  async runScheduled(signal: AbortSignal): Promise<void> {
+  /** The cron's entry point for the tick due at `due`: never throws (the next tick tries again). */
+  async runScheduled(signal: AbortSignal, due: Date): Promise<void> {
     try {
-      await this.runExclusive(undefined, signal);
+      await this.runExclusive(undefined, signal, tickEnd(due));
     } catch (err) {
       this.logger.error(`Hold sweep failed: ${String(err)}`);
     }

@@ -20,7 +20,7 @@ export class ExpireCronJob extends ScheduledCronJob {
     super(scheduler, { name: EXPIRE_JOB, cronTime: config.EXPIRE_CRON, timeZone: 'UTC', enabled: config.SCHEDULER_ENABLED });
   }
 
-  protected run(signal: AbortSignal): Promise<void> {
-    return this.expiry.runScheduled(signal);
+  protected run(signal: AbortSignal, due: Date): Promise<void> {
+    return this.expiry.runScheduled(signal, due);
   }
 }

@@ -1,3 +1,4 @@
+import { tickEnd } from '../common/cron-job.js';
 import { Injectable, Logger } from '@nestjs/common';
 import { EntityManager } from 'typeorm';
 import { counter, gauge, histogram } from '../common/metrics.js';
@@ -28,6 +29,8 @@ export interface SweepOptions {
   maxBatches?: number;
   /** Checked between batches: the current batch commits, the next one does not start. */
   signal?: AbortSignal;
+  /** No other run starts before then (Lease.release): a cron tick's end, so the tick runs once across the cluster. */
+  keptUntil?: Date;
 }
 
 export interface SweepResult {
@@ -62,8 +65,10 @@ export class ExpiryService {
    * `expire` lease, and stops at the next batch if the lease is lost. Returns null when skipped.
    */
   async runExclusive(opts: SweepOptions = {}): Promise<SweepResult | null> {
-    const result = await this.leases.runExclusive(EXPIRY_LEASE, (lost) =>
-      this.sweep({ ...opts, signal: opts.signal ? AbortSignal.any([opts.signal, lost]) : lost }),
+    const result = await this.leases.runExclusive(
+      EXPIRY_LEASE,
+      (lost) => this.sweep({ ...opts, signal: opts.signal ? AbortSignal.any([opts.signal, lost]) : lost }),
+      opts.keptUntil,
     );
     if (result === null) {
       runs.inc({ outcome: 'skipped' });
@@ -72,10 +77,10 @@ export class ExpiryService {
     return result;
   }
 
-  /** The cron's entry point: never throws (the next tick tries again). */
-  async runScheduled(signal: AbortSignal): Promise<void> {
+  /** The cron's entry point for the tick due at `due`: never throws (the next tick tries again). */
+  async runScheduled(signal: AbortSignal, due: Date): Promise<void> {
     try {
-      await this.runExclusive({ signal });
+      await this.runExclusive({ signal, keptUntil: tickEnd(due) });
     } catch (err) {
       this.logger.error(`Expiry sweep failed: ${String(err)}`);
     }
