@@ -27,6 +27,9 @@ describe('settings are refused at boot with the name of the setting', () => {
     ['EXPIRE_CRON', 'every minute'],
     ['EXPIRE_CRON', '61 * * * * *'],
     ['RECONCILE_CRON', '0 0 25 * * *'],
+    // Valid, but no date matches: the job's start threw, a stack trace instead of the setting's name.
+    ['RECONCILE_CRON', '0 0 0 31 2 *'],
+    ['EXPIRE_CRON', '0 0 0 30 2 *'],
     ['RECONCILE_TIMEZONE', 'Mars/Base'],
     // Number() would have read these as 3102, 3000 and 7.
     ['PORT', '0x0C1E'],

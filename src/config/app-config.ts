@@ -17,7 +17,7 @@ import {
   ValidateBy,
   validateSync,
 } from 'class-validator';
-import { validateCronExpression } from 'cron';
+import { CronTime, validateCronExpression } from 'cron';
 
 const IsListenHost = () =>
   ValidateBy({
@@ -83,14 +83,27 @@ export const DEFAULT_JWT_SECRET = 'dev-only-insecure-secret-change-me';
 /** Secrets copied from an example (compose files, docs) rather than generated. */
 const PLACEHOLDER_SECRET = /change.?me|placeholder/i;
 
-/** Checked here, not when the job is registered after connecting, so a typo stops the boot with the setting's name. */
+/** Whether a valid expression ever fires: the cron library looks 8 years ahead, and throws when the job starts. */
+function fires(expression: string): boolean {
+  try {
+    new CronTime(expression).sendAt();
+    return true;
+  } catch {
+    return false;
+  }
+}
+
+/**
+ * Checked here, not when the job is registered after connecting, so a typo stops the boot with the
+ * setting's name; so does one that never fires (31 February), which failed the start with a stack trace.
+ */
 const IsCronExpression = () =>
   ValidateBy({
     name: 'isCronExpression',
     validator: {
-      validate: (value: unknown) => typeof value === 'string' && validateCronExpression(value).valid,
+      validate: (value: unknown) => typeof value === 'string' && validateCronExpression(value).valid && fires(value),
       defaultMessage: (args) =>
-        `${args?.property} must be a cron expression with seconds ("0 * * * * *") or an alias such as @hourly; got ${JSON.stringify(args?.value)}`,
+        `${args?.property} must be a cron expression with seconds ("0 * * * * *") or an alias such as @hourly, that fires (no 31 February); got ${JSON.stringify(args?.value)}`,
     },
   });
 
