@@ -106,6 +106,23 @@ export class IssueService implements OnModuleInit {
     return uc;
   }
 
+  /** A refund's returned coupon: to the refunded coupon's user, replacing it, taking no stock. */
+  issueRefundReturn(
+    em: EntityManager,
+    coupon: IssuableCoupon,
+    refunded: { id: string; userId: string },
+    how: Pick<IssueInput, 'reason' | 'txId' | 'now'>,
+  ): Promise<UserCoupon> {
+    return this.issue(em, {
+      coupon,
+      userId: refunded.userId,
+      source: 'REFUND_RETURN',
+      fromStock: false,
+      replacesUserCouponId: refunded.id,
+      ...how,
+    });
+  }
+
   /** A group of grabs in one multi-row INSERT, each logged under its own Idempotency-Key. */
   issueGrabs(em: EntityManager, coupon: IssuableCoupon, grabs: { userId: string; key: string }[], now = new Date()): Promise<UserCoupon[]> {
     return this.issueMany(

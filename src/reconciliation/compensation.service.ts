@@ -197,12 +197,7 @@ export class CompensationService {
     const issued =
       validityWindow(coupon, refund.created_at).expiresAt <= new Date()
         ? null
-        : await this.issuer.issue(em, {
-            coupon,
-            userId: uc.userId,
-            source: 'REFUND_RETURN',
-            fromStock: false,
-            replacesUserCouponId: uc.id,
+        : await this.issuer.issueRefundReturn(em, coupon, uc, {
             reason: `reconciliation: compensation ${comp.id} (refund ${refund.refund_no})`,
             txId: TxIds.compensation(comp.id),
             now: refund.created_at,

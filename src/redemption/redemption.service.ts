@@ -229,15 +229,7 @@ export class RedemptionService {
       const replacement =
         validityEnded(coupon, new Date()) || (await findReplacement(em, uc.id)) !== null
           ? null
-          : await this.issuer.issue(em, {
-              coupon,
-              userId: uc.userId,
-              source: 'REFUND_RETURN',
-              fromStock: false,
-              replacesUserCouponId: uc.id,
-              reason: `refund ${dto.refundNo}`,
-              txId: TxIds.refund(dto.refundNo),
-            });
+          : await this.issuer.issueRefundReturn(em, coupon, uc, { reason: `refund ${dto.refundNo}`, txId: TxIds.refund(dto.refundNo) });
       const refund = Object.assign(new Refund(), {
         refundNo: dto.refundNo,
         redemptionId: redemption.id,
