@@ -189,8 +189,12 @@ describe('expiry sweep', () => {
     const couponId = await seed(t, 3, new Date(Date.now() - MINUTE), 'tick');
     const due = new Date();
     const before = await skipped();
+    // A run stopped short (shutdown) keeps nothing: the tick is still run by the next timer.
+    await expiry.runScheduled(AbortSignal.abort(), due);
+    expect(await byStatus(couponId)).toEqual({ UNUSED: 3 });
     await expiry.runScheduled(new AbortController().signal, due);
     expect(await byStatus(couponId)).toEqual({ EXPIRED: 3 });
+    expect(await skipped()).toBe(before);
     // Another instance's timer for the same tick, a moment later: the tick was run.
     await expiry.runScheduled(new AbortController().signal, due);
     expect(await skipped()).toBe(before + 1);

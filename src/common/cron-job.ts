@@ -41,12 +41,13 @@ export function dueAt(cronTime: CronTime, timeZone: string, due: Date, now: Date
 }
 
 /**
- * How long a sweep's tick keeps its lease once its run is done (Lease.release): the instances'
- * timers for one tick fire up to a moment apart, and the lease, free again at once, let one whose
- * timer fired after another's run ended run the tick again (an SRE probe saw two runs of one tick).
- * A tick whose timer fires later than this runs again; every sweep is safe to run twice.
+ * How long after its due time a sweep's tick keeps its lease once its run is done (Lease.release):
+ * the instances' timers for one tick fire up to a moment apart, and the lease, free again at once,
+ * let one whose timer fired after another's run ended run the tick again (an SRE probe saw two runs
+ * of one tick). Half the shortest period a sweep may have (1 s), so the next tick always finds it
+ * free; a timer later than this runs the tick again, and every sweep is safe to run twice.
  */
-const TICK_MS = 1000;
+const TICK_MS = 500;
 
 export const tickEnd = (due: Date): Date => new Date(due.getTime() + TICK_MS);
 

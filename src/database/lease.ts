@@ -109,10 +109,11 @@ export class Lease {
     this.controller.abort(new LeaseLostError(`The lease ${this.name} was lost: ${why}`));
   }
 
-  /** Frees the lease for the next holder at once. Never throws: an unreleased lease expires by itself. */
   /**
-   * Ends the lease. With `keptUntil`, no one else takes it before then: a cron tick's run, done, is
-   * not run again by an instance whose timer for the same tick fired a moment later.
+   * Frees the lease for the next holder at once; with `keptUntil` (this process's clock), only then:
+   * a cron tick's run, done, is not run again by an instance whose timer for the same tick fired a
+   * moment later. The database counts the wait on its own clock, so neither the clocks' offset nor
+   * the server's time zone moves it. Never throws: an unreleased lease expires by itself.
    */
   async release(keptUntil?: Date): Promise<void> {
     clearInterval(this.timer);
@@ -122,9 +123,9 @@ export class Lease {
     try {
       await runTransaction(this.ds, this.settings.retries, (em) =>
         keptUntil
-          ? execute(em, `UPDATE job_lease SET holder = ?, expires_at = GREATEST(NOW(3), ?) WHERE name = ? AND holder = ?`, [
+          ? execute(em, `UPDATE job_lease SET holder = ?, expires_at = NOW(3) + INTERVAL ? MICROSECOND WHERE name = ? AND holder = ?`, [
               `done:${this.holder}`,
-              keptUntil,
+              Math.max(0, keptUntil.getTime() - Date.now()) * 1000,
               this.name,
               this.holder,
             ])
@@ -193,11 +194,15 @@ export class LeaseService {
   }
 
   /** Runs `fn` while holding the lease `name` and releases it after; null (fn not run) when another holder has it. */
-  async runExclusive<T>(name: string, fn: (signal: AbortSignal) => Promise<T>, keptUntil?: Date): Promise<T | null> {
+  /** `keep`: how long the lease stays taken after `fn` resolved with this result (Lease.release); not after a failure. */
+  async runExclusive<T>(name: string, fn: (signal: AbortSignal) => Promise<T>, keep?: (result: T) => Date | undefined): Promise<T | null> {
     const lease = await this.tryAcquire(name);
     if (!lease) return null;
+    let keptUntil: Date | undefined;
     try {
-      return await fn(lease.signal);
+      const result = await fn(lease.signal);
+      keptUntil = keep?.(result);
+      return result;
     } finally {
       await lease.release(keptUntil);
     }

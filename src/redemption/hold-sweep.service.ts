@@ -48,7 +48,7 @@ export class HoldSweepService {
     const result = await this.leases.runExclusive(
       HOLD_SWEEP_LEASE,
       (lost) => this.sweep(now, signal ? AbortSignal.any([signal, lost]) : lost),
-      keptUntil,
+      (r) => (r.complete ? keptUntil : undefined),
     );
     if (result === null) runs.inc({ outcome: 'skipped' });
     return result;

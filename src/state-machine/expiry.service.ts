@@ -68,7 +68,8 @@ export class ExpiryService {
     const result = await this.leases.runExclusive(
       EXPIRY_LEASE,
       (lost) => this.sweep({ ...opts, signal: opts.signal ? AbortSignal.any([opts.signal, lost]) : lost }),
-      opts.keptUntil,
+      // A run stopped short (shutdown, the lease lost) leaves the tick to an instance whose timer fires later.
+      (r) => (r.complete ? opts.keptUntil : undefined),
     );
     if (result === null) {
       runs.inc({ outcome: 'skipped' });

@@ -51,8 +51,6 @@ interface NodeAnswer {
 const NODE_TIMEOUT_MS = 2000;
 /** Complete checks kept for comparison: about a minute of them; past that, gaps fall back on their age. */
 const HISTORY = 240;
-/** ER_UNKNOWN_COM_ERROR: what a node outside the primary component answers (WSREP has not yet prepared node). */
-const NOT_PRIMARY = 1047;
 
 /**
  * The open-writer check of a Galera cluster. Each node lists only its own transactions in
@@ -138,9 +136,10 @@ export class ClusterWriters {
 
 /**
  * One node's writers, after it applied everything committed before; null when it cannot be reached
- * or is outside the primary component (its transactions cannot commit there), 'stale' when it did
- * not answer in time or the list was stale. Every statement has a deadline: a node that lost power
- * leaves a pooled connection waiting for TCP to give up, minutes.
+ * (a node that is down is out of the cluster's size too), 'stale' when it did not answer in time,
+ * the list was stale, or it is outside the primary component (whether its open transactions could
+ * still commit once it rejoins is not known here, so they are not taken as ended). Every statement
+ * has a deadline: a node that lost power leaves a pooled connection waiting for TCP to give up, minutes.
  */
 async function checkNode(pool: mysql.Pool): Promise<NodeAnswer | 'stale' | null> {
   let conn: mysql.PoolConnection;
@@ -160,7 +159,7 @@ async function checkNode(pool: mysql.Pool): Promise<NodeAnswer | 'stale' | null>
               (SELECT VARIABLE_VALUE FROM information_schema.GLOBAL_STATUS WHERE VARIABLE_NAME = 'WSREP_CLUSTER_STATUS') AS component,
               (SELECT log_id FROM webhook_relay_cursor WHERE name = 'relay') AS cursor_id`,
     )) as { node: string | null; size: string | null; component: string | null }[];
-    if (status.component !== 'Primary' || !status.node) return null;
+    if (status.component !== 'Primary' || !status.node) return 'stale';
     await query(`SET TRANSACTION ISOLATION LEVEL READ COMMITTED`);
     await query(`START TRANSACTION`);
     const writers = await writersBefore(query);
@@ -170,12 +169,17 @@ async function checkNode(pool: mysql.Pool): Promise<NodeAnswer | 'stale' | null>
     // 1227: no PROCESS privilege, which the caller reports. Any other failure (a brute-force abort by
     // a replicated write, a deadline, the node going away) leaves this check without an answer.
     if (errnoOf(err) === 1227) throw err;
-    return errnoOf(err) === NOT_PRIMARY ? null : 'stale';
+    return 'stale';
   } finally {
-    if (failed) conn.destroy();
-    else {
-      await conn.query(`ROLLBACK`).catch(() => undefined);
-      conn.release();
-    }
+    // The rollback has a deadline too: a node frozen after the check would hold the relay's pass.
+    if (
+      failed ||
+      !(await query(`ROLLBACK`).then(
+        () => true,
+        () => false,
+      ))
+    )
+      conn.destroy();
+    else conn.release();
   }
 }
