@@ -9,7 +9,7 @@ import { promisify } from 'node:util';
 import mysql from 'mysql2/promise';
 import { verifyToken } from '../src/auth/jwt.js';
 import { AppConfig, ConfigError, loadConfig, readEnvFile } from '../src/config/app-config.js';
-import { DatabaseUnreachableError, ensureDatabase } from '../src/database/bootstrap-database.js';
+import { DatabaseUnreachableError, ensureDatabase, lostWhileStarting } from '../src/database/bootstrap-database.js';
 import { dropTestDatabase, testConfig } from './support/harness.js';
 import { freePort } from './support/net.js';
 import { startTcpProxy } from './support/tcp-proxy.js';
@@ -211,6 +211,14 @@ describe('database errors at start say what happened', () => {
     },
     120_000,
   );
+
+  it('a server at max_connections while the pool opens names DB_POOL_SIZE and max_connections, not an outage to wait out', () => {
+    const refused = Object.assign(new Error('Too many connections'), { code: 'ER_CON_COUNT_ERROR', errno: 1040 });
+    const c = loadConfig({ DB_POOL_SIZE: '500' });
+    expect(() => lostWhileStarting(c)(refused)).toThrow(
+      /^MySQL at 127\.0\.0\.1:3306 refused more connections while starting \(ER_CON_COUNT_ERROR: Too many connections\)\. This instance opens DB_POOL_SIZE \(500\) \+ 1; lower DB_POOL_SIZE or raise the server's max_connections/,
+    );
+  });
 
   it('an account allowed only into its existing database needs no CREATE privilege', async () => {
     const c = testConfig();

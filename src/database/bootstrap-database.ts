@@ -106,6 +106,13 @@ export function lostWhileStarting(c: DbConfig): (err: unknown) => never {
     const hosts = databaseHosts(c)
       .map((h) => `${h.host}:${h.port}`)
       .join(', ');
+    // The pool is opened whole at start: a server at max_connections is a setting to change, not an outage to wait out.
+    if (e.code === 'ER_CON_COUNT_ERROR') {
+      throw new DatabaseUnreachableError(
+        `MySQL at ${hosts} refused more connections while starting (${e.code}: ${e.message}). This instance opens DB_POOL_SIZE (${c.DB_POOL_SIZE}) + 1; ` +
+          `lower DB_POOL_SIZE or raise the server's max_connections to at least instances x (DB_POOL_SIZE + 1), with room for a restart's overlap.`,
+      );
+    }
     throw new DatabaseUnreachableError(
       `Lost MySQL at ${hosts} while starting (${e.code ?? e.errno}: ${e.message}). Nothing is left half-done: migrations resume where they stopped. Start again once it answers.`,
     );
