@@ -179,13 +179,13 @@ export class CompensationService {
       [p.refundId],
     );
     const replacement = await findReplacement(em, p.userCouponId);
-    const lost = await em.query(`SELECT id FROM user_coupon WHERE id = ? FOR UPDATE`, [p.missingUserCouponId]);
+    const lost = await lockUserCoupon(em, p.missingUserCouponId, 'exclusive');
     if (
       !uc ||
       !refund ||
       String(refund.replacement_user_coupon_id) !== p.missingUserCouponId ||
       replacement !== null ||
-      lost.length > 0 ||
+      lost !== null ||
       (await hadHistory(em, p.missingUserCouponId))
     ) {
       throw changedSinceRun(`Refund ${p.refundId}`, {
