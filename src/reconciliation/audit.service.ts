@@ -1,6 +1,8 @@
 import { Injectable } from '@nestjs/common';
 import type { EntityManager, QueryRunner } from 'typeorm';
+import { findLog } from '../ledger/state-log.js';
 import { TRANSITIONS, UserCouponStatus } from '../ledger/transitions.js';
+import { findReplacement } from '../ledger/user-coupons.js';
 import type { HoldFinding, OrderDiscountFinding } from './hold-audit.js';
 import {
   diagnoseMissingStock,
@@ -56,14 +58,13 @@ export interface RefundReplacementFinding {
  * in its place would then hand the user a second use.
  */
 export async function hadHistory(q: Queryable, userCouponId: string): Promise<boolean> {
-  const [row]: { moved: string | number }[] = await q.query(
-    `SELECT (SELECT to_status FROM user_coupon_state_log WHERE user_coupon_id = ? ORDER BY id DESC LIMIT 1) <> 'UNUSED'
-         OR EXISTS (SELECT 1 FROM redemption WHERE user_coupon_id = ?)
-         OR EXISTS (SELECT 1 FROM refund WHERE user_coupon_id = ?)
-         OR EXISTS (SELECT 1 FROM user_coupon WHERE replaces_user_coupon_id = ?) AS moved`,
-    [userCouponId, userCouponId, userCouponId, userCouponId],
+  const last = (await findLog(q, userCouponId)).at(-1);
+  if ((last && last.toStatus !== 'UNUSED') || (await findReplacement(q, userCouponId)) !== null) return true;
+  const [row]: { named: string | number }[] = await q.query(
+    `SELECT EXISTS (SELECT 1 FROM redemption WHERE user_coupon_id = ?) OR EXISTS (SELECT 1 FROM refund WHERE user_coupon_id = ?) AS named`,
+    [userCouponId, userCouponId],
   );
-  return Number(row.moved) === 1;
+  return Number(row.named) === 1;
 }
 
 /** A refund naming a redemption that is gone while the order's redemption of the coupon is there under another id. */
