@@ -9,5 +9,5 @@ const config = loadConfig();
 await prepareDatabase(config);
 // The same createApp() as main.ts, so adapter, hooks, guard, pipes and filter are identical.
 const app = await createApp(config, [ReferenceModule], [noopAheadOfFastify(config)]);
-closeOnSignals(app, config.SHUTDOWN_TIMEOUT_MS);
+closeOnSignals(app, config);
 await app.listen({ port: config.PORT, host: '127.0.0.1' });

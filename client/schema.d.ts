@@ -13,7 +13,9 @@ export interface paths {
         };
         /**
          * Whether the database answers
-         * @description Auth: No token needed.
+         * @description A readiness check: 503 when the database does not answer (`details.checks.database`), and while the instance drains before it stops (SHUTDOWN_DRAIN_MS, `details.checks.stopping`), when every other route is still served, each answer with `Connection: close`.
+         *
+         *     Auth: No token needed.
          */
         get: operations["HealthController_check"];
         put?: never;

@@ -28,6 +28,7 @@ import { CouponService } from './coupon/coupon.service.js';
 import { publicReadsAheadOfFastify, servePublicReadsFromMemory } from './coupon/public-reads.js';
 import { answerGrabsAheadOfNest, grabsAheadOfFastify } from './coupon/grab-ahead.js';
 import { GrabService } from './coupon/grab.service.js';
+import { Stopping } from './health/stopping.js';
 import { buildOpenApiDocument } from './openapi/document.js';
 import { HEADERS } from './openapi/schemas.js';
 
@@ -138,7 +139,8 @@ export async function createApp(
   extraAheadRoutes: AheadRoute[] = [],
 ): Promise<NestFastifyApplication> {
   const pino = createPino(config);
-  const unread = new UnreadBodies();
+  const stopping = new Stopping();
+  const unread = new UnreadBodies(() => stopping.draining);
   // Node's limit is server-wide, so it leaves room for the one route with a longer deadline (a bulk
   // issuance upload); also how long a connection is kept for its answers after its framing broke.
   const requestTimeoutMs = Math.max(config.REQUEST_TIMEOUT_MS, config.BULK_UPLOAD_TIMEOUT_MS) + 1000;
@@ -178,7 +180,7 @@ export async function createApp(
       onResponse(req, reply);
     },
   });
-  const app = await NestFactory.create<NestFastifyApplication>(AppModule.forRoot(config, extraModules), adapter, {
+  const app = await NestFactory.create<NestFastifyApplication>(AppModule.forRoot(config, extraModules, stopping), adapter, {
     logger: new PinoNestLogger(pino),
     bufferLogs: false,
     // JSON only (Fastify's own parser), so a form or plain-text body is 415 like any other type,
@@ -200,11 +202,11 @@ export async function createApp(
   giveLineCsvsTime(fastify, config.BULK_UPLOAD_TIMEOUT_MS);
   servePublicReadsFromMemory(fastify, app.get(CouponService));
   answerGrabsAheadOfNest(fastify, app.get(GrabService), config);
-  answerAheadOfFastify(fastify.server, { isClosing: () => unread.isClosing(), cors: config.CORS_ORIGINS !== undefined, log: pino }, [
-    publicReadsAheadOfFastify(app.get(CouponService)),
-    grabsAheadOfFastify(app.get(GrabService), config),
-    ...extraAheadRoutes,
-  ]);
+  answerAheadOfFastify(
+    fastify.server,
+    { isClosing: () => unread.isClosing(), isStopping: () => unread.isStopping(), cors: config.CORS_ORIGINS !== undefined, log: pino },
+    [publicReadsAheadOfFastify(app.get(CouponService)), grabsAheadOfFastify(app.get(GrabService), config), ...extraAheadRoutes],
+  );
   // Node hands a CONNECT (a proxy's method) to 'connect' listeners and closes the socket unanswered
   // without one; this service is no proxy, so it is a route that does not exist.
   fastify.server.on('connect', (req: IncomingMessage, socket: Socket) => {

@@ -6,6 +6,7 @@ import { ConfigModule } from './config/config.module.js';
 import { CouponModule } from './coupon/coupon.module.js';
 import { DatabaseModule } from './database/database.module.js';
 import { HealthModule } from './health/health.module.js';
+import { Stopping } from './health/stopping.js';
 import { IssuanceModule } from './issuance/issuance.module.js';
 import { LedgerModule } from './ledger/ledger.module.js';
 import { RateLimitModule } from './rate-limit/rate-limit.module.js';
@@ -17,9 +18,13 @@ import { WebhooksModule } from './webhooks/webhooks.module.js';
 @Module({})
 export class AppModule {
   /** `extra` lets a harness (the benchmark's reference designs) mount modules on the very same stack. */
-  static forRoot(config: AppConfig, extra: (Type | DynamicModule)[] = []): DynamicModule {
+  /** `stopping`: the adapter's hooks, made before the modules, read it too. */
+  static forRoot(config: AppConfig, extra: (Type | DynamicModule)[] = [], stopping = new Stopping()): DynamicModule {
     return {
       module: AppModule,
+      global: true,
+      providers: [{ provide: Stopping, useValue: stopping }],
+      exports: [Stopping],
       imports: [
         ConfigModule.forRoot(config),
         DatabaseModule,

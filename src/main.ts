@@ -22,7 +22,7 @@ async function main(): Promise<void> {
   const app = await createApp(config).catch(lostWhileStarting(config));
   // Here rather than in listen(), so that the lifecycle hooks' statements (the pool's warm-up among them) are covered too.
   await app.init().catch(lostWhileStarting(config));
-  closeOnSignals(app, config.SHUTDOWN_TIMEOUT_MS);
+  closeOnSignals(app, config);
   const logger = new Logger('Bootstrap');
   logger.log(
     `Database ${config.DB_NAME} on ${databaseHosts(config)

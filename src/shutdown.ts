@@ -2,6 +2,9 @@ import { Logger } from '@nestjs/common';
 import type { INestApplication } from '@nestjs/common';
 import { ModulesContainer } from '@nestjs/core';
 import { SchedulerRegistry } from '@nestjs/schedule';
+import { setTimeout as sleep } from 'node:timers/promises';
+import type { AppConfig } from './config/app-config.js';
+import { Stopping } from './health/stopping.js';
 
 const logger = new Logger('Shutdown');
 
@@ -50,18 +53,20 @@ function describePending(app: INestApplication, pending: Set<string>): string {
 
 /**
  * SIGTERM or SIGINT closes the app the way Nest orders it: the cron jobs stop (a sweep finishes its
- * batch), the HTTP server stops accepting and waits for the requests in flight, then the database
- * pool closes; then the process exits 0. Handled here rather than by enableShutdownHooks(), which
+ * batch), the instance drains (SHUTDOWN_DRAIN_MS: serving, but /health 503 and every
+ * connection closed after its answer; see Stopping), the HTTP server stops accepting and waits for
+ * the requests in flight, then the database pool closes; then the process exits 0. Handled here rather than by enableShutdownHooks(), which
  * re-raises the signal after closing, so npm reports the stop as a crash and nothing logs the end.
  *
  * Every cron job stops firing at the signal itself: Nest stops each one only when its module's
  * turn comes, and while the modules before it waited (on a stalled database, up to
  * DB_STATEMENT_TIMEOUT_MS a statement) the others kept starting runs. The whole stop is bounded by
- * `timeoutMs` (SHUTDOWN_TIMEOUT_MS): then the process says what it was still waiting for and exits
+ * SHUTDOWN_TIMEOUT_MS: then the process says what it was still waiting for and exits
  * 1, rather than wait for an orchestrator's SIGKILL, which ends it without a word. A second signal
  * (an operator's second Ctrl-C) exits 1 at once.
  */
-export function closeOnSignals(app: INestApplication, timeoutMs: number): void {
+export function closeOnSignals(app: INestApplication, config: Pick<AppConfig, 'SHUTDOWN_TIMEOUT_MS' | 'SHUTDOWN_DRAIN_MS'>): void {
+  const { SHUTDOWN_TIMEOUT_MS: timeoutMs, SHUTDOWN_DRAIN_MS: drainMs } = config;
   let stopping: Set<string> | undefined;
   const stop = (signal: NodeJS.Signals) => {
     if (stopping) {
@@ -71,24 +76,27 @@ export function closeOnSignals(app: INestApplication, timeoutMs: number): void {
     const pending = trackShutdown(app);
     stopping = pending;
     for (const job of app.get(SchedulerRegistry).getCronJobs().values()) void job.stop();
+    app.get(Stopping).begin();
     logger.log(
-      `${signal} received: finishing requests in flight, stopping jobs, closing the database pool (at most ${timeoutMs} ms; a second signal exits at once)`,
+      `${signal} received: ${drainMs > 0 ? `draining for ${drainMs} ms (/health answers 503), then ` : ''}finishing requests in flight, stopping jobs, closing the database pool (at most ${timeoutMs} ms; a second signal exits at once)`,
     );
     // Not unref'd: a close that never settles would otherwise let the process end unannounced, with code 0.
     setTimeout(() => {
       logger.error(`Not stopped within SHUTDOWN_TIMEOUT_MS (${timeoutMs} ms): exiting, still waiting for ${describePending(app, pending)}`);
       process.exit(1);
     }, timeoutMs);
-    app.close().then(
-      () => {
-        logger.log('Stopped gracefully');
-        process.exit(0);
-      },
-      (err: unknown) => {
-        logger.error(`Shutdown failed: ${err instanceof Error ? (err.stack ?? err.message) : String(err)}`);
-        process.exit(1);
-      },
-    );
+    sleep(drainMs)
+      .then(() => app.close())
+      .then(
+        () => {
+          logger.log('Stopped gracefully');
+          process.exit(0);
+        },
+        (err: unknown) => {
+          logger.error(`Shutdown failed: ${err instanceof Error ? (err.stack ?? err.message) : String(err)}`);
+          process.exit(1);
+        },
+      );
   };
   process.on('SIGTERM', stop);
   process.on('SIGINT', stop);

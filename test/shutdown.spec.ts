@@ -8,7 +8,7 @@ import { connect } from 'node:net';
 import { join } from 'node:path';
 import mysql from 'mysql2/promise';
 import { call, checkReply, sleep } from './faults/support/http.js';
-import { BUILD_DIR, buildServer, ROOT } from './faults/support/server.js';
+import { BUILD_DIR, buildServer, ROOT, startServer } from './faults/support/server.js';
 import { couponBody } from './support/factories.js';
 import { adminToken, createTestDatabase, dropTestDatabase, TEST_SECRET, testConfig, tokenFor } from './support/harness.js';
 import { freePort } from './support/net.js';
@@ -242,3 +242,50 @@ it('SIGTERM to npm start finishes the request in flight, refuses in the error fo
   })();
   expect(Number(stored[0].n)).toBe(1);
 }, 180_000);
+
+it('drains before it stops with SHUTDOWN_DRAIN_MS: /health 503 while requests are still served, each answer closing its connection, so a balancer that follows /health loses none', async () => {
+  const server = await startServer({ dbName: config.DB_NAME, env: { SHUTDOWN_DRAIN_MS: '1500', LOG_LEVEL: 'info' } });
+  const coupon = await call(server.url, 'POST', '/admin/coupons', { token: adminToken(), body: couponBody({ totalStock: 5 }) });
+  expect(coupon.status).toBe(201);
+  // A balancer's view of the instance: routable while /health answers 200, polled every 100 ms.
+  let routable = true;
+  const poller = (async () => {
+    while (routable) {
+      if ((await call(server.url, 'GET', '/health', { timeoutMs: 1000 })).status !== 200) routable = false;
+      else await sleep(100);
+    }
+  })();
+  // Shoppers on kept-alive connections, through the balancer: the coupon page (answered ahead of
+  // Fastify) and "my coupons" (through Nest and the database).
+  const replies: Awaited<ReturnType<typeof call>>[] = [];
+  const shopper = async (n: number) => {
+    while (routable) {
+      const path = n % 2 === 0 ? `/coupons/${coupon.body.id}` : '/me/coupons';
+      replies.push(await call(server.url, 'GET', path, { token: tokenFor(`drain-${n}`) }));
+    }
+  };
+  const shoppers = Array.from({ length: 60 }, (_, n) => shopper(n));
+  await sleep(500);
+  const signalledAt = Date.now();
+  server.child.kill('SIGTERM');
+  await poller;
+  // Draining: still accepting and serving, but every answer closes its connection.
+  const page = await call(server.url, 'GET', `/coupons/${coupon.body.id}`);
+  const mine = await call(server.url, 'GET', '/me/coupons', { token: tokenFor('late') });
+  const health = await call(server.url, 'GET', '/health');
+  expect([page.status, page.headers.connection]).toEqual([200, 'close']);
+  expect([mine.status, mine.headers.connection]).toEqual([200, 'close']);
+  expect([health.status, health.body.code, health.headers['retry-after']]).toEqual([503, 'SERVICE_UNAVAILABLE', '1']);
+  expect(health.body.details).toEqual({ checks: { stopping: { status: 'down' } } });
+  expect(Date.now() - signalledAt).toBeLessThan(1500);
+  await Promise.all(shoppers);
+  await new Promise<void>((ok) => (server.child.exitCode !== null ? ok() : server.child.once('exit', () => ok())));
+  expect(server.child.exitCode).toBe(0);
+  expect(Date.now() - signalledAt).toBeGreaterThanOrEqual(1500);
+  // Not one shopper's request reset or refused: the balancer moved them away before the listener closed.
+  expect(replies.length).toBeGreaterThan(100);
+  expect(replies.filter((r) => r.status !== 200).map((r) => `${r.status} ${r.error ?? r.body.code}`)).toEqual([]);
+  const log = readFileSync(server.logFile, 'utf8');
+  expect(log).toContain('SIGTERM received: draining for 1500 ms (/health answers 503), then finishing requests in flight');
+  expect(log).toContain('Stopped gracefully');
+}, 60_000);

@@ -9,6 +9,8 @@ import { hostProblem } from './validation.js';
 export interface AheadOfFastify {
   /** The server is closing: its refusal of a new request is Fastify's to answer. */
   isClosing(): boolean;
+  /** The instance is stopping (draining or closing): every answer closes its connection. */
+  isStopping(): boolean;
   /** CORS_ORIGINS is set: an answer varies on Origin, and a request with one is left to the CORS hook. */
   cors: boolean;
   /** The app's logger, whose request lines these answers' lines must match. */
@@ -25,7 +27,7 @@ export type AheadRoute = (req: IncomingMessage) => { route: string; take: (excha
 /**
  * One request answered ahead of Fastify, with what every answer of Fastify's way has: X-Request-Id
  * (the client's when valid), Vary: Origin under CORS (the CORS hook's), Connection: close once the
- * server is closing (UnreadBodies.settle's), the error format of the one filter, and the log line
+ * instance is stopping (UnreadBodies.settle's), the error format of the one filter, and the log line
  * and duration metric once the answer is written, as Fastify logs: an answer queued behind a
  * pipelined one and lost with its connection is none.
  */
@@ -56,7 +58,7 @@ export class AheadExchange {
     const head = Object.assign({}, headers);
     if (this.options.cors) head.vary = headers.vary === undefined ? 'Origin' : `Origin, ${String(headers.vary)}`;
     head['x-request-id'] = this.id;
-    if (this.options.isClosing()) head.connection = 'close';
+    if (this.options.isStopping()) head.connection = 'close';
     head['content-length'] = Buffer.byteLength(body);
     this.res.writeHead(status, head);
     this.res.once('finish', () => {

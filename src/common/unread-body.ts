@@ -36,16 +36,20 @@ export class UnreadBodies {
   private readonly draining = new Map<Socket, IncomingMessage>();
   private closing = false;
 
+  /** `stopping`: the instance drains before it stops (Stopping), and every answer closes its connection. */
+  constructor(private readonly stopping: () => boolean) {}
+
   /** The socket carries the rest of a body whose answer went: a client error on it (bad chunk framing) gets no answer of its own. */
   isDraining(socket: Socket): boolean {
     return this.draining.has(socket);
   }
 
-  /** In onSend: keeps or closes the connection of an answer whose body has not all arrived, or of any answer once the server is closing. */
+  /** In onSend: keeps or closes the connection of an answer whose body has not all arrived, or of any answer once the instance is stopping. */
   settle(req: FastifyRequest, reply: FastifyReply, withinMs: number): void {
     // A client that reused the connection would have its next request reset, unanswered, when the
     // closing server closes it a moment later.
-    if (this.closing) void reply.header('connection', 'close');
+    const stopping = this.isStopping();
+    if (stopping) void reply.header('connection', 'close');
     const body = req.raw;
     // Arrived whole before anything read it (so nothing asked for it): the 100 goes late, before the
     // answer, or Node would close a connection that has nothing left to read.
@@ -71,7 +75,7 @@ export class UnreadBodies {
     // still arrives is read and dropped, so such a client reads the answer instead of a reset.
     const held = awaitsContinue(body);
     if (held) forgoContinue(body);
-    const keepAlive = reply.raw.shouldKeepAlive && !held;
+    const keepAlive = reply.raw.shouldKeepAlive && !held && !stopping;
     void reply.header('connection', keepAlive ? 'keep-alive' : 'close');
     // Node ends an answer with Connection: close by socket.destroySoon(): here only the write side ends.
     if (!keepAlive) socket.destroySoon = () => socket.end();
@@ -97,6 +101,11 @@ export class UnreadBodies {
     };
     body.once('end', done).once('close', done);
     body.resume();
+  }
+
+  /** From the signal on: draining, then closing. */
+  isStopping(): boolean {
+    return this.closing || this.stopping();
   }
 
   /** From the server's preClose on: a request that arrives then is refused (app.factory.ts). */

@@ -196,6 +196,18 @@ export class AppConfig {
   @Max(3_600_000)
   SHUTDOWN_TIMEOUT_MS: number = 20_000;
 
+  /**
+   * How long a stopping instance goes on serving, with `/health` answering 503 and every answer
+   * closing its connection, before its listener closes: time for a load balancer or Kubernetes'
+   * readiness probe to take it out, so that no client writes a request to a connection as it
+   * closes. Counted within SHUTDOWN_TIMEOUT_MS. 0 (the default) closes at the signal.
+   */
+  @Transform(toInt)
+  @IsInt()
+  @Min(0)
+  @Max(600_000)
+  SHUTDOWN_DRAIN_MS: number = 0;
+
   /** Outside requests (jobs), a statement unanswered this long ends, its connection closed; a request's statements end at its deadline. */
   @Transform(toInt)
   @IsInt()
@@ -517,6 +529,11 @@ export function loadConfig(env: Record<string, string | undefined> = process.env
     if (bad.length > 0) throw new ConfigError(`Invalid configuration:\n  DB_HOSTS: port out of 1-65535 in ${bad.join(', ')}`);
     if (new Set(hosts.map((h) => `${h.host}:${h.port}`)).size !== hosts.length)
       throw new ConfigError('Invalid configuration:\n  DB_HOSTS: a host:port is listed twice');
+  }
+  if (config.SHUTDOWN_DRAIN_MS > 0 && config.SHUTDOWN_DRAIN_MS + config.REQUEST_TIMEOUT_MS > config.SHUTDOWN_TIMEOUT_MS) {
+    throw new ConfigError(
+      `Invalid configuration:\n  SHUTDOWN_DRAIN_MS: the drain (${config.SHUTDOWN_DRAIN_MS} ms) and a request's deadline after it (REQUEST_TIMEOUT_MS, ${config.REQUEST_TIMEOUT_MS} ms) must fit in SHUTDOWN_TIMEOUT_MS (${config.SHUTDOWN_TIMEOUT_MS} ms)`,
+    );
   }
   if (config.NODE_ENV === 'production' && retryDelays(config).reduce((a, b) => a + b, 0) < 86_400) {
     throw new ConfigError('WEBHOOK_RETRY_DELAYS must add up to at least 86400 seconds (24 hours) in production.');

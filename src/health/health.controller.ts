@@ -10,6 +10,7 @@ import { AppConfig } from '../config/app-config.js';
 import { registry } from '../common/metrics.js';
 import { HealthDatabase } from './health-database.js';
 import { runWithDeadline } from '../database/deadline-pool.js';
+import { Stopping } from './stopping.js';
 
 const PING_MS = 1500;
 
@@ -22,12 +23,25 @@ export class HealthController {
     private readonly db: TypeOrmHealthIndicator,
     private readonly database: HealthDatabase,
     private readonly config: AppConfig,
+    private readonly stopping: Stopping,
   ) {}
 
-  /** 200 when the database answers (on a connection of its own: a busy pool is not an outage); 503 naming the checks that failed, with terminus's report of each in `details.checks`. */
+  /**
+   * 200 when the database answers (on a connection of its own: a busy pool is not an outage); 503
+   * naming the checks that failed, with terminus's report of each in `details.checks`; 503 too
+   * while the instance drains before it stops (SHUTDOWN_DRAIN_MS), its check `stopping`.
+   */
   @Get('health')
   @HealthCheck()
   async check(): Promise<HealthCheckResult> {
+    if (this.stopping.draining) {
+      throw new AppError(
+        'SERVICE_UNAVAILABLE',
+        'Health check failed: stopping (draining before it stops; send requests to another instance)',
+        { checks: { stopping: { status: 'down' } } },
+        { 'Retry-After': '1' },
+      );
+    }
     try {
       // Its own deadline, not the request's: a ping still unanswered then gives its connection up
       // (deadline-pool.ts), where terminus's timeout only stops waiting and the next probes would

@@ -460,6 +460,8 @@ export const ROUTES: Record<string, RouteContract> = {
   },
   'GET /health': {
     summary: 'Whether the database answers',
+    description:
+      'A readiness check: 503 when the database does not answer (`details.checks.database`), and while the instance drains before it stops (SHUTDOWN_DRAIN_MS, `details.checks.stopping`), when every other route is still served, each answer with `Connection: close`.',
     auth: 'public',
     ok: { 200: { schema: 'Health', description: 'The database answers', headers: ['Cache-Control'] } },
     errors: [],
