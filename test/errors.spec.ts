@@ -245,7 +245,7 @@ describe('configuration', () => {
     expect(loadConfig({}).SHUTDOWN_DRAIN_MS).toBe(0);
     expect(loadConfig({ SHUTDOWN_DRAIN_MS: '10000' }).SHUTDOWN_DRAIN_MS).toBe(10_000);
     expect(() => loadConfig({ SHUTDOWN_DRAIN_MS: '10001' })).toThrow(
-      'SHUTDOWN_DRAIN_MS: the drain (10001 ms) and a request\'s deadline after it (REQUEST_TIMEOUT_MS, 10000 ms) must fit in SHUTDOWN_TIMEOUT_MS (20000 ms)',
+      "SHUTDOWN_DRAIN_MS: the drain (10001 ms) and a request's deadline after it (REQUEST_TIMEOUT_MS, 10000 ms) must fit in SHUTDOWN_TIMEOUT_MS (20000 ms)",
     );
     expect(loadConfig({ SHUTDOWN_DRAIN_MS: '25000', SHUTDOWN_TIMEOUT_MS: '40000' }).SHUTDOWN_DRAIN_MS).toBe(25_000);
     for (const bad of ['-1', '5s', '600001']) {
