@@ -125,6 +125,25 @@ describe('grab route behind the rate limiter, in-memory buckets', () => {
     expect(all.map((r) => [r.status, r.body.code])).toEqual(Array.from({ length: 10 }, () => [409, 'SOLD_OUT']));
   });
 
+  it('once the instance has seen the sell-out, a shopper is told SOLD_OUT at every try, not 429, and the refusals take none of the limiter tokens', async () => {
+    const gone = await createCoupon(t.url, { totalStock: 1, rateLimitPerSecond: 100 });
+    const grab = (couponId: string, user: string) =>
+      request(t.url)
+        .post(`/coupons/${couponId}/grab`)
+        .set(bearer(tokenFor(user)))
+        .set('Idempotency-Key', newKey());
+    expect((await grab(gone.id, 'first-clicker')).status).toBe(201);
+    // The grab that finds the stock gone tells the instance.
+    expect((await grab(gone.id, 'second-clicker')).body.code).toBe('SOLD_OUT');
+    // Four times the user's 5 a second, at once: each refused from memory, none by the limiter.
+    const retries = await Promise.all(Array.from({ length: 20 }, () => grab(gone.id, 'retry-loop')));
+    expect(retries.map((r) => [r.status, r.body.code])).toEqual(Array.from({ length: 20 }, () => [409, 'SOLD_OUT']));
+    // The same shopper's bucket is still full for the next coupon.
+    const next = await createCoupon(t.url, { totalStock: 10, perUserLimit: 5, rateLimitPerSecond: 100 });
+    const onNext = await Promise.all(Array.from({ length: 5 }, () => grab(next.id, 'retry-loop')));
+    expect(onNext.map((r) => r.status)).toEqual([201, 201, 201, 201, 201]);
+  });
+
   it('an admin change of rateLimitPerSecond applies to the next grabs without a restart', async () => {
     const coupon = await createCoupon(t.url, { totalStock: 1000, rateLimitPerSecond: 500 });
     const patch = await request(t.url).patch(`/admin/coupons/${coupon.id}`).set(bearer(adminToken())).send({ rateLimitPerSecond: 10 });

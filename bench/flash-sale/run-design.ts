@@ -137,6 +137,7 @@ export async function runDesign(design: Design, scenario: Scenario, w: Workload,
   const dbPid = localDatabasePid();
   let wrk: WrkResult | undefined;
   let wrkCoupon = '';
+  let limiterAdmitted = 0;
   try {
     const warmCoupon =
       design.kind !== 'noop'
@@ -161,6 +162,7 @@ export async function runDesign(design: Design, scenario: Scenario, w: Workload,
     clientCpu = process.cpuUsage(clientBefore);
     rssDuring = Math.max(rssDuring, server.rss());
     peakRss = server.peakRss();
+    if (scenario.limiterRate !== undefined) limiterAdmitted = await admittedByLimiter(server.url, couponId);
     if (w.wrk && scenario.id === 'throughput') {
       // Grabs need a coupon with stock again, and users of their own.
       if (design.kind === 'grab') wrkCoupon = await createCoupon(server.url, w.adminAuthorization, w.stock);
@@ -230,7 +232,13 @@ export async function runDesign(design: Design, scenario: Scenario, w: Workload,
     const rejected = counts.RATE_LIMITED ?? 0;
     // A token bucket of capacity R refilled at R/s cannot admit more than R * (1 + seconds) in any window.
     const admissibleAtMost = Math.floor(rate * (1 + result.wallMs / 1000));
-    limiter = { ratePerSecond: rate, admitted: result.answers.length - rejected, rejected, admissibleAtMost };
+    // Counted by the server: a grab refused from memory once the instance saw the sell-out never
+    // reaches the limiter, so the answers that are not 429 are more than it admitted.
+    limiter = { ratePerSecond: rate, admitted: limiterAdmitted, rejected, admissibleAtMost };
+    const decided = limiterAdmitted + rejected;
+    if (decided > result.answers.length) violations.push(`the limiter decided ${decided} grabs of the ${result.answers.length} sent`);
+    if (successes.length > limiterAdmitted)
+      violations.push(`${successes.length} coupons issued, but the limiter admitted ${limiterAdmitted}`);
     if (limiter.admitted > admissibleAtMost)
       violations.push(
         `the limiter admitted ${limiter.admitted}, more than ${admissibleAtMost} its bucket allows in ${round(result.wallMs)} ms`,
@@ -273,4 +281,15 @@ export async function runDesign(design: Design, scenario: Scenario, w: Workload,
     violations,
     failed: design.mustHold && violations.length + wrkViolations.length > 0,
   };
+}
+
+/** The grabs of the coupon the server's limiter admitted (its `rate_limit_grab_decisions_total`), warm-up excluded. */
+async function admittedByLimiter(url: string, couponId: string): Promise<number> {
+  const text = await (await fetch(`${url}/metrics`)).text();
+  const line = text
+    .split('\n')
+    .find(
+      (l) => l.startsWith('rate_limit_grab_decisions_total{') && l.includes(`coupon_id="${couponId}"`) && l.includes('result="admitted"'),
+    );
+  return line === undefined ? 0 : Number(line.slice(line.lastIndexOf(' ') + 1));
 }

@@ -42,7 +42,7 @@ export function issuedAnswer({ userCoupon, replayed }: GrabResult): { headers: R
 }
 
 /**
- * The grab flow: limiter, idempotency, eligibility, then one transaction that deducts stock,
+ * The grab flow: eligibility and the sold-out hint (memory), limiter, then one transaction that deducts stock,
  * issues the coupon with its log row and checks the per-user limit while holding the stock row's
  * lock, so the limit cannot be raced.
  */
@@ -135,6 +135,10 @@ export class GrabService {
   private async attempt(userId: string, couponId: string, key: string): Promise<GrabResult> {
     // A held template without a promise (the common case); template() is async even then.
     const coupon = this.coupons.heldTemplate(couponId) ?? (await this.coupons.template(couponId));
+    // Before the limiter: what memory already knows is final spends no token (nor a call to Redis),
+    // and a shopper limited as the last coupons go is told SOLD_OUT at the next try, not 429 until admitted.
+    const refusal = this.precheck(coupon, new Date());
+    if (refusal) return this.settle(refused(refusal, false), userId, key, couponId);
     try {
       await this.rateLimit.admitGrab(couponId, userId, coupon.rateLimitPerSecond);
     } catch (err) {
@@ -142,8 +146,6 @@ export class GrabService {
       if (err instanceof AppError && err.code === 'RATE_LIMITED') return this.settle(refused(err, false), userId, key, couponId);
       throw err;
     }
-    const refusal = this.precheck(coupon, new Date());
-    if (refusal) return this.settle(refused(refusal, false), userId, key, couponId);
     try {
       return await this.settle(await this.decide(coupon, userId, key), userId, key, couponId);
     } catch (err) {
