@@ -3,7 +3,7 @@ import request from 'supertest';
 import { DataSource, EntityManager } from 'typeorm';
 import { TransactionService } from '../src/database/transaction.service.js';
 import { AppConfig } from '../src/config/app-config.js';
-import { RECONCILIATION_LEASE, ReconciliationService } from '../src/reconciliation/reconciliation.service.js';
+import { RECONCILIATION_LEASE, ReconciliationService, zoneBehindUtcMs } from '../src/reconciliation/reconciliation.service.js';
 import { createCoupon, CouponInput, grabUserCoupon, newKey } from './support/factories.js';
 import { adminToken, bearer, serviceToken, startTestApp, TestApp, tokenFor } from './support/harness.js';
 import { checkInvariants } from '../src/ledger/invariants.js';
@@ -673,6 +673,15 @@ describe('reconciliation', () => {
     expect((await proposals(again.id)).map((p) => [p.discrepancy.type, p.discrepancy.userCouponId])).toEqual([['LOG_MISMATCH', uc]]);
     await settleAll();
     expect(await checkInvariants(t.db)).toEqual([]);
+  });
+
+  it("INCREMENTAL looks back as far as the server's zone is behind UTC (a hand edit stamps updated_at in it), 12 hours for a zone it cannot tell", async () => {
+    const hour = 3600_000;
+    expect(await zoneBehindUtcMs(t.db)).toBe(0); // this server runs in UTC
+    expect(await zoneBehindUtcMs(t.db, '-05:00')).toBe(5 * hour);
+    expect(await zoneBehindUtcMs(t.db, '-09:30')).toBe(9.5 * hour);
+    expect(await zoneBehindUtcMs(t.db, '+08:00')).toBe(0);
+    expect(await zoneBehindUtcMs(t.db, 'Mars/Olympus_Mons')).toBe(12 * hour);
   });
 
   it('INCREMENTAL replays the log only of coupons changed since the last complete run; FULL replays all', async () => {

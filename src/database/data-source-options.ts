@@ -29,7 +29,8 @@ export function dataSourceOptions(c: DbConfig): MysqlDataSourceOptions {
     migrationsTransactionMode: 'each',
     logging: false,
     extra: {
-      // Session time zone UTC so NOW(3) and DATETIME values agree with the app's Date objects.
+      // Date objects to and from DATETIME values as UTC; the session's own time_zone (NOW(3)) is set
+      // by deadline-pool.ts.
       timezone: SESSION_TIME_ZONE,
       queryFormat: formatQuery,
       connectTimeout: 5000,

@@ -94,6 +94,17 @@ export const USER_COUPON_CHUNK = 5000;
 const COUPON_CHUNK = 200;
 /** How far before the last complete run's start an incremental run looks, for clock skew between instances. */
 const INCREMENTAL_SLACK_MS = 5 * 60_000;
+/** The furthest a zone is behind UTC (Etc/GMT+12), for a zone whose offset the server cannot tell (no time zone tables). */
+const FURTHEST_BEHIND_UTC_MS = 12 * 3600_000;
+
+/** How far the zone (by default the server's, `@@global.time_zone`) is behind UTC now; 0 for one ahead of it. */
+export async function zoneBehindUtcMs(q: Pick<DataSource, 'query'>, zone: string | null = null): Promise<number> {
+  const [row]: { ahead: string | null }[] = await q.query(
+    `SELECT TIMESTAMPDIFF(SECOND, UTC_TIMESTAMP(), CONVERT_TZ(UTC_TIMESTAMP(), '+00:00', COALESCE(?, @@global.time_zone))) AS ahead`,
+    [zone],
+  );
+  return row.ahead === null ? FURTHEST_BEHIND_UTC_MS : Math.max(0, -Number(row.ahead)) * 1000;
+}
 const PROGRESS_LOG_MS = 10_000;
 /** How often the run row's counts are brought up to date while it runs (each write is a commit). */
 const PROGRESS_SAVE_MS = 1_000;
@@ -498,7 +509,10 @@ export class ReconciliationService implements BeforeApplicationShutdown {
       `SELECT started_at FROM reconciliation_run WHERE status = 'COMPLETED' AND id < ? ORDER BY id DESC LIMIT 1`,
       [currentRunId],
     );
-    return row ? new Date(row.started_at.getTime() - INCREMENTAL_SLACK_MS) : null;
+    if (!row) return null;
+    // The service's sessions stamp user_coupon.updated_at in UTC; a hand edit from another client
+    // stamps it in that client's zone, by default the server's: west of UTC, earlier than the edit.
+    return new Date(row.started_at.getTime() - INCREMENTAL_SLACK_MS - (await zoneBehindUtcMs(this.dataSource)));
   }
 
   /**
