@@ -214,12 +214,13 @@ describe('reconciliation', () => {
       recorded.push([Number(r.a), Number(r.d)]);
     }
     expect(cases.map((c) => c.granted)).toEqual([500, 500, 1000, 1000, 1200, 1200]);
-    // Order known: its amount and the discount granted. Lost: the AMOUNT's amount, the PERCENT's cap, or nothing for an uncapped PERCENT.
+    // Order known: its amount and the discount granted. Lost: the AMOUNT's amount, the PERCENT's cap
+    // (on the smallest order 30 % of which reaches it), or nothing for an uncapped PERCENT.
     expect(recorded).toEqual([
       [4000, 500],
       [500, 500],
       [4000, 1000],
-      [1000, 1000],
+      [3334, 1000],
       [4000, 1200],
       [0, 0],
     ]);
@@ -282,6 +283,61 @@ describe('reconciliation', () => {
     await sql(`DELETE FROM user_coupon WHERE id = ?`, [copy]);
     const after = await svc.runNow('FULL', 'test');
     expect((await proposals(after.id)).filter((p) => p.discrepancy.couponId === c)).toEqual([]);
+  });
+
+  it("a redemption edited by hand to take more off than its template's rule (its discount raised, or its amount lowered) is reported for an operator; a stacked coupon cut below its rule is not", async () => {
+    const use = async (couponId: string, user: string, orderNo = newKey('rd'), orderAmountCents = 4000) => {
+      const uc = await grab(couponId, user);
+      const res = await request(t.url)
+        .post('/redemptions')
+        .set(bearer(serviceToken()))
+        .send({ userCouponId: uc, orderNo, orderAmountCents, userId: user });
+      expect(res.status).toBe(201);
+      return { uc, id: res.body.redemptionId as string, discountCents: res.body.discountCents as number };
+    };
+    const raised = await use(await coupon({ discount: { type: 'AMOUNT', thresholdCents: 0, amountCents: 500 } }), 'rd-raised');
+    const lowered = await use(
+      await coupon({ discount: { type: 'PERCENT', thresholdCents: 0, percentOff: 30, maxDiscountCents: 1000 } }),
+      'rd-lowered',
+    );
+    const untouched = await use(await coupon({ discount: { type: 'PERCENT', thresholdCents: 0, percentOff: 10 } }), 'rd-untouched');
+    const stackable = { stackable: true, discount: { type: 'AMOUNT' as const, thresholdCents: 0, amountCents: 3000 } };
+    const order = newKey('rd-stacked');
+    const stacked = [await use(await coupon(stackable), 'rd-stacked', order), await use(await coupon(stackable), 'rd-stacked', order)];
+    expect([raised.discountCents, lowered.discountCents, untouched.discountCents, ...stacked.map((s) => s.discountCents)]).toEqual([
+      500, 1000, 400, 3000, 1000,
+    ]);
+    await sql(`UPDATE redemption SET discount_cents = 900 WHERE id = ?`, [raised.id]);
+    await sql(`UPDATE redemption SET order_amount_cents = 2000 WHERE id = ?`, [lowered.id]);
+
+    const run = await svc.runNow('FULL', 'test');
+    const found = (await proposals(run.id)).filter((p) => p.discrepancy.type === 'REDEMPTION_DISCOUNT_EXCEEDED');
+    expect(found.map((p) => [p.action, p.discrepancy.redemptionId, p.discrepancy.userCouponId, p.discrepancy.details])).toEqual([
+      [
+        'MANUAL_REVIEW',
+        raised.id,
+        raised.uc,
+        expect.objectContaining({ orderAmountCents: 4000, discountCents: 900, ruleDiscountCents: 500 }),
+      ],
+      [
+        'MANUAL_REVIEW',
+        lowered.id,
+        lowered.uc,
+        expect.objectContaining({ orderAmountCents: 2000, discountCents: 1000, ruleDiscountCents: 600 }),
+      ],
+    ]);
+    expect(found[0].discrepancy.details.explanation).toMatch(
+      /^Used on order rd-\S+, it took ¥9 off an order of ¥40, where its template's rule takes ¥5 off: an operator decides\.$/,
+    );
+    for (const p of found) expect((await decide(p.id, 'approve')).status).toBe(200);
+    // Still there, so found again; once the operator puts the amounts back, nothing is.
+    expect(
+      (await proposals((await svc.runNow('FULL', 'test')).id)).filter((p) => p.discrepancy.type === 'REDEMPTION_DISCOUNT_EXCEEDED'),
+    ).toHaveLength(2);
+    await settleAll();
+    await sql(`UPDATE redemption SET discount_cents = 500 WHERE id = ?`, [raised.id]);
+    await sql(`UPDATE redemption SET order_amount_cents = 4000 WHERE id = ?`, [lowered.id]);
+    expect(await svc.runNow('FULL', 'test')).toMatchObject({ status: 'COMPLETED', discrepancies: 0 });
   });
 
   it('a refund naming a redemption recreated under a new id (by an earlier repair) is made to name it again: no second refund', async () => {

@@ -48,6 +48,8 @@ export const EXPLANATIONS_EN = {
     'Its log, a redemption, a refund or a coupon replacing it shows it was used or moved on before it was lost: another coupon could give the user a second use, so an operator decides.',
   explain_USER_LIMIT_EXCEEDED:
     'User {userId} holds {held} coupons of this template from grabs and bulk issuance ({userCouponIds}), more than its limit of {perUserLimit}: an operator decides which the user should not have.',
+  explain_REDEMPTION_DISCOUNT_EXCEEDED:
+    "Used on order {orderNo}, it took {discountCents} off an order of {orderAmountCents}, where its template's rule takes {ruleDiscountCents} off: an operator decides.",
   explain_ORDER_DISCOUNT_EXCEEDED:
     'The coupons used on order {orderNo} took {discountCents} off an order of {orderAmountCents}: an operator decides.',
 };
@@ -90,5 +92,7 @@ export const EXPLANATIONS_ZH_CN: typeof EXPLANATIONS_EN = {
     '它的日志、核销、退款或替换它的券表明，它在丢失前已被使用或已有变动：再发一张可能让用户多用一次，由运营人员决定。',
   explain_USER_LIMIT_EXCEEDED:
     '用户 {userId} 通过抢券和批量发放持有本券 {held} 张（{userCouponIds}），超过每人限领 {perUserLimit} 张：由运营人员决定该用户不应持有哪几张。',
+  explain_REDEMPTION_DISCOUNT_EXCEEDED:
+    '用于订单 {orderNo}，对 {orderAmountCents} 的订单优惠了 {discountCents}，而券模板的规则只优惠 {ruleDiscountCents}：由运营人员决定。',
   explain_ORDER_DISCOUNT_EXCEEDED: '订单 {orderNo} 使用的券共优惠了 {discountCents}，超过订单金额 {orderAmountCents}：由运营人员决定。',
 };

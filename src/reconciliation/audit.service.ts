@@ -30,6 +30,23 @@ export interface OrphanRedemptionFinding {
   params: { redemptionId: string; userCouponId: string };
 }
 
+/** A redemption that took more off its order than its template's rule gives on the amount it names (an edit by hand). */
+export interface RedemptionDiscountFinding {
+  type: 'REDEMPTION_DISCOUNT_EXCEEDED';
+  couponId: string;
+  userCouponId: string;
+  redemptionId: string;
+  details: {
+    orderNo: string;
+    userId: string;
+    orderAmountCents: number;
+    discountCents: number;
+    ruleDiscountCents: number;
+  } & Explained;
+  action: 'MANUAL_REVIEW';
+  params: { redemptionId: string; userCouponId: string };
+}
+
 /** A user holding more coupons of a template from grabs and bulk issuance than its perUserLimit (invariant 2). */
 export interface UserLimitFinding {
   type: 'USER_LIMIT_EXCEEDED';
@@ -86,6 +103,7 @@ export type Finding =
   | UserCouponFinding
   | DoubleUseFinding
   | OrphanRedemptionFinding
+  | RedemptionDiscountFinding
   | HoldFinding
   | OrderDiscountFinding
   | UserLimitFinding;
@@ -396,29 +414,71 @@ export class AuditService {
     });
   }
 
-  /** USED redemptions in [lo, hi] whose user coupon row is gone (the other half of REDEMPTION_WITHOUT_USED is in userCouponChunk). */
-  async orphanRedemptionChunk(q: Queryable, lo: bigint, hi: bigint): Promise<ChunkResult> {
+  /**
+   * USED redemptions in [lo, hi] whose user coupon row is gone (the other half of
+   * REDEMPTION_WITHOUT_USED is in userCouponChunk), or that took more off than their template's
+   * rule gives on the amount they name (discount.ts's discountFor, in SQL, without the threshold: a
+   * stacked coupon is cut below it, and a repair that did not know the amount records one under it).
+   * Templates' rules never change once created.
+   */
+  async redemptionChunk(q: Queryable, lo: bigint, hi: bigint): Promise<ChunkResult> {
     const range = [String(lo), String(hi)];
-    const rows: { id: string; user_coupon_id: string; order_no: string; user_id: string }[] = await q.query(
-      `SELECT r.id, r.user_coupon_id, r.order_no, r.user_id
-       FROM redemption r LEFT JOIN user_coupon uc ON uc.id = r.user_coupon_id
-       WHERE r.id BETWEEN ? AND ? AND r.status = 'USED' AND uc.id IS NULL ORDER BY r.id`,
+    const rows: {
+      id: string;
+      user_coupon_id: string;
+      order_no: string;
+      user_id: string;
+      found: string | null;
+      coupon_id: string | null;
+      order_amount_cents: string;
+      discount_cents: string;
+      rule_cents: string | null;
+    }[] = await q.query(
+      `SELECT * FROM (
+         SELECT r.id, r.user_coupon_id, r.order_no, r.user_id, uc.id AS found, uc.coupon_id, r.order_amount_cents, r.discount_cents,
+                CASE WHEN BINARY c.discount_type = 'PERCENT'
+                     THEN LEAST(r.order_amount_cents * c.percent_off DIV 100, COALESCE(c.max_discount_cents, r.order_amount_cents), r.order_amount_cents)
+                     ELSE LEAST(c.discount_cents, r.order_amount_cents) END AS rule_cents
+         FROM redemption r LEFT JOIN user_coupon uc ON uc.id = r.user_coupon_id LEFT JOIN coupon c ON c.id = uc.coupon_id
+         WHERE r.id BETWEEN ? AND ? AND r.status = 'USED'
+       ) x
+       WHERE found IS NULL OR discount_cents > rule_cents ORDER BY id`,
       range,
     );
     const checked = await count(q, `SELECT COUNT(*) AS n FROM redemption WHERE id BETWEEN ? AND ?`, range);
-    const findings = rows.map((r): OrphanRedemptionFinding => ({
-      type: 'REDEMPTION_WITHOUT_USED',
-      couponId: null,
-      userCouponId: r.user_coupon_id,
-      redemptionId: r.id,
-      details: {
-        orderNo: r.order_no,
-        userId: r.user_id,
-        ...explained(sentence('REDEMPTION_COUPON_GONE')),
-      },
-      action: 'MANUAL_REVIEW',
-      params: { redemptionId: r.id, userCouponId: r.user_coupon_id },
-    }));
+    const findings = rows.map((r): OrphanRedemptionFinding | RedemptionDiscountFinding => {
+      const params = { redemptionId: r.id, userCouponId: r.user_coupon_id };
+      if (r.found === null) {
+        return {
+          type: 'REDEMPTION_WITHOUT_USED',
+          couponId: null,
+          userCouponId: r.user_coupon_id,
+          redemptionId: r.id,
+          details: { orderNo: r.order_no, userId: r.user_id, ...explained(sentence('REDEMPTION_COUPON_GONE')) },
+          action: 'MANUAL_REVIEW',
+          params,
+        };
+      }
+      const amounts = {
+        orderAmountCents: Number(r.order_amount_cents),
+        discountCents: Number(r.discount_cents),
+        ruleDiscountCents: Number(r.rule_cents),
+      };
+      return {
+        type: 'REDEMPTION_DISCOUNT_EXCEEDED',
+        couponId: String(r.coupon_id),
+        userCouponId: r.user_coupon_id,
+        redemptionId: r.id,
+        details: {
+          orderNo: r.order_no,
+          userId: r.user_id,
+          ...amounts,
+          ...explained(sentence('REDEMPTION_DISCOUNT_EXCEEDED', { orderNo: r.order_no, ...amounts })),
+        },
+        action: 'MANUAL_REVIEW',
+        params,
+      };
+    });
     return { checked, findings };
   }
 }

@@ -409,8 +409,9 @@ export class CompensationService {
  * it too; the discount is the template's rule on it (its threshold was met when the coupon was
  * used), cut to what the order's other coupons leave of it, as stacking cut it. Without any of them
  * the amount is unknown: the most the rule takes off without one (an AMOUNT's amount, a PERCENT's
- * cap, else nothing) is recorded, as the order's amount too, so the order never shows more off than
- * it cost.
+ * cap, else nothing) is recorded, on the smallest order the rule takes that off (the AMOUNT's
+ * amount; the one a PERCENT reaches its cap on), so the order never shows more off than it cost and
+ * the discount is the rule's (the audit of redemptions checks it).
  */
 async function recreatedAmounts(
   em: EntityManager,
@@ -439,5 +440,8 @@ async function recreatedAmounts(
     return { orderAmountCents: amount, discountCents, amountKnown: true };
   }
   const most = rule.type === 'AMOUNT' ? rule.amountCents : (rule.maxDiscountCents ?? 0);
-  return { orderAmountCents: most, discountCents: most, amountKnown: false };
+  // The smallest amount the rule takes that off: a PERCENT reaches its cap only on a larger order.
+  const amountForMost =
+    rule.type === 'PERCENT' && most > 0 ? Number((BigInt(most) * 100n + BigInt(rule.percentOff) - 1n) / BigInt(rule.percentOff)) : most;
+  return { orderAmountCents: amountForMost, discountCents: most, amountKnown: false };
 }

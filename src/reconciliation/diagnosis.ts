@@ -14,6 +14,7 @@ export const DISCREPANCY_TYPES = [
   'USER_LIMIT_EXCEEDED',
   'REFUND_REPLACEMENT_MISSING',
   'REFUND_REDEMPTION_MISSING',
+  'REDEMPTION_DISCOUNT_EXCEEDED',
 ] as const;
 export type DiscrepancyType = (typeof DISCREPANCY_TYPES)[number];
 

@@ -70,6 +70,9 @@ const SENTENCES = {
   /** Follows REFUND_REPLACEMENT_MISSING. */
   REPLACEMENT_HAD_HISTORY: () =>
     'Its log, a redemption, a refund or a coupon replacing it shows it was used or moved on before it was lost: another coupon could give the user a second use, so an operator decides.',
+  // redemptions
+  REDEMPTION_DISCOUNT_EXCEEDED: (p: { orderNo: string; orderAmountCents: number; discountCents: number; ruleDiscountCents: number }) =>
+    `Used on order ${p.orderNo}, it took ${yuan(p.discountCents)} off an order of ${yuan(p.orderAmountCents)}, where its template's rule takes ${yuan(p.ruleDiscountCents)} off: an operator decides.`,
   // orders
   ORDER_DISCOUNT_EXCEEDED: (p: { orderNo: string; discountCents: number; orderAmountCents: number }) =>
     `The coupons used on order ${p.orderNo} took ${yuan(p.discountCents)} off an order of ${yuan(p.orderAmountCents)}: an operator decides.`,

@@ -55,6 +55,8 @@ function entityOf(f: Finding): Entity {
       return { kind: 'refund', id: f.params.refundId };
     case 'USER_LIMIT_EXCEEDED':
       return { kind: 'limit', id: `${f.couponId}:${f.details.userId}` };
+    case 'REDEMPTION_DISCOUNT_EXCEEDED':
+      return { kind: 'redemption', id: f.redemptionId };
     default:
       return f.couponId === null
         ? { kind: 'redemption', id: f.redemptionId }
@@ -393,7 +395,7 @@ export class ReconciliationService implements BeforeApplicationShutdown {
         await step('hold', await inSnapshot(q, async () => ({ checked: 0, findings: await holdChunk(q, lo, hi, new Date()) })));
       }
       await this.byIdRange(q, await this.audits.idRange(q, 'redemption'), async (cq, lo, hi) =>
-        step('redemption', await inSnapshot(cq, () => this.audits.orphanRedemptionChunk(cq, lo, hi))),
+        step('redemption', await inSnapshot(cq, () => this.audits.redemptionChunk(cq, lo, hi))),
       );
       await this.byIdRange(q, await this.audits.idRange(q, 'refund'), async (cq, lo, hi) =>
         step('refund', await inSnapshot(cq, () => this.audits.refundChunk(cq, lo, hi))),
@@ -574,7 +576,7 @@ export class ReconciliationService implements BeforeApplicationShutdown {
       case 'coupon':
         return (await this.audits.stockChunk(em, String(BigInt(e.id) - 1n), 1)).findings;
       case 'redemption':
-        return (await this.audits.orphanRedemptionChunk(em, BigInt(e.id), BigInt(e.id))).findings;
+        return (await this.audits.redemptionChunk(em, BigInt(e.id), BigInt(e.id))).findings;
       case 'refund':
         return (await this.audits.refundChunk(em, BigInt(e.id), BigInt(e.id))).findings;
       default: {
