@@ -141,15 +141,25 @@ export class Lease {
 export async function tryAcquireLease(ds: DataSource, name: string, settings: LeaseSettings): Promise<Lease | null> {
   const holder = `${PROCESS_ID}#${++acquisitions}`;
   const started = performance.now();
-  const claimed = await runTransaction(ds, settings.retries, async (em) => {
-    await em.query(`INSERT INTO job_lease (name, expires_at) VALUES (?, NOW(3)) ON DUPLICATE KEY UPDATE name = name`, [name]);
-    return execute(
-      em,
-      `UPDATE job_lease SET holder = ?, expires_at = NOW(3) + INTERVAL ? MICROSECOND, acquired_at = NOW(3), renewed_at = NOW(3)
-       WHERE name = ? AND (holder IS NULL OR expires_at <= NOW(3))`,
-      [holder, settings.ttlMs * 1000, name],
-    );
-  });
+  let claimed: number;
+  try {
+    claimed = await runTransaction(ds, settings.retries, async (em) => {
+      await em.query(`INSERT INTO job_lease (name, expires_at) VALUES (?, NOW(3)) ON DUPLICATE KEY UPDATE name = name`, [name]);
+      return execute(
+        em,
+        `UPDATE job_lease SET holder = ?, expires_at = NOW(3) + INTERVAL ? MICROSECOND, acquired_at = NOW(3), renewed_at = NOW(3)
+         WHERE name = ? AND (holder IS NULL OR expires_at <= NOW(3))`,
+        [holder, settings.ttlMs * 1000, name],
+      );
+    });
+  } catch (err) {
+    // The claim may have committed with its answer lost (the connection cut at COMMIT): the holder
+    // id is this attempt's alone, so the row tells. Taken for failed, it blocked the job until it
+    // expired, and a reconciliation trigger was answered 503, then 409 RECONCILIATION_RUNNING naming no run.
+    const [row] = (await ds.query(`SELECT holder FROM job_lease WHERE name = ?`, [name]).catch(() => [])) as { holder: string | null }[];
+    if (row?.holder === holder) return new Lease(ds, name, holder, settings, started);
+    throw err;
+  }
   return claimed === 1 ? new Lease(ds, name, holder, settings, started) : null;
 }
 

@@ -40,7 +40,13 @@ describe('lost COMMIT answers', () => {
    * passing COMMIT next, so no request runs out of retries because of the proxy alone.
    */
   let commitSeq = 0;
+  /** The next COMMIT's answer is lost, whatever `faulty` says. */
+  let loseNextAnswer = false;
   const fate = (): CommitFate => {
+    if (loseNextAnswer) {
+      loseNextAnswer = false;
+      return 'lose-answer';
+    }
     if (!faulty) return 'pass';
     const n = commitSeq++ % 6;
     return n === 1 ? 'lose-answer' : n === 4 ? 'drop' : 'pass';
@@ -172,5 +178,21 @@ describe('lost COMMIT answers', () => {
     expect(after.committed).toBeGreaterThan(before.committed);
     expect(after.unknown).toBe(0);
     expect(await checkInvariants(fdb.db)).toEqual([]);
+  });
+
+  it("a reconciliation trigger whose claim of the job's lease committed unheard starts its run, and leaves nothing blocking the next", async () => {
+    const server = servers[0] ?? (await start('grouped'));
+    loseNextAnswer = true;
+    const first = await call(server.url, 'POST', '/admin/reconciliation/runs', { token: adminToken() });
+    expect(loseNextAnswer).toBe(false);
+    expect([first.status, first.body.runId]).toEqual([202, expect.stringMatching(/^\d+$/)]);
+    for (let i = 0; ; i++) {
+      const run = await call(server.url, 'GET', `/admin/reconciliation/runs/${String(first.body.runId)}`, { token: adminToken() });
+      if (run.body.status !== 'RUNNING') break;
+      if (i > 200) throw new Error('the run never ended');
+      await new Promise((r) => setTimeout(r, 100));
+    }
+    const next = await call(server.url, 'POST', '/admin/reconciliation/runs', { token: adminToken() });
+    expect([next.status, next.body.code]).toEqual([202, undefined]);
   });
 });
