@@ -29,8 +29,8 @@ export function dataSourceOptions(c: DbConfig): MysqlDataSourceOptions {
     migrationsTransactionMode: 'each',
     logging: false,
     extra: {
-      // Date objects to and from DATETIME values as UTC; the session's own time_zone (NOW(3)) is set
-      // by deadline-pool.ts.
+      // Date objects to and from DATETIME values as UTC. The session keeps the server's time_zone:
+      // see docs/hardening.md for the few NOW(3)s, which are compared only with NOW(3).
       timezone: SESSION_TIME_ZONE,
       queryFormat: formatQuery,
       connectTimeout: 5000,

@@ -106,7 +106,6 @@ export const SESSION_ISOLATION = 'READ COMMITTED';
  *   (mysql2's timeout only stops waiting: the statement would still occupy the connection, and the
  *   ROLLBACK queued behind it would hang too); the server rolls back the open transaction when it
  *   sees the connection gone;
- * - the session's time zone is UTC, as the app's DATETIME values are;
  * - row-lock waits end after DB_LOCK_WAIT_TIMEOUT_SECONDS (innodb_lock_wait_timeout, 50 s by
  *   default), set once per connection, so the retries of a lock-wait timeout fit in a request's deadline;
  * - on MariaDB, a session idle inside a transaction for DB_IDLE_TRANSACTION_TIMEOUT_SECONDS is
@@ -151,9 +150,7 @@ export function deadlineDriver(base: typeof mysql2, limits: Limits): typeof mysq
             // `/*M! … */` is run by MariaDB only: MySQL has no idle_transaction_timeout.
             // 0 leaves the server's own setting.
             const idle = limits.DB_IDLE_TRANSACTION_TIMEOUT_SECONDS;
-            // time_zone: NOW(3) and ON UPDATE CURRENT_TIMESTAMP(3) in UTC, as the app writes its DATETIMEs
-            // (SESSION_TIME_ZONE), whatever the server's own zone; mysql2's timezone only converts values.
-            const set = `SET SESSION time_zone = '+00:00', innodb_lock_wait_timeout = ${limits.DB_LOCK_WAIT_TIMEOUT_SECONDS}${idle > 0 ? ` /*M!, idle_transaction_timeout = ${idle} */` : ''}`;
+            const set = `SET SESSION innodb_lock_wait_timeout = ${limits.DB_LOCK_WAIT_TIMEOUT_SECONDS}${idle > 0 ? ` /*M!, idle_transaction_timeout = ${idle} */` : ''}`;
             const failed = (setErr: unknown) => {
               if (!setErr) return false;
               conn.destroy();
