@@ -1594,6 +1594,19 @@ export interface components {
             /** @description Discrepancies this run recorded as new */
             discrepancies: number;
             error: string | null;
+            /** @description The ledger as a COMPLETED run read it, chunk by chunk (each chunk one snapshot); two nights apart, the difference is what the day added. null while running, for a FAILED run, and for runs before these figures */
+            totals: {
+                /** @description User coupons, in any status */
+                userCoupons: number;
+                /** @description USED redemptions (refunded ones included: a refund leaves its redemption USED) */
+                redemptions: number;
+                /** @description The discount those redemptions gave */
+                discountCents: number;
+                /** @description Of those, the refunded ones */
+                refundedRedemptions: number;
+                /** @description The refunded ones' discount */
+                refundedDiscountCents: number;
+            } | null;
         };
         RunWithCounts: {
             /**
@@ -1619,6 +1632,19 @@ export interface components {
             /** @description Discrepancies this run recorded as new */
             discrepancies: number;
             error: string | null;
+            /** @description The ledger as a COMPLETED run read it, chunk by chunk (each chunk one snapshot); two nights apart, the difference is what the day added. null while running, for a FAILED run, and for runs before these figures */
+            totals: {
+                /** @description User coupons, in any status */
+                userCoupons: number;
+                /** @description USED redemptions (refunded ones included: a refund leaves its redemption USED) */
+                redemptions: number;
+                /** @description The discount those redemptions gave */
+                discountCents: number;
+                /** @description Of those, the refunded ones */
+                refundedRedemptions: number;
+                /** @description The refunded ones' discount */
+                refundedDiscountCents: number;
+            } | null;
             /** @description Discrepancies this run recorded, by type (types it found none of are left out) */
             byType: {
                 [key: string]: number;

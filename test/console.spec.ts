@@ -743,6 +743,16 @@ describe('admin console in a browser', () => {
       'No new discrepancies, but compensations proposed by other runs still wait for a decision: 1.',
     );
     expect(await page.getByText('every table agrees').count()).toBe(0);
+    // What the run read, in money too: the uses and discount the tables hold now.
+    const [uses] = (await t.db.query(`SELECT COUNT(*) AS n, SUM(discount_cents) AS d FROM redemption WHERE status = 'USED'`)) as {
+      n: string;
+      d: string | null;
+    }[];
+    const totals = page.getByTestId('run-totals');
+    await totals.waitFor();
+    const totalsText = (await totals.textContent()) ?? '';
+    expect(totalsText).toContain(`Uses${Number(uses.n).toLocaleString('en-US')}`);
+    expect(totalsText).toContain(`Discount given¥${(Number(uses.d ?? 0) / 100).toFixed(Number(uses.d ?? 0) % 100 === 0 ? 0 : 2)}`);
     await shot('07b-reconciliation-nothing-new');
     // A run's id in the list is a link inside a row that navigates: one click, one step of history.
     await page.goto(`${t.url}/console/reconciliation`);

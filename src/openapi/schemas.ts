@@ -73,6 +73,19 @@ const RUN_PROPERTIES: Record<string, JsonSchema> = {
   checked: int(0, 'Rows audited: stock rows, user coupons, redemptions, refunds and orders'),
   discrepancies: int(0, 'Discrepancies this run recorded as new'),
   error: { type: ['string', 'null'] },
+  totals: {
+    ...object(
+      {
+        userCoupons: int(0, 'User coupons, in any status'),
+        redemptions: int(0, 'USED redemptions (refunded ones included: a refund leaves its redemption USED)'),
+        discountCents: int(0, 'The discount those redemptions gave'),
+        refundedRedemptions: int(0, 'Of those, the refunded ones'),
+        refundedDiscountCents: int(0, "The refunded ones' discount"),
+      },
+      'The ledger as a COMPLETED run read it, chunk by chunk (each chunk one snapshot); two nights apart, the difference is what the day added. null while running, for a FAILED run, and for runs before these figures',
+    ),
+    type: ['object', 'null'],
+  },
 };
 
 /**

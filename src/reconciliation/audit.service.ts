@@ -111,6 +111,16 @@ export type Finding =
 export interface ChunkResult {
   checked: number;
   findings: Finding[];
+  /** The redemption chunks' share of the run's totals (RunTotals). */
+  uses?: Uses;
+}
+
+/** USED redemptions and their discount, and those refunded (a refund leaves its redemption USED). */
+export interface Uses {
+  redemptions: number;
+  discountCents: number;
+  refundedRedemptions: number;
+  refundedDiscountCents: number;
 }
 
 /** Every legal step as 'FROM>TO' ('null' before issuance), from the one transition table. */
@@ -445,7 +455,20 @@ export class AuditService {
        WHERE found IS NULL OR discount_cents > rule_cents ORDER BY id`,
       range,
     );
-    const checked = await count(q, `SELECT COUNT(*) AS n FROM redemption WHERE id BETWEEN ? AND ?`, range);
+    const [sums]: { n: string; used: string; discount: string; refunded: string; refunded_discount: string }[] = await q.query(
+      `SELECT COUNT(*) AS n, COALESCE(SUM(BINARY r.status = 'USED'), 0) AS used,
+              COALESCE(SUM(CASE WHEN BINARY r.status = 'USED' THEN r.discount_cents END), 0) AS discount,
+              COALESCE(SUM(BINARY r.status = 'USED' AND f.id IS NOT NULL), 0) AS refunded,
+              COALESCE(SUM(CASE WHEN BINARY r.status = 'USED' AND f.id IS NOT NULL THEN r.discount_cents END), 0) AS refunded_discount
+       FROM redemption r LEFT JOIN refund f ON f.redemption_id = r.id WHERE r.id BETWEEN ? AND ?`,
+      range,
+    );
+    const uses: Uses = {
+      redemptions: Number(sums.used),
+      discountCents: Number(sums.discount),
+      refundedRedemptions: Number(sums.refunded),
+      refundedDiscountCents: Number(sums.refunded_discount),
+    };
     const findings = rows.map((r): OrphanRedemptionFinding | RedemptionDiscountFinding => {
       const params = { redemptionId: r.id, userCouponId: r.user_coupon_id };
       if (r.found === null) {
@@ -479,6 +502,6 @@ export class AuditService {
         params,
       };
     });
-    return { checked, findings };
+    return { checked: Number(sums.n), findings, uses };
   }
 }

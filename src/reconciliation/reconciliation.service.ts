@@ -10,11 +10,11 @@ import { Page, toPage } from '../common/page.js';
 import { pollUntil } from '../database/deadline-pool.js';
 import { Lease, LeaseService } from '../database/lease.js';
 import { inSnapshot, TransactionService } from '../database/transaction.service.js';
-import { AuditService, ChunkResult, Finding } from './audit.service.js';
+import { AuditService, ChunkResult, Finding, Uses } from './audit.service.js';
 import { holdChunk, orderChunk } from './hold-audit.js';
 import { lockUserCoupon } from '../ledger/user-coupons.js';
 import { DiscrepancyType } from './diagnosis.js';
-import { ReconciliationRun, RunMode, RunView, toRunView } from './reconciliation-run.entity.js';
+import { ReconciliationRun, RunMode, RunTotals, RunView, toRunView } from './reconciliation-run.entity.js';
 
 const runsTotal = counter('reconciliation_runs_total', 'Reconciliation runs finished, by outcome', ['status', 'mode']);
 const inProgress = gauge('reconciliation_run_in_progress', 'Whether this instance is running a reconciliation now');
@@ -327,6 +327,7 @@ export class ReconciliationService implements BeforeApplicationShutdown {
     progressChecked.reset();
     const started = Date.now();
     const totals = { checked: 0, found: 0 };
+    const counted: RunTotals = { userCoupons: 0, redemptions: 0, discountCents: 0, refundedRedemptions: 0, refundedDiscountCents: 0 };
     let status: 'COMPLETED' | 'FAILED' = 'FAILED';
     let error: string | null = null;
     let mode = requested;
@@ -353,6 +354,8 @@ export class ReconciliationService implements BeforeApplicationShutdown {
         if (this.closing) throw new Error('Interrupted: the instance shut down');
         if (lease.signal.aborted) throw lease.signal.reason as Error;
         totals.checked += chunk.checked;
+        if (audit === 'user_coupon') counted.userCoupons += chunk.checked;
+        if (chunk.uses) for (const [k, v] of Object.entries(chunk.uses)) counted[k as keyof Uses] += v;
         progressChecked.inc({ audit }, chunk.checked);
         await saveProgressIfDue();
         // Each finding is a transaction of its own: a chunk of a thousand took 15 s, and the run's
@@ -411,16 +414,27 @@ export class ReconciliationService implements BeforeApplicationShutdown {
       error = (err as Error).message.slice(0, 1000);
       this.logger.error(`Reconciliation run ${runId} failed: ${error}`);
     }
+    // Totals only for a run that read everything: a partial one would read as a smaller ledger.
+    const sums = status === 'COMPLETED' ? counted : null;
     const recordEnd = () =>
       this.tx.inTransaction((em) =>
-        em.query(`UPDATE reconciliation_run SET status = ?, finished_at = ?, checked = ?, discrepancies = ?, error = ? WHERE id = ?`, [
-          status,
-          new Date(),
-          totals.checked,
-          totals.found,
-          error,
-          runId,
-        ]),
+        em.query(
+          `UPDATE reconciliation_run SET status = ?, finished_at = ?, checked = ?, discrepancies = ?, error = ?,
+             user_coupons = ?, redemptions = ?, discount_cents = ?, refunded_redemptions = ?, refunded_discount_cents = ? WHERE id = ?`,
+          [
+            status,
+            new Date(),
+            totals.checked,
+            totals.found,
+            error,
+            sums?.userCoupons ?? null,
+            sums?.redemptions ?? null,
+            sums?.discountCents ?? null,
+            sums?.refundedRedemptions ?? null,
+            sums?.refundedDiscountCents ?? null,
+            runId,
+          ],
+        ),
       );
     let recorded = true;
     try {
@@ -457,6 +471,7 @@ export class ReconciliationService implements BeforeApplicationShutdown {
           checked: totals.checked,
           discrepancies: totals.found,
           error,
+          totals: sums,
         };
   }
 
@@ -512,8 +527,8 @@ export class ReconciliationService implements BeforeApplicationShutdown {
       [currentRunId],
     );
     if (!row) return null;
-    // The service's sessions stamp user_coupon.updated_at in UTC; a hand edit from another client
-    // stamps it in that client's zone, by default the server's: west of UTC, earlier than the edit.
+    // The service writes user_coupon.updated_at in UTC; a hand edit stamps it (ON UPDATE) in its
+    // session's zone, by default the server's: west of UTC, earlier than the edit.
     return new Date(row.started_at.getTime() - INCREMENTAL_SLACK_MS - (await zoneBehindUtcMs(this.dataSource)));
   }
 

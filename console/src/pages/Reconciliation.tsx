@@ -3,7 +3,7 @@ import { Alert, App, Button, Card, Col, Descriptions, Empty, Row, Select, Space,
 import { ArrowLeftOutlined, PlayCircleOutlined } from '@ant-design/icons';
 import { Link, useNavigate, useParams } from 'react-router-dom';
 import { client, ok, type Run } from '../api';
-import { count, time } from '../format';
+import { count, time, yuan } from '../format';
 import { usePagedList, usePoll } from '../hooks';
 import { label, useI18n } from '../i18n';
 import { LoadMore } from '../LoadMore';
@@ -74,6 +74,25 @@ function RunDetail({ runId }: { runId: string }) {
               </Descriptions>
             </Col>
           </Row>
+          {r.totals && (
+            <Descriptions
+              size="small"
+              bordered
+              column={{ xs: 1, md: 3 }}
+              title={t('ledgerAsRead')}
+              style={{ marginTop: 16 }}
+              data-testid="run-totals"
+            >
+              <Descriptions.Item label={t('totalUserCoupons')}>{count(r.totals.userCoupons)}</Descriptions.Item>
+              <Descriptions.Item label={t('totalUses')}>{count(r.totals.redemptions)}</Descriptions.Item>
+              <Descriptions.Item label={t('totalDiscount')}>¥{yuan(r.totals.discountCents)}</Descriptions.Item>
+              <Descriptions.Item label={t('totalRefundedUses')}>{count(r.totals.refundedRedemptions)}</Descriptions.Item>
+              <Descriptions.Item label={t('totalRefundedDiscount')}>¥{yuan(r.totals.refundedDiscountCents)}</Descriptions.Item>
+              <Descriptions.Item label={t('totalNetDiscount')}>
+                ¥{yuan(r.totals.discountCents - r.totals.refundedDiscountCents)}
+              </Descriptions.Item>
+            </Descriptions>
+          )}
           {r.error && <Alert type="error" title={`${t('error')}: ${r.error}`} style={{ marginTop: 16 }} />}
           <Typography.Title level={5} style={{ marginTop: 16 }}>
             {t('byType')}

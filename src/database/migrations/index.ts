@@ -16,6 +16,7 @@ import { SkipReasonIndex1765584000000 } from './1765584000000-skip-reason-index.
 import { OrderLockStripes1765670400000 } from './1765670400000-order-lock-stripes.js';
 import { CouponCountsIndex1765756800000 } from './1765756800000-coupon-counts-index.js';
 import { RefundCouponIndex1765843200000 } from './1765843200000-refund-coupon-index.js';
+import { RunTotals1765929600000 } from './1765929600000-run-totals.js';
 
 /** Every migration, in order, each resumable where it stopped (resumable-migration.ts). The app, the CLI (ormconfig.ts) and the tests all use this list. */
 export const migrations = [
@@ -36,4 +37,5 @@ export const migrations = [
   OrderLockStripes1765670400000,
   CouponCountsIndex1765756800000,
   RefundCouponIndex1765843200000,
+  RunTotals1765929600000,
 ].map(resumable);
