@@ -241,11 +241,11 @@ describe('configuration', () => {
     }
   });
 
-  it('drains for SHUTDOWN_DRAIN_MS before closing (none by default), only if a request started at its end still fits in SHUTDOWN_TIMEOUT_MS', () => {
+  it('drains for SHUTDOWN_DRAIN_MS before closing (none by default), only if a request started at its end and 2 s to close still fit in SHUTDOWN_TIMEOUT_MS', () => {
     expect(loadConfig({}).SHUTDOWN_DRAIN_MS).toBe(0);
-    expect(loadConfig({ SHUTDOWN_DRAIN_MS: '10000' }).SHUTDOWN_DRAIN_MS).toBe(10_000);
-    expect(() => loadConfig({ SHUTDOWN_DRAIN_MS: '10001' })).toThrow(
-      "SHUTDOWN_DRAIN_MS: the drain (10001 ms) and a request's deadline after it (REQUEST_TIMEOUT_MS, 10000 ms) must fit in SHUTDOWN_TIMEOUT_MS (20000 ms)",
+    expect(loadConfig({ SHUTDOWN_DRAIN_MS: '8000' }).SHUTDOWN_DRAIN_MS).toBe(8000);
+    expect(() => loadConfig({ SHUTDOWN_DRAIN_MS: '8001' })).toThrow(
+      "SHUTDOWN_DRAIN_MS: the drain (8001 ms), a request's deadline after it (REQUEST_TIMEOUT_MS, 10000 ms) and 2000 ms to close must fit in SHUTDOWN_TIMEOUT_MS (20000 ms)",
     );
     expect(loadConfig({ SHUTDOWN_DRAIN_MS: '25000', SHUTDOWN_TIMEOUT_MS: '40000' }).SHUTDOWN_DRAIN_MS).toBe(25_000);
     for (const bad of ['-1', '5s', '600001']) {

@@ -340,6 +340,15 @@ describe('reconciliation', () => {
     expect([raised.discountCents, lowered.discountCents, untouched.discountCents, ...stacked.map((s) => s.discountCents)]).toEqual([
       500, 1000, 400, 3000, 1000,
     ]);
+    // Repaired by an earlier version with the amount unknown: the cap as amount and discount alike. Not a finding.
+    const oldRepair = await use(
+      await coupon({ discount: { type: 'PERCENT', thresholdCents: 0, percentOff: 30, maxDiscountCents: 1000 } }),
+      'rd-old-repair',
+    );
+    await sql(`UPDATE redemption SET order_amount_cents = 1000 WHERE id = ?`, [oldRepair.id]);
+    // An amount edited near the column's limit: a percent of it must not overflow and fail the run.
+    const huge = await use(await coupon({ discount: { type: 'PERCENT', thresholdCents: 0, percentOff: 10 } }), 'rd-huge');
+    await sql(`UPDATE redemption SET order_amount_cents = 18446744073709551615 WHERE id = ?`, [huge.id]);
     await sql(`UPDATE redemption SET discount_cents = 900 WHERE id = ?`, [raised.id]);
     await sql(`UPDATE redemption SET order_amount_cents = 2000 WHERE id = ?`, [lowered.id]);
 
@@ -369,7 +378,7 @@ describe('reconciliation', () => {
     ).toHaveLength(2);
     await settleAll();
     await sql(`UPDATE redemption SET discount_cents = 500 WHERE id = ?`, [raised.id]);
-    await sql(`UPDATE redemption SET order_amount_cents = 4000 WHERE id = ?`, [lowered.id]);
+    await sql(`UPDATE redemption SET order_amount_cents = 4000 WHERE id IN (?)`, [[lowered.id, huge.id]]);
     expect(await svc.runNow('FULL', 'test')).toMatchObject({ status: 'COMPLETED', discrepancies: 0 });
   });
 

@@ -285,7 +285,9 @@ export async function runDesign(design: Design, scenario: Scenario, w: Workload,
 
 /** The grabs of the coupon the server's limiter admitted (its `rate_limit_grab_decisions_total`), warm-up excluded. */
 async function admittedByLimiter(url: string, couponId: string): Promise<number> {
-  const text = await (await fetch(`${url}/metrics`)).text();
+  const answer = await fetch(`${url}/metrics`);
+  if (!answer.ok) throw new Error(`GET /metrics answered ${answer.status}: the limiter's admissions cannot be counted`);
+  const text = await answer.text();
   const line = text
     .split('\n')
     .find(

@@ -504,6 +504,9 @@ export function readEnvFile(path = '.env'): void {
   }
 }
 
+/** What a stop needs after the last request's deadline: a job's batch, the pool's close. */
+const SHUTDOWN_CLOSE_MARGIN_MS = 2000;
+
 export function loadConfig(env: Record<string, string | undefined> = process.env): AppConfig {
   const defaults = new AppConfig() as unknown as Record<string, unknown>;
   // An optional setting left empty (`REDIS_URL=` in a .env or compose file) is unset; a required one left
@@ -530,9 +533,11 @@ export function loadConfig(env: Record<string, string | undefined> = process.env
     if (new Set(hosts.map((h) => `${h.host}:${h.port}`)).size !== hosts.length)
       throw new ConfigError('Invalid configuration:\n  DB_HOSTS: a host:port is listed twice');
   }
-  if (config.SHUTDOWN_DRAIN_MS > 0 && config.SHUTDOWN_DRAIN_MS + config.REQUEST_TIMEOUT_MS > config.SHUTDOWN_TIMEOUT_MS) {
+  // The close after the drain still finishes a request started at its end, a job's batch and the pool.
+  const closeMs = config.REQUEST_TIMEOUT_MS + SHUTDOWN_CLOSE_MARGIN_MS;
+  if (config.SHUTDOWN_DRAIN_MS > 0 && config.SHUTDOWN_DRAIN_MS + closeMs > config.SHUTDOWN_TIMEOUT_MS) {
     throw new ConfigError(
-      `Invalid configuration:\n  SHUTDOWN_DRAIN_MS: the drain (${config.SHUTDOWN_DRAIN_MS} ms) and a request's deadline after it (REQUEST_TIMEOUT_MS, ${config.REQUEST_TIMEOUT_MS} ms) must fit in SHUTDOWN_TIMEOUT_MS (${config.SHUTDOWN_TIMEOUT_MS} ms)`,
+      `Invalid configuration:\n  SHUTDOWN_DRAIN_MS: the drain (${config.SHUTDOWN_DRAIN_MS} ms), a request's deadline after it (REQUEST_TIMEOUT_MS, ${config.REQUEST_TIMEOUT_MS} ms) and ${SHUTDOWN_CLOSE_MARGIN_MS} ms to close must fit in SHUTDOWN_TIMEOUT_MS (${config.SHUTDOWN_TIMEOUT_MS} ms)`,
     );
   }
   if (config.NODE_ENV === 'production' && retryDelays(config).reduce((a, b) => a + b, 0) < 86_400) {

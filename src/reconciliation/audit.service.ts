@@ -429,7 +429,10 @@ export class AuditService {
    * REDEMPTION_WITHOUT_USED is in userCouponChunk), or that took more off than their template's
    * rule gives on the amount they name (discount.ts's discountFor, in SQL, without the threshold: a
    * stacked coupon is cut below it, and a repair that did not know the amount records one under it).
-   * Templates' rules never change once created.
+   * Templates' rules never change once created. In DECIMAL: a percent of an amount edited near the
+   * column's limit overflowed BIGINT and failed the whole run. A repair of a lost use of unknown
+   * amount recorded, in earlier versions, a capped PERCENT's cap as both amount and discount, which is
+   * above the rule on that amount: that signature is no finding (the discount is the rule's most).
    */
   async redemptionChunk(q: Queryable, lo: bigint, hi: bigint): Promise<ChunkResult> {
     const range = [String(lo), String(hi)];
@@ -447,12 +450,13 @@ export class AuditService {
       `SELECT * FROM (
          SELECT r.id, r.user_coupon_id, r.order_no, r.user_id, uc.id AS found, uc.coupon_id, r.order_amount_cents, r.discount_cents,
                 CASE WHEN BINARY c.discount_type = 'PERCENT'
-                     THEN LEAST(r.order_amount_cents * c.percent_off DIV 100, COALESCE(c.max_discount_cents, r.order_amount_cents), r.order_amount_cents)
-                     ELSE LEAST(c.discount_cents, r.order_amount_cents) END AS rule_cents
+                     THEN LEAST(FLOOR(CAST(r.order_amount_cents AS DECIMAL(30, 0)) * c.percent_off / 100), COALESCE(c.max_discount_cents, r.order_amount_cents), r.order_amount_cents)
+                     ELSE LEAST(c.discount_cents, r.order_amount_cents) END AS rule_cents,
+                BINARY c.discount_type = 'PERCENT' AND r.discount_cents = c.max_discount_cents AND r.order_amount_cents = c.max_discount_cents AS old_repair
          FROM redemption r LEFT JOIN user_coupon uc ON uc.id = r.user_coupon_id LEFT JOIN coupon c ON c.id = uc.coupon_id
          WHERE r.id BETWEEN ? AND ? AND r.status = 'USED'
        ) x
-       WHERE found IS NULL OR discount_cents > rule_cents ORDER BY id`,
+       WHERE found IS NULL OR (discount_cents > rule_cents AND NOT old_repair) ORDER BY id`,
       range,
     );
     const [sums]: { n: string; used: string; discount: string; refunded: string; refunded_discount: string }[] = await q.query(

@@ -382,7 +382,9 @@ export class CompensationService {
         return {
           op: s.op,
           orderNo: s.orderNo,
-          orderAmountCents: amountKnown ? orderAmountCents : 'unknown, recorded as the discount',
+          orderAmountCents: amountKnown
+            ? orderAmountCents
+            : `unknown, recorded as ${orderAmountCents}, the smallest order the template's rule takes this discount off`,
           discountCents,
           ...(refunded && { redemptionId: String(refunded.id), refunded: true }),
         };

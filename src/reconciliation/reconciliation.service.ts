@@ -37,7 +37,7 @@ type Entity =
   | { kind: 'order'; id: string }
   | { kind: 'limit'; id: string }
   | { kind: 'refund'; id: string }
-  | { kind: 'redemption'; id: string }
+  | { kind: 'redemption' | 'discount'; id: string }
   | { kind: 'locked' | 'hold' | 'uc'; id: string; userCouponId: string };
 
 function entityOf(f: Finding): Entity {
@@ -56,7 +56,8 @@ function entityOf(f: Finding): Entity {
     case 'USER_LIMIT_EXCEEDED':
       return { kind: 'limit', id: `${f.couponId}:${f.details.userId}` };
     case 'REDEMPTION_DISCOUNT_EXCEEDED':
-      return { kind: 'redemption', id: f.redemptionId };
+      // Its own kind: a redemption's coupon row lost later (REDEMPTION_WITHOUT_USED) is another finding.
+      return { kind: 'discount', id: f.redemptionId };
     default:
       return f.couponId === null
         ? { kind: 'redemption', id: f.redemptionId }
@@ -591,6 +592,7 @@ export class ReconciliationService implements BeforeApplicationShutdown {
       case 'coupon':
         return (await this.audits.stockChunk(em, String(BigInt(e.id) - 1n), 1)).findings;
       case 'redemption':
+      case 'discount':
         return (await this.audits.redemptionChunk(em, BigInt(e.id), BigInt(e.id))).findings;
       case 'refund':
         return (await this.audits.refundChunk(em, BigInt(e.id), BigInt(e.id))).findings;
