@@ -637,6 +637,10 @@ describe('admin console in a browser', () => {
     await page.getByTitle('STOCK_MISMATCH').getByText('Stock mismatch: 1').waitFor({ timeout: 20_000 });
     const approve = page.locator('[data-testid^="approve-"]');
     await approve.waitFor();
+    // The campaign by its name as well as its id, linking to its page.
+    const campaign = page.getByTestId(`campaign-ref-${couponId}`).first();
+    await campaign.getByText(`#${couponId} Double 11: spend ¥100 save ¥10`).waitFor();
+    expect(await campaign.getAttribute('href')).toBe(`/console/campaigns/${couponId}`);
     await shot('07-reconciliation-run');
     await approve.click();
     await settle();

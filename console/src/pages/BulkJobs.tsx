@@ -1,3 +1,4 @@
+import { CampaignRef } from '../CampaignRef';
 import { useMemo, useState, type ReactElement } from 'react';
 import {
   Alert,
@@ -473,7 +474,7 @@ function JobDetail({ jobId, onClose, onChanged }: { jobId: string | null; onClos
           <JobProgress job={j} />
           <Descriptions size="small" column={{ xs: 1, sm: 2 }} bordered>
             <Descriptions.Item label={t('couponId')}>
-              <Link to={`/campaigns/${j.couponId}`}>#{j.couponId}</Link>
+              <CampaignRef id={j.couponId} />
             </Descriptions.Item>
             <Descriptions.Item label={t('reason')}>{j.reason}</Descriptions.Item>
             <Descriptions.Item label={t('total')}>{count(j.total)}</Descriptions.Item>

@@ -1,3 +1,4 @@
+import { CampaignRef } from '../CampaignRef';
 import { useState } from 'react';
 import { Alert, App, Button, Descriptions, Form, Input, Modal, Space, Table, Tag, Typography } from 'antd';
 import { CheckOutlined, CloseOutlined } from '@ant-design/icons';
@@ -221,7 +222,12 @@ export function CompensationTable({ list }: { list: PagedList<Compensation> }) {
                     <Link to={`/reconciliation/${c.discrepancy.runId}`} onClick={(e) => e.stopPropagation()}>
                       {t('run', { id: c.discrepancy.runId })}
                     </Link>
-                    {c.discrepancy.couponId && ` · ${t('couponId')} #${c.discrepancy.couponId}`}
+                    {c.discrepancy.couponId && (
+                      <>
+                        {` · ${t('couponId')} `}
+                        <CampaignRef id={c.discrepancy.couponId} />
+                      </>
+                    )}
                     {c.discrepancy.userCouponId && ` · ${t('key_userCouponId')} #${c.discrepancy.userCouponId}`}
                   </Typography.Text>
                   {why && <Typography.Text>{why}</Typography.Text>}

@@ -1,8 +1,9 @@
 import { useState } from 'react';
 import { Alert, App, Button, Card, Descriptions, Drawer, Form, Input, Modal, Space, Switch, Table, Tag, Timeline, Typography } from 'antd';
 import { HistoryOutlined, SearchOutlined, StopOutlined, UndoOutlined } from '@ant-design/icons';
-import { Link, useSearchParams } from 'react-router-dom';
+import { useSearchParams } from 'react-router-dom';
 import { ApiError, client, ok, type UserCoupon, type UserCouponStatus } from '../api';
+import { CampaignRef } from '../CampaignRef';
 import { showApiErrors } from '../apiForm';
 import { time } from '../format';
 import { useActionsPin, useDialog, useIdempotencyKey, usePagedList, usePoll } from '../hooks';
@@ -64,7 +65,9 @@ function HistoryDrawer({ userCouponId, onClose }: { userCouponId: string | null;
           {/* Labels on one line: in Chinese at the drawer's width, 发放时间 broke as 发放时/间. */}
           <Descriptions size="small" column={2} bordered styles={{ label: { whiteSpace: 'nowrap' } }}>
             <Descriptions.Item label={t('userId')}>{h.userCoupon.userId}</Descriptions.Item>
-            <Descriptions.Item label={t('couponId')}>#{h.userCoupon.couponId}</Descriptions.Item>
+            <Descriptions.Item label={t('couponId')}>
+              <CampaignRef id={h.userCoupon.couponId} />
+            </Descriptions.Item>
             <Descriptions.Item label={t('status')}>
               <StatusTag status={h.userCoupon.status} t={t} />
             </Descriptions.Item>
@@ -282,8 +285,8 @@ export function UserCoupons() {
               title: t('couponId'),
               dataIndex: 'couponId',
               width: 90,
-              // The campaign's page names it: an operator answering "my 满100减50 coupon" finds which row is which.
-              render: (id: string) => <Link to={`/campaigns/${id}`}>#{id}</Link>,
+              // The campaign's page names it (and the link's title): an operator answering "my 满100减50 coupon" finds which row is which.
+              render: (id: string) => <CampaignRef id={id} compact />,
             },
             { title: t('status'), dataIndex: 'status', width: 100, render: (s: UserCouponStatus) => <StatusTag status={s} t={t} /> },
             {
