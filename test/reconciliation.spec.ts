@@ -122,6 +122,14 @@ describe('reconciliation', () => {
     expect([redemptions, discountCents]).toEqual([Number(held.n), Number(held.d)]);
     const shown = await request(t.url).get(`/admin/reconciliation/runs/${after.id}`).set(admin());
     expect(shown.body.totals).toEqual(after.totals);
+    // A figure past 2^53 (a discount edited by hand to the column's limit) is no figure: the run still
+    // completes, with no totals (writing it failed the run's end, every time).
+    const use = await one<{ id: string }>(`SELECT id FROM redemption WHERE user_coupon_id = ?`, [ucs[0]]);
+    await sql(`UPDATE redemption SET discount_cents = 18446744073709551615 WHERE id = ?`, [use.id]);
+    const huge = await svc.runNow('FULL', 'test');
+    expect([huge.status, huge.totals]).toEqual(['COMPLETED', null]);
+    await settleAll();
+    await sql(`UPDATE redemption SET discount_cents = 700 WHERE id = ?`, [use.id]);
   });
 
   it('finds each injected inconsistency exactly once with the right type and ids; approving the proposals leaves nothing to find', async () => {
@@ -334,6 +342,7 @@ describe('reconciliation', () => {
       'rd-lowered',
     );
     const untouched = await use(await coupon({ discount: { type: 'PERCENT', thresholdCents: 0, percentOff: 10 } }), 'rd-untouched');
+    const uncapped = await use(await coupon({ discount: { type: 'PERCENT', thresholdCents: 0, percentOff: 10 } }), 'rd-uncapped');
     const stackable = { stackable: true, discount: { type: 'AMOUNT' as const, thresholdCents: 0, amountCents: 3000 } };
     const order = newKey('rd-stacked');
     const stacked = [await use(await coupon(stackable), 'rd-stacked', order), await use(await coupon(stackable), 'rd-stacked', order)];
@@ -349,7 +358,7 @@ describe('reconciliation', () => {
     // An amount edited near the column's limit: a percent of it must not overflow and fail the run.
     const huge = await use(await coupon({ discount: { type: 'PERCENT', thresholdCents: 0, percentOff: 10 } }), 'rd-huge');
     await sql(`UPDATE redemption SET order_amount_cents = 18446744073709551615 WHERE id = ?`, [huge.id]);
-    await sql(`UPDATE redemption SET discount_cents = 900 WHERE id = ?`, [raised.id]);
+    await sql(`UPDATE redemption SET discount_cents = 900 WHERE id IN (?)`, [[raised.id, uncapped.id]]);
     await sql(`UPDATE redemption SET order_amount_cents = 2000 WHERE id = ?`, [lowered.id]);
 
     const run = await svc.runNow('FULL', 'test');
@@ -367,6 +376,12 @@ describe('reconciliation', () => {
         lowered.uc,
         expect.objectContaining({ orderAmountCents: 2000, discountCents: 1000, ruleDiscountCents: 600 }),
       ],
+      [
+        'MANUAL_REVIEW',
+        uncapped.id,
+        uncapped.uc,
+        expect.objectContaining({ orderAmountCents: 4000, discountCents: 900, ruleDiscountCents: 400 }),
+      ],
     ]);
     expect(found[0].discrepancy.details.explanation).toMatch(
       /^Used on order rd-\S+, it took ¥9 off an order of ¥40, where its template's rule takes ¥5 off: an operator decides\.$/,
@@ -375,9 +390,10 @@ describe('reconciliation', () => {
     // Still there, so found again; once the operator puts the amounts back, nothing is.
     expect(
       (await proposals((await svc.runNow('FULL', 'test')).id)).filter((p) => p.discrepancy.type === 'REDEMPTION_DISCOUNT_EXCEEDED'),
-    ).toHaveLength(2);
+    ).toHaveLength(3);
     await settleAll();
     await sql(`UPDATE redemption SET discount_cents = 500 WHERE id = ?`, [raised.id]);
+    await sql(`UPDATE redemption SET discount_cents = 400 WHERE id = ?`, [uncapped.id]);
     await sql(`UPDATE redemption SET order_amount_cents = 4000 WHERE id IN (?)`, [[lowered.id, huge.id]]);
     expect(await svc.runNow('FULL', 'test')).toMatchObject({ status: 'COMPLETED', discrepancies: 0 });
   });

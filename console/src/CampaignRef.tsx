@@ -1,18 +1,23 @@
 import { useEffect, useState } from 'react';
 import { Link } from 'react-router-dom';
-import { client, ok } from './api';
+import { ApiError, client, ok } from './api';
 
 /** Campaign names by id, each read once per page load: a campaign's name never changes. */
 const names = new Map<string, Promise<string | null>>();
 
+/**
+ * From the public coupon page, which each instance answers from memory: the admin view counts the
+ * campaign's coupons at every read (seconds for millions, two at a time per instance), and a page of
+ * a hundred rows would have queued a hundred of those ahead of the campaign pages.
+ */
 function nameOf(id: string): Promise<string | null> {
   let name = names.get(id);
   if (!name) {
-    name = ok(client.GET('/admin/coupons/{couponId}', { params: { path: { couponId: id } } })).then(
+    name = ok(client.GET('/coupons/{couponId}', { params: { path: { couponId: id } } })).then(
       (c) => c.name,
-      () => {
-        // Asked again next time: a blip must not leave the id nameless for the rest of the visit.
-        names.delete(id);
+      (err: unknown) => {
+        // A campaign that does not exist stays nameless; after a blip it is asked again next time.
+        if (!(err instanceof ApiError && err.status === 404)) names.delete(id);
         return null;
       },
     );

@@ -156,8 +156,13 @@ export async function tryAcquireLease(ds: DataSource, name: string, settings: Le
     // The claim may have committed with its answer lost (the connection cut at COMMIT): the holder
     // id is this attempt's alone, so the row tells. Taken for failed, it blocked the job until it
     // expired, and a reconciliation trigger was answered 503, then 409 RECONCILIATION_RUNNING naming no run.
-    const [row] = (await ds.query(`SELECT holder FROM job_lease WHERE name = ?`, [name]).catch(() => [])) as { holder: string | null }[];
-    if (row?.holder === holder) return new Lease(ds, name, holder, settings, started);
+    // Kept for the time it has left (a COMMIT that hung may have used it up). On a cluster this read
+    // may miss a claim another node has not applied yet: the lease then blocks until it expires, as before.
+    const [row] = (await ds
+      .query(`SELECT holder, TIMESTAMPDIFF(MICROSECOND, NOW(3), expires_at) AS left_us FROM job_lease WHERE name = ?`, [name])
+      .catch(() => [])) as { holder: string | null; left_us: string }[];
+    const leftMs = row ? Number(row.left_us) / 1000 : 0;
+    if (row?.holder === holder && leftMs > 0) return new Lease(ds, name, holder, settings, performance.now() - (settings.ttlMs - leftMs));
     throw err;
   }
   return claimed === 1 ? new Lease(ds, name, holder, settings, started) : null;

@@ -433,6 +433,7 @@ export class AuditService {
    * column's limit overflowed BIGINT and failed the whole run. A repair of a lost use of unknown
    * amount recorded, in earlier versions, a capped PERCENT's cap as both amount and discount, which is
    * above the rule on that amount: that signature is no finding (the discount is the rule's most).
+   * Matched with <=>: an uncapped PERCENT's NULL cap made `=` NULL, and NOT NULL dropped all its rows.
    */
   async redemptionChunk(q: Queryable, lo: bigint, hi: bigint): Promise<ChunkResult> {
     const range = [String(lo), String(hi)];
@@ -452,7 +453,7 @@ export class AuditService {
                 CASE WHEN BINARY c.discount_type = 'PERCENT'
                      THEN LEAST(FLOOR(CAST(r.order_amount_cents AS DECIMAL(30, 0)) * c.percent_off / 100), COALESCE(c.max_discount_cents, r.order_amount_cents), r.order_amount_cents)
                      ELSE LEAST(c.discount_cents, r.order_amount_cents) END AS rule_cents,
-                BINARY c.discount_type = 'PERCENT' AND r.discount_cents = c.max_discount_cents AND r.order_amount_cents = c.max_discount_cents AS old_repair
+                BINARY c.discount_type = 'PERCENT' AND r.discount_cents <=> c.max_discount_cents AND r.order_amount_cents <=> c.max_discount_cents AS old_repair
          FROM redemption r LEFT JOIN user_coupon uc ON uc.id = r.user_coupon_id LEFT JOIN coupon c ON c.id = uc.coupon_id
          WHERE r.id BETWEEN ? AND ? AND r.status = 'USED'
        ) x

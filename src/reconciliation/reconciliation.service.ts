@@ -415,8 +415,10 @@ export class ReconciliationService implements BeforeApplicationShutdown {
       error = (err as Error).message.slice(0, 1000);
       this.logger.error(`Reconciliation run ${runId} failed: ${error}`);
     }
-    // Totals only for a run that read everything: a partial one would read as a smaller ledger.
-    const sums = status === 'COMPLETED' ? counted : null;
+    // Totals only for a run that read everything: a partial one would read as a smaller ledger. A
+    // figure past 2^53 (an amount edited by hand near the column's limit) is no figure: written, it
+    // failed the run's end every time, or would have been rounded.
+    const sums = status === 'COMPLETED' && Object.values(counted).every(Number.isSafeInteger) ? counted : null;
     const recordEnd = () =>
       this.tx.inTransaction((em) =>
         em.query(
