@@ -28,7 +28,7 @@ import { CouponService } from './coupon/coupon.service.js';
 import { publicReadsAheadOfFastify, servePublicReadsFromMemory } from './coupon/public-reads.js';
 import { answerGrabsAheadOfNest, grabsAheadOfFastify } from './coupon/grab-ahead.js';
 import { GrabService } from './coupon/grab.service.js';
-import { Stopping } from './health/stopping.js';
+import { Stopping } from './common/stopping.js';
 import { buildOpenApiDocument } from './openapi/document.js';
 import { HEADERS } from './openapi/schemas.js';
 

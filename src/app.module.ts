@@ -6,7 +6,7 @@ import { ConfigModule } from './config/config.module.js';
 import { CouponModule } from './coupon/coupon.module.js';
 import { DatabaseModule } from './database/database.module.js';
 import { HealthModule } from './health/health.module.js';
-import { Stopping } from './health/stopping.js';
+import { Stopping } from './common/stopping.js';
 import { IssuanceModule } from './issuance/issuance.module.js';
 import { LedgerModule } from './ledger/ledger.module.js';
 import { RateLimitModule } from './rate-limit/rate-limit.module.js';

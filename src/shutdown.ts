@@ -4,7 +4,7 @@ import { ModulesContainer } from '@nestjs/core';
 import { SchedulerRegistry } from '@nestjs/schedule';
 import { setTimeout as sleep } from 'node:timers/promises';
 import type { AppConfig } from './config/app-config.js';
-import { Stopping } from './health/stopping.js';
+import { Stopping } from './common/stopping.js';
 
 const logger = new Logger('Shutdown');
 

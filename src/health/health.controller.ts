@@ -10,7 +10,7 @@ import { AppConfig } from '../config/app-config.js';
 import { registry } from '../common/metrics.js';
 import { HealthDatabase } from './health-database.js';
 import { runWithDeadline } from '../database/deadline-pool.js';
-import { Stopping } from './stopping.js';
+import { Stopping } from '../common/stopping.js';
 
 const PING_MS = 1500;
 

@@ -6,6 +6,7 @@ import { type BeforeApplicationShutdown, Injectable } from '@nestjs/common';
 import { DataSource } from 'typeorm';
 import { isDuplicateKey } from '../common/db-errors.js';
 import { AppError, shuttingDown } from '../common/errors.js';
+import { Stopping } from '../common/stopping.js';
 import { LONE_SURROGATE, USER_ID_PATTERN, validationFailed } from '../common/validation.js';
 import { toPage } from '../common/page.js';
 import { AppConfig } from '../config/app-config.js';
@@ -130,6 +131,7 @@ export class IssuanceService implements BeforeApplicationShutdown {
     private readonly coupons: CouponService,
     private readonly runner: IssuanceRunner,
     private readonly config: AppConfig,
+    private readonly instance: Stopping,
   ) {
     // Every CSV upload in progress listens to it: more than ten at once is no leak.
     setMaxListeners(0, this.closing.signal);
@@ -143,8 +145,9 @@ export class IssuanceService implements BeforeApplicationShutdown {
     if (replayed) return replayed;
     const ended = validityEnded(await this.coupons.template(req.couponId), new Date());
     if (ended) throw ended;
-    // Stopping: a job made now would only be discarded (and a CSV refused) as its upload starts.
-    if (this.closing.signal.aborted) throw shuttingDown();
+    // Stopping: a job made now would only be discarded (and a CSV refused) as its upload starts;
+    // draining, its upload of minutes would be cut when the listener closes. Another instance takes it.
+    if (this.closing.signal.aborted || this.instance.draining) throw shuttingDown();
     let jobId: string;
     try {
       jobId = await this.tx.inTransaction((em) => insertJob(em, req, new Date()));

@@ -4,7 +4,8 @@ import { InjectRepository } from '@nestjs/typeorm';
 import { DataSource, EntityManager, LessThan, QueryRunner, Repository } from 'typeorm';
 import { AppConfig } from '../config/app-config.js';
 import { isDuplicateKey } from '../common/db-errors.js';
-import { AppError } from '../common/errors.js';
+import { AppError, shuttingDown } from '../common/errors.js';
+import { Stopping } from '../common/stopping.js';
 import { counter, gauge, histogram } from '../common/metrics.js';
 import { Page, toPage } from '../common/page.js';
 import { pollUntil } from '../database/deadline-pool.js';
@@ -144,6 +145,7 @@ export class ReconciliationService implements BeforeApplicationShutdown {
     private readonly audits: AuditService,
     @InjectRepository(ReconciliationRun) private readonly runs: Repository<ReconciliationRun>,
     private readonly leases: LeaseService,
+    private readonly stopping: Stopping,
   ) {}
 
   /**
@@ -156,7 +158,8 @@ export class ReconciliationService implements BeforeApplicationShutdown {
 
   /** start(), but none when `ranSince` is given and a cron run started at or after it. */
   private startUnlessRan(mode: RunMode, triggeredBy: string, ranSince?: Date): Promise<Started | undefined> {
-    if (this.closing) throw new AppError('SERVICE_UNAVAILABLE', 'This instance is shutting down');
+    // Draining too: a run started now would be cut at the close; another instance takes the trigger.
+    if (this.closing || this.stopping.draining) throw shuttingDown();
     const started = this.open(mode, triggeredBy, ranSince);
     const tracked = started.then(
       (r) => r?.done,
@@ -362,6 +365,8 @@ export class ReconciliationService implements BeforeApplicationShutdown {
         // Each finding is a transaction of its own: a chunk of a thousand took 15 s, and the run's
         // row, written only between chunks, showed 66 discrepancies all that time.
         for (const f of chunk.findings) {
+          // Each is a transaction: a chunk of a thousand took 15 s, past a stop's time to close.
+          if (this.closing) throw new Error('Interrupted: the instance shut down');
           if (await this.record(runId, f)) totals.found++;
           await saveProgressIfDue();
         }
