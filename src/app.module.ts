@@ -17,8 +17,10 @@ import { WebhooksModule } from './webhooks/webhooks.module.js';
 
 @Module({})
 export class AppModule {
-  /** `extra` lets a harness (the benchmark's reference designs) mount modules on the very same stack. */
-  /** `stopping`: the adapter's hooks, made before the modules, read it too. */
+  /**
+   * `extra` lets a harness (the benchmark's reference designs) mount modules on the very same stack;
+   * `stopping` is the app's, made before the modules because the adapter's hooks read it too.
+   */
   static forRoot(config: AppConfig, extra: (Type | DynamicModule)[] = [], stopping = new Stopping()): DynamicModule {
     return {
       module: AppModule,

@@ -53,17 +53,18 @@ function describePending(app: INestApplication, pending: Set<string>): string {
 
 /**
  * SIGTERM or SIGINT closes the app the way Nest orders it: the cron jobs stop (a sweep finishes its
- * batch), the instance drains (SHUTDOWN_DRAIN_MS: serving, but /health 503 and every
- * connection closed after its answer; see Stopping), the HTTP server stops accepting and waits for
- * the requests in flight, then the database pool closes; then the process exits 0. Handled here rather than by enableShutdownHooks(), which
- * re-raises the signal after closing, so npm reports the stop as a crash and nothing logs the end.
+ * batch), the instance drains (SHUTDOWN_DRAIN_MS: serving, but /health 503 and every connection
+ * closed after its answer; see Stopping), the HTTP server stops accepting and waits for the
+ * requests in flight, then the database pool closes; then the process exits 0. Handled here rather
+ * than by enableShutdownHooks(), which re-raises the signal after closing, so npm reports the stop
+ * as a crash and nothing logs the end.
  *
  * Every cron job stops firing at the signal itself: Nest stops each one only when its module's
  * turn comes, and while the modules before it waited (on a stalled database, up to
  * DB_STATEMENT_TIMEOUT_MS a statement) the others kept starting runs. The whole stop is bounded by
- * SHUTDOWN_TIMEOUT_MS: then the process says what it was still waiting for and exits
- * 1, rather than wait for an orchestrator's SIGKILL, which ends it without a word. A second signal
- * (an operator's second Ctrl-C) exits 1 at once.
+ * SHUTDOWN_TIMEOUT_MS: then the process says what it was still waiting for and exits 1, rather than
+ * wait for an orchestrator's SIGKILL, which ends it without a word. A second signal (an operator's
+ * second Ctrl-C) exits 1 at once.
  */
 export function closeOnSignals(app: INestApplication, config: Pick<AppConfig, 'SHUTDOWN_TIMEOUT_MS' | 'SHUTDOWN_DRAIN_MS'>): void {
   const { SHUTDOWN_TIMEOUT_MS: timeoutMs, SHUTDOWN_DRAIN_MS: drainMs } = config;
