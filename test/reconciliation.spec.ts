@@ -64,6 +64,9 @@ describe('reconciliation', () => {
     if (res.status !== 201) throw new Error(`redeem: ${res.status} ${JSON.stringify(res.body)}`);
     return res.body.redemptionId as string;
   }
+  /** The order service's refund of a redeemed coupon (a new refund number unless one is given). */
+  const refund = (userCouponId: string, orderNo: string, refundNo = newKey('refund')) =>
+    request(t.url).post('/redemptions/refunds').set(bearer(serviceToken())).send({ userCouponId, orderNo, refundNo });
   async function proposals(runId: string): Promise<CompensationBody[]> {
     const res = await request(t.url).get(`/admin/compensations?status=PENDING&runId=${runId}&limit=100`).set(admin());
     expect(res.status).toBe(200);
@@ -99,11 +102,7 @@ describe('reconciliation', () => {
     const orders = [newKey('t-order'), newKey('t-order')];
     await redeem(ucs[0], 't1', orders[0]);
     await redeem(ucs[1], 't2', orders[1]);
-    const refund = await request(t.url)
-      .post('/redemptions/refunds')
-      .set(bearer(serviceToken()))
-      .send({ userCouponId: ucs[1], orderNo: orders[1], refundNo: newKey('t-refund') });
-    expect(refund.status).toBe(201);
+    expect((await refund(ucs[1], orders[1])).status).toBe(201);
     const after = await svc.runNow('INCREMENTAL', 'test');
     const { userCoupons, redemptions, discountCents, refundedRedemptions, refundedDiscountCents } = after.totals!;
     const was = before.totals!;
@@ -273,9 +272,7 @@ describe('reconciliation', () => {
     const uc = await grab(c, 'refunded-lost');
     const orderNo = newKey('order');
     const redemptionId = await redeem(uc, 'refunded-lost', orderNo);
-    const refund = (refundNo: string) =>
-      request(t.url).post('/redemptions/refunds').set(bearer(serviceToken())).send({ refundNo, orderNo, userCouponId: uc });
-    const first = await refund(newKey('refund'));
+    const first = await refund(uc, orderNo);
     expect(first.status).toBe(201);
     await sql(`DELETE FROM redemption WHERE id = ?`, [redemptionId]);
     const run = await svc.runNow('FULL', 'test');
@@ -288,7 +285,7 @@ describe('reconciliation', () => {
     );
     expect(await one(`SELECT id, status FROM redemption WHERE user_coupon_id = ?`, [uc])).toEqual({ id: redemptionId, status: 'USED' });
     // Another refund number for the same use answers the first refund, as before the row was lost.
-    const again = await refund(newKey('refund'));
+    const again = await refund(uc, orderNo);
     expect([again.status, again.headers['idempotent-replayed'], again.body.refundId]).toEqual([201, 'true', first.body.refundId]);
     expect(await one(`SELECT COUNT(*) AS n FROM refund WHERE user_coupon_id = ?`, [uc])).toEqual({ n: '1' });
     expect(await one(`SELECT COUNT(*) AS n FROM user_coupon WHERE replaces_user_coupon_id = ?`, [uc])).toEqual({ n: '1' });
@@ -403,9 +400,7 @@ describe('reconciliation', () => {
     const uc = await grab(c, 'repointed');
     const orderNo = newKey('order');
     const lost = await redeem(uc, 'repointed', orderNo);
-    const refund = (refundNo: string) =>
-      request(t.url).post('/redemptions/refunds').set(bearer(serviceToken())).send({ refundNo, orderNo, userCouponId: uc });
-    const first = await refund(newKey('refund'));
+    const first = await refund(uc, orderNo);
     expect(first.status).toBe(201);
     // What a repair made before a recreated redemption took the id its refund names: the row under a new id.
     const { top } = await one<{ top: string }>(`SELECT MAX(id) AS top FROM redemption`);
@@ -418,7 +413,7 @@ describe('reconciliation', () => {
     ]);
     expect((await decide(found[0].id, 'approve')).status).toBe(200);
     expect(await one(`SELECT redemption_id AS id FROM refund WHERE id = ?`, [first.body.refundId])).toEqual({ id: recreated });
-    const again = await refund(newKey('refund'));
+    const again = await refund(uc, orderNo);
     expect([again.status, again.headers['idempotent-replayed'], again.body.refundId]).toEqual([201, 'true', first.body.refundId]);
     expect(await checkInvariants(t.db, { couponIds: [c] })).toEqual([]);
     const after = await svc.runNow('FULL', 'test');
@@ -430,10 +425,7 @@ describe('reconciliation', () => {
     const uc = await grab(c, 'lost-return');
     const orderNo = newKey('order');
     await redeem(uc, 'lost-return', orderNo);
-    const refunded = await request(t.url)
-      .post('/redemptions/refunds')
-      .set(bearer(serviceToken()))
-      .send({ refundNo: newKey('refund'), orderNo, userCouponId: uc });
+    const refunded = await refund(uc, orderNo);
     expect(refunded.status).toBe(201);
     const lost = String(refunded.body.replacementUserCoupon.id);
     await sql(`DELETE FROM user_coupon_state_log WHERE user_coupon_id = ?`, [lost]);
@@ -469,10 +461,7 @@ describe('reconciliation', () => {
     const uc = await grab(c, 'used-return');
     const orderNo = newKey('order');
     await redeem(uc, 'used-return', orderNo);
-    const refunded = await request(t.url)
-      .post('/redemptions/refunds')
-      .set(bearer(serviceToken()))
-      .send({ refundNo: newKey('refund'), orderNo, userCouponId: uc });
+    const refunded = await refund(uc, orderNo);
     const returned = String(refunded.body.replacementUserCoupon.id);
     const usedOn = await redeem(returned, 'used-return');
     // The used coupon's row is deleted by hand; its log and its redemption stay.
