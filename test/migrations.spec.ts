@@ -6,6 +6,7 @@ import { resumable } from '../src/database/resumable-migration.js';
 import { dataSourceOptions } from '../src/database/data-source-options.js';
 import { migrations } from '../src/database/migrations/index.js';
 import { ExactOrderNumbers1764979200000 } from '../src/database/migrations/1764979200000-exact-order-numbers.js';
+import { RunTotals1765929600000 } from '../src/database/migrations/1765929600000-run-totals.js';
 import { ORDER_LOCK_STRIPES } from '../src/redemption/order.js';
 import { createTestDatabase, dropTestDatabase, testConfig } from './support/harness.js';
 
@@ -125,6 +126,41 @@ describe('migrations', () => {
       expect(await ds.showMigrations()).toBe(false);
     } finally {
       for (const table of ['refund_number', 'refund', 'redemption', 'coupon_order']) await ds.query(`DELETE FROM ${table}`);
+    }
+  });
+
+  it("gives an open finding of a refund's lost redemption its own key, and back", async () => {
+    await undoAfter(RunTotals1765929600000.name);
+    const record = (type: string, key: string) =>
+      ds.query(`INSERT INTO discrepancy (run_id, type, details, open_key, created_at) VALUES (1, ?, '{}', ?, NOW(3))`, [type, key]);
+    const keys = async () =>
+      (
+        (await ds.query(`SELECT type, open_key AS k FROM discrepancy ORDER BY id`)) as {
+          type: string;
+          k: string | null;
+        }[]
+      ).map((r) => `${r.type} ${r.k}`);
+    try {
+      await record('REFUND_REDEMPTION_MISSING', 'refund:8');
+      await record('REFUND_REPLACEMENT_MISSING', 'refund:9');
+      await ds.runMigrations({ transaction: 'each' });
+      // The refund of the first can now have its other finding open beside it.
+      await record('REFUND_REPLACEMENT_MISSING', 'refund:8');
+      expect(await keys()).toEqual([
+        'REFUND_REDEMPTION_MISSING refund-redemption:8',
+        'REFUND_REPLACEMENT_MISSING refund:9',
+        'REFUND_REPLACEMENT_MISSING refund:8',
+      ]);
+      await undoAfter(RunTotals1765929600000.name);
+      expect(await keys()).toEqual([
+        'REFUND_REDEMPTION_MISSING null',
+        'REFUND_REPLACEMENT_MISSING refund:9',
+        'REFUND_REPLACEMENT_MISSING refund:8',
+      ]);
+      await ds.runMigrations({ transaction: 'each' });
+      expect(await ds.showMigrations()).toBe(false);
+    } finally {
+      await ds.query(`DELETE FROM discrepancy`);
     }
   });
 });

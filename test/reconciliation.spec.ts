@@ -456,6 +456,36 @@ describe('reconciliation', () => {
     expect((await decide(found.id, 'approve')).status).toBe(409);
   });
 
+  it('a refund whose redemption was recreated and whose returned coupon is gone gets both findings in one run, each repaired on approval', async () => {
+    const c = await coupon({ returnOnRefund: true });
+    const uc = await grab(c, 'both-lost');
+    const orderNo = newKey('order');
+    const lost = await redeem(uc, 'both-lost', orderNo);
+    const refunded = await refund(uc, orderNo);
+    const { top } = await one<{ top: string }>(`SELECT MAX(id) AS top FROM redemption`);
+    const recreated = String(BigInt(top) + 1n);
+    await sql(`UPDATE redemption SET id = ? WHERE id = ?`, [recreated, lost]);
+    const returned = String(refunded.body.replacementUserCoupon.id);
+    await sql(`DELETE FROM user_coupon_state_log WHERE user_coupon_id = ?`, [returned]);
+    await sql(`DELETE FROM user_coupon WHERE id = ?`, [returned]);
+    const found = (await proposals((await svc.runNow('FULL', 'test')).id)).filter((p) => p.discrepancy.couponId === c);
+    expect(found.map((p) => [p.discrepancy.type, p.action]).sort()).toEqual([
+      ['REFUND_REDEMPTION_MISSING', 'REPOINT_REFUND'],
+      ['REFUND_REPLACEMENT_MISSING', 'REISSUE_REPLACEMENT'],
+    ]);
+    for (const p of found) expect((await decide(p.id, 'approve')).status).toBe(200);
+    expect(
+      await one(`SELECT redemption_id, replacement_user_coupon_id IS NOT NULL AS returned FROM refund WHERE id = ?`, [
+        refunded.body.refundId,
+      ]),
+    ).toEqual({
+      redemption_id: recreated,
+      returned: 1,
+    });
+    expect(await checkInvariants(t.db, { couponIds: [c] })).toEqual([]);
+    expect((await proposals((await svc.runNow('FULL', 'test')).id)).filter((p) => p.discrepancy.couponId === c)).toEqual([]);
+  });
+
   it('a lost returned coupon that had been used is left to an operator: another would give the user a second use', async () => {
     const c = await coupon({ returnOnRefund: true });
     const uc = await grab(c, 'used-return');

@@ -37,7 +37,7 @@ type Entity =
   | { kind: 'coupon'; id: string }
   | { kind: 'order'; id: string }
   | { kind: 'limit'; id: string }
-  | { kind: 'refund'; id: string }
+  | { kind: 'refund' | 'refund-redemption'; id: string }
   | { kind: 'redemption' | 'discount'; id: string }
   | { kind: 'locked' | 'hold' | 'uc'; id: string; userCouponId: string };
 
@@ -52,8 +52,10 @@ function entityOf(f: Finding): Entity {
     case 'ORDER_DISCOUNT_EXCEEDED':
       return { kind: 'order', id: f.orderNo };
     case 'REFUND_REPLACEMENT_MISSING':
-    case 'REFUND_REDEMPTION_MISSING':
       return { kind: 'refund', id: f.params.refundId };
+    case 'REFUND_REDEMPTION_MISSING':
+      // Its own kind: one refund may have lost both its returned coupon and its redemption's id, each repaired apart.
+      return { kind: 'refund-redemption', id: f.params.refundId };
     case 'USER_LIMIT_EXCEEDED':
       return { kind: 'limit', id: `${f.couponId}:${f.details.userId}` };
     case 'REDEMPTION_DISCOUNT_EXCEEDED':
@@ -602,6 +604,7 @@ export class ReconciliationService implements BeforeApplicationShutdown {
       case 'discount':
         return (await this.audits.redemptionChunk(em, BigInt(e.id), BigInt(e.id))).findings;
       case 'refund':
+      case 'refund-redemption':
         return (await this.audits.refundChunk(em, BigInt(e.id), BigInt(e.id))).findings;
       default: {
         // Every approval locks the user coupon first: this waits for one repairing the coupon under another key, and sees its commit.

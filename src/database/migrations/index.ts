@@ -17,6 +17,7 @@ import { OrderLockStripes1765670400000 } from './1765670400000-order-lock-stripe
 import { CouponCountsIndex1765756800000 } from './1765756800000-coupon-counts-index.js';
 import { RefundCouponIndex1765843200000 } from './1765843200000-refund-coupon-index.js';
 import { RunTotals1765929600000 } from './1765929600000-run-totals.js';
+import { RefundFindingKeys1766016000000 } from './1766016000000-refund-finding-keys.js';
 
 /** Every migration, in order, each resumable where it stopped (resumable-migration.ts). The app, the CLI (ormconfig.ts) and the tests all use this list. */
 export const migrations = [
@@ -38,4 +39,5 @@ export const migrations = [
   CouponCountsIndex1765756800000,
   RefundCouponIndex1765843200000,
   RunTotals1765929600000,
+  RefundFindingKeys1766016000000,
 ].map(resumable);
