@@ -269,7 +269,7 @@ export async function createApp(
     done();
   });
 
-  if (config.DOCS_ENABLED) SwaggerModule.setup('docs', app, buildOpenApiDocument(app), { jsonDocumentUrl: 'docs-json' });
+  if (config.DOCS_ENABLED) SwaggerModule.setup('docs', app, buildOpenApiDocument(app), { jsonDocumentUrl: 'docs-json', raw: ['json'] });
   await serveConsole(app);
   return app;
 }

@@ -44,6 +44,8 @@ describe('foundation', () => {
     const res = await request(t.url).get('/docs-json');
     expect(res.status).toBe(200);
     expect(res.body.openapi).toMatch(/^3\./);
+    // Only the routes the documentation names: no YAML copy beside it.
+    expect((await request(t.url).get('/docs-yaml')).body).toMatchObject({ code: 'NOT_FOUND' });
   });
 
   it('puts a request id on every answer', async () => {

@@ -16,7 +16,6 @@ const ZH_CN: Record<ErrorCode, string> = {
   COUPON_NOT_FOUND: '优惠券不存在',
   USER_COUPON_NOT_FOUND: '没有找到这张券',
   GRAB_NOT_FOUND: '没有找到这次领取的结果',
-  REDEMPTION_NOT_FOUND: '没有找到这笔核销记录',
   RUN_NOT_FOUND: '没有找到这次对账',
   COMPENSATION_NOT_FOUND: '没有找到这条补偿建议',
   HOLD_NOT_FOUND: '没有找到这笔订单对这张券的锁定',
