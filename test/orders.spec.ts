@@ -264,7 +264,7 @@ describe('order rules (issue 23 item 2)', () => {
       });
       return lockOrder(elsewhere, orderNo, 5000, new Date());
     });
-    expect(found).toEqual({ orderNo, orderAmountCents: 7000, refunded: false, created: false });
+    expect(found).toEqual({ orderNo, orderAmountCents: 7000, refunded: false });
     const [row] = (await t.db.query(`SELECT order_amount_cents, lock_version FROM coupon_order WHERE order_no = ?`, [orderNo])) as {
       order_amount_cents: string;
       lock_version: string;

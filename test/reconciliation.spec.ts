@@ -240,7 +240,7 @@ describe('reconciliation', () => {
         expect(used.status).toBe(201);
         await sql(`DELETE FROM redemption WHERE user_coupon_id = ?`, [uc]);
         if (orderLost) await sql(`DELETE FROM coupon_order WHERE order_no = ?`, [orderNo]);
-        cases.push({ uc, user, orderNo, granted: used.body.discountCents as number, orderLost });
+        cases.push({ uc, granted: used.body.discountCents as number, orderLost });
       }
     }
     const found = await proposals((await svc.runNow('FULL', 'test')).id);
@@ -264,20 +264,6 @@ describe('reconciliation', () => {
       [4000, 1200],
       [0, 0],
     ]);
-    // A lost order row comes back with the use, so the order still takes no other coupon.
-    for (const [i, c] of cases.entries()) {
-      if (!c.orderLost) continue;
-      expect(await one(`SELECT order_amount_cents AS a, refunded FROM coupon_order WHERE order_no = ?`, [c.orderNo])).toEqual({
-        a: String(recorded[i][0]),
-        refunded: 0,
-      });
-      const other = await grab(await coupon({ discount: { thresholdCents: 0, amountCents: 100 } }), c.user);
-      const refused = await request(t.url)
-        .post('/redemptions')
-        .set(bearer(serviceToken()))
-        .send({ userCouponId: other, orderNo: c.orderNo, orderAmountCents: recorded[i][0], userId: c.user });
-      expect([refused.status, refused.body.code]).toEqual([409, 'ORDER_HAS_COUPON']);
-    }
     expect(await svc.runNow('FULL', 'test')).toMatchObject({ status: 'COMPLETED', discrepancies: 0 });
   });
 

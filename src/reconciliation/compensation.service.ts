@@ -19,7 +19,6 @@ import { Compensation, CompensationStatus, CompensationView, toCompensationView 
 import type { MissingStockFinding, RepairParams, RepairStep, StockFinding } from './diagnosis.js';
 import type { HoldLockUntilFinding, HoldWithoutLockedFinding, LockedWithoutHoldFinding } from './hold-audit.js';
 import { closeHoldForReconciliation, releasedTo } from '../redemption/holds.js';
-import { restoreOrder } from '../redemption/order.js';
 
 const decided = counter('reconciliation_compensations_decided_total', 'Compensations decided by an admin', ['action', 'decision']);
 
@@ -380,7 +379,6 @@ export class CompensationService {
           if (isDuplicateKey(err)) throw changedSinceRun(`The redemption of order ${s.orderNo}`, { orderNo: s.orderNo, userCouponId });
           throw err;
         }
-        await restoreOrder(em, s.orderNo, orderAmountCents, ctx.now);
         return {
           op: s.op,
           orderNo: s.orderNo,

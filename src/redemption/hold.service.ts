@@ -71,7 +71,7 @@ export class HoldService {
     // from then (read before, a 1 s hold that waited 3 s for the coupon was born RELEASED).
     const now = new Date();
     if (!uc || uc.userId !== userId) throw userCouponNotFound();
-    const same = order.created ? null : await findHold(em, dto.orderNo, uc.id, false);
+    const same = await findHold(em, dto.orderNo, uc.id, false);
     if (same) return replayHold(same, userId, dto);
     const { coupon, discountCents } = await usableDiscount(em, uc, dto.orderAmountCents, now);
     const granted = await orderDiscount(em, order, dto.orderAmountCents, uc, coupon, discountCents, now);

@@ -7,11 +7,6 @@ export interface OrderRow {
   orderNo: string;
   orderAmountCents: number;
   refunded: boolean;
-  /**
-   * Made by this transaction: the order had no hold or redemption, as each one makes the order's row
-   * in its own transaction (and a reconciliation repair that brings a redemption back, its row).
-   */
-  created: boolean;
 }
 
 /** Rows of coupon_order_lock, filled by the OrderLockStripes migration. */
@@ -38,7 +33,7 @@ export async function lockOrder(em: EntityManager, orderNo: string, orderAmountC
     [orderNo, orderNo],
   )) as (StoredOrder | { order_amount_cents: null; refunded: null })[];
   if (locked.order_amount_cents === null && (await insertOrder(em, orderNo, orderAmountCents, now))) {
-    return { orderNo, orderAmountCents, refunded: false, created: true };
+    return { orderNo, orderAmountCents, refunded: false };
   }
   // A write, for a cluster: row locks are local to a node, and only writes are certified across nodes.
   await em.query(`UPDATE coupon_order SET lock_version = lock_version + 1 WHERE order_no = ?`, [orderNo]);
@@ -46,7 +41,7 @@ export async function lockOrder(em: EntityManager, orderNo: string, orderAmountC
     locked.order_amount_cents !== null
       ? locked
       : ((await em.query(`SELECT order_amount_cents, refunded FROM coupon_order WHERE order_no = ?`, [orderNo])) as StoredOrder[])[0];
-  return { orderNo, orderAmountCents: Number(row.order_amount_cents), refunded: Boolean(row.refunded), created: false };
+  return { orderNo, orderAmountCents: Number(row.order_amount_cents), refunded: Boolean(row.refunded) };
 }
 
 interface StoredOrder {
@@ -67,19 +62,6 @@ async function insertOrder(em: EntityManager, orderNo: string, orderAmountCents:
     if (isDuplicateKey(err)) return false;
     throw err;
   }
-}
-
-/**
- * The order's row for a use a repair brings back, when the row was lost with it (refunded if a
- * refund names the order): a redemption on an order without its row would take it for a new one,
- * with nothing else on it.
- */
-export async function restoreOrder(em: EntityManager, orderNo: string, orderAmountCents: number, now: Date): Promise<void> {
-  await em.query(
-    `INSERT IGNORE INTO coupon_order (order_no, order_amount_cents, refunded, created_at)
-     SELECT ?, ?, EXISTS (SELECT 1 FROM refund WHERE order_no = ?), ?`,
-    [orderNo, orderAmountCents, orderNo, now],
-  );
 }
 
 /**
@@ -118,8 +100,6 @@ export async function orderDiscount(
   now: Date,
 ): Promise<number> {
   refuseRefundedOrder(order);
-  // Nothing else can be on an order this transaction made, and it was made with this amount.
-  if (order.created) return discountCents;
   // Timed-out holds count as released, as everywhere; a confirmed hold is counted by its redemption.
   const others = (await em.query(
     `SELECT x.user_coupon_id, x.discount_cents, c.stackable, uc.user_id

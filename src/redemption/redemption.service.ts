@@ -113,8 +113,7 @@ export class RedemptionService {
         const mine = await em.findOneBy(Redemption, { orderNo: dto.orderNo, userCouponId: uc.id });
         if (mine) return this.replayRedemption(mine, userId, dto);
       }
-      // An order this transaction made has no hold yet.
-      const hold = order.created ? null : await findHold(em, dto.orderNo, uc.id, true);
+      const hold = await findHold(em, dto.orderNo, uc.id, true);
       if (hold) return { redemption: await this.confirm(em, uc, hold, order, dto, now), firstUse: true };
       const { coupon, discountCents } = await usableDiscount(em, uc, dto.orderAmountCents, now);
       const granted = await orderDiscount(em, order, dto.orderAmountCents, uc, coupon, discountCents, now);
