@@ -16,11 +16,16 @@ export class RefundFindingKeys1766016000000 implements MigrationInterface {
   }
 
   async down(q: QueryRunner): Promise<void> {
-    // One key a refund again: where the refund has both open, the redemption's stops being open (a run finds it again once the other is decided).
-    await q.query(
-      `UPDATE discrepancy r JOIN discrepancy o ON o.open_key = CONCAT('refund:', SUBSTRING(r.open_key, LENGTH('refund-redemption:') + 1))
-       SET r.open_key = NULL WHERE r.type = 'REFUND_REDEMPTION_MISSING' AND r.open_key LIKE 'refund-redemption:%'`,
-    );
+    // One key a refund again: a refund with both findings open cannot keep both, and closing one here would leave its proposal pending beside the next run's.
+    const both = (await q.query(
+      `SELECT r.open_key AS k FROM discrepancy r JOIN discrepancy o ON o.open_key = CONCAT('refund:', SUBSTRING(r.open_key, LENGTH('refund-redemption:') + 1))
+       WHERE r.type = 'REFUND_REDEMPTION_MISSING' AND r.open_key LIKE 'refund-redemption:%' LIMIT 5`,
+    )) as { k: string }[];
+    if (both.length > 0) {
+      throw new Error(
+        `Refunds with both findings open (${both.map((b) => b.k).join(', ')}): approve or reject one of each before going back past this migration.`,
+      );
+    }
     await q.query(
       `UPDATE discrepancy SET open_key = CONCAT('refund:', SUBSTRING(open_key, LENGTH('refund-redemption:') + 1))
        WHERE type = 'REFUND_REDEMPTION_MISSING' AND open_key LIKE 'refund-redemption:%'`,
