@@ -6020,7 +6020,7 @@ export interface operations {
                     };
                 };
             };
-            /** @description COUPON_ALREADY_USED, COUPON_EXPIRED, COUPON_VOID, COUPON_NOT_YET_VALID, COUPON_LOCKED, HOLD_EXPIRED, HOLD_RELEASED, ORDER_HAS_COUPON, ORDER_REFUNDED, STATUS_CONFLICT */
+            /** @description COUPON_ALREADY_USED, COUPON_EXPIRED, COUPON_VOID, COUPON_NOT_YET_VALID, COUPON_LOCKED, ORDER_HAS_COUPON, ORDER_REFUNDED, STATUS_CONFLICT, HOLD_EXPIRED, HOLD_RELEASED */
             409: {
                 headers: {
                     /** @description The request's id: the client's `X-Request-Id` when it is 1-128 of [A-Za-z0-9._:-], else a generated UUID */
@@ -6038,7 +6038,7 @@ export interface operations {
                      */
                     "application/json": components["schemas"]["Error"] & {
                         /** @enum {string} */
-                        code?: "COUPON_ALREADY_USED" | "COUPON_EXPIRED" | "COUPON_VOID" | "COUPON_NOT_YET_VALID" | "COUPON_LOCKED" | "HOLD_EXPIRED" | "HOLD_RELEASED" | "ORDER_HAS_COUPON" | "ORDER_REFUNDED" | "STATUS_CONFLICT";
+                        code?: "COUPON_ALREADY_USED" | "COUPON_EXPIRED" | "COUPON_VOID" | "COUPON_NOT_YET_VALID" | "COUPON_LOCKED" | "ORDER_HAS_COUPON" | "ORDER_REFUNDED" | "STATUS_CONFLICT" | "HOLD_EXPIRED" | "HOLD_RELEASED";
                     };
                 };
             };
@@ -6086,7 +6086,7 @@ export interface operations {
                     };
                 };
             };
-            /** @description THRESHOLD_NOT_MET, IDEMPOTENCY_KEY_REUSED, HOLD_MISMATCH, ORDER_AMOUNT_MISMATCH */
+            /** @description THRESHOLD_NOT_MET, IDEMPOTENCY_KEY_REUSED, ORDER_AMOUNT_MISMATCH, HOLD_MISMATCH */
             422: {
                 headers: {
                     /** @description The request's id: the client's `X-Request-Id` when it is 1-128 of [A-Za-z0-9._:-], else a generated UUID */
@@ -6104,7 +6104,7 @@ export interface operations {
                      */
                     "application/json": components["schemas"]["Error"] & {
                         /** @enum {string} */
-                        code?: "THRESHOLD_NOT_MET" | "IDEMPOTENCY_KEY_REUSED" | "HOLD_MISMATCH" | "ORDER_AMOUNT_MISMATCH";
+                        code?: "THRESHOLD_NOT_MET" | "IDEMPOTENCY_KEY_REUSED" | "ORDER_AMOUNT_MISMATCH" | "HOLD_MISMATCH";
                     };
                 };
             };

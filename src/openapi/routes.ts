@@ -58,6 +58,23 @@ const PUBLIC_READ: HeaderName[] = [...GZIPPED, 'Cache-Control'];
 const ONLY_THE_ORDER_SERVICE =
   'With REDEMPTIONS_BY_USERS=false a user token is 403 FORBIDDEN here: only the order service (role service) puts coupons on orders.';
 
+/** What a hold and a redemption both check before they put a coupon on an order (src/redemption/checks.ts, order.ts). */
+const ORDER_CHECKS: readonly ErrorCode[] = [
+  'FORBIDDEN',
+  'USER_COUPON_NOT_FOUND',
+  'COUPON_ALREADY_USED',
+  'COUPON_EXPIRED',
+  'COUPON_VOID',
+  'COUPON_NOT_YET_VALID',
+  'COUPON_LOCKED',
+  'THRESHOLD_NOT_MET',
+  'IDEMPOTENCY_KEY_REUSED',
+  'ORDER_HAS_COUPON',
+  'ORDER_REFUNDED',
+  'ORDER_AMOUNT_MISMATCH',
+  'STATUS_CONFLICT',
+];
+
 export const ROUTES: Record<string, RouteContract> = {
   'GET /coupons': {
     summary: 'The coupon centre: live coupons, soonest grab start first (served from memory)',
@@ -130,24 +147,7 @@ export const ROUTES: Record<string, RouteContract> = {
       201: { schema: 'Redemption', description: 'Used now (`firstUse: true`)' },
       200: { schema: 'Redemption', description: 'A repeat: the redemption made earlier (`firstUse: false`)', requiredHeaders: REPLAYED },
     },
-    errors: [
-      'FORBIDDEN',
-      'USER_COUPON_NOT_FOUND',
-      'COUPON_ALREADY_USED',
-      'COUPON_EXPIRED',
-      'COUPON_VOID',
-      'COUPON_NOT_YET_VALID',
-      'COUPON_LOCKED',
-      'THRESHOLD_NOT_MET',
-      'IDEMPOTENCY_KEY_REUSED',
-      'HOLD_EXPIRED',
-      'HOLD_RELEASED',
-      'HOLD_MISMATCH',
-      'ORDER_HAS_COUPON',
-      'ORDER_REFUNDED',
-      'ORDER_AMOUNT_MISMATCH',
-      'STATUS_CONFLICT',
-    ],
+    errors: [...ORDER_CHECKS, 'HOLD_EXPIRED', 'HOLD_RELEASED', 'HOLD_MISMATCH'],
     requestExample: { userCouponId: '1024', orderNo: 'ORD-20260101-0001', orderAmountCents: 12900 },
   },
   'POST /redemptions/holds': {
@@ -162,21 +162,7 @@ export const ROUTES: Record<string, RouteContract> = {
       201: { schema: 'Hold', description: 'Held now' },
       200: { schema: 'Hold', description: 'A repeat: the hold as it is now', requiredHeaders: REPLAYED },
     },
-    errors: [
-      'FORBIDDEN',
-      'USER_COUPON_NOT_FOUND',
-      'COUPON_ALREADY_USED',
-      'COUPON_EXPIRED',
-      'COUPON_VOID',
-      'COUPON_NOT_YET_VALID',
-      'COUPON_LOCKED',
-      'THRESHOLD_NOT_MET',
-      'IDEMPOTENCY_KEY_REUSED',
-      'ORDER_HAS_COUPON',
-      'ORDER_REFUNDED',
-      'ORDER_AMOUNT_MISMATCH',
-      'STATUS_CONFLICT',
-    ],
+    errors: ORDER_CHECKS,
     requestExample: { userCouponId: '1024', orderNo: 'ORD-20260101-0001', orderAmountCents: 12900, ttlSeconds: 900 },
   },
   'POST /redemptions/holds/release': {
