@@ -1,5 +1,5 @@
-import { Column, Entity, PrimaryGeneratedColumn } from 'typeorm';
-import { bigintAsNumber } from '../database/transformers.js';
+import { Column, Entity } from 'typeorm';
+import { CouponOnOrder } from './redemption.entity.js';
 
 export type HoldStatus = 'ACTIVE' | 'CONFIRMED' | 'RELEASED';
 /** CANCELLED: the order service released it; TIMEOUT: it passed expiresAt; RECONCILIATION: an approved compensation closed it. */
@@ -7,25 +7,7 @@ export type ReleaseReason = 'CANCELLED' | 'TIMEOUT' | 'RECONCILIATION';
 
 /** A user coupon held for one unpaid order; unique on (order_no, user_coupon_id), like a redemption. */
 @Entity('redemption_hold')
-export class Hold {
-  @PrimaryGeneratedColumn({ type: 'bigint', unsigned: true })
-  id!: string;
-
-  @Column({ name: 'user_coupon_id', type: 'bigint', unsigned: true })
-  userCouponId!: string;
-
-  @Column({ name: 'order_no', type: 'varchar', length: 64 })
-  orderNo!: string;
-
-  @Column({ name: 'user_id', type: 'varchar', length: 64 })
-  userId!: string;
-
-  @Column({ name: 'order_amount_cents', type: 'bigint', unsigned: true, transformer: bigintAsNumber })
-  orderAmountCents!: number;
-
-  @Column({ name: 'discount_cents', type: 'bigint', unsigned: true, transformer: bigintAsNumber })
-  discountCents!: number;
-
+export class Hold extends CouponOnOrder {
   @Column({ type: 'varchar', length: 16 })
   status!: HoldStatus;
 

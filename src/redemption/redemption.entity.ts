@@ -1,9 +1,8 @@
 import { Column, Entity, PrimaryGeneratedColumn } from 'typeorm';
 import { bigintAsNumber } from '../database/transformers.js';
 
-/** One use of a user coupon on an order; unique on (order_no, user_coupon_id). */
-@Entity('redemption')
-export class Redemption {
+/** The columns a hold and a redemption share: one user coupon on one order, the amount and the discount. */
+export abstract class CouponOnOrder {
   @PrimaryGeneratedColumn({ type: 'bigint', unsigned: true })
   id!: string;
 
@@ -21,7 +20,11 @@ export class Redemption {
 
   @Column({ name: 'discount_cents', type: 'bigint', unsigned: true, transformer: bigintAsNumber })
   discountCents!: number;
+}
 
+/** One use of a user coupon on an order; unique on (order_no, user_coupon_id). */
+@Entity('redemption')
+export class Redemption extends CouponOnOrder {
   @Column({ type: 'varchar', length: 16 })
   status!: 'USED';
 
