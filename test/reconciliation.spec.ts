@@ -67,6 +67,23 @@ describe('reconciliation', () => {
   /** The order service's refund of a redeemed coupon (a new refund number unless one is given). */
   const refund = (userCouponId: string, orderNo: string, refundNo = newKey('refund')) =>
     request(t.url).post('/redemptions/refunds').set(bearer(serviceToken())).send({ userCouponId, orderNo, refundNo });
+  /** A coupon that returns on refund, grabbed by `user`, used on an order and refunded. */
+  async function refundedUse(user: string) {
+    const c = await coupon({ returnOnRefund: true });
+    const uc = await grab(c, user);
+    const orderNo = newKey('order');
+    const redemptionId = await redeem(uc, user, orderNo);
+    const refunded = await refund(uc, orderNo);
+    expect(refunded.status).toBe(201);
+    return { c, uc, orderNo, redemptionId, refunded };
+  }
+  /** What a repair made before a recreated redemption took the id its refund names: the row under a new id, answered. */
+  async function moveRedemption(id: string): Promise<string> {
+    const { top } = await one<{ top: string }>(`SELECT MAX(id) AS top FROM redemption`);
+    const moved = String(BigInt(top) + 1n);
+    await sql(`UPDATE redemption SET id = ? WHERE id = ?`, [moved, id]);
+    return moved;
+  }
   async function proposals(runId: string): Promise<CompensationBody[]> {
     const res = await request(t.url).get(`/admin/compensations?status=PENDING&runId=${runId}&limit=100`).set(admin());
     expect(res.status).toBe(200);
@@ -268,12 +285,7 @@ describe('reconciliation', () => {
   });
 
   it('a lost redemption the order was refunded for comes back under its id: the refund answers for it, and no second refund is made', async () => {
-    const c = await coupon({ returnOnRefund: true });
-    const uc = await grab(c, 'refunded-lost');
-    const orderNo = newKey('order');
-    const redemptionId = await redeem(uc, 'refunded-lost', orderNo);
-    const first = await refund(uc, orderNo);
-    expect(first.status).toBe(201);
+    const { uc, orderNo, redemptionId, refunded: first } = await refundedUse('refunded-lost');
     await sql(`DELETE FROM redemption WHERE id = ?`, [redemptionId]);
     const run = await svc.runNow('FULL', 'test');
     const [proposal] = (await proposals(run.id)).filter((p) => p.discrepancy.userCouponId === uc);
@@ -396,16 +408,8 @@ describe('reconciliation', () => {
   });
 
   it('a refund naming a redemption recreated under a new id (by an earlier repair) is made to name it again: no second refund', async () => {
-    const c = await coupon({ returnOnRefund: true });
-    const uc = await grab(c, 'repointed');
-    const orderNo = newKey('order');
-    const lost = await redeem(uc, 'repointed', orderNo);
-    const first = await refund(uc, orderNo);
-    expect(first.status).toBe(201);
-    // What a repair made before a recreated redemption took the id its refund names: the row under a new id.
-    const { top } = await one<{ top: string }>(`SELECT MAX(id) AS top FROM redemption`);
-    const recreated = String(BigInt(top) + 1n);
-    await sql(`UPDATE redemption SET id = ? WHERE id = ?`, [recreated, lost]);
+    const { c, uc, orderNo, redemptionId, refunded: first } = await refundedUse('repointed');
+    const recreated = await moveRedemption(redemptionId);
     const run = await svc.runNow('FULL', 'test');
     const found = (await proposals(run.id)).filter((p) => p.discrepancy.type === 'REFUND_REDEMPTION_MISSING');
     expect(found.map((p) => [p.action, p.discrepancy.userCouponId, p.discrepancy.redemptionId])).toEqual([
@@ -421,12 +425,7 @@ describe('reconciliation', () => {
   });
 
   it("a refund's returned coupon whose row is gone is found, and approving returns the coupon again, named by the refund", async () => {
-    const c = await coupon({ returnOnRefund: true });
-    const uc = await grab(c, 'lost-return');
-    const orderNo = newKey('order');
-    await redeem(uc, 'lost-return', orderNo);
-    const refunded = await refund(uc, orderNo);
-    expect(refunded.status).toBe(201);
+    const { c, uc, orderNo, refunded } = await refundedUse('lost-return');
     const lost = String(refunded.body.replacementUserCoupon.id);
     await sql(`DELETE FROM user_coupon_state_log WHERE user_coupon_id = ?`, [lost]);
     await sql(`DELETE FROM user_coupon WHERE id = ?`, [lost]);
@@ -457,14 +456,8 @@ describe('reconciliation', () => {
   });
 
   it('a refund whose redemption was recreated and whose returned coupon is gone gets both findings in one run, each repaired on approval', async () => {
-    const c = await coupon({ returnOnRefund: true });
-    const uc = await grab(c, 'both-lost');
-    const orderNo = newKey('order');
-    const lost = await redeem(uc, 'both-lost', orderNo);
-    const refunded = await refund(uc, orderNo);
-    const { top } = await one<{ top: string }>(`SELECT MAX(id) AS top FROM redemption`);
-    const recreated = String(BigInt(top) + 1n);
-    await sql(`UPDATE redemption SET id = ? WHERE id = ?`, [recreated, lost]);
+    const { c, redemptionId, refunded } = await refundedUse('both-lost');
+    const recreated = await moveRedemption(redemptionId);
     const returned = String(refunded.body.replacementUserCoupon.id);
     await sql(`DELETE FROM user_coupon_state_log WHERE user_coupon_id = ?`, [returned]);
     await sql(`DELETE FROM user_coupon WHERE id = ?`, [returned]);
@@ -487,11 +480,7 @@ describe('reconciliation', () => {
   });
 
   it('a lost returned coupon that had been used is left to an operator: another would give the user a second use', async () => {
-    const c = await coupon({ returnOnRefund: true });
-    const uc = await grab(c, 'used-return');
-    const orderNo = newKey('order');
-    await redeem(uc, 'used-return', orderNo);
-    const refunded = await refund(uc, orderNo);
+    const { uc, refunded } = await refundedUse('used-return');
     const returned = String(refunded.body.replacementUserCoupon.id);
     const usedOn = await redeem(returned, 'used-return');
     // The used coupon's row is deleted by hand; its log and its redemption stay.
