@@ -1783,6 +1783,9 @@ describe('admin console in a browser', () => {
     await page.goto(`${t.url}/console/compensations?status=DONE`);
     await page.getByTestId('language').getByText('English').click();
     await page.getByText('2 unit(s) left the stock without an issued coupon: put them back.').waitFor();
+    // A list the API refused to read says so, rather than "nothing here" with nothing pending to see.
+    await page.goto(`${t.url}/console/compensations?status=bogus`);
+    await page.locator('.ant-alert-error').waitFor();
   });
 
   it('offers campaigns past the newest 100 in the bulk job’s picker', async () => {

@@ -181,6 +181,8 @@ export function CompensationTable({ list }: { list: PagedList<Compensation> }) {
   const deciding = useDialog<{ decision: 'approve' | 'reject'; compensation: Compensation }>();
   return (
     <>
+      {/* A list that failed to load must not read as "nothing pending". */}
+      {list.error && <Alert type="error" title={list.error.message} style={{ marginBottom: 16 }} />}
       <Table<Compensation>
         rowKey="id"
         scroll={{ x: 900 }}
