@@ -371,10 +371,14 @@ describe('admin console in a browser', () => {
     await page.getByLabel('Discount (¥)').fill('0');
     await settle();
     await page.getByTestId('create-submit').click();
-    // The message is the API's (class-validator's wording), placed under the field it names;
-    // one on money in the yuan the form takes, not the API's cents.
-    await page.getByText('days must not be less than 1').waitFor();
+    // The message is the API's (class-validator's wording), placed under the field it names, which its
+    // label names rather than the body's field name; one on money in the yuan the form takes, not cents.
+    await page.getByText('Must not be less than 1', { exact: true }).waitFor();
     await page.getByText('Must not be less than ¥0.01').waitFor();
+    // ¥10.005 is refused as typed, not rounded to ¥10.01 and sent as 1001 cents.
+    await page.getByLabel('Discount (¥)').fill('10.005');
+    await page.getByTestId('create-submit').click();
+    await page.getByText('At most two decimals (whole fen)', { exact: true }).waitFor();
     await page.getByLabel('Discount (¥)').fill('10');
     await shot('02-create-validation');
     await page.getByTestId('field-validity-days').fill('7');
@@ -385,9 +389,11 @@ describe('admin console in a browser', () => {
         id: string;
         name: string;
         initStock: number;
+        discount: { amountCents: number };
       }[];
     const [row] = await eventually(listed, (items) => items.length > 0);
     expect(row.name).toBe('Double 11: spend ¥100 save ¥10');
+    expect(row.discount.amountCents).toBe(1000);
     couponId = row.id;
     expect(row.initStock).toBe(50);
     await page.getByTestId(`campaign-${couponId}`).waitFor();
@@ -408,7 +414,7 @@ describe('admin console in a browser', () => {
     await page.getByTestId('field-stackable').click();
     await settle();
     await page.getByTestId('create-submit').click();
-    await page.getByText('percentOff must not be greater than 100').waitFor();
+    await page.getByText('Must not be greater than 100', { exact: true }).waitFor();
     await page.getByTestId('field-percentOff').fill('15');
     // What the shopper pays, beside the percentage off: a shop that says 打 8.5 折 must not type 85 here.
     await page.getByText('The shopper pays 85% of the order').waitFor();
@@ -628,6 +634,47 @@ describe('admin console in a browser', () => {
     await page.locator('.ant-drawer-open').waitFor({ state: 'detached' });
   });
 
+  it('opens a dialog afresh: no refused webhook URL kept, no deliveries filter carried to another webhook', async () => {
+    // Nothing listens on the discard port; deleted before any event could be sent to it.
+    const other = await request(t.url).post('/admin/webhooks').set(bearer(adminToken())).send({ url: 'http://127.0.0.1:9/other' });
+    expect(other.status).toBe(201);
+    try {
+      await page.goto(`${t.url}/console/webhooks`);
+      await page.getByTestId('new-webhook').click();
+      await page.getByTestId('webhook-url').fill('http://user:pass@127.0.0.1:9/hook');
+      await settle();
+      await page.getByTestId('webhook-submit').click();
+      await page.getByText('Must not contain credentials', { exact: true }).waitFor();
+      await page.keyboard.press('Escape');
+      await page.locator('.ant-modal').first().waitFor({ state: 'hidden' });
+      await page.getByTestId('new-webhook').click();
+      await page.getByTestId('webhook-url').waitFor();
+      expect(await page.getByTestId('webhook-url').inputValue()).toBe('');
+      expect(await page.getByText('Must not contain credentials').count()).toBe(0);
+      await page.keyboard.press('Escape');
+      await page.locator('.ant-modal').first().waitFor({ state: 'hidden' });
+      // Failed ones of the first webhook, then the other webhook: all of its deliveries, not its failed ones.
+      const chosen = page.locator('.ant-drawer-open .ant-segmented-item-selected');
+      await page.locator('[data-testid^="deliveries-"]').first().click();
+      await page.locator('.ant-drawer-open .ant-segmented').getByText('Failed', { exact: true }).click();
+      expect(
+        await eventually(
+          async () => (await chosen.textContent()) ?? '',
+          (v) => v === 'Failed',
+        ),
+      ).toBe('Failed');
+      await page.locator('.ant-drawer-open .ant-drawer-close').click();
+      await page.locator('.ant-drawer-open').waitFor({ state: 'detached' });
+      await page.getByTestId(`deliveries-${other.body.id}`).click();
+      await page.locator('.ant-drawer-open').waitFor();
+      expect(await chosen.textContent()).toBe('All');
+      await page.locator('.ant-drawer-open .ant-drawer-close').click();
+      await page.locator('.ant-drawer-open').waitFor({ state: 'detached' });
+    } finally {
+      expect((await request(t.url).delete(`/admin/webhooks/${other.body.id}`).set(bearer(adminToken()))).status).toBe(204);
+    }
+  });
+
   it('starts a reconciliation, shows the discrepancy and approves its compensation', async () => {
     // A lost deduction: stock says two fewer than were ever issued from it.
     await t.db.query('UPDATE coupon_stock SET stock = stock - 2 WHERE coupon_id = ?', [couponId]);
@@ -790,12 +837,14 @@ describe('admin console in a browser', () => {
     await page.getByTestId(`campaign-${couponId}`).click();
     await page.getByRole('button', { name: 'Bulk issue' }).click();
     // fan-0 grabbed one already (limit 1), bulk-1 is listed twice, "bad id!" is no user id: one line,
-    // not a user "bad" and a user "id!". Spaces around an id are no part of it.
-    await page.getByTestId('job-user-ids').fill('bulk-1\n  bulk-2 \r\nbulk-3\nfan-0\nbulk-1\nbad id!\n');
+    // not a user "bad" and a user "id!". Spaces around an id are no part of it; a blank line is no id,
+    // but a line all the same: the skipped lines are numbered as the text pasted has them.
+    await page.getByTestId('job-user-ids').fill('bulk-1\n  bulk-2 \r\n\nbulk-3\nfan-0\nbulk-1\nbad id!\n');
     await page.getByTestId('job-reason').fill('VIP November');
     await settle();
     // The server makes the job, then cannot learn whether its COMMIT took: OUTCOME_UNKNOWN.
-    await loseAnswer(`**/admin/coupons/${couponId}/issuances`, 'unknown');
+    // The list goes up as a CSV body, the reason and the stock choice in the query.
+    await loseAnswer(`**/admin/coupons/${couponId}/issuances?*`, 'unknown');
     await page.getByTestId('job-submit').click();
     await expectMaybeMade('.ant-modal');
     // Create again sends the same Idempotency-Key: one job (counted below, beside the CSV one).
@@ -811,9 +860,9 @@ describe('admin console in a browser', () => {
     const skipped = page.getByTestId('skipped-lines');
     await skipped.getByText('Repeated in the list').waitFor();
     expect(await skipped.locator('.ant-table-row').allTextContents()).toEqual([
-      '4fan-0Limit reached',
-      '5bulk-1Repeated in the list',
-      '6bad id!Invalid user id',
+      '5fan-0Limit reached',
+      '6bulk-1Repeated in the list',
+      '7bad id!Invalid user id',
     ]);
     expect((await request(t.url).get('/admin/users/bad/coupons').set(bearer(adminToken()))).body.items).toEqual([]);
     await shot('12-bulk-job');
@@ -920,7 +969,7 @@ describe('admin console in a browser', () => {
       () => rows.allTextContents(),
       (r) => r.length === 1,
     );
-    expect(await rows.allTextContents()).toEqual(['5bulk-1Repeated in the list']);
+    expect(await rows.allTextContents()).toEqual(['6bulk-1Repeated in the list']);
     const save = async () => {
       const [download] = await Promise.all([page.waitForEvent('download'), page.getByTestId('download-skipped').click()]);
       return { name: download.suggestedFilename(), text: readFileSync(await download.path(), 'utf8') };
@@ -1039,6 +1088,41 @@ describe('admin console in a browser', () => {
     expect(await page.getByTestId('form-refusal').count()).toBe(0);
     // OK again sends the same Idempotency-Key: the stock changes once.
     await resubmitStock(before + 3, 'status of 503');
+  });
+
+  it('shows the stock the server has as soon as it refuses a removal of more than remains, not after the next refresh', async () => {
+    const coupon = await createCoupon(t.url, { name: 'Removed elsewhere', totalStock: 20 });
+    await page.goto(`${t.url}/console/campaigns#token=${adminToken()}`);
+    const row = page.locator('.ant-table-row', { has: page.getByTestId(`campaign-${coupon.id}`) });
+    await row.getByRole('button', { name: 'Stock', exact: true }).click();
+    await settle();
+    const removing = page.locator('.ant-radio-button-wrapper-checked', { hasText: 'Remove stock' });
+    for (let i = 0; i < 5 && !(await removing.isVisible()); i++) {
+      await page.getByText('Remove stock', { exact: true }).click();
+      await removing.waitFor({ timeout: 2000 }).catch(() => undefined);
+    }
+    await page.getByTestId('stock-amount').fill('15');
+    expect(await page.getByTestId('stock-remaining').textContent()).toContain('20 of 20 left');
+    // Another operator removes 10 units while this dialog is open.
+    const elsewhere = await request(t.url).post(`/admin/coupons/${coupon.id}/stock`).set(bearer(adminToken())).send({ delta: -10 });
+    expect(elsewhere.status).toBe(200);
+    await page.getByTestId('stock-submit').click();
+    await settle();
+    await page.getByTestId('confirm-ok').click();
+    await page.locator('.ant-modal .ant-form-item-explain-error', { hasText: 'only 10 remain' }).waitFor();
+    // The campaigns list refreshes every 10 s; the dialog must not wait for it.
+    expect(
+      await eventually(
+        async () => (await page.getByTestId('stock-remaining').textContent()) ?? '',
+        (v) => v.includes('10 of 10 left'),
+        2000,
+      ),
+    ).toContain('10 of 10 left');
+    expect(await page.getByTestId('stock-amount').inputValue()).toBe('15');
+    // The confirmation took the focus out of the dialog: back in it, Escape closes it.
+    await page.getByTestId('stock-amount').focus();
+    await page.keyboard.press('Escape');
+    await page.locator('.ant-modal').first().waitFor({ state: 'hidden' });
   });
 
   it('creates one campaign when the operator presses Create again after a lost answer, told it may have been made', async () => {
@@ -1186,6 +1270,27 @@ describe('admin console in a browser', () => {
     expect(await page.getByTestId(`reissue-${held.id}`).getAttribute('title')).toMatch(/void it first/);
   });
 
+  it('shows a coupon as the server has it once a void is refused because an order held it meanwhile', async () => {
+    const uc = await grabUserCoupon(t.url, (await createCoupon(t.url, { name: 'Held meanwhile' })).id, 'held-meanwhile');
+    await page.goto(`${t.url}/console/users?userId=held-meanwhile`);
+    await page.getByTestId(`void-${uc.id}`).click();
+    await page.getByTestId('action-reason').fill('duplicate grant');
+    await settle();
+    const hold = await request(t.url)
+      .post('/redemptions/holds')
+      .set(bearer(serviceToken()))
+      .send({ userCouponId: uc.id, orderNo: 'CONSOLE-HOLD-2', orderAmountCents: 20_000, userId: 'held-meanwhile' });
+    expect(hold.status).toBe(201);
+    await page.getByTestId('action-submit').click();
+    await page.locator('.ant-modal .ant-alert-error', { hasText: 'COUPON_LOCKED' }).waitFor();
+    await page.keyboard.press('Escape');
+    await page.locator('.ant-modal').first().waitFor({ state: 'hidden' });
+    // The list is read again at the refusal (it is never polled): the row says held, and Void is off.
+    const row = page.locator('.ant-table-row', { has: page.getByTestId(`void-${uc.id}`) });
+    await row.locator('.ant-tag', { hasText: 'Locked' }).waitFor({ timeout: 3000 });
+    expect(await page.getByTestId(`void-${uc.id}`).isDisabled()).toBe(true);
+  });
+
   it('says where a broken log breaks: the step, in words, marked on the timeline', async () => {
     const uc = await grabUserCoupon(t.url, (await createCoupon(t.url, { name: 'Broken log' })).id, 'broken-log');
     // A step written by hand that does not start where the log stands (UNUSED).
@@ -1299,6 +1404,9 @@ describe('admin console in a browser', () => {
       // The series was polled every second before: two more reads at least in this time.
       await page.waitForTimeout(2500);
       expect(asked).toBe(afterLoad);
+      // Nothing to act on: no bulk job offered for it, as no stock or pause.
+      expect(await page.getByRole('button', { name: 'Bulk issue' }).count()).toBe(0);
+      expect(await page.getByRole('button', { name: 'Back' }).count()).toBe(1);
     } finally {
       page.off('request', count);
     }
@@ -1437,6 +1545,7 @@ describe('admin console in a browser', () => {
     expect(await stored()).toBeNull();
     await field.fill('2500');
     await page.getByTestId('rate-submit').click();
+    await page.getByText('is now 2,500 per second').waitFor();
     await shown.getByText('2,500', { exact: true }).waitFor();
     expect(await stored()).toBe(2500);
     await page.getByRole('button', { name: 'Rate limit', exact: true }).click();
@@ -1672,6 +1781,9 @@ describe('admin console in a browser', () => {
           buttons: () => [tab.getByTestId('start-run'), tab.getByRole('combobox', { name: 'Mode' })],
         },
         { name: 'run', path: `reconciliation/${started.body.runId}`, buttons: () => [tab.getByRole('button', { name: 'Back' })] },
+        { name: 'compensations', path: 'compensations', buttons: () => [tab.getByRole('main').locator('.ant-segmented')] },
+        { name: 'users', path: 'users?userId=phone-fan', buttons: () => [tab.getByTestId('user-search')] },
+        { name: 'webhooks', path: 'webhooks', buttons: () => [tab.getByTestId('new-webhook')] },
       ];
       for (const { name, path, buttons } of screens) {
         await tab.goto(`${t.url}/console/${path}`);
@@ -1682,6 +1794,11 @@ describe('admin console in a browser', () => {
         expect([name, scrollWidth <= width ? 'fits' : scrollWidth]).toEqual([name, 'fits']);
         // Within the width seen (the viewport less a scrollbar, if the page has one); further down is a scroll away, as on any phone.
         const seen = await tab.evaluate<number>('document.documentElement.clientWidth');
+        // Each card's title whole: beside its controls, a page's title was cut to "Compen…".
+        const cutTitles = await tab.evaluate<string[]>(
+          `[...document.querySelectorAll('.ant-card-head-title')].filter((e) => e.scrollWidth > e.clientWidth).map((e) => e.textContent)`,
+        );
+        expect([name, cutTitles]).toEqual([name, []]);
         for (const b of [...header(), ...buttons()]) {
           const box = await b.boundingBox();
           const inside = box !== null && box.x >= 0 && box.x + box.width <= seen;
@@ -1761,6 +1878,32 @@ describe('admin console in a browser', () => {
     await page.goto(`${t.url}/console/compensations?status=DONE`);
     await page.getByText('库存少了 2 张，但没有对应发出的券：建议补回库存。').waitFor();
     expect(await page.getByText('left the stock').count()).toBe(0);
+    // What a rejection did, in words too: nothing.
+    await page.goto(`${t.url}/console/compensations?status=REJECTED`);
+    await page.locator('.ant-table-row').first().click();
+    await page.getByText('无：已拒绝').first().waitFor();
+    expect(await page.getByText('nothing: rejected').count()).toBe(0);
+    // A webhook's disabled reason as the relay writes it, and a refused URL, in Chinese too.
+    const [{ id: hookId }] = (await t.db.query('SELECT MIN(id) AS id FROM webhook_endpoint')) as { id: string }[];
+    const disabledBy = '5 deliveries in a row failed every retry (last: HTTP 500)';
+    await t.db.query(`UPDATE webhook_endpoint SET enabled = 0, disabled_reason = ?, disabled_at = NOW(3) WHERE id = ?`, [
+      disabledBy,
+      hookId,
+    ]);
+    try {
+      await page.goto(`${t.url}/console/webhooks`);
+      await page.getByText('连续 5 次投递在所有重试后仍失败（最后一次：HTTP 500）').waitFor();
+      expect(await page.getByText('deliveries in a row').count()).toBe(0);
+    } finally {
+      await t.db.query(`UPDATE webhook_endpoint SET enabled = 1, disabled_reason = NULL, disabled_at = NULL WHERE id = ?`, [hookId]);
+    }
+    await page.getByTestId('new-webhook').click();
+    await page.getByTestId('webhook-url').fill('http://user:pass@127.0.0.1:9/hook');
+    await settle();
+    await page.getByTestId('webhook-submit').click();
+    await page.getByText('不能包含用户名或密码', { exact: true }).waitFor();
+    await page.keyboard.press('Escape');
+    await page.locator('.ant-modal').first().waitFor({ state: 'hidden' });
     // The API's messages under the fields, said in Chinese: no English sentence under a Chinese label.
     await page.goto(`${t.url}/console/campaigns`);
     await page.getByTestId('new-campaign').click();

@@ -1,4 +1,5 @@
 import { Button, Space, Typography } from 'antd';
+import { count } from './format';
 import type { PagedList } from './hooks';
 import { useI18n } from './i18n';
 
@@ -8,7 +9,7 @@ export function LoadMore({ list }: { list: PagedList<unknown> }) {
   if (!list.more) return null;
   return (
     <Space style={{ width: '100%', justifyContent: 'center', marginTop: 16 }}>
-      <Typography.Text type="secondary">{t('moreRows', { n: list.items?.length ?? 0 })}</Typography.Text>
+      <Typography.Text type="secondary">{t('moreRows', { n: count(list.items?.length ?? 0) })}</Typography.Text>
       <Button onClick={list.loadMore} loading={list.loading} data-testid="load-more">
         {t('loadMore')}
       </Button>

@@ -2,9 +2,10 @@ import type { FormInstance } from 'antd';
 import { ApiError, apiLanguage } from './api';
 
 /**
- * The API's per-field messages are English (class-validator's wording, the field named as the body
- * names it): the forms' common ones said in Chinese when the console speaks it, the field left to
- * the label above the message. Any other stays as the API wrote it.
+ * The API's sentences an operator reads are English (per-field messages in class-validator's wording,
+ * the field named as the body names it; a webhook's disabled reason): the common ones said in Chinese
+ * when the console speaks it, the field left to the label above the message. Any other stays as the
+ * API wrote it.
  */
 const IN_CHINESE: [RegExp, (m: RegExpMatchArray) => string][] = [
   [/must not be less than (\S+)$/i, (m) => `不能小于 ${m[1]}`],
@@ -18,15 +19,32 @@ const IN_CHINESE: [RegExp, (m: RegExpMatchArray) => string][] = [
   [/must be UTF-8 text$/, () => '不是 UTF-8 文本：请在 Excel 中另存为「CSV UTF-8」'],
   [/without control characters/, () => '必须是可见文字，不能只有空白，也不能含控制字符'],
   [/must be an absolute http or https URL$/, () => '必须是完整的 http 或 https 地址'],
+  [/must use http or https$/, () => '必须使用 http 或 https'],
+  [/must not contain credentials$/, () => '不能包含用户名或密码'],
+  [/must be a positive integer id$/, () => '必须是正整数编号'],
+  [/must be (\d+) to (\d+) characters \(Unicode code points\)$/, (m) => `须为 ${m[1]}–${m[2]} 个字符`],
+  [/^(\d+) deliveries in a row failed every retry \(last: (.+)\)$/, (m) => `连续 ${m[1]} 次投递在所有重试后仍失败（最后一次：${m[2]}）`],
 ];
 
-function said(message: string): string {
+export function said(message: string): string {
   if (apiLanguage() !== 'zh-CN') return message;
   for (const [pattern, chinese] of IN_CHINESE) {
     const m = message.match(pattern);
     if (m) return chinese(m);
   }
   return message;
+}
+
+/**
+ * Under its field, a message names the field by the label above it, not by the body's name for it:
+ * "days must not be less than 1" reads "Must not be less than 1".
+ */
+function underField(path: string, message: string): string {
+  const zh = said(message);
+  if (zh !== message) return zh;
+  const field = `${path.split('.').at(-1)} `;
+  const rest = message.startsWith(field) ? message.slice(field.length) : message;
+  return rest.charAt(0).toUpperCase() + rest.slice(1);
 }
 
 /**
@@ -44,6 +62,6 @@ export function showApiErrors(form: FormInstance, err: unknown, known: string[][
     if (!fits) unplaced.push(`${path}: ${messages.map(said).join(', ')}`);
     return fits;
   });
-  form.setFields(placed.map(([path, errors]) => ({ name: path.split('.'), errors: errors.map(said) })));
+  form.setFields(placed.map(([path, errors]) => ({ name: path.split('.'), errors: errors.map((m) => underField(path, m)) })));
   return unplaced.length > 0 ? unplaced.join('; ') : null;
 }

@@ -33,8 +33,6 @@ import { PageCard } from '../PageCard';
 
 const STATUS_COLOR = { QUEUED: 'default', RUNNING: 'processing', COMPLETED: 'green', FAILED: 'red', CANCELLED: 'orange' } as const;
 const SKIP_REASONS = ['USER_LIMIT_REACHED', 'SOLD_OUT', 'INVALID_USER_ID', 'DUPLICATE', 'COUPON_EXPIRED'] as const;
-/** The API takes at most this many ids as JSON; a longer pasted list goes up as a CSV body instead. */
-const JSON_MAX_USER_IDS = 10_000;
 /**
  * The most a CSV upload may be (the server's CSV_MAX_BYTES). A larger file is refused when chosen:
  * sent, it was refused with 413 only once the server had counted 64 MiB of it, which over a slow
@@ -69,14 +67,13 @@ export function JobProgress({ job }: { job: IssuanceJob }) {
 }
 
 /**
- * One id per line (LF, CRLF or CR), blank lines dropped. A line is sent as it is, spaces inside
- * included, for the API to judge: split on spaces, "bad id!" would become a user "bad" who gets a coupon.
+ * The ids a pasted list holds, as the server counts them: one per line (LF, CRLF or CR), blank lines
+ * none. The text goes up as it is, a CSV body, for the server to judge each line (split on spaces,
+ * "bad id!" would become a user "bad" who gets a coupon) and number it: so a skipped line's number is
+ * its line in the text pasted, blank lines counted (sent as a JSON list without them, the numbers
+ * after a blank line were one short).
  */
-const pastedIds = (text: string) =>
-  text
-    .split(/\r\n|\r|\n/)
-    .map((line) => line.trim())
-    .filter((line) => line.length > 0);
+const pastedCount = (text: string) => text.split(/\r\n|\r|\n/).filter((line) => line.trim().length > 0).length;
 
 /** Campaigns to pick one by name, newest first, 100 more per "load more" at the foot of the picker; read again when `deps` change. */
 function useCouponOptions(deps: unknown[]) {
@@ -168,24 +165,20 @@ function CreateJob({
     setRefusal(null);
     outcome.reset();
     try {
-      const ids = v.source === 'paste' ? pastedIds(v.userIds ?? '') : [];
-      const path = { couponId: v.couponId };
-      const header = { 'Idempotency-Key': key };
       const created = await ok(
-        v.source === 'paste' && ids.length <= JSON_MAX_USER_IDS
-          ? client.POST('/admin/coupons/{couponId}/issuances', {
-              params: { path, header },
-              body: { userIds: ids, reason: v.reason, fromStock: v.fromStock },
-            })
-          : client.POST('/admin/coupons/{couponId}/issuances', {
-              params: { path, header, query: { reason: v.reason, fromStock: v.fromStock ? 'true' : 'false' } },
-              // Up to 64 MiB take a while: sent with a fetch that reports how much went up.
-              fetch: fetchWithUploadProgress(setUploaded),
-              // The file goes up as it is, streamed by the browser; the server reads it line by line.
-              body: (v.source === 'csv' ? file : ids.join('\n')) as unknown as string,
-              bodySerializer: (b: unknown) => b as BodyInit,
-              headers: { 'content-type': v.source === 'csv' ? `text/csv; charset=${charset}` : 'text/csv' },
-            }),
+        client.POST('/admin/coupons/{couponId}/issuances', {
+          params: {
+            path: { couponId: v.couponId },
+            header: { 'Idempotency-Key': key },
+            query: { reason: v.reason, fromStock: v.fromStock ? 'true' : 'false' },
+          },
+          // Up to 64 MiB take a while: sent with a fetch that reports how much went up.
+          fetch: fetchWithUploadProgress(setUploaded),
+          // The file goes up as it is, streamed by the browser; the server reads it line by line.
+          body: (v.source === 'csv' ? file : (v.userIds ?? '')) as unknown as string,
+          bodySerializer: (b: unknown) => b as BodyInit,
+          headers: { 'content-type': v.source === 'csv' ? `text/csv; charset=${charset}` : 'text/csv' },
+        }),
       );
       void message.success(t('jobCreated', { id: created.jobId }));
       renewKey();
@@ -278,7 +271,7 @@ function CreateJob({
           <Form.Item
             name="userIds"
             label={t('userIds')}
-            extra={`${t('pasteHelp')} · ${t('idCount', { n: pastedIds(pasted ?? '').length })}`}
+            extra={`${t('pasteHelp')} · ${t('idCount', { n: count(pastedCount(pasted ?? '')) })}`}
             rules={[{ required: true, whitespace: true, message: t('idsRequired') }]}
           >
             <Input.TextArea rows={6} placeholder={t('userIdsPlaceholder')} data-testid="job-user-ids" />

@@ -154,9 +154,12 @@ export function CampaignLive() {
             {t('rateLimitButton')}
           </Button>
         )}
-        <NavButton to={`/bulk?couponId=${couponId}&new`} size="small" icon={<UsergroupAddOutlined />}>
-          {t('bulkIssue')}
-        </NavButton>
+        {/* Not for a campaign that does not exist: its job would only be refused. */}
+        {current && (
+          <NavButton to={`/bulk?couponId=${couponId}&new`} size="small" icon={<UsergroupAddOutlined />}>
+            {t('bulkIssue')}
+          </NavButton>
+        )}
       </Space>
       {detail.error && <Typography.Text type="danger">{detail.error.message}</Typography.Text>}
       {/* Two by two on a phone, four in a row from md up. */}
@@ -222,7 +225,7 @@ export function CampaignLive() {
           </Row>
           <Descriptions size="small" column={{ xs: 1, md: 2 }} bordered>
             <Descriptions.Item label={t('discountRule')}>{describeDiscount(coupon, t)}</Descriptions.Item>
-            <Descriptions.Item label={t('perUserLimit')}>{t('perUserDesc', { n: coupon.perUserLimit })}</Descriptions.Item>
+            <Descriptions.Item label={t('perUserLimit')}>{t('perUserDesc', { n: count(coupon.perUserLimit) })}</Descriptions.Item>
             <Descriptions.Item label={t('grabWindow')}>
               {time(coupon.grabStartAt)} → {time(coupon.grabEndAt)}
             </Descriptions.Item>
@@ -240,7 +243,12 @@ export function CampaignLive() {
         </PageCard>
       )}
       {/* The live numbers (updated every second), not the detail's of up to COUNTS_MS ago. */}
-      <StockModal coupon={stockOpen && current ? current : null} onClose={() => setStockOpen(false)} onDone={() => void detail.reload()} />
+      <StockModal
+        coupon={stockOpen && current ? current : null}
+        onClose={() => setStockOpen(false)}
+        onDone={() => void detail.reload()}
+        onStale={() => void live.reload()}
+      />
       <RateLimitModal coupon={rateOpen && coupon ? coupon : null} onClose={() => setRateOpen(false)} onDone={() => void detail.reload()} />
     </Space>
   );

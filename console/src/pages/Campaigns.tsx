@@ -192,6 +192,7 @@ export function Campaigns() {
         coupon={stockOf && (list.items?.find((c) => c.id === stockOf.id) ?? stockOf)}
         onClose={() => setStockOf(null)}
         onDone={() => void list.reload()}
+        onStale={() => void list.reload()}
       />
     </PageCard>
   );

@@ -7,7 +7,7 @@ import { ApiError, client, ok, type Compensation } from '../api';
 import { showApiErrors } from '../apiForm';
 import { time, valueText } from '../format';
 import { useDialog, type PagedList } from '../hooks';
-import { explanationText, keyLabel, label, useI18n, type Translate } from '../i18n';
+import { explanationText, keyLabel, label, useI18n, type MessageKey, type Translate } from '../i18n';
 import { LoadMore } from '../LoadMore';
 import { OutcomeAlert, useOutcome } from '../outcome';
 
@@ -15,9 +15,15 @@ const STATUS_COLOR = { PENDING: 'gold', DONE: 'green', REJECTED: 'default' } as 
 
 /** Keys whose values are the API's codes (statuses, operations), shown by their names. */
 const CODE_KEYS = new Set(['status', 'replayedStatus', 'targetStatus', 'releaseTo', 'closeAs', 'done', 'from', 'to', 'op']);
+/** What a decision that changed nothing says it did (the API writes it in English words, not as a code). */
+const DONE_NOTHING: Record<string, MessageKey> = {
+  'nothing: rejected': 'doneNothingRejected',
+  'nothing: approved as reviewed; the data was not changed by this compensation': 'doneNothingReviewed',
+};
 /** A value of that JSON in words, as the rest of the console shows it: times in the operator's zone, amounts in yuan. */
 function scalarText(t: Translate, key: string, v: string | number | boolean): string {
   if (typeof v === 'boolean') return t(v ? 'yes' : 'no');
+  if (key === 'done' && typeof v === 'string' && Object.hasOwn(DONE_NOTHING, v)) return t(DONE_NOTHING[v]);
   return typeof v === 'string' && CODE_KEYS.has(key) ? label(t, v) : valueText(key, v);
 }
 

@@ -1,9 +1,10 @@
-import { Card, Segmented } from 'antd';
+import { Segmented } from 'antd';
 import { useSearchParams } from 'react-router-dom';
 import { client, ok } from '../api';
 import { usePagedList } from '../hooks';
 import { useI18n } from '../i18n';
 import { CompensationTable } from './CompensationTable';
+import { PageCard } from '../PageCard';
 
 const FILTERS = ['PENDING', 'DONE', 'REJECTED', 'ALL'] as const;
 
@@ -21,7 +22,7 @@ export function Compensations() {
     COMPENSATIONS_POLL_MS,
   );
   return (
-    <Card
+    <PageCard
       title={t('compensations')}
       extra={
         <Segmented
@@ -32,6 +33,6 @@ export function Compensations() {
       }
     >
       <CompensationTable list={list} />
-    </Card>
+    </PageCard>
   );
 }

@@ -54,21 +54,15 @@ const cents = (amount: number) => Math.round(amount * 100);
 
 /**
  * The API's messages on money speak of cents ("amountCents must not be less than 1") under a field
- * the operator filled in yuan: said again in yuan ("Must not be less than ¥0.01"), the field's own
- * label naming it.
+ * the operator filled in yuan: said again in yuan ("must not be less than ¥0.01"; showApiErrors
+ * leaves the field's name to its label).
  */
 function inYuan(err: unknown): unknown {
   if (!(err instanceof ApiError) || !err.details?.fields) return err;
   const fields = Object.fromEntries(
     Object.entries(err.details.fields).map(([path, messages]) => [
       path,
-      path.endsWith('Cents')
-        ? messages.map((m) =>
-            m
-              .replace(/^\w+Cents (\w)/, (_, first: string) => first.toUpperCase())
-              .replace(/than (\d+)\b/g, (_, n: string) => `than ¥${yuan(Number(n))}`),
-          )
-        : messages,
+      path.endsWith('Cents') ? messages.map((m) => m.replace(/than (\d+)\b/g, (_, n: string) => `than ¥${yuan(Number(n))}`)) : messages,
     ]),
   );
   return new ApiError(err.status, err.code, err.message, { ...err.details, fields });
@@ -130,6 +124,12 @@ export function CreateCampaign({ open, onClose, onCreated }: { open: boolean; on
   // Judged as typed: an InputNumber with `precision` rounded 2.5 to 3 and sent that.
   const whole = { type: 'integer' as const, message: t('wholeNumber') };
   const requiredWhole = [...required, whole];
+  // Yuan to the fen, judged as typed too: `precision={2}` rounded ¥10.005 to ¥10.01 and sent 1001 cents.
+  const fen = {
+    validator: async (_: unknown, v: unknown) => {
+      if (typeof v === 'number' && Math.abs(v * 100 - Math.round(v * 100)) > 1e-6) throw new Error(t('wholeFen'));
+    },
+  };
 
   const submit = async (values: Values) => {
     setBusy(true);
@@ -254,8 +254,8 @@ export function CreateCampaign({ open, onClose, onCreated }: { open: boolean; on
         </Form.Item>
         <Row gutter={16}>
           <Col span={discountType === 'PERCENT' ? 8 : 12}>
-            <Form.Item name={['discount', 'thresholdCents']} label={t('threshold')} rules={required}>
-              <InputNumber style={{ width: '100%' }} precision={2} prefix="¥" />
+            <Form.Item name={['discount', 'thresholdCents']} label={t('threshold')} rules={[...required, fen]}>
+              <InputNumber style={{ width: '100%' }} prefix="¥" />
             </Form.Item>
           </Col>
           {discountType === 'PERCENT' ? (
@@ -266,15 +266,15 @@ export function CreateCampaign({ open, onClose, onCreated }: { open: boolean; on
                 </Form.Item>
               </Col>
               <Col span={8}>
-                <Form.Item name={['discount', 'maxDiscountCents']} label={t('maxDiscount')} extra={t('maxDiscountHelp')}>
-                  <InputNumber style={{ width: '100%' }} precision={2} prefix="¥" data-testid="field-maxDiscount" />
+                <Form.Item name={['discount', 'maxDiscountCents']} label={t('maxDiscount')} extra={t('maxDiscountHelp')} rules={[fen]}>
+                  <InputNumber style={{ width: '100%' }} prefix="¥" data-testid="field-maxDiscount" />
                 </Form.Item>
               </Col>
             </>
           ) : (
             <Col span={12}>
-              <Form.Item name={['discount', 'amountCents']} label={t('discountAmount')} rules={required}>
-                <InputNumber style={{ width: '100%' }} precision={2} prefix="¥" />
+              <Form.Item name={['discount', 'amountCents']} label={t('discountAmount')} rules={[...required, fen]}>
+                <InputNumber style={{ width: '100%' }} prefix="¥" />
               </Form.Item>
             </Col>
           )}

@@ -1,6 +1,7 @@
 import { App, Form, Input, Typography } from 'antd';
 import { client, ok, type CouponView } from '../api';
 import { FormModal } from '../FormModal';
+import { count } from '../format';
 import { useI18n } from '../i18n';
 
 /** The range PATCH /admin/coupons/:id takes: 1..1,000,000 admissions per second. */
@@ -32,7 +33,7 @@ export function RateLimitModal({ coupon, onClose, onDone }: { coupon: CouponView
         void message.success(
           c.rateLimitPerSecond === null
             ? t('rateLimitDefaulted', { name: c.name })
-            : t('rateLimitSet', { name: c.name, rate: c.rateLimitPerSecond }),
+            : t('rateLimitSet', { name: c.name, rate: count(c.rateLimitPerSecond) }),
         );
         onDone(c);
       }}

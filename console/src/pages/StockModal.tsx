@@ -1,5 +1,5 @@
 import { App, Form, Input, Radio, Typography } from 'antd';
-import { client, ok, type CouponView } from '../api';
+import { ApiError, client, ok, type CouponView } from '../api';
 import { count } from '../format';
 import { FormModal } from '../FormModal';
 import { useI18n } from '../i18n';
@@ -10,7 +10,18 @@ const isWholeUnits = (v: string) => /^[1-9][0-9]*$/.test(v) && Number.isSafeInte
 type StockForm = { direction: 1 | -1; amount: string };
 
 /** Add or remove stock: `POST /admin/coupons/:id/stock` with a positive or negative delta. */
-export function StockModal({ coupon, onClose, onDone }: { coupon: CouponView | null; onClose(): void; onDone(c: CouponView): void }) {
+export function StockModal({
+  coupon,
+  onClose,
+  onDone,
+  onStale,
+}: {
+  coupon: CouponView | null;
+  onClose(): void;
+  onDone(c: CouponView): void;
+  /** The server refused a removal of more than remains: the stock shown is older than the server's. */
+  onStale(): void;
+}) {
   const { t } = useI18n();
   const { message } = App.useApp();
   const [form] = Form.useForm<StockForm>();
@@ -36,7 +47,12 @@ export function StockModal({ coupon, onClose, onDone }: { coupon: CouponView | n
             // OK pressed again after a lost answer changes the stock once.
             headers: { 'idempotency-key': key },
           }),
-        );
+        ).catch((err: unknown) => {
+          // Stock removed or grabbed since the dialog's figure was read: left as it was, the dialog
+          // went on showing more than remains until the page's next refresh.
+          if (err instanceof ApiError && err.code === 'INSUFFICIENT_STOCK') onStale();
+          throw err;
+        });
         void message.success(t('stockChanged', { name: c.name, remaining: count(c.remainingStock), total: count(c.initStock) }));
         onDone(c);
       }}

@@ -1,5 +1,5 @@
 import { useState } from 'react';
-import { Alert, App, Button, Card, Descriptions, Drawer, Form, Input, Modal, Space, Switch, Table, Tag, Timeline, Typography } from 'antd';
+import { Alert, App, Button, Descriptions, Drawer, Form, Input, Modal, Space, Switch, Table, Tag, Timeline, Typography } from 'antd';
 import { HistoryOutlined, SearchOutlined, StopOutlined, UndoOutlined } from '@ant-design/icons';
 import { useSearchParams } from 'react-router-dom';
 import { ApiError, client, ok, type UserCoupon, type UserCouponStatus } from '../api';
@@ -10,6 +10,7 @@ import { useActionsPin, useDialog, useIdempotencyKey, usePagedList, usePoll } fr
 import { label, logReason, useI18n, userCouponStatus, type Translate } from '../i18n';
 import { LoadMore } from '../LoadMore';
 import { OutcomeAlert, useOutcome } from '../outcome';
+import { PageCard } from '../PageCard';
 
 // LOCKED (a checkout hold) is named here before the API's document has it.
 /** A timeline step by where it leads; the step where the log breaks is red whatever it leads to. */
@@ -115,6 +116,7 @@ function ActionModal({
   onClose,
   afterClose,
   onDone,
+  onStale,
 }: {
   action: Action | null;
   open: boolean;
@@ -122,6 +124,8 @@ function ActionModal({
   onClose(): void;
   afterClose(): void;
   onDone(): void;
+  /** Refused for the coupon's state (held, used or replaced meanwhile): the list shows an older one. */
+  onStale(): void;
 }) {
   const { t } = useI18n();
   const { message } = App.useApp();
@@ -184,6 +188,7 @@ function ActionModal({
           } catch (err) {
             // Maybe made: the key is kept, so Reissue pressed again reissues once.
             if (outcome.failed(err)) return;
+            if (err instanceof ApiError && err.status === 409) onStale();
             const rest = showApiErrors(form, err, [['reason'], ['couponId'], ['fromStock']]);
             if (rest) setRefusal(rest);
           } finally {
@@ -242,7 +247,7 @@ export function UserCoupons() {
   };
 
   return (
-    <Card
+    <PageCard
       title={shown ? t('userCouponsOf', { user: shown }) : t('navUsers')}
       extra={
         shown && (
@@ -373,8 +378,9 @@ export function UserCoupons() {
           void list.reload();
           if (voided) setParam('history', voided);
         }}
+        onStale={() => void list.reload()}
       />
       <HistoryDrawer userCouponId={historyOf} onClose={() => setParam('history', null)} />
-    </Card>
+    </PageCard>
   );
 }

@@ -1,9 +1,8 @@
-import { useState } from 'react';
+import { useEffect, useState } from 'react';
 import {
   Alert,
   App,
   Button,
-  Card,
   Checkbox,
   Drawer,
   Form,
@@ -19,11 +18,12 @@ import {
 } from 'antd';
 import { DeleteOutlined, PlusOutlined, RedoOutlined, SendOutlined } from '@ant-design/icons';
 import { client, ok, type CreatedWebhook, type Delivery, type Webhook } from '../api';
-import { showApiErrors } from '../apiForm';
-import { time } from '../format';
+import { said, showApiErrors } from '../apiForm';
+import { count, time } from '../format';
 import { label, useI18n } from '../i18n';
 import { useActionsPin, usePagedList, usePoll } from '../hooks';
 import { LoadMore } from '../LoadMore';
+import { PageCard } from '../PageCard';
 
 type EventType = Webhook['events'][number];
 const EVENT_TYPES: EventType[] = [
@@ -42,6 +42,14 @@ function CreateWebhook({ open, onClose, onCreated }: { open: boolean; onClose():
   const [form] = Form.useForm<{ url: string; events?: EventType[]; description?: string }>();
   const [busy, setBusy] = useState(false);
   const [refusal, setRefusal] = useState<string | null>(null);
+  // The form's store outlives the dialog: a URL refused and cancelled came back, with its refusal, the
+  // next time the dialog opened.
+  useEffect(() => {
+    if (open) {
+      form.resetFields();
+      setRefusal(null);
+    }
+  }, [open, form]);
   return (
     <Modal
       title={t('newWebhook')}
@@ -100,7 +108,10 @@ function CreateWebhook({ open, onClose, onCreated }: { open: boolean; onClose():
 function Deliveries({ webhook, onClose }: { webhook: Webhook | null; onClose(): void }) {
   const { t } = useI18n();
   const { message } = App.useApp();
-  const [status, setStatus] = useState<(typeof DELIVERY_FILTERS)[number]>('ALL');
+  // A filter chosen for one webhook's deliveries, not carried to the next webhook's.
+  const [filter, setFilter] = useState<{ of?: string; status: (typeof DELIVERY_FILTERS)[number] }>({ status: 'ALL' });
+  const status = filter.of === webhook?.id ? filter.status : 'ALL';
+  const setStatus = (s: (typeof DELIVERY_FILTERS)[number]) => setFilter({ of: webhook?.id, status: s });
   const list = usePagedList(
     async (cursor) =>
       webhook
@@ -125,7 +136,7 @@ function Deliveries({ webhook, onClose }: { webhook: Webhook | null; onClose(): 
       );
       // None failed for good: those being retried are on their way already, and "0 sent again" read as done.
       if (redelivered === 0) void message.info(t('nothingToRedeliver'));
-      else void message.success(t('redelivered', { n: redelivered }));
+      else void message.success(t('redelivered', { n: count(redelivered) }));
     } catch (err) {
       void message.error((err as Error).message);
     }
@@ -229,7 +240,7 @@ export function Webhooks() {
     void list.reload();
   };
   return (
-    <Card
+    <PageCard
       title={t('webhooks')}
       extra={
         <Button type="primary" icon={<PlusOutlined />} onClick={() => setCreating(true)} data-testid="new-webhook">
@@ -293,7 +304,7 @@ export function Webhooks() {
                 />
                 {w.disabledReason && (
                   <Typography.Text type="danger" style={{ fontSize: 12 }}>
-                    {w.disabledReason} ({time(w.disabledAt)})
+                    {said(w.disabledReason)} ({time(w.disabledAt)})
                   </Typography.Text>
                 )}
               </Space>
@@ -351,6 +362,6 @@ export function Webhooks() {
         </Typography.Paragraph>
       </Modal>
       <Deliveries webhook={deliveriesOf} onClose={() => setDeliveriesOf(null)} />
-    </Card>
+    </PageCard>
   );
 }
