@@ -18,6 +18,7 @@ import { CouponCountsIndex1765756800000 } from './1765756800000-coupon-counts-in
 import { RefundCouponIndex1765843200000 } from './1765843200000-refund-coupon-index.js';
 import { RunTotals1765929600000 } from './1765929600000-run-totals.js';
 import { RefundFindingKeys1766016000000 } from './1766016000000-refund-finding-keys.js';
+import { RefundOrderIndex1766102400000 } from './1766102400000-refund-order-index.js';
 
 /** Every migration, in order, each resumable where it stopped (resumable-migration.ts). The app, the CLI (ormconfig.ts) and the tests all use this list. */
 export const migrations = [
@@ -40,4 +41,5 @@ export const migrations = [
   RefundCouponIndex1765843200000,
   RunTotals1765929600000,
   RefundFindingKeys1766016000000,
+  RefundOrderIndex1766102400000,
 ].map(resumable);
