@@ -220,13 +220,18 @@ describe('reconciliation of holds and orders', () => {
     },
   );
 
+  /** An order's row as the service writes it with the order's first coupon, for a hold or redemption planted on a new order. */
+  const plantOrder = (orderNo: string) =>
+    sql(`INSERT IGNORE INTO coupon_order (order_no, order_amount_cents, refunded, created_at) VALUES (?, 20000, 0, NOW(3))`, [orderNo]);
   /** A redemption row written behind the service's back (a lost status change, or a second use). */
-  const plantRedemption = (ucId: string, orderNo: string, status = 'USED') =>
-    sql(
+  const plantRedemption = async (ucId: string, orderNo: string, status = 'USED') => {
+    await plantOrder(orderNo);
+    await sql(
       `INSERT INTO redemption (user_coupon_id, order_no, user_id, order_amount_cents, discount_cents, status, used_at)
        SELECT id, ?, user_id, 20000, 1000, ?, NOW(3) FROM user_coupon WHERE id = ?`,
       [orderNo, status, ucId],
     );
+  };
 
   it('a held coupon an order used (its status change lost): the approved repair closes the hold with the move, RELEASED or CONFIRMED by order', async () => {
     const other = await held('lu');
@@ -253,6 +258,7 @@ describe('reconciliation of holds and orders', () => {
   it('a second ACTIVE hold with the same expiry is found (invariant 6: exactly one) and closed, the first kept', async () => {
     const h = await held('dup');
     const dupOrder = newKey('dup-order');
+    await plantOrder(dupOrder);
     await sql(
       `INSERT INTO redemption_hold (user_coupon_id, order_no, user_id, order_amount_cents, discount_cents, status, expires_at, created_at)
        SELECT id, ?, user_id, 20000, 1000, 'ACTIVE', locked_until, NOW(3) FROM user_coupon WHERE id = ?`,
@@ -374,10 +380,12 @@ describe('reconciliation of holds and orders', () => {
     await sql(`DELETE FROM user_coupon WHERE id = ?`, [inside.ucId]);
     const [{ hi }] = (await sql(`SELECT MAX(id) AS hi FROM user_coupon`)) as { hi: string }[];
     const pastId = String(BigInt(hi) + 1000n);
+    const pastOrder = newKey('ghost');
+    await plantOrder(pastOrder);
     const res = (await sql(
       `INSERT INTO redemption_hold (user_coupon_id, order_no, user_id, order_amount_cents, discount_cents, status, expires_at, created_at)
        VALUES (?, ?, 'ghost', 20000, 1000, 'ACTIVE', NOW(3) + INTERVAL 1 HOUR, NOW(3))`,
-      [pastId, newKey('ghost')],
+      [pastId, pastOrder],
     )) as { insertId: number };
     const pastHold = String(res.insertId);
     const found = await findings();
@@ -448,6 +456,137 @@ describe('reconciliation of holds and orders', () => {
     expect(found[0].discrepancy.details.redemptionIds).toEqual([r1.body.redemptionId, r2.body.redemptionId]);
     expect((await decide(found[0].id)).status).toBe(200);
     await sql(`UPDATE redemption SET order_no = ? WHERE id = ?`, [o2, r2.body.redemptionId]);
+    expect(await findings()).toEqual([]);
+  });
+
+  /** An order's row, as it stands. */
+  const orderRow = (orderNo: string) =>
+    one<{ order_amount_cents: string; refunded: number; created_at: Date }>(
+      `SELECT order_amount_cents, refunded, created_at FROM coupon_order WHERE order_no = ?`,
+      [orderNo],
+    );
+  /** A coupon of its own (returned on refund), grabbed by `user`. */
+  async function grabbed(user: string): Promise<string> {
+    const coupon = await createCoupon(t.url, { returnOnRefund: true });
+    const grab = await request(t.url)
+      .post(`/coupons/${coupon.id}/grab`)
+      .set(bearer(tokenFor(user)))
+      .set('Idempotency-Key', newKey());
+    expect(grab.status).toBe(201);
+    return grab.body.id as string;
+  }
+  /** The coupon used on the order (20,000 cents); answers the redemption's time. */
+  async function used(user: string, ucId: string, orderNo: string): Promise<Date> {
+    const res = await request(t.url)
+      .post('/redemptions')
+      .set(bearer(tokenFor(user)))
+      .send({ userCouponId: ucId, orderNo, orderAmountCents: 20000 });
+    expect(res.status).toBe(201);
+    return (await one<{ used_at: Date }>(`SELECT used_at FROM redemption WHERE id = ?`, [res.body.redemptionId])).used_at;
+  }
+  const refund = (ucId: string, orderNo: string) =>
+    request(t.url)
+      .post('/redemptions/refunds')
+      .set(bearer(serviceToken()))
+      .send({ userCouponId: ucId, orderNo, refundNo: newKey('refund') });
+
+  it('ORDER_ROW_MISSING: an order whose row was deleted under its redemption, its refund or its hold alone gets it back; an undamaged order gives nothing', async () => {
+    const usedNo = newKey('row-used');
+    const usedAt = await used('row', await grabbed('row'), usedNo);
+    const refundedNo = newKey('row-refunded');
+    const refundedUc = await grabbed('row');
+    const refundedAt = await used('row', refundedUc, refundedNo);
+    expect((await refund(refundedUc, refundedNo)).status).toBe(201);
+    const hold = await held('row');
+    const { created_at: heldAt } = await one<{ created_at: Date }>(`SELECT created_at FROM redemption_hold WHERE id = ?`, [hold.holdId]);
+    // Undamaged: held, then paid with its hold.
+    const intact = await held('row');
+    await used('row', intact.ucId, intact.orderNo);
+    const lost = { [usedNo]: usedAt, [refundedNo]: refundedAt, [hold.orderNo]: heldAt };
+    const before = Object.fromEntries(await Promise.all(Object.keys(lost).map(async (o) => [o, await orderRow(o)] as const)));
+    expect(before[refundedNo].refunded).toBe(1);
+    await sql(`DELETE FROM coupon_order WHERE order_no IN (?)`, [Object.keys(lost)]);
+
+    const found = await findings();
+    const byOrder = (rows: [string, unknown][]) => rows.sort(([a], [b]) => a.localeCompare(b));
+    expect(byOrder(found.map((p) => [p.params.orderNo as string, [p.discrepancy.type, p.action, p.discrepancy.details]]))).toEqual(
+      byOrder(
+        Object.entries(lost).map(([orderNo, at]) => [
+          orderNo,
+          [
+            'ORDER_ROW_MISSING',
+            'RECREATE_ORDER',
+            expect.objectContaining({
+              orderNo,
+              orderAmountCents: 20000,
+              refunded: orderNo === refundedNo,
+              orderCreatedAt: at.toISOString(),
+              explanationParts: [
+                { key: 'ORDER_ROW_MISSING', params: { orderNo } },
+                { key: 'RECREATE_ORDER_ROW', params: { orderAmountCents: 20000 } },
+              ],
+            }),
+          ],
+        ]),
+      ),
+    );
+    expect(await findings()).toEqual([]); // reported once while open
+    for (const p of found) {
+      const res = await decide(p.id);
+      expect(res.status).toBe(200);
+      expect(res.body.result).toMatchObject({ done: 'RECREATE_ORDER', orderNo: p.params.orderNo, orderAmountCents: 20000 });
+    }
+    for (const [orderNo, at] of Object.entries(lost)) {
+      // Its amount and refund as before; created with its first hold or redemption.
+      expect([orderNo, await orderRow(orderNo)]).toEqual([orderNo, { ...before[orderNo], created_at: at }]);
+    }
+    expect(await findings()).toEqual([]);
+    // Refunded again: the order takes no new coupon, where the row its next coupon wrote said it was not refunded.
+    const late = await request(t.url)
+      .post('/redemptions')
+      .set(bearer(tokenFor('row')))
+      .send({ userCouponId: await grabbed('row'), orderNo: refundedNo, orderAmountCents: 20000 });
+    expect([late.status, late.body.code]).toEqual([409, 'ORDER_REFUNDED']);
+  });
+
+  it('an order whose row was written again since the run: approving its recreation is refused 409 with nothing changed', async () => {
+    const h = await held('row-back');
+    await sql(`DELETE FROM coupon_order WHERE order_no = ?`, [h.orderNo]);
+    const [p] = await findings();
+    expect([p.discrepancy.type, p.action]).toEqual(['ORDER_ROW_MISSING', 'RECREATE_ORDER']);
+    // An operator put it back by hand meanwhile.
+    await sql(`INSERT INTO coupon_order (order_no, order_amount_cents, refunded, created_at) VALUES (?, 20000, 0, NOW(3))`, [h.orderNo]);
+    const fingerprint = await databaseFingerprint(t.db, ['coupon_order']);
+    const res = await decide(p.id);
+    expect([res.status, res.body.code, res.body.details]).toEqual([409, 'STATUS_CONFLICT', { orderNo: h.orderNo }]);
+    expect(await databaseFingerprint(t.db, ['coupon_order'])).toEqual(fingerprint);
+    expect((await decide(p.id, 'reject')).status).toBe(200);
+    expect(await findings()).toEqual([]);
+  });
+
+  it('an order only its refund names (its redemption lost too) is for an operator; once the redemption is recreated, its row comes back refunded', async () => {
+    const orderNo = newKey('row-refund-only');
+    const ucId = await grabbed('row-refund-only');
+    await used('row-refund-only', ucId, orderNo);
+    expect((await refund(ucId, orderNo)).status).toBe(201);
+    await sql(`DELETE FROM redemption WHERE order_no = ?`, [orderNo]);
+    await sql(`DELETE FROM coupon_order WHERE order_no = ?`, [orderNo]);
+    const found = await findings();
+    expect(found.map((p) => [p.discrepancy.type, p.action])).toEqual([
+      ['USED_WITHOUT_REDEMPTION', 'MARK_CONSISTENT'],
+      ['ORDER_ROW_MISSING', 'MANUAL_REVIEW'],
+    ]);
+    expect(found[1].discrepancy.details).toMatchObject({ orderNo, orderAmountCents: null, refunded: true });
+    for (const p of found) expect((await decide(p.id)).status).toBe(200);
+    // The redemption came back with the most the rule takes off without an amount (1,000 off 1,000): the row takes that amount.
+    const [again] = await findings();
+    expect([again.discrepancy.type, again.action, again.discrepancy.details.orderAmountCents]).toEqual([
+      'ORDER_ROW_MISSING',
+      'RECREATE_ORDER',
+      1000,
+    ]);
+    expect((await decide(again.id)).status).toBe(200);
+    expect(await orderRow(orderNo)).toMatchObject({ order_amount_cents: '1000', refunded: 1 });
     expect(await findings()).toEqual([]);
   });
 });

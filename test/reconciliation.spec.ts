@@ -15,7 +15,7 @@ interface CompensationBody {
   id: string;
   status: string;
   action: string;
-  params: { steps?: { op: string }[]; count?: number; difference?: number };
+  params: { steps?: { op: string }[]; count?: number; difference?: number; orderNo?: string };
   result: unknown;
   decidedBy: string | null;
   decisionReason: string | null;
@@ -257,7 +257,7 @@ describe('reconciliation', () => {
         expect(used.status).toBe(201);
         await sql(`DELETE FROM redemption WHERE user_coupon_id = ?`, [uc]);
         if (orderLost) await sql(`DELETE FROM coupon_order WHERE order_no = ?`, [orderNo]);
-        cases.push({ uc, granted: used.body.discountCents as number, orderLost });
+        cases.push({ uc, orderNo, granted: used.body.discountCents as number, orderLost });
       }
     }
     const found = await proposals((await svc.runNow('FULL', 'test')).id);
@@ -281,6 +281,16 @@ describe('reconciliation', () => {
       [4000, 1200],
       [0, 0],
     ]);
+    // The lost orders are named again, by the recreated redemptions: their rows come back with the amounts those recorded.
+    const lostRows = cases.filter((c) => c.orderLost).map((c) => c.orderNo);
+    const rows = await proposals((await svc.runNow('FULL', 'test')).id);
+    expect(rows.map((p) => [p.discrepancy.type, p.action, p.params.orderNo]).sort()).toEqual(
+      lostRows.map((orderNo) => ['ORDER_ROW_MISSING', 'RECREATE_ORDER', orderNo]).sort(),
+    );
+    for (const p of rows) expect((await decide(p.id, 'approve')).status).toBe(200);
+    expect(
+      await sql(`SELECT order_amount_cents AS a FROM coupon_order WHERE order_no IN (?) ORDER BY FIELD(order_no, ?)`, [lostRows, lostRows]),
+    ).toEqual([{ a: '500' }, { a: '3334' }, { a: '0' }]);
     expect(await svc.runNow('FULL', 'test')).toMatchObject({ status: 'COMPLETED', discrepancies: 0 });
   });
 

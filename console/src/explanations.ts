@@ -52,6 +52,12 @@ export const EXPLANATIONS_EN = {
     "Used on order {orderNo}, it took {discountCents} off an order of {orderAmountCents}, where its template's rule takes {ruleDiscountCents} off: an operator decides.",
   explain_ORDER_DISCOUNT_EXCEEDED:
     'The coupons used on order {orderNo} took {discountCents} off an order of {orderAmountCents}: an operator decides.',
+  explain_ORDER_ROW_MISSING:
+    "Holds, redemptions or refunds name order {orderNo}, whose order row is gone: the order audit cannot check its discounts, and its next coupon would write the row again with that coupon's amount, as not refunded.",
+  explain_RECREATE_ORDER_ROW:
+    'Put the row back: an order of {orderAmountCents} (the smallest amount its coupons named), refunded if a refund names it, created with its first hold, redemption or refund.',
+  explain_ORDER_AMOUNT_UNKNOWN:
+    'Only refunds name it, and a refund keeps no amount: an operator decides (once its lost redemption is recreated, the next run proposes the row).',
 };
 
 export const EXPLANATIONS_ZH_CN: typeof EXPLANATIONS_EN = {
@@ -95,4 +101,10 @@ export const EXPLANATIONS_ZH_CN: typeof EXPLANATIONS_EN = {
   explain_REDEMPTION_DISCOUNT_EXCEEDED:
     '用于订单 {orderNo}，对 {orderAmountCents} 的订单优惠了 {discountCents}，而券模板的规则只优惠 {ruleDiscountCents}：由运营人员决定。',
   explain_ORDER_DISCOUNT_EXCEEDED: '订单 {orderNo} 使用的券共优惠了 {discountCents}，超过订单金额 {orderAmountCents}：由运营人员决定。',
+  explain_ORDER_ROW_MISSING:
+    '锁券、核销或退款记录指向订单 {orderNo}，但该订单的订单记录不见了：订单核对无法检查它的优惠，且它的下一张券会按那张券的金额重新写入订单记录，并记为未退款。',
+  explain_RECREATE_ORDER_ROW:
+    '建议补回订单记录：订单金额 {orderAmountCents}（取它的券所记的最小金额），有退款指向它则记为已退款，创建时间取它最早的锁券、核销或退款。',
+  explain_ORDER_AMOUNT_UNKNOWN:
+    '只有退款记录指向它，而退款不记金额：由运营人员决定（它缺失的核销记录重建后，下一次对账会提出补回订单记录）。',
 };

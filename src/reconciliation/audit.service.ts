@@ -3,7 +3,7 @@ import type { EntityManager, QueryRunner } from 'typeorm';
 import { findLog } from '../ledger/state-log.js';
 import { TRANSITIONS, UserCouponStatus } from '../ledger/transitions.js';
 import { findReplacement } from '../ledger/user-coupons.js';
-import type { HoldFinding, OrderDiscountFinding } from './hold-audit.js';
+import type { HoldFinding, OrderDiscountFinding, OrderRowMissingFinding } from './hold-audit.js';
 import {
   diagnoseMissingStock,
   diagnoseStock,
@@ -106,6 +106,7 @@ export type Finding =
   | RedemptionDiscountFinding
   | HoldFinding
   | OrderDiscountFinding
+  | OrderRowMissingFinding
   | UserLimitFinding;
 
 export interface ChunkResult {
@@ -190,7 +191,10 @@ export async function loadUserCouponFacts(q: Queryable, ids: string[]): Promise<
 @Injectable()
 export class AuditService {
   /** Lowest and highest id of a table, or null when it is empty. */
-  async idRange(q: Queryable, table: 'user_coupon' | 'redemption' | 'refund'): Promise<{ min: bigint; max: bigint } | null> {
+  async idRange(
+    q: Queryable,
+    table: 'user_coupon' | 'redemption' | 'redemption_hold' | 'refund',
+  ): Promise<{ min: bigint; max: bigint } | null> {
     const [row]: { lo: string | null; hi: string | null }[] = await q.query(`SELECT MIN(id) AS lo, MAX(id) AS hi FROM ${table}`);
     return row.lo === null || row.hi === null ? null : { min: BigInt(row.lo), max: BigInt(row.hi) };
   }

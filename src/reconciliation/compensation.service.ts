@@ -17,8 +17,9 @@ import { countFromStock, findReplacement, lockUserCoupon, setLockedUntil, setSta
 import { hadHistory, loadUserCouponFacts, type RefundRedemptionFinding, type RefundReplacementFinding } from './audit.service.js';
 import { Compensation, CompensationStatus, CompensationView, toCompensationView } from './compensation.entity.js';
 import type { MissingStockFinding, RepairParams, RepairStep, StockFinding } from './diagnosis.js';
-import type { HoldLockUntilFinding, HoldWithoutLockedFinding, LockedWithoutHoldFinding } from './hold-audit.js';
+import type { HoldLockUntilFinding, HoldWithoutLockedFinding, LockedWithoutHoldFinding, OrderRowMissingFinding } from './hold-audit.js';
 import { closeHoldForReconciliation, releasedTo } from '../redemption/holds.js';
+import { insertOrder, lockOrderStripe, orderUses } from '../redemption/order.js';
 
 const decided = counter('reconciliation_compensations_decided_total', 'Compensations decided by an admin', ['action', 'decision']);
 
@@ -108,6 +109,8 @@ export class CompensationService {
         return this.reissueReplacement(em, comp, JSON.parse(comp.params) as RefundReplacementFinding['params']);
       case 'REPOINT_REFUND':
         return this.repointRefund(em, JSON.parse(comp.params) as RefundRedemptionFinding['params']);
+      case 'RECREATE_ORDER':
+        return this.recreateOrder(em, JSON.parse(comp.params) as OrderRowMissingFinding['params']);
       case 'MANUAL_REVIEW':
         return { done: 'nothing: approved as reviewed; the data was not changed by this compensation' };
     }
@@ -293,6 +296,21 @@ export class CompensationService {
       throw err;
     }
     return { done: 'RECREATE_STOCK', couponId: p.couponId, initStock: issued, stock: 0 };
+  }
+
+  /**
+   * The order's lost row back, from what its holds, redemptions and refunds say at approval: under
+   * the order's lock, which each of them takes first, so none changes that meanwhile. A row written
+   * since the run (the order's next coupon writes one) is a change since the run, as a stock row back is.
+   */
+  private async recreateOrder(em: EntityManager, p: OrderRowMissingFinding['params']): Promise<Record<string, unknown>> {
+    await lockOrderStripe(em, p.orderNo);
+    const uses = await orderUses(em, p.orderNo, new Date());
+    // Nothing but refunds names the order any more (they keep no amount), or nothing does.
+    if (uses?.orderAmountCents == null) throw changedSinceRun(`Order ${p.orderNo}`, { orderNo: p.orderNo, orderAmountCents: null });
+    const row = { ...uses, orderAmountCents: uses.orderAmountCents };
+    if (!(await insertOrder(em, row))) throw changedSinceRun(`The row of order ${p.orderNo}`, { orderNo: p.orderNo });
+    return { done: 'RECREATE_ORDER', ...row, createdAt: row.createdAt.toISOString() };
   }
 
   private async repair(em: EntityManager, comp: Compensation, p: RepairParams): Promise<Record<string, unknown>> {

@@ -15,6 +15,7 @@ export const DISCREPANCY_TYPES = [
   'REFUND_REPLACEMENT_MISSING',
   'REFUND_REDEMPTION_MISSING',
   'REDEMPTION_DISCOUNT_EXCEEDED',
+  'ORDER_ROW_MISSING',
 ] as const;
 export type DiscrepancyType = (typeof DISCREPANCY_TYPES)[number];
 
@@ -29,6 +30,7 @@ export const COMPENSATION_ACTIONS = [
   'SET_LOCKED_UNTIL',
   'REISSUE_REPLACEMENT',
   'REPOINT_REFUND',
+  'RECREATE_ORDER',
   'MANUAL_REVIEW',
 ] as const;
 export type CompensationAction = (typeof COMPENSATION_ACTIONS)[number];

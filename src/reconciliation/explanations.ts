@@ -76,6 +76,14 @@ const SENTENCES = {
   // orders
   ORDER_DISCOUNT_EXCEEDED: (p: { orderNo: string; discountCents: number; orderAmountCents: number }) =>
     `The coupons used on order ${p.orderNo} took ${yuan(p.discountCents)} off an order of ${yuan(p.orderAmountCents)}: an operator decides.`,
+  ORDER_ROW_MISSING: (p: { orderNo: string }) =>
+    `Holds, redemptions or refunds name order ${p.orderNo}, whose order row is gone: the order audit cannot check its discounts, and its next coupon would write the row again with that coupon's amount, as not refunded.`,
+  /** Follows ORDER_ROW_MISSING. */
+  RECREATE_ORDER_ROW: (p: { orderAmountCents: number }) =>
+    `Put the row back: an order of ${yuan(p.orderAmountCents)} (the smallest amount its coupons named), refunded if a refund names it, created with its first hold, redemption or refund.`,
+  /** Follows ORDER_ROW_MISSING. */
+  ORDER_AMOUNT_UNKNOWN: () =>
+    'Only refunds name it, and a refund keeps no amount: an operator decides (once its lost redemption is recreated, the next run proposes the row).',
 } satisfies Record<string, (p: never) => string>;
 
 export type ExplanationKey = keyof typeof SENTENCES;

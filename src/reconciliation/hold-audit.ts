@@ -1,5 +1,6 @@
 import type { EntityManager, QueryRunner } from 'typeorm';
 import type { HoldClosing } from '../redemption/holds.js';
+import { orderUses, type OrderUses } from '../redemption/order.js';
 import { explained, type Explained, sentence } from './explanations.js';
 
 type Queryable = Pick<QueryRunner | EntityManager, 'query'>;
@@ -51,6 +52,18 @@ export interface OrderDiscountFinding {
   details: { orderNo: string; orderAmountCents: number; discountCents: number; redemptionIds: string[] } & Explained;
   action: 'MANUAL_REVIEW';
   params: { orderNo: string; redemptionIds: string[] };
+}
+
+/** An order that holds, redemptions or refunds name whose coupon_order row is gone. */
+export interface OrderRowMissingFinding {
+  type: 'ORDER_ROW_MISSING';
+  couponId: null;
+  userCouponId: null;
+  redemptionId: null;
+  orderNo: string;
+  details: { orderNo: string; orderAmountCents: number | null; refunded: boolean; orderCreatedAt: string } & Explained;
+  action: 'RECREATE_ORDER' | 'MANUAL_REVIEW';
+  params: { orderNo: string };
 }
 
 export type HoldFinding = LockedWithoutHoldFinding | HoldWithoutLockedFinding | HoldLockUntilFinding;
@@ -238,4 +251,64 @@ export async function orderChunk(
     };
   });
   return { checked: orders.length, findings, lastOrderNo: orders[orders.length - 1].order_no };
+}
+
+/** The tables whose rows name an order. */
+export type OrderNaming = 'redemption' | 'redemption_hold' | 'refund';
+
+/**
+ * Orders named by rows of `table` with ids in [lo, hi] whose coupon_order row is gone (deleted by
+ * hand, lost): orderChunk, which reads coupon_order, never sees their uses, and their next coupon
+ * would write the row again with its own amount, and as not refunded. One anti-join on primary keys
+ * per chunk of ids the run reads anyway; the orders found, usually none, are then read one by one.
+ */
+export async function orderRowChunk(
+  q: Queryable,
+  table: OrderNaming,
+  lo: bigint,
+  hi: bigint,
+  now: Date,
+): Promise<OrderRowMissingFinding[]> {
+  const lost: { order_no: string }[] = await q.query(
+    `SELECT DISTINCT x.order_no FROM ${table} x LEFT JOIN coupon_order o ON o.order_no = x.order_no
+     WHERE x.id BETWEEN ? AND ? AND o.order_no IS NULL ORDER BY x.order_no`,
+    [String(lo), String(hi)],
+  );
+  const findings: OrderRowMissingFinding[] = [];
+  for (const { order_no } of lost) {
+    const uses = await orderUses(q, order_no, now);
+    if (uses) findings.push(orderRowFinding(uses));
+  }
+  return findings;
+}
+
+/** ORDER_ROW_MISSING for one order, as its audit sees it now: none when its row is there or nothing names it. */
+export async function orderRowAudit(q: Queryable, orderNo: string, now: Date): Promise<OrderRowMissingFinding[]> {
+  const [row]: unknown[] = await q.query(`SELECT order_no FROM coupon_order WHERE order_no = ?`, [orderNo]);
+  const uses = row ? null : await orderUses(q, orderNo, now);
+  return uses ? [orderRowFinding(uses)] : [];
+}
+
+/** The row comes back from what names the order; with only refunds left, no amount does, so an operator decides. */
+function orderRowFinding(uses: OrderUses): OrderRowMissingFinding {
+  const { orderNo, orderAmountCents, refunded } = uses;
+  return {
+    type: 'ORDER_ROW_MISSING',
+    couponId: null,
+    userCouponId: null,
+    redemptionId: null,
+    orderNo,
+    details: {
+      orderNo,
+      orderAmountCents,
+      refunded,
+      orderCreatedAt: uses.createdAt.toISOString(),
+      ...explained(
+        sentence('ORDER_ROW_MISSING', { orderNo }),
+        orderAmountCents === null ? sentence('ORDER_AMOUNT_UNKNOWN') : sentence('RECREATE_ORDER_ROW', { orderAmountCents }),
+      ),
+    },
+    action: orderAmountCents === null ? 'MANUAL_REVIEW' : 'RECREATE_ORDER',
+    params: { orderNo },
+  };
 }

@@ -12,7 +12,7 @@ import { pollUntil } from '../database/deadline-pool.js';
 import { Lease, LeaseService } from '../database/lease.js';
 import { inSnapshot, TransactionService } from '../database/transaction.service.js';
 import { AuditService, ChunkResult, Finding, Uses } from './audit.service.js';
-import { holdChunk, orderChunk } from './hold-audit.js';
+import { holdChunk, orderChunk, OrderNaming, orderRowAudit, orderRowChunk } from './hold-audit.js';
 import { lockUserCoupon } from '../ledger/user-coupons.js';
 import { DiscrepancyType } from './diagnosis.js';
 import { ReconciliationRun, RunMode, RunTotals, RunView, toRunView } from './reconciliation-run.entity.js';
@@ -35,7 +35,7 @@ const runDuration = histogram(
 /** What a finding is about: a coupon's stock, a user coupon (its LOCKED status, a hold of it, or its record), an order, or a redemption. */
 type Entity =
   | { kind: 'coupon'; id: string }
-  | { kind: 'order'; id: string }
+  | { kind: 'order' | 'order-row'; id: string }
   | { kind: 'limit'; id: string }
   | { kind: 'refund' | 'refund-redemption'; id: string }
   | { kind: 'redemption' | 'discount'; id: string }
@@ -51,6 +51,9 @@ function entityOf(f: Finding): Entity {
       return { kind: 'hold', id: f.details.holdId, userCouponId: f.userCouponId };
     case 'ORDER_DISCOUNT_EXCEEDED':
       return { kind: 'order', id: f.orderNo };
+    case 'ORDER_ROW_MISSING':
+      // Its own kind: an order under review for its discounts may lose its row too, repaired apart.
+      return { kind: 'order-row', id: f.orderNo };
     case 'REFUND_REPLACEMENT_MISSING':
       return { kind: 'refund', id: f.params.refundId };
     case 'REFUND_REDEMPTION_MISSING':
@@ -85,6 +88,11 @@ function beyond(range: { min: bigint; max: bigint } | null): [bigint, bigint][] 
       [range.max + 1n, MAX_ID],
     ] as [bigint, bigint][]
   ).filter(([lo, hi]) => lo <= hi);
+}
+
+/** `chunk` and, read in its snapshot, the orders that rows of `table` with ids in [lo, hi] name and that lost their row. */
+async function withOrderRows(q: QueryRunner, table: OrderNaming, lo: bigint, hi: bigint, chunk: ChunkResult): Promise<ChunkResult> {
+  return { ...chunk, findings: [...chunk.findings, ...(await orderRowChunk(q, table, lo, hi, new Date()))] };
 }
 
 /** Rolls back a finding whose entity no longer shows it (see record). */
@@ -408,10 +416,17 @@ export class ReconciliationService implements BeforeApplicationShutdown {
         await step('hold', await inSnapshot(q, async () => ({ checked: 0, findings: await holdChunk(q, lo, hi, new Date()) })));
       }
       await this.byIdRange(q, await this.audits.idRange(q, 'redemption'), async (cq, lo, hi) =>
-        step('redemption', await inSnapshot(cq, () => this.audits.redemptionChunk(cq, lo, hi))),
+        step(
+          'redemption',
+          await inSnapshot(cq, async () => withOrderRows(cq, 'redemption', lo, hi, await this.audits.redemptionChunk(cq, lo, hi))),
+        ),
       );
       await this.byIdRange(q, await this.audits.idRange(q, 'refund'), async (cq, lo, hi) =>
-        step('refund', await inSnapshot(cq, () => this.audits.refundChunk(cq, lo, hi))),
+        step('refund', await inSnapshot(cq, async () => withOrderRows(cq, 'refund', lo, hi, await this.audits.refundChunk(cq, lo, hi)))),
+      );
+      // Holds are audited with their user coupons above; by their own ids here, only for the orders they name.
+      await this.byIdRange(q, await this.audits.idRange(q, 'redemption_hold'), async (cq, lo, hi) =>
+        step('hold', await inSnapshot(cq, () => withOrderRows(cq, 'redemption_hold', lo, hi, { checked: 0, findings: [] }))),
       );
       for (let after: string | null = null; ;) {
         const chunk = await inSnapshot(q, () => orderChunk(q, after, USER_COUPON_CHUNK));
@@ -594,12 +609,14 @@ export class ReconciliationService implements BeforeApplicationShutdown {
     return again === null || again.some((g) => g.type === f.type && openKeyOf(g) === key);
   }
 
-  /** The findings of one entity's audit; null for an order or a user's limit, whose review changes no data when approved. */
+  /** The findings of one entity's audit; null for an order's discounts or a user's limit, whose review changes no data when approved. */
   private async auditAgain(em: EntityManager, e: Entity): Promise<Finding[] | null> {
     switch (e.kind) {
       case 'order':
       case 'limit':
         return null;
+      case 'order-row':
+        return orderRowAudit(em, e.id, new Date());
       case 'coupon':
         return (await this.audits.stockChunk(em, String(BigInt(e.id) - 1n), 1)).findings;
       case 'redemption':

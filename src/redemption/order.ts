@@ -1,4 +1,4 @@
-import type { EntityManager } from 'typeorm';
+import type { EntityManager, QueryRunner } from 'typeorm';
 import { isDuplicateKey } from '../common/db-errors.js';
 import { AppError } from '../common/errors.js';
 import type { Coupon } from '../coupon/coupon.entity.js';
@@ -32,7 +32,7 @@ export async function lockOrder(em: EntityManager, orderNo: string, orderAmountC
      WHERE s.${STRIPE_OF_ORDER} FOR UPDATE`,
     [orderNo, orderNo],
   )) as (StoredOrder | { order_amount_cents: null; refunded: null })[];
-  if (locked.order_amount_cents === null && (await insertOrder(em, orderNo, orderAmountCents, now))) {
+  if (locked.order_amount_cents === null && (await insertOrder(em, { orderNo, orderAmountCents, refunded: false, createdAt: now }))) {
     return { orderNo, orderAmountCents, refunded: false };
   }
   // A write, for a cluster: row locks are local to a node, and only writes are certified across nodes.
@@ -49,19 +49,60 @@ interface StoredOrder {
   refunded: number;
 }
 
-/** False when the row is there already: another node of a cluster made it (a stripe lock is local to its node). */
-async function insertOrder(em: EntityManager, orderNo: string, orderAmountCents: number, now: Date): Promise<boolean> {
+/**
+ * Writes the order's row; false when it is there already: another node of a cluster made it (a
+ * stripe lock is local to its node), or, for a lost row put back, anyone since the run that found it.
+ */
+export async function insertOrder(em: EntityManager, row: OrderRow & { createdAt: Date }): Promise<boolean> {
   try {
-    await em.query(`INSERT INTO coupon_order (order_no, order_amount_cents, refunded, created_at) VALUES (?, ?, 0, ?)`, [
-      orderNo,
-      orderAmountCents,
-      now,
+    await em.query(`INSERT INTO coupon_order (order_no, order_amount_cents, refunded, created_at) VALUES (?, ?, ?, ?)`, [
+      row.orderNo,
+      row.orderAmountCents,
+      row.refunded ? 1 : 0,
+      row.createdAt,
     ]);
     return true;
   } catch (err) {
     if (isDuplicateKey(err)) return false;
     throw err;
   }
+}
+
+/** What an order's holds, redemptions and refunds say of it; the amount is null when only refunds name it (a refund keeps none). */
+export interface OrderUses {
+  orderNo: string;
+  orderAmountCents: number | null;
+  refunded: boolean;
+  createdAt: Date;
+}
+
+/**
+ * The row an order's holds, redemptions and refunds say it had, for one whose coupon_order row was
+ * lost; null when none names the order. The amount is the smallest its live coupons (USED
+ * redemptions, ACTIVE holds not timed out) named, as the order audit takes it; with none live, the
+ * smallest any named (the order's next coupon sets its own then, see orderDiscount). Refunded when a
+ * refund names it; created with its first row. Reads the (order_no, ...) keys of each table.
+ */
+export async function orderUses(q: Pick<QueryRunner | EntityManager, 'query'>, orderNo: string, now: Date): Promise<OrderUses | null> {
+  const [row] = (await q.query(
+    `SELECT COUNT(*) AS n, COALESCE(MIN(CASE WHEN x.live THEN x.amount END), MIN(x.amount)) AS amount, MAX(x.refund) AS refunded,
+            MIN(x.at) AS created_at
+     FROM (
+       SELECT order_amount_cents AS amount, BINARY status = 'USED' AS live, 0 AS refund, used_at AS at FROM redemption WHERE order_no = ?
+       UNION ALL
+       SELECT order_amount_cents, BINARY status = 'ACTIVE' AND expires_at > ?, 0, created_at FROM redemption_hold WHERE order_no = ?
+       UNION ALL
+       SELECT NULL, 0, 1, created_at FROM refund WHERE order_no = ?
+     ) x`,
+    [orderNo, now, orderNo, orderNo],
+  )) as { n: string; amount: string | null; refunded: string | null; created_at: Date | null }[];
+  if (Number(row.n) === 0) return null;
+  return {
+    orderNo,
+    orderAmountCents: row.amount === null ? null : Number(row.amount),
+    refunded: Number(row.refunded) === 1,
+    createdAt: row.created_at as Date,
+  };
 }
 
 /**
