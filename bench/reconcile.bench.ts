@@ -140,6 +140,11 @@ async function generate(
       `INSERT INTO redemption (user_coupon_id, order_no, user_id, order_amount_cents, discount_cents, status, used_at)
        SELECT id, CONCAT('o-', id), user_id, 20000, 1000, 'USED', used_at FROM user_coupon WHERE status = 'USED' ORDER BY id`,
     );
+    // Each order's row, as its first coupon writes it: without one, every order is a finding (ORDER_ROW_MISSING).
+    await q(
+      `INSERT INTO coupon_order (order_no, order_amount_cents, refunded, created_at)
+       SELECT order_no, order_amount_cents, 0, used_at FROM redemption ORDER BY order_no`,
+    );
     // Faults spread over the whole id range, FAULTS of each kind.
     // Ids spread over the whole range; `offset` picks the status (see the n % 20 pattern above).
     const spread = (offset: number) => Array.from({ length: FAULTS }, (_, i) => 20 * Math.floor(((i + 0.5) * n) / FAULTS / 20) + offset);
@@ -150,7 +155,8 @@ async function generate(
     await q(`UPDATE user_coupon SET status = 'USED', used_at = UTC_TIMESTAMP(3) WHERE id IN (?)`, [unused]);
     await q(`DELETE FROM redemption WHERE user_coupon_id IN (?)`, [used]);
     await q(`DELETE FROM user_coupon_state_log WHERE user_coupon_id IN (?) AND to_status = 'UNUSED'`, [unused.map((id) => id + 1)]);
-    for (const t of ['coupon', 'coupon_stock', 'user_coupon', 'user_coupon_state_log', 'redemption']) await q(`ANALYZE TABLE ${t}`);
+    for (const t of ['coupon', 'coupon_stock', 'user_coupon', 'user_coupon_state_log', 'redemption', 'coupon_order'])
+      await q(`ANALYZE TABLE ${t}`);
     await q(`DROP TABLE bench_seq, bench_digit`);
     const count = async (table: string) => Number(((await conn.query(`SELECT COUNT(*) AS c FROM ${table}`))[0] as { c: string }[])[0].c);
     return {
