@@ -132,6 +132,14 @@ describe('order rules (issue 23 item 2)', () => {
     }
     expect(await databaseFingerprint(t.db)).toEqual(fingerprint);
     expect(await orderDiscounts(orderNo)).toBe(500);
+    // Its row lost (reconciliation reports ORDER_ROW_MISSING): still refunded, as its refund says, not a new order.
+    await t.db.query(`DELETE FROM coupon_order WHERE order_no = ?`, [orderNo]);
+    const lost = await databaseFingerprint(t.db);
+    for (const attempt of [redeem, hold]) {
+      const res = await attempt({ userCouponId: replacement, orderNo, orderAmountCents: 600, userId: 'u4' });
+      expect([res.status, res.body.code]).toEqual([409, 'ORDER_REFUNDED']);
+    }
+    expect(await databaseFingerprint(t.db)).toEqual(lost);
     // The replacement works on another order; a replay of the refunded order's redemption still answers.
     expect((await redeem({ userCouponId: replacement, orderNo: order(), orderAmountCents: 600, userId: 'u4' })).status).toBe(201);
     const replay = await redeem({ userCouponId: first, orderNo, orderAmountCents: 600, userId: 'u4' });

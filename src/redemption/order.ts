@@ -26,14 +26,18 @@ const STRIPE_OF_ORDER = `stripe = CRC32(?) % ${ORDER_LOCK_STRIPES}`;
  * the new row back with everything else.
  */
 export async function lockOrder(em: EntityManager, orderNo: string, orderAmountCents: number, now: Date): Promise<OrderRow> {
-  // One statement locks both: the stripe is read (and locked) first, the order's row after it.
+  // One statement locks both: the stripe is read (and locked) first, the order's row after it. With
+  // no row, whether a refund names the order: its row was lost (reconciliation's ORDER_ROW_MISSING),
+  // and written again as not refunded, the refunded order would take new coupons.
   const [locked] = (await em.query(
-    `SELECT o.order_amount_cents, o.refunded FROM coupon_order_lock s LEFT JOIN coupon_order o ON o.order_no = ?
+    `SELECT o.order_amount_cents, o.refunded, o.order_no IS NULL AND EXISTS (SELECT 1 FROM refund f WHERE f.order_no = ?) AS refunds
+     FROM coupon_order_lock s LEFT JOIN coupon_order o ON o.order_no = ?
      WHERE s.${STRIPE_OF_ORDER} FOR UPDATE`,
-    [orderNo, orderNo],
-  )) as (StoredOrder | { order_amount_cents: null; refunded: null })[];
-  if (locked.order_amount_cents === null && (await insertOrder(em, { orderNo, orderAmountCents, refunded: false, createdAt: now }))) {
-    return { orderNo, orderAmountCents, refunded: false };
+    [orderNo, orderNo, orderNo],
+  )) as ((StoredOrder & { refunds: number }) | { order_amount_cents: null; refunded: null; refunds: number })[];
+  const refunded = Number(locked.refunds) === 1;
+  if (locked.order_amount_cents === null && (await insertOrder(em, { orderNo, orderAmountCents, refunded, createdAt: now }))) {
+    return { orderNo, orderAmountCents, refunded };
   }
   // A write, for a cluster: row locks are local to a node, and only writes are certified across nodes.
   await em.query(`UPDATE coupon_order SET lock_version = lock_version + 1 WHERE order_no = ?`, [orderNo]);
