@@ -564,6 +564,31 @@ describe('reconciliation of holds and orders', () => {
     expect(await findings()).toEqual([]);
   });
 
+  it('an order refunded between the run and the approval: its row as approved is no longer what its rows say, so 409 and nothing written', async () => {
+    const ucId = await grabbed('row-moved');
+    const orderNo = newKey('row-moved');
+    await used('row-moved', ucId, orderNo);
+    await sql(`DELETE FROM coupon_order WHERE order_no = ?`, [orderNo]);
+    const [p] = await findings();
+    expect([p.discrepancy.type, p.action, p.params.refunded]).toEqual(['ORDER_ROW_MISSING', 'RECREATE_ORDER', false]);
+    expect((await refund(ucId, orderNo)).status).toBe(201);
+    const fingerprint = await databaseFingerprint(t.db, ['coupon_order']);
+    const res = await decide(p.id);
+    expect([res.status, res.body.code, res.body.details]).toEqual([
+      409,
+      'STATUS_CONFLICT',
+      expect.objectContaining({ orderNo, refunded: true }),
+    ]);
+    expect(await databaseFingerprint(t.db, ['coupon_order'])).toEqual(fingerprint);
+    expect((await decide(p.id, 'reject')).status).toBe(200);
+    // The next run proposes the row as it is now: refunded.
+    const [again] = await findings();
+    expect([again.discrepancy.type, again.params.refunded]).toEqual(['ORDER_ROW_MISSING', true]);
+    expect((await decide(again.id)).status).toBe(200);
+    expect(await orderRow(orderNo)).toMatchObject({ order_amount_cents: '20000', refunded: 1 });
+    expect(await findings()).toEqual([]);
+  });
+
   it('an order only its refund names (its redemption lost too) is for an operator; once the redemption is recreated, its row comes back refunded', async () => {
     const orderNo = newKey('row-refund-only');
     const ucId = await grabbed('row-refund-only');

@@ -299,18 +299,36 @@ export class CompensationService {
   }
 
   /**
-   * The order's lost row back, from what its holds, redemptions and refunds say at approval: under
-   * the order's lock, which each of them takes first, so none changes that meanwhile. A row written
-   * since the run (the order's next coupon writes one) is a change since the run, as a stock row back is.
+   * The order's lost row back as the operator approved it: under the order's lock, which each of its
+   * holds, redemptions and refunds takes first, so none changes meanwhile. Its rows saying otherwise
+   * now (a hold timed out, a refund made, nothing left with an amount) or a row written since the run
+   * (the order's next coupon writes one) is a change since the run, as a stock row back is.
    */
   private async recreateOrder(em: EntityManager, p: OrderRowMissingFinding['params']): Promise<Record<string, unknown>> {
     await lockOrderStripe(em, p.orderNo);
     const uses = await orderUses(em, p.orderNo, new Date());
-    // Nothing but refunds names the order any more (they keep no amount), or nothing does.
-    if (uses?.orderAmountCents == null) throw changedSinceRun(`Order ${p.orderNo}`, { orderNo: p.orderNo, orderAmountCents: null });
-    const row = { ...uses, orderAmountCents: uses.orderAmountCents };
-    if (!(await insertOrder(em, row))) throw changedSinceRun(`The row of order ${p.orderNo}`, { orderNo: p.orderNo });
-    return { done: 'RECREATE_ORDER', ...row, createdAt: row.createdAt.toISOString() };
+    const now = {
+      orderAmountCents: uses?.orderAmountCents ?? null,
+      refunded: uses?.refunded ?? false,
+      orderCreatedAt: uses?.createdAt.toISOString() ?? null,
+    };
+    if (
+      uses === null ||
+      p.orderAmountCents === null ||
+      now.orderAmountCents !== p.orderAmountCents ||
+      now.refunded !== p.refunded ||
+      now.orderCreatedAt !== p.orderCreatedAt
+    )
+      throw changedSinceRun(`Order ${p.orderNo}`, { orderNo: p.orderNo, ...now });
+    if (!(await insertOrder(em, { ...uses, orderAmountCents: p.orderAmountCents })))
+      throw changedSinceRun(`The row of order ${p.orderNo}`, { orderNo: p.orderNo });
+    return {
+      done: 'RECREATE_ORDER',
+      orderNo: p.orderNo,
+      orderAmountCents: p.orderAmountCents,
+      refunded: p.refunded,
+      orderCreatedAt: p.orderCreatedAt,
+    };
   }
 
   private async repair(em: EntityManager, comp: Compensation, p: RepairParams): Promise<Record<string, unknown>> {

@@ -63,7 +63,8 @@ export interface OrderRowMissingFinding {
   orderNo: string;
   details: { orderNo: string; orderAmountCents: number | null; refunded: boolean; orderCreatedAt: string } & Explained;
   action: 'RECREATE_ORDER' | 'MANUAL_REVIEW';
-  params: { orderNo: string };
+  /** The row as the run found it should be: approval writes it only while the order's rows still say so. */
+  params: { orderNo: string; orderAmountCents: number | null; refunded: boolean; orderCreatedAt: string };
 }
 
 export type HoldFinding = LockedWithoutHoldFinding | HoldWithoutLockedFinding | HoldLockUntilFinding;
@@ -271,7 +272,7 @@ export async function orderRowChunk(
 ): Promise<OrderRowMissingFinding[]> {
   const lost: { order_no: string }[] = await q.query(
     `SELECT DISTINCT x.order_no FROM ${table} x LEFT JOIN coupon_order o ON o.order_no = x.order_no
-     WHERE x.id BETWEEN ? AND ? AND o.order_no IS NULL ORDER BY x.order_no`,
+     WHERE x.id BETWEEN ? AND ? AND o.order_no IS NULL`,
     [String(lo), String(hi)],
   );
   const findings: OrderRowMissingFinding[] = [];
@@ -309,6 +310,6 @@ function orderRowFinding(uses: OrderUses): OrderRowMissingFinding {
       ),
     },
     action: orderAmountCents === null ? 'MANUAL_REVIEW' : 'RECREATE_ORDER',
-    params: { orderNo },
+    params: { orderNo, orderAmountCents, refunded, orderCreatedAt: uses.createdAt.toISOString() },
   };
 }
