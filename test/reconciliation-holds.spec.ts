@@ -459,6 +459,48 @@ describe('reconciliation of holds and orders', () => {
     expect(await findings()).toEqual([]);
   });
 
+  it('ORDER_DISCOUNT_EXCEEDED in the redemptions pass: two uses of an order 20,000 ids apart (other chunks), and one use above its order alone', async () => {
+    const coupons = [
+      await createCoupon(t.url, { discount: { thresholdCents: 0, amountCents: 500 } }),
+      await createCoupon(t.url, { discount: { thresholdCents: 0, amountCents: 500 } }),
+      await createCoupon(t.url, { discount: { thresholdCents: 0, amountCents: 500 } }),
+    ];
+    const used: { id: string; orderNo: string }[] = [];
+    for (const c of coupons) {
+      const g = await request(t.url)
+        .post(`/coupons/${c.id}/grab`)
+        .set(bearer(tokenFor('apart')))
+        .set('Idempotency-Key', newKey());
+      const orderNo = newKey('o');
+      const r = await request(t.url)
+        .post('/redemptions')
+        .set(bearer(tokenFor('apart')))
+        .send({ userCouponId: g.body.id, orderNo, orderAmountCents: 600 });
+      expect(r.status).toBe(201);
+      used.push({ id: r.body.redemptionId as string, orderNo });
+    }
+    const [first, second, alone] = used;
+    const far = String(BigInt(second.id) + 20_000n);
+    // The second use onto the first's order, under an id four chunks further on; the third order's row says 400.
+    await sql(`UPDATE redemption SET order_no = ?, id = ? WHERE id = ?`, [first.orderNo, far, second.id]);
+    await sql(`UPDATE coupon_order SET order_amount_cents = 400 WHERE order_no = ?`, [alone.orderNo]);
+    try {
+      const found = await findings();
+      expect(found.map((p) => [p.discrepancy.type, p.discrepancy.details.orderNo, p.discrepancy.details.redemptionIds])).toEqual(
+        expect.arrayContaining([
+          ['ORDER_DISCOUNT_EXCEEDED', first.orderNo, [first.id, far]],
+          ['ORDER_DISCOUNT_EXCEEDED', alone.orderNo, [alone.id]],
+        ]),
+      );
+      expect(found).toHaveLength(2);
+      for (const p of found) expect((await decide(p.id, 'reject')).status).toBe(200);
+    } finally {
+      await sql(`UPDATE redemption SET order_no = ?, id = ? WHERE id = ?`, [second.orderNo, second.id, far]);
+      await sql(`UPDATE coupon_order SET order_amount_cents = 600 WHERE order_no = ?`, [alone.orderNo]);
+    }
+    expect(await findings()).toEqual([]);
+  });
+
   /** An order's row, as it stands. */
   const orderRow = (orderNo: string) =>
     one<{ order_amount_cents: string; refunded: number; created_at: Date }>(

@@ -418,7 +418,10 @@ export class ReconciliationService implements BeforeApplicationShutdown {
       await this.byIdRange(q, await this.audits.idRange(q, 'redemption'), async (cq, lo, hi) =>
         step(
           'redemption',
-          await inSnapshot(cq, async () => withOrderRows(cq, 'redemption', lo, hi, await this.audits.redemptionChunk(cq, lo, hi))),
+          await inSnapshot(cq, async () => {
+            const chunk = await this.audits.redemptionChunk(cq, lo, hi);
+            return { ...chunk, findings: [...chunk.findings, ...(await orderChunk(cq, lo, hi, new Date()))] };
+          }),
         ),
       );
       await this.byIdRange(q, await this.audits.idRange(q, 'refund'), async (cq, lo, hi) =>
@@ -428,12 +431,6 @@ export class ReconciliationService implements BeforeApplicationShutdown {
       await this.byIdRange(q, await this.audits.idRange(q, 'redemption_hold'), async (cq, lo, hi) =>
         step('hold', await inSnapshot(cq, () => withOrderRows(cq, 'redemption_hold', lo, hi, { checked: 0, findings: [] }))),
       );
-      for (let after: string | null = null; ;) {
-        const chunk = await inSnapshot(q, () => orderChunk(q, after, USER_COUPON_CHUNK));
-        await step('order', chunk);
-        if (chunk.lastOrderNo === null) break;
-        after = chunk.lastOrderNo;
-      }
       status = 'COMPLETED';
     } catch (err) {
       error = (err as Error).message.slice(0, 1000);
