@@ -839,8 +839,14 @@ describe('admin console in a browser', () => {
     // fan-0 grabbed one already (limit 1), bulk-1 is listed twice, "bad id!" is no user id: one line,
     // not a user "bad" and a user "id!". Spaces around an id are no part of it; a blank line is no id,
     // but a line all the same: the skipped lines are numbered as the text pasted has them.
-    await page.getByTestId('job-user-ids').fill('bulk-1\n  bulk-2 \r\n\nbulk-3\nfan-0\nbulk-1\nbad id!\n');
+    // A header alone is no list: said under the pasted list, not above the form.
+    await page.getByTestId('job-user-ids').fill('user_id\n');
     await page.getByTestId('job-reason').fill('VIP November');
+    await settle();
+    await page.getByTestId('job-submit').click();
+    await page.locator('.ant-modal .ant-form-item-explain-error', { hasText: 'Holds no user id' }).waitFor();
+    expect(await page.locator('.ant-modal .ant-alert-error').count()).toBe(0);
+    await page.getByTestId('job-user-ids').fill('bulk-1\n  bulk-2 \r\n\nbulk-3\nfan-0\nbulk-1\nbad id!\n');
     await settle();
     // The server makes the job, then cannot learn whether its COMMIT took: OUTCOME_UNKNOWN.
     // The list goes up as a CSV body, the reason and the stock choice in the query.
@@ -1103,6 +1109,8 @@ describe('admin console in a browser', () => {
     }
     await page.getByTestId('stock-amount').fill('15');
     expect(await page.getByTestId('stock-remaining').textContent()).toContain('20 of 20 left');
+    // Right after the list's refresh, so the next is 10 s away: only the refusal can bring the figure up to date below.
+    await page.waitForResponse((r) => r.url().includes('/admin/coupons?'), { timeout: 15_000 });
     // Another operator removes 10 units while this dialog is open.
     const elsewhere = await request(t.url).post(`/admin/coupons/${coupon.id}/stock`).set(bearer(adminToken())).send({ delta: -10 });
     expect(elsewhere.status).toBe(200);
@@ -1119,10 +1127,10 @@ describe('admin console in a browser', () => {
       ),
     ).toContain('10 of 10 left');
     expect(await page.getByTestId('stock-amount').inputValue()).toBe('15');
-    // The confirmation took the focus out of the dialog: back in it, Escape closes it.
-    await page.getByTestId('stock-amount').focus();
-    await page.keyboard.press('Escape');
-    await page.locator('.ant-modal').first().waitFor({ state: 'hidden' });
+    // Closed by its own Cancel: after the confirmation the focus is not in the dialog for Escape to reach it.
+    const dialog = page.locator('.ant-modal', { has: page.getByTestId('stock-amount') });
+    await dialog.getByRole('button', { name: 'Cancel' }).click();
+    await dialog.waitFor({ state: 'hidden' });
   });
 
   it('creates one campaign when the operator presses Create again after a lost answer, told it may have been made', async () => {

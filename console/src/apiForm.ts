@@ -8,6 +8,9 @@ import { ApiError, apiLanguage } from './api';
  * API wrote it.
  */
 const IN_CHINESE: [RegExp, (m: RegExpMatchArray) => string][] = [
+  // First, and anchored at both ends: the error after "last:" is any text, which a pattern below could match.
+  // Stored cut to 255 characters, the closing parenthesis may be gone.
+  [/^(\d+) deliveries in a row failed every retry \(last: (.+?)\)?$/, (m) => `连续 ${m[1]} 次投递在所有重试后仍失败（最后一次：${m[2]}）`],
   [/must not be less than (\S+)$/i, (m) => `不能小于 ${m[1]}`],
   [/must not be greater than (\S+)$/i, (m) => `不能大于 ${m[1]}`],
   [/must be an integer number$/, () => '必须是整数'],
@@ -21,9 +24,12 @@ const IN_CHINESE: [RegExp, (m: RegExpMatchArray) => string][] = [
   [/must be an absolute http or https URL$/, () => '必须是完整的 http 或 https 地址'],
   [/must use http or https$/, () => '必须使用 http 或 https'],
   [/must not contain credentials$/, () => '不能包含用户名或密码'],
+  [/must name a host$/, () => '必须包含主机名'],
+  [/must not use port 0$/, () => '不能使用端口 0'],
+  [/must be at most (\d+) characters$/, (m) => `最多 ${m[1]} 个字符`],
+  [/holds no user id$/, () => '没有任何用户 ID'],
   [/must be a positive integer id$/, () => '必须是正整数编号'],
   [/must be (\d+) to (\d+) characters \(Unicode code points\)$/, (m) => `须为 ${m[1]}–${m[2]} 个字符`],
-  [/^(\d+) deliveries in a row failed every retry \(last: (.+)\)$/, (m) => `连续 ${m[1]} 次投递在所有重试后仍失败（最后一次：${m[2]}）`],
 ];
 
 export function said(message: string): string {
@@ -33,6 +39,14 @@ export function said(message: string): string {
     if (m) return chinese(m);
   }
   return message;
+}
+
+/** The API's field messages under `from` named `to`: a body the server reads as a whole names the form field it came from. */
+export function renamedField(err: unknown, from: string, to: string): unknown {
+  const fields = err instanceof ApiError ? err.details?.fields : undefined;
+  if (!(err instanceof ApiError) || !fields || !(from in fields)) return err;
+  const { [from]: messages, ...rest } = fields;
+  return new ApiError(err.status, err.code, err.message, { ...err.details, fields: { ...rest, [to]: messages } });
 }
 
 /**

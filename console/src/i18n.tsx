@@ -392,7 +392,8 @@ const en = {
   pasteIds: 'Paste user ids',
   uploadCsv: 'Upload a CSV file',
   userIds: 'User ids',
-  pasteHelp: 'One per line, as it is (a line with a space or comma in it is an invalid id)',
+  pasteHelp:
+    'One per line, spaces around it ignored (a line with a space or comma inside is an invalid id; a first line user_id is a header)',
   idCount: '{n} ids',
   idsRequired: 'Paste at least one user id',
   csvFile: 'CSV file',
@@ -793,7 +794,7 @@ const zhCN: Messages = {
   pasteIds: '粘贴用户 ID',
   uploadCsv: '上传 CSV 文件',
   userIds: '用户 ID',
-  pasteHelp: '每行一个，原样发送（行内含空格或逗号即为无效 ID）',
+  pasteHelp: '每行一个，首尾空格不计（行内含空格或逗号即为无效 ID；首行为 user_id 时视为表头）',
   idCount: '{n} 个',
   idsRequired: '请至少粘贴一个用户 ID',
   csvFile: 'CSV 文件',

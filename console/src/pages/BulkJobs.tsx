@@ -23,7 +23,7 @@ import {
 import { DownloadOutlined, PlusOutlined, StopOutlined, UploadOutlined } from '@ant-design/icons';
 import { Link, useSearchParams } from 'react-router-dom';
 import { client, fetchWithUploadProgress, ok, type IssuanceJob, type SkippedLine } from '../api';
-import { showApiErrors } from '../apiForm';
+import { renamedField, showApiErrors } from '../apiForm';
 import { count, time } from '../format';
 import { useDrawerFocusReturn, useIdempotencyKey, usePagedList, usePoll } from '../hooks';
 import { LoadMore } from '../LoadMore';
@@ -172,12 +172,13 @@ function CreateJob({
             header: { 'Idempotency-Key': key },
             query: { reason: v.reason, fromStock: v.fromStock ? 'true' : 'false' },
           },
-          // Up to 64 MiB take a while: sent with a fetch that reports how much went up.
-          fetch: fetchWithUploadProgress(setUploaded),
-          // The file goes up as it is, streamed by the browser; the server reads it line by line.
+          // A file of up to 64 MiB takes a while: sent with a fetch that reports how much went up.
+          fetch: v.source === 'csv' ? fetchWithUploadProgress(setUploaded) : undefined,
+          // Either goes up as it is, the file streamed by the browser; the server reads it line by line.
           body: (v.source === 'csv' ? file : (v.userIds ?? '')) as unknown as string,
           bodySerializer: (b: unknown) => b as BodyInit,
-          headers: { 'content-type': v.source === 'csv' ? `text/csv; charset=${charset}` : 'text/csv' },
+          // A pasted list is read as a file is: a first line user_id or userId (a spreadsheet column's header) is no id.
+          headers: { 'content-type': v.source === 'csv' ? `text/csv; charset=${charset}` : 'text/csv; charset=utf-8' },
         }),
       );
       void message.success(t('jobCreated', { id: created.jobId }));
@@ -188,7 +189,9 @@ function CreateJob({
     } catch (err) {
       // Maybe made: the key is kept, so Create pressed again makes one job.
       if (outcome.failed(err)) return;
-      const rest = showApiErrors(form, err, [['userIds'], ['reason'], ['fromStock']]);
+      // A list with no id in it: under the pasted list, not above the form.
+      const placed = v.source === 'paste' ? renamedField(err, 'body', 'userIds') : err;
+      const rest = showApiErrors(form, placed, [['userIds'], ['reason'], ['fromStock']]);
       if (rest) setRefusal(rest);
     } finally {
       setBusy(false);

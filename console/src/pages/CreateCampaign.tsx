@@ -127,7 +127,8 @@ export function CreateCampaign({ open, onClose, onCreated }: { open: boolean; on
   // Yuan to the fen, judged as typed too: `precision={2}` rounded ¥10.005 to ¥10.01 and sent 1001 cents.
   const fen = {
     validator: async (_: unknown, v: unknown) => {
-      if (typeof v === 'number' && Math.abs(v * 100 - Math.round(v * 100)) > 1e-6) throw new Error(t('wholeFen'));
+      // Compared with itself to the fen, not by v * 100 against a tolerance, which large amounts' float error exceeds.
+      if (typeof v === 'number' && Number(v.toFixed(2)) !== v) throw new Error(t('wholeFen'));
     },
   };
 
