@@ -50,6 +50,27 @@ async function openStockDialog(amount: string): Promise<void> {
   await settle();
 }
 
+/** "Remove stock" in the open stock dialog: a click the opening modal did not take yet would leave "Add stock" chosen, so clicked until it is taken. */
+async function chooseRemoveStock(): Promise<void> {
+  const removing = page.locator('.ant-radio-button-wrapper-checked', { hasText: 'Remove stock' });
+  for (let i = 0; i < 5 && !(await removing.isVisible()); i++) {
+    await page.getByText('Remove stock', { exact: true }).click();
+    await removing.waitFor({ timeout: 2000 }).catch(() => undefined);
+  }
+  await removing.waitFor();
+}
+
+/** A new webhook whose URL carries credentials, refused with `message` under the field; the dialog then closed by Escape. */
+async function refuseWebhookUrl(message: string): Promise<void> {
+  await page.getByTestId('new-webhook').click();
+  await page.getByTestId('webhook-url').fill('http://user:pass@127.0.0.1:9/hook');
+  await settle();
+  await page.getByTestId('webhook-submit').click();
+  await page.getByText(message, { exact: true }).waitFor();
+  await page.keyboard.press('Escape');
+  await page.locator('.ant-modal').first().waitFor({ state: 'hidden' });
+}
+
 /** The browser's log of an answer the test made it lose or refuse (`logged`, e.g. 'net::ERR_FAILED') was the test's doing. */
 function forgetLogged(logged: string): void {
   const others = pageErrors.splice(0).filter((e) => !e.includes(logged));
@@ -640,13 +661,7 @@ describe('admin console in a browser', () => {
     expect(other.status).toBe(201);
     try {
       await page.goto(`${t.url}/console/webhooks`);
-      await page.getByTestId('new-webhook').click();
-      await page.getByTestId('webhook-url').fill('http://user:pass@127.0.0.1:9/hook');
-      await settle();
-      await page.getByTestId('webhook-submit').click();
-      await page.getByText('Must not contain credentials', { exact: true }).waitFor();
-      await page.keyboard.press('Escape');
-      await page.locator('.ant-modal').first().waitFor({ state: 'hidden' });
+      await refuseWebhookUrl('Must not contain credentials');
       await page.getByTestId('new-webhook').click();
       await page.getByTestId('webhook-url').waitFor();
       expect(await page.getByTestId('webhook-url').inputValue()).toBe('');
@@ -1008,13 +1023,7 @@ describe('admin console in a browser', () => {
     ).toBe('31');
     await row.getByRole('button', { name: 'Stock', exact: true }).click();
     await settle();
-    // A click the opening modal did not take yet would leave "Add stock" chosen: click until it is taken.
-    const removing = page.locator('.ant-radio-button-wrapper-checked', { hasText: 'Remove stock' });
-    for (let i = 0; i < 5 && !(await removing.isVisible()); i++) {
-      await page.getByText('Remove stock', { exact: true }).click();
-      await removing.waitFor({ timeout: 2000 }).catch(() => undefined);
-    }
-    await removing.waitFor();
+    await chooseRemoveStock();
     expect(await page.getByTestId('stock-remaining').textContent()).toContain('31 of 60 left');
     // What is not a whole number of units is refused as typed: not rounded, raised to 1 or ignored.
     const notWhole = page.getByText('A whole number of units, 1 or more');
@@ -1102,11 +1111,7 @@ describe('admin console in a browser', () => {
     const row = page.locator('.ant-table-row', { has: page.getByTestId(`campaign-${coupon.id}`) });
     await row.getByRole('button', { name: 'Stock', exact: true }).click();
     await settle();
-    const removing = page.locator('.ant-radio-button-wrapper-checked', { hasText: 'Remove stock' });
-    for (let i = 0; i < 5 && !(await removing.isVisible()); i++) {
-      await page.getByText('Remove stock', { exact: true }).click();
-      await removing.waitFor({ timeout: 2000 }).catch(() => undefined);
-    }
+    await chooseRemoveStock();
     await page.getByTestId('stock-amount').fill('15');
     expect(await page.getByTestId('stock-remaining').textContent()).toContain('20 of 20 left');
     // Right after the list's refresh, so the next is 10 s away: only the refusal can bring the figure up to date below.
@@ -1192,11 +1197,7 @@ describe('admin console in a browser', () => {
 
       await page.getByRole('button', { name: 'Stock', exact: true }).click();
       await settle();
-      const removing = page.locator('.ant-radio-button-wrapper-checked', { hasText: 'Remove stock' });
-      for (let i = 0; i < 5 && !(await removing.isVisible()); i++) {
-        await page.getByText('Remove stock', { exact: true }).click();
-        await removing.waitFor({ timeout: 2000 }).catch(() => undefined);
-      }
+      await chooseRemoveStock();
       await page.getByTestId('stock-amount').fill('5');
       await page.getByTestId('stock-submit').click();
       const removeAsked = page.locator('.ant-modal-confirm', {
@@ -1905,13 +1906,7 @@ describe('admin console in a browser', () => {
     } finally {
       await t.db.query(`UPDATE webhook_endpoint SET enabled = 1, disabled_reason = NULL, disabled_at = NULL WHERE id = ?`, [hookId]);
     }
-    await page.getByTestId('new-webhook').click();
-    await page.getByTestId('webhook-url').fill('http://user:pass@127.0.0.1:9/hook');
-    await settle();
-    await page.getByTestId('webhook-submit').click();
-    await page.getByText('不能包含用户名或密码', { exact: true }).waitFor();
-    await page.keyboard.press('Escape');
-    await page.locator('.ant-modal').first().waitFor({ state: 'hidden' });
+    await refuseWebhookUrl('不能包含用户名或密码');
     // The API's messages under the fields, said in Chinese: no English sentence under a Chinese label.
     await page.goto(`${t.url}/console/campaigns`);
     await page.getByTestId('new-campaign').click();
