@@ -1,3 +1,4 @@
+import { isDeepStrictEqual } from 'node:util';
 import { Injectable, Logger } from '@nestjs/common';
 import { InjectRepository } from '@nestjs/typeorm';
 import { EntityManager, FindOptionsWhere, MoreThan, Repository } from 'typeorm';
@@ -17,9 +18,15 @@ import { countFromStock, findReplacement, lockUserCoupon, setLockedUntil, setSta
 import { hadHistory, loadUserCouponFacts, type RefundRedemptionFinding, type RefundReplacementFinding } from './audit.service.js';
 import { Compensation, CompensationStatus, CompensationView, toCompensationView } from './compensation.entity.js';
 import type { MissingStockFinding, RepairParams, RepairStep, StockFinding } from './diagnosis.js';
-import type { HoldLockUntilFinding, HoldWithoutLockedFinding, LockedWithoutHoldFinding, OrderRowMissingFinding } from './hold-audit.js';
+import {
+  orderRowAudit,
+  type HoldLockUntilFinding,
+  type HoldWithoutLockedFinding,
+  type LockedWithoutHoldFinding,
+  type OrderRowMissingFinding,
+} from './hold-audit.js';
 import { closeHoldForReconciliation, releasedTo } from '../redemption/holds.js';
-import { insertOrder, lockOrderStripe, orderUses } from '../redemption/order.js';
+import { insertOrder, lockOrderStripe } from '../redemption/order.js';
 
 const decided = counter('reconciliation_compensations_decided_total', 'Compensations decided by an admin', ['action', 'decision']);
 
@@ -300,35 +307,19 @@ export class CompensationService {
 
   /**
    * The order's lost row back as the operator approved it: under the order's lock, which each of its
-   * holds, redemptions and refunds takes first, so none changes meanwhile. Its rows saying otherwise
-   * now (a hold timed out, a refund made, nothing left with an amount) or a row written since the run
-   * (the order's next coupon writes one) is a change since the run, as a stock row back is.
+   * holds, redemptions and refunds takes first, so none changes meanwhile. The order's audit, read
+   * again, proposing another row (a hold timed out, a refund made), none (its row written since the
+   * run, nothing left with an amount), is a change since the run, as a stock row back is.
    */
   private async recreateOrder(em: EntityManager, p: OrderRowMissingFinding['params']): Promise<Record<string, unknown>> {
     await lockOrderStripe(em, p.orderNo);
-    const uses = await orderUses(em, p.orderNo, new Date());
-    const now = {
-      orderAmountCents: uses?.orderAmountCents ?? null,
-      refunded: uses?.refunded ?? false,
-      orderCreatedAt: uses?.createdAt.toISOString() ?? null,
-    };
-    if (
-      uses === null ||
-      p.orderAmountCents === null ||
-      now.orderAmountCents !== p.orderAmountCents ||
-      now.refunded !== p.refunded ||
-      now.orderCreatedAt !== p.orderCreatedAt
-    )
-      throw changedSinceRun(`Order ${p.orderNo}`, { orderNo: p.orderNo, ...now });
-    if (!(await insertOrder(em, { ...uses, orderAmountCents: p.orderAmountCents })))
-      throw changedSinceRun(`The row of order ${p.orderNo}`, { orderNo: p.orderNo });
-    return {
-      done: 'RECREATE_ORDER',
-      orderNo: p.orderNo,
-      orderAmountCents: p.orderAmountCents,
-      refunded: p.refunded,
-      orderCreatedAt: p.orderCreatedAt,
-    };
+    const [again] = await orderRowAudit(em, p.orderNo, new Date());
+    if (again?.action !== 'RECREATE_ORDER' || !isDeepStrictEqual(again.params, p) || p.orderAmountCents === null)
+      throw changedSinceRun(`Order ${p.orderNo}`, again?.params ?? { orderNo: p.orderNo });
+    const row = { ...p, orderAmountCents: p.orderAmountCents, createdAt: new Date(p.orderCreatedAt) };
+    // Written by another node of a cluster since (its stripe lock is local to that node).
+    if (!(await insertOrder(em, row))) throw changedSinceRun(`The row of order ${p.orderNo}`, { orderNo: p.orderNo });
+    return { done: 'RECREATE_ORDER', ...p };
   }
 
   private async repair(em: EntityManager, comp: Compensation, p: RepairParams): Promise<Record<string, unknown>> {
