@@ -41,6 +41,8 @@ interface SizeResult {
   coupons: number;
   logRows: number;
   redemptions: number;
+  holds: number;
+  refunds: number;
   generateSeconds: number;
   /** The first full run, right after the bulk load, while InnoDB is still writing the load back. */
   firstFullRunSeconds: number;
@@ -84,11 +86,17 @@ function benchConfig(): AppConfig {
   });
 }
 
-/** Fills the database with `n` consistent user coupons (60% unused, 25% used and redeemed, 10% expired, 5% void), their logs and redemptions, then injects FAULTS of each kind. */
+/**
+ * Fills the database with `n` consistent user coupons (60% unused, 25% used and redeemed, 10% expired,
+ * 5% void), their logs, redemptions, checkout holds, refunds and orders, as the service writes them,
+ * then injects FAULTS of each kind. Of the used coupons, two in five went through a checkout hold
+ * (CONFIRMED) and one in five was refunded, a replacement coupon returned for it; one in ten unused
+ * coupons was held for a checkout that timed out (RELEASED).
+ */
 async function generate(
   config: AppConfig,
   n: number,
-): Promise<{ coupons: number; logRows: number; redemptions: number; injected: number }> {
+): Promise<{ coupons: number; logRows: number; redemptions: number; holds: number; refunds: number; injected: number }> {
   const conn = await mysql.createConnection({
     host: config.DB_HOST,
     port: config.DB_PORT,
@@ -117,11 +125,18 @@ async function generate(
       [coupons],
     );
     // n % 20: 0-11 UNUSED, 12-16 USED, 17-18 EXPIRED, 19 VOID; every 20th (n % 20 = 7) a stock-neutral reissue.
+    // Checkout: 14-15 used through a hold, 3-4 held by a checkout that timed out. Refunded: 16, its
+    // replacement the 8 of its twenty (issued on the refund, a day after the use).
     const status = `CASE WHEN n % 20 < 12 THEN 'UNUSED' WHEN n % 20 < 17 THEN 'USED' WHEN n % 20 < 19 THEN 'EXPIRED' ELSE 'VOID' END`;
+    const returned = `n % 20 = 8 AND n + 8 <= ${n}`;
     await q(
-      `INSERT INTO user_coupon (id, coupon_id, user_id, status, source, from_stock, idempotency_key, issued_at, valid_from, expires_at, used_at, updated_at)
-       SELECT n, (n - 1) DIV ${PER_COUPON} + 1, CONCAT('user-', n), ${status}, IF(n % 20 = 7, 'REISSUE', 'GRAB'), n % 20 <> 7, IF(n % 20 = 7, NULL, CONCAT('key-', n)),
-              ${t0}, ${t0}, ${t0} + INTERVAL 30 DAY, IF(n % 20 BETWEEN 12 AND 16, ${t0} + INTERVAL 1 HOUR, NULL), ${t0}
+      `INSERT INTO user_coupon (id, coupon_id, user_id, status, source, from_stock, idempotency_key, replaces_user_coupon_id, reason, issued_at, valid_from, expires_at, used_at, updated_at)
+       SELECT n, (n - 1) DIV ${PER_COUPON} + 1, CONCAT('user-', IF(${returned}, n + 8, n)), ${status},
+              CASE WHEN n % 20 = 7 THEN 'REISSUE' WHEN ${returned} THEN 'REFUND_RETURN' ELSE 'GRAB' END,
+              n % 20 <> 7 AND NOT (${returned}), IF(n % 20 = 7 OR ${returned}, NULL, CONCAT('key-', n)),
+              IF(${returned}, n + 8, NULL), IF(${returned}, CONCAT('refund r-', n + 8), NULL),
+              IF(${returned}, ${t0} + INTERVAL 1 DAY, ${t0}), ${t0}, ${t0} + INTERVAL 30 DAY,
+              IF(n % 20 BETWEEN 12 AND 16, ${t0} + INTERVAL 1 HOUR, NULL), ${t0}
        FROM bench_seq`,
     );
     await q(
@@ -130,20 +145,46 @@ async function generate(
     );
     await q(
       `INSERT INTO user_coupon_state_log (user_coupon_id, from_status, to_status, tx_id, reason, created_at)
-       SELECT id, NULL, 'UNUSED', COALESCE(idempotency_key, 'admin:reissue'), source, issued_at FROM user_coupon ORDER BY id`,
+       SELECT id, NULL, 'UNUSED', COALESCE(idempotency_key, CONCAT('refund:', SUBSTRING(reason, 8)), 'admin:reissue'), source, issued_at
+       FROM user_coupon ORDER BY id`,
+    );
+    // The holds' LOCKED step, then every coupon's last move: a used one's from its hold when it had one.
+    const held = `id % 20 IN (3, 4, 14, 15)`;
+    const holdOrder = `CONCAT(IF(id % 20 < 12, 'h-', 'o-'), id)`;
+    await q(
+      `INSERT INTO user_coupon_state_log (user_coupon_id, from_status, to_status, tx_id, reason, created_at)
+       SELECT id, 'UNUSED', 'LOCKED', CONCAT('hold:', ${holdOrder}), 'checkout', issued_at + INTERVAL 50 MINUTE
+       FROM user_coupon WHERE ${held} ORDER BY id`,
     );
     await q(
       `INSERT INTO user_coupon_state_log (user_coupon_id, from_status, to_status, tx_id, reason, created_at)
-       SELECT id, 'UNUSED', status, IF(status = 'USED', CONCAT('order:o-', id), 'bench'), 'bench', issued_at + INTERVAL 1 HOUR FROM user_coupon WHERE status <> 'UNUSED' ORDER BY id`,
+       SELECT id, IF(${held}, 'LOCKED', 'UNUSED'), status,
+              CASE WHEN status = 'USED' THEN CONCAT('order:o-', id) WHEN ${held} THEN CONCAT('hold:', ${holdOrder}) ELSE 'bench' END,
+              IF(${held} AND status = 'UNUSED', 'TIMEOUT', 'bench'), issued_at + INTERVAL 1 HOUR
+       FROM user_coupon WHERE status <> 'UNUSED' OR ${held} ORDER BY id`,
     );
     await q(
       `INSERT INTO redemption (user_coupon_id, order_no, user_id, order_amount_cents, discount_cents, status, used_at)
        SELECT id, CONCAT('o-', id), user_id, 20000, 1000, 'USED', used_at FROM user_coupon WHERE status = 'USED' ORDER BY id`,
     );
+    await q(
+      `INSERT INTO redemption_hold (user_coupon_id, order_no, user_id, order_amount_cents, discount_cents, status, expires_at, created_at, released_at, release_reason)
+       SELECT id, ${holdOrder}, user_id, 20000, 1000, IF(status = 'USED', 'CONFIRMED', 'RELEASED'), issued_at + INTERVAL 65 MINUTE,
+              issued_at + INTERVAL 50 MINUTE, IF(status = 'USED', NULL, issued_at + INTERVAL 65 MINUTE), IF(status = 'USED', NULL, 'TIMEOUT')
+       FROM user_coupon WHERE ${held} ORDER BY id`,
+    );
+    await q(
+      `INSERT INTO refund (refund_no, redemption_id, user_coupon_id, order_no, replacement_user_coupon_id, created_at)
+       SELECT CONCAT('r-', user_coupon_id), id, user_coupon_id, order_no, user_coupon_id - 8, used_at + INTERVAL 1 DAY - INTERVAL 1 HOUR
+       FROM redemption WHERE user_coupon_id % 20 = 16 ORDER BY id`,
+    );
+    await q(`INSERT INTO refund_number (refund_no, refund_id) SELECT refund_no, id FROM refund ORDER BY id`);
     // Each order's row, as its first coupon writes it: without one, every order is a finding (ORDER_ROW_MISSING).
     await q(
       `INSERT INTO coupon_order (order_no, order_amount_cents, refunded, created_at)
-       SELECT order_no, order_amount_cents, 0, used_at FROM redemption ORDER BY order_no`,
+       SELECT x.order_no, 20000, EXISTS (SELECT 1 FROM refund f WHERE f.order_no = x.order_no), x.created_at
+       FROM (SELECT order_no, used_at AS created_at FROM redemption UNION ALL SELECT order_no, created_at FROM redemption_hold WHERE status = 'RELEASED') x
+       ORDER BY x.order_no`,
     );
     // Faults spread over the whole id range, FAULTS of each kind.
     // Ids spread over the whole range; `offset` picks the status (see the n % 20 pattern above).
@@ -155,7 +196,16 @@ async function generate(
     await q(`UPDATE user_coupon SET status = 'USED', used_at = UTC_TIMESTAMP(3) WHERE id IN (?)`, [unused]);
     await q(`DELETE FROM redemption WHERE user_coupon_id IN (?)`, [used]);
     await q(`DELETE FROM user_coupon_state_log WHERE user_coupon_id IN (?) AND to_status = 'UNUSED'`, [unused.map((id) => id + 1)]);
-    for (const t of ['coupon', 'coupon_stock', 'user_coupon', 'user_coupon_state_log', 'redemption', 'coupon_order'])
+    for (const t of [
+      'coupon',
+      'coupon_stock',
+      'user_coupon',
+      'user_coupon_state_log',
+      'redemption',
+      'redemption_hold',
+      'refund',
+      'coupon_order',
+    ])
       await q(`ANALYZE TABLE ${t}`);
     await q(`DROP TABLE bench_seq, bench_digit`);
     const count = async (table: string) => Number(((await conn.query(`SELECT COUNT(*) AS c FROM ${table}`))[0] as { c: string }[])[0].c);
@@ -163,6 +213,8 @@ async function generate(
       coupons,
       logRows: await count('user_coupon_state_log'),
       redemptions: await count('redemption'),
+      holds: await count('redemption_hold'),
+      refunds: await count('refund'),
       injected: stockFaults.length + 3 * FAULTS,
     };
   } finally {
@@ -190,7 +242,7 @@ const poolReads = async (config: AppConfig) =>
 async function tablesMiB(config: AppConfig): Promise<number> {
   const [row] = await serverQuery<{ bytes: string }>(
     config,
-    `SELECT SUM(data_length + index_length) AS bytes FROM information_schema.tables WHERE table_schema = ? AND table_name IN ('coupon_stock', 'user_coupon', 'user_coupon_state_log', 'redemption')`,
+    `SELECT SUM(data_length + index_length) AS bytes FROM information_schema.tables WHERE table_schema = ? AND table_name IN ('coupon_stock', 'user_coupon', 'user_coupon_state_log', 'redemption', 'redemption_hold', 'refund', 'coupon_order')`,
     [config.DB_NAME],
   );
   return MiB(Number(row.bytes));
@@ -270,6 +322,8 @@ async function child(n: number): Promise<SizeResult> {
       coupons: gen.value.coupons,
       logRows: gen.value.logRows,
       redemptions: gen.value.redemptions,
+      holds: gen.value.holds,
+      refunds: gen.value.refunds,
       generateSeconds: round(gen.seconds),
       firstFullRunSeconds: round(first.seconds),
       fullRunSeconds: round(full.seconds),
@@ -387,6 +441,8 @@ function toMarkdown(r: {
       'coupons',
       'log rows',
       'redemptions',
+      'holds',
+      'refunds',
       'full run (s)',
       'µs per user coupon',
       `full run by RECONCILE_CONCURRENCY ${CONCURRENCY.join(' / ')} (s)`,
@@ -401,13 +457,15 @@ function toMarkdown(r: {
       'buffer pool reads in run',
       'load average',
     ]),
-    row(Array(17).fill('---')),
+    row(Array(19).fill('---')),
     ...r.results.map((x) =>
       row([
         x.userCoupons.toLocaleString('en'),
         x.coupons.toLocaleString('en'),
         x.logRows.toLocaleString('en'),
         x.redemptions.toLocaleString('en'),
+        x.holds.toLocaleString('en'),
+        x.refunds.toLocaleString('en'),
         x.fullRunSeconds,
         x.microsecondsPerUserCoupon,
         CONCURRENCY.map((c) => x.fullRunSecondsByConcurrency[String(c)]).join(' / '),
