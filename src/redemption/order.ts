@@ -1,6 +1,7 @@
 import type { EntityManager, QueryRunner } from 'typeorm';
 import { isDuplicateKey } from '../common/db-errors.js';
 import { AppError } from '../common/errors.js';
+import { execute } from '../database/transaction.service.js';
 import type { Coupon } from '../coupon/coupon.entity.js';
 
 export interface OrderRow {
@@ -120,7 +121,15 @@ export async function lockOrderStripe(em: EntityManager, orderNo: string): Promi
 /** A refund marks its order, under the order's lock: from then on it takes no new hold or redemption. */
 export async function markOrderRefunded(em: EntityManager, orderNo: string): Promise<void> {
   await lockOrderStripe(em, orderNo);
-  await em.query(`UPDATE coupon_order SET refunded = 1 WHERE order_no = ?`, [orderNo]);
+  await setOrderRefunded(em, orderNo);
+}
+
+/**
+ * The order's row says refunded, for a caller that holds the order's lock already (a refund, or
+ * reconciliation marking an order its refunds name); false when the order has no row.
+ */
+export async function setOrderRefunded(em: EntityManager, orderNo: string): Promise<boolean> {
+  return (await execute(em, `UPDATE coupon_order SET refunded = 1 WHERE order_no = ?`, [orderNo])) === 1;
 }
 
 export function refuseRefundedOrder(order: OrderRow): void {
