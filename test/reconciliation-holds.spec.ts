@@ -1,6 +1,6 @@
 import request from 'supertest';
 import { ReconciliationService } from '../src/reconciliation/reconciliation.service.js';
-import { createCoupon, newKey } from './support/factories.js';
+import { createCoupon, type CouponInput, newKey } from './support/factories.js';
 import { adminToken, bearer, serviceToken, startTestApp, TestApp, tokenFor } from './support/harness.js';
 import { checkInvariants } from '../src/ledger/invariants.js';
 import { databaseFingerprint } from './support/fingerprint.js';
@@ -27,8 +27,12 @@ describe('reconciliation of holds and orders', () => {
 
   const sql = (q: string, params: unknown[] = []) => t.db.query(q, params);
   const one = async <T>(q: string, params: unknown[] = []) => ((await sql(q, params)) as T[])[0];
-  async function held(user: string, orderNo = newKey('order')): Promise<{ ucId: string; orderNo: string; holdId: string }> {
-    const coupon = await createCoupon(t.url, { totalStock: 20, perUserLimit: 5 });
+  async function held(
+    user: string,
+    orderNo = newKey('order'),
+    template: CouponInput = {},
+  ): Promise<{ ucId: string; orderNo: string; holdId: string }> {
+    const coupon = await createCoupon(t.url, { totalStock: 20, perUserLimit: 5, ...template });
     const grab = await request(t.url)
       .post(`/coupons/${coupon.id}/grab`)
       .set(bearer(tokenFor(user)))
@@ -508,8 +512,8 @@ describe('reconciliation of holds and orders', () => {
       [orderNo],
     );
   /** A coupon of its own (returned on refund), grabbed by `user`. */
-  async function grabbed(user: string): Promise<string> {
-    const coupon = await createCoupon(t.url, { returnOnRefund: true });
+  async function grabbed(user: string, template: CouponInput = {}): Promise<string> {
+    const coupon = await createCoupon(t.url, { returnOnRefund: true, ...template });
     const grab = await request(t.url)
       .post(`/coupons/${coupon.id}/grab`)
       .set(bearer(tokenFor(user)))
@@ -654,6 +658,106 @@ describe('reconciliation of holds and orders', () => {
     ]);
     expect((await decide(again.id)).status).toBe(200);
     expect(await orderRow(orderNo)).toMatchObject({ order_amount_cents: '1000', refunded: 1 });
+    expect(await findings()).toEqual([]);
+  });
+
+  /** Stacked coupons, so that an order that carried one takes another (1,000 off each). */
+  const stackable: CouponInput = { stackable: true, perUserLimit: 5 };
+  /** The order's row says not refunded, as a hand edit or a restored backup leaves it. */
+  const unrefund = (orderNo: string) => sql(`UPDATE coupon_order SET refunded = 0 WHERE order_no = ?`, [orderNo]);
+  /** An order that carried a coupon and was refunded: answers the order and its refund's id. */
+  async function refundedOrder(user: string): Promise<{ orderNo: string; refundId: string }> {
+    const orderNo = newKey(user);
+    const ucId = await grabbed(user, stackable);
+    await used(user, ucId, orderNo);
+    const res = await refund(ucId, orderNo);
+    expect(res.status).toBe(201);
+    return { orderNo, refundId: res.body.refundId as string };
+  }
+
+  it('ORDER_NOT_REFUNDED: a refunded order whose row says not refunded is found with the coupons it took since; approval marks it refunded, and it takes no more', async () => {
+    const { orderNo, refundId } = await refundedOrder('unrefunded');
+    // Undamaged: refunded and marked so, and never refunded.
+    await refundedOrder('unrefunded');
+    await used('unrefunded', await grabbed('unrefunded'), newKey('unrefunded'));
+    await unrefund(orderNo);
+    // While its row says so, the refunded order takes a coupon and holds another.
+    const lateUc = await grabbed('unrefunded', stackable);
+    await used('unrefunded', lateUc, orderNo);
+    const late = await one<{ id: string }>(`SELECT id FROM redemption WHERE user_coupon_id = ?`, [lateUc]);
+    const hold = await held('unrefunded', orderNo, stackable);
+    const { created_at: refundedAt } = await one<{ created_at: Date }>(`SELECT created_at FROM refund WHERE id = ?`, [refundId]);
+
+    const found = await findings();
+    expect(found.map((p) => [p.discrepancy.type, p.action, p.params])).toEqual([
+      ['ORDER_NOT_REFUNDED', 'MARK_ORDER_REFUNDED', { orderNo }],
+    ]);
+    expect(found[0].discrepancy.details).toEqual(
+      expect.objectContaining({
+        orderNo,
+        refundIds: [refundId],
+        refundCount: 1,
+        refundedAt: refundedAt.toISOString(),
+        redemptionIds: [late.id],
+        holdIds: [hold.holdId],
+        explanationParts: [
+          { key: 'ORDER_NOT_REFUNDED', params: { orderNo, refundCount: 1, refundedAt: refundedAt.toISOString() } },
+          { key: 'MARK_ORDER_REFUNDED', params: {} },
+          { key: 'TAKEN_AFTER_REFUND', params: { redemptionCount: 1, holdCount: 1 } },
+        ],
+      }),
+    );
+    expect(await findings()).toEqual([]); // reported once while open
+    const res = await decide(found[0].id);
+    expect([res.status, res.body.result]).toEqual([
+      200,
+      { done: 'MARK_ORDER_REFUNDED', orderNo, refundIds: [refundId], redemptionIds: [late.id], holdIds: [hold.holdId] },
+    ]);
+    expect(await orderRow(orderNo)).toMatchObject({ refunded: 1 });
+    // The coupons it took are left for the operator: the redemption stays USED, the hold ACTIVE.
+    expect(await one(`SELECT status FROM redemption WHERE id = ?`, [late.id])).toEqual({ status: 'USED' });
+    expect(await one(`SELECT status FROM redemption_hold WHERE id = ?`, [hold.holdId])).toEqual({ status: 'ACTIVE' });
+    const refused = await request(t.url)
+      .post('/redemptions')
+      .set(bearer(tokenFor('unrefunded')))
+      .send({ userCouponId: await grabbed('unrefunded', stackable), orderNo, orderAmountCents: 20000 });
+    expect([refused.status, refused.body.code]).toEqual([409, 'ORDER_REFUNDED']);
+    expect(await findings()).toEqual([]);
+  });
+
+  it('ORDER_NOT_REFUNDED: an order whose two refunds are 20,000 ids apart (other chunks) is reported once, naming both', async () => {
+    const orderNo = newKey('unrefunded-apart');
+    const ucs = [await grabbed('unrefunded-apart', stackable), await grabbed('unrefunded-apart', stackable)];
+    for (const ucId of ucs) await used('unrefunded-apart', ucId, orderNo);
+    const refundIds: string[] = [];
+    for (const ucId of ucs) refundIds.push((await refund(ucId, orderNo)).body.refundId as string);
+    const far = String(BigInt(refundIds[1]) + 20_000n);
+    await sql(`UPDATE refund SET id = ? WHERE id = ?`, [far, refundIds[1]]);
+    await unrefund(orderNo);
+    try {
+      const found = await findings();
+      expect(found.map((p) => [p.discrepancy.type, p.discrepancy.details.orderNo, p.discrepancy.details.refundIds])).toEqual([
+        ['ORDER_NOT_REFUNDED', orderNo, [refundIds[0], far]],
+      ]);
+      expect((await decide(found[0].id, 'reject')).status).toBe(200);
+    } finally {
+      await sql(`UPDATE refund SET id = ? WHERE id = ?`, [refundIds[1], far]);
+      await sql(`UPDATE coupon_order SET refunded = 1 WHERE order_no = ?`, [orderNo]);
+    }
+    expect(await findings()).toEqual([]);
+  });
+
+  it('an order marked refunded by hand since the run: approving the mark is refused 409 with nothing changed', async () => {
+    const { orderNo } = await refundedOrder('unrefunded-fixed');
+    await unrefund(orderNo);
+    const [p] = await findings();
+    expect([p.discrepancy.type, p.action]).toEqual(['ORDER_NOT_REFUNDED', 'MARK_ORDER_REFUNDED']);
+    await sql(`UPDATE coupon_order SET refunded = 1 WHERE order_no = ?`, [orderNo]);
+    const fingerprint = await databaseFingerprint(t.db, ['coupon_order']);
+    const res = await decide(p.id);
+    expect([res.status, res.body.code, res.body.details]).toEqual([409, 'STATUS_CONFLICT', { orderNo }]);
+    expect(await databaseFingerprint(t.db, ['coupon_order'])).toEqual(fingerprint);
+    expect((await decide(p.id, 'reject')).status).toBe(200);
     expect(await findings()).toEqual([]);
   });
 });

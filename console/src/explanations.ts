@@ -58,6 +58,11 @@ export const EXPLANATIONS_EN = {
     'Put the row back: an order of {orderAmountCents} (the smallest amount its coupons named), refunded if a refund names it, created with its first hold, redemption or refund.',
   explain_ORDER_AMOUNT_UNKNOWN:
     'Only refunds name it, and a refund keeps no amount: an operator decides (once its lost redemption is recreated, the next run proposes the row).',
+  explain_ORDER_NOT_REFUNDED:
+    '{refundCount} refund(s) name order {orderNo}, the first made at {refundedAt}, but its order row says it is not refunded: it takes new coupons, which a refunded order refuses.',
+  explain_MARK_ORDER_REFUNDED: 'Mark the order refunded, as its refunds did: from then on it takes no new coupon.',
+  explain_TAKEN_AFTER_REFUND:
+    'After its first refund it took {redemptionCount} coupon(s) in redemptions and {holdCount} in live holds: discounts a refunded order should not have had. Approval leaves them as they are: an operator decides.',
 };
 
 export const EXPLANATIONS_ZH_CN: typeof EXPLANATIONS_EN = {
@@ -107,4 +112,9 @@ export const EXPLANATIONS_ZH_CN: typeof EXPLANATIONS_EN = {
     '建议补回订单记录：订单金额 {orderAmountCents}（取它的券所记的最小金额），有退款指向它则记为已退款，创建时间取它最早的锁券、核销或退款。',
   explain_ORDER_AMOUNT_UNKNOWN:
     '只有退款记录指向它，而退款不记金额：由运营人员决定（它缺失的核销记录重建后，下一次对账会提出补回订单记录）。',
+  explain_ORDER_NOT_REFUNDED:
+    '{refundCount} 条退款记录指向订单 {orderNo}，最早一条退款于 {refundedAt}，但该订单的订单记录显示未退款：它仍会接受新的券，而已退款的订单应当拒绝。',
+  explain_MARK_ORDER_REFUNDED: '建议将订单标记为已退款，与它的退款一致：此后它不再接受新的券。',
+  explain_TAKEN_AFTER_REFUND:
+    '首次退款之后，该订单又核销了 {redemptionCount} 张券，另有 {holdCount} 张券仍锁定在它上面：这些是已退款订单本不应得到的优惠。批准不会改动它们：由运营人员决定。',
 };

@@ -3,7 +3,7 @@ import type { EntityManager, QueryRunner } from 'typeorm';
 import { findLog } from '../ledger/state-log.js';
 import { TRANSITIONS, UserCouponStatus } from '../ledger/transitions.js';
 import { findReplacement } from '../ledger/user-coupons.js';
-import type { HoldFinding, OrderDiscountFinding, OrderRowMissingFinding } from './hold-audit.js';
+import type { HoldFinding, OrderDiscountFinding, OrderRowFinding } from './hold-audit.js';
 import {
   diagnoseMissingStock,
   diagnoseStock,
@@ -106,7 +106,7 @@ export type Finding =
   | RedemptionDiscountFinding
   | HoldFinding
   | OrderDiscountFinding
-  | OrderRowMissingFinding
+  | OrderRowFinding
   | UserLimitFinding;
 
 export interface ChunkResult {

@@ -23,10 +23,11 @@ import {
   type HoldLockUntilFinding,
   type HoldWithoutLockedFinding,
   type LockedWithoutHoldFinding,
+  type OrderNotRefundedFinding,
   type OrderRowMissingFinding,
 } from './hold-audit.js';
 import { closeHoldForReconciliation, releasedTo } from '../redemption/holds.js';
-import { insertOrder, lockOrderStripe } from '../redemption/order.js';
+import { insertOrder, lockOrderStripe, setOrderRefunded } from '../redemption/order.js';
 
 const decided = counter('reconciliation_compensations_decided_total', 'Compensations decided by an admin', ['action', 'decision']);
 
@@ -118,6 +119,8 @@ export class CompensationService {
         return this.repointRefund(em, JSON.parse(comp.params) as RefundRedemptionFinding['params']);
       case 'RECREATE_ORDER':
         return this.recreateOrder(em, JSON.parse(comp.params) as OrderRowMissingFinding['params']);
+      case 'MARK_ORDER_REFUNDED':
+        return this.markOrderRefunded(em, JSON.parse(comp.params) as OrderNotRefundedFinding['params']);
       case 'MANUAL_REVIEW':
         return { done: 'nothing: approved as reviewed; the data was not changed by this compensation' };
     }
@@ -320,6 +323,23 @@ export class CompensationService {
     // Written by another node of a cluster since (its stripe lock is local to that node).
     if (!(await insertOrder(em, row))) throw changedSinceRun(`The row of order ${p.orderNo}`, { orderNo: p.orderNo });
     return { done: 'RECREATE_ORDER', ...p };
+  }
+
+  /**
+   * The order marked refunded, as its refunds did, under its lock as for RECREATE_ORDER. The order's
+   * audit, read again, proposing anything else (its row set right or lost since the run) is a change
+   * since the run. The coupons it took after its refund are left: money already taken off, which
+   * the operator decides about; the result names them as read now.
+   */
+  private async markOrderRefunded(em: EntityManager, p: OrderNotRefundedFinding['params']): Promise<Record<string, unknown>> {
+    await lockOrderStripe(em, p.orderNo);
+    const [again] = await orderRowAudit(em, p.orderNo, new Date());
+    if (again?.action !== 'MARK_ORDER_REFUNDED' || !isDeepStrictEqual(again.params, p))
+      throw changedSinceRun(`Order ${p.orderNo}`, again?.params ?? { orderNo: p.orderNo });
+    // Deleted by another node of a cluster since (its stripe lock is local to that node).
+    if (!(await setOrderRefunded(em, p.orderNo))) throw changedSinceRun(`The row of order ${p.orderNo}`, { orderNo: p.orderNo });
+    const { refundIds, redemptionIds, holdIds } = again.details;
+    return { done: 'MARK_ORDER_REFUNDED', orderNo: p.orderNo, refundIds, redemptionIds, holdIds };
   }
 
   private async repair(em: EntityManager, comp: Compensation, p: RepairParams): Promise<Record<string, unknown>> {

@@ -16,6 +16,7 @@ export const DISCREPANCY_TYPES = [
   'REFUND_REDEMPTION_MISSING',
   'REDEMPTION_DISCOUNT_EXCEEDED',
   'ORDER_ROW_MISSING',
+  'ORDER_NOT_REFUNDED',
 ] as const;
 export type DiscrepancyType = (typeof DISCREPANCY_TYPES)[number];
 
@@ -31,6 +32,7 @@ export const COMPENSATION_ACTIONS = [
   'REISSUE_REPLACEMENT',
   'REPOINT_REFUND',
   'RECREATE_ORDER',
+  'MARK_ORDER_REFUNDED',
   'MANUAL_REVIEW',
 ] as const;
 export type CompensationAction = (typeof COMPENSATION_ACTIONS)[number];

@@ -84,6 +84,13 @@ const SENTENCES = {
   /** Follows ORDER_ROW_MISSING. */
   ORDER_AMOUNT_UNKNOWN: () =>
     'Only refunds name it, and a refund keeps no amount: an operator decides (once its lost redemption is recreated, the next run proposes the row).',
+  ORDER_NOT_REFUNDED: (p: { orderNo: string; refundCount: number; refundedAt: string }) =>
+    `${p.refundCount} refund(s) name order ${p.orderNo}, the first made at ${p.refundedAt}, but its order row says it is not refunded: it takes new coupons, which a refunded order refuses.`,
+  /** Follows ORDER_NOT_REFUNDED. */
+  MARK_ORDER_REFUNDED: () => 'Mark the order refunded, as its refunds did: from then on it takes no new coupon.',
+  /** Follows MARK_ORDER_REFUNDED, when the order took coupons after its first refund. */
+  TAKEN_AFTER_REFUND: (p: { redemptionCount: number; holdCount: number }) =>
+    `After its first refund it took ${p.redemptionCount} coupon(s) in redemptions and ${p.holdCount} in live holds: discounts a refunded order should not have had. Approval leaves them as they are: an operator decides.`,
 } satisfies Record<string, (p: never) => string>;
 
 export type ExplanationKey = keyof typeof SENTENCES;

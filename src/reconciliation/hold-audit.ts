@@ -67,6 +67,35 @@ export interface OrderRowMissingFinding {
   params: { orderNo: string; orderAmountCents: number | null; refunded: boolean; orderCreatedAt: string };
 }
 
+/**
+ * An order that refunds name whose coupon_order row says it is not refunded (a hand edit, a restored
+ * backup, or on a cluster a lost row put back on one node while a refund ran on another): it takes
+ * new coupons, which a refunded order refuses (ORDER_REFUNDED).
+ */
+export interface OrderNotRefundedFinding {
+  type: 'ORDER_NOT_REFUNDED';
+  couponId: null;
+  userCouponId: null;
+  redemptionId: null;
+  orderNo: string;
+  details: {
+    orderNo: string;
+    /** Its first REFUND_IDS_SHOWN refunds by id; refundCount counts them all. */
+    refundIds: string[];
+    refundCount: number;
+    /** When its first refund was made. */
+    refundedAt: string;
+    /** The coupons it took after that: USED redemptions, and ACTIVE holds not timed out. */
+    redemptionIds: string[];
+    holdIds: string[];
+  } & Explained;
+  action: 'MARK_ORDER_REFUNDED';
+  params: { orderNo: string };
+}
+
+/** What the audit of an order's row finds. */
+export type OrderRowFinding = OrderRowMissingFinding | OrderNotRefundedFinding;
+
 export type HoldFinding = LockedWithoutHoldFinding | HoldWithoutLockedFinding | HoldLockUntilFinding;
 
 /** The status the coupon `uc`'s state log ends in. */
@@ -211,12 +240,7 @@ function lockUntilFinding(h: {
  * are summed. An order of several uses is reported by the chunk of its first. Summing every order in
  * order_no chunks instead took 20 s for 2,500,000 orders, one chunk at a time (BENCHMARKS.md).
  */
-export async function orderChunk(
-  q: Queryable,
-  lo: bigint,
-  hi: bigint,
-  now: Date,
-): Promise<(OrderRowMissingFinding | OrderDiscountFinding)[]> {
+export async function orderChunk(q: Queryable, lo: bigint, hi: bigint, now: Date): Promise<(OrderRowFinding | OrderDiscountFinding)[]> {
   const suspects: { order_no: string; lost: number | string }[] = await q.query(
     `SELECT DISTINCT x.order_no, o.order_no IS NULL AS lost
      FROM redemption x LEFT JOIN coupon_order o ON o.order_no = x.order_no
@@ -275,42 +299,94 @@ export type OrderNaming = 'redemption_hold' | 'refund';
 /**
  * Orders named by rows of `table` with ids in [lo, hi] whose coupon_order row is gone (deleted by
  * hand, lost): the discount audit never sees their uses, and their next coupon would write the row
- * again with its own amount. One anti-join on primary keys per chunk of ids.
+ * again with its own amount. Refunds also name the orders whose row says they are not refunded
+ * (ORDER_NOT_REFUNDED). One anti-join on primary keys per chunk of ids. An order of several refunds
+ * in several chunks is found by each, as a lost order is by each table naming it: the run records
+ * it once, under its open key.
  */
-export async function orderRowChunk(
-  q: Queryable,
-  table: OrderNaming,
-  lo: bigint,
-  hi: bigint,
-  now: Date,
-): Promise<OrderRowMissingFinding[]> {
-  const lost: { order_no: string }[] = await q.query(
+export async function orderRowChunk(q: Queryable, table: OrderNaming, lo: bigint, hi: bigint, now: Date): Promise<OrderRowFinding[]> {
+  const suspect = table === 'refund' ? 'o.order_no IS NULL OR o.refunded = 0' : 'o.order_no IS NULL';
+  const suspects: { order_no: string }[] = await q.query(
     `SELECT DISTINCT x.order_no FROM ${table} x LEFT JOIN coupon_order o ON o.order_no = x.order_no
-     WHERE x.id BETWEEN ? AND ? AND o.order_no IS NULL`,
+     WHERE x.id BETWEEN ? AND ? AND (${suspect})`,
     [String(lo), String(hi)],
   );
   return orderRowFindings(
     q,
-    lost.map((l) => l.order_no),
+    suspects.map((s) => s.order_no),
     now,
   );
 }
 
-/** The lost orders, usually none, read one by one. */
-async function orderRowFindings(q: Queryable, orderNos: string[], now: Date): Promise<OrderRowMissingFinding[]> {
-  const findings: OrderRowMissingFinding[] = [];
-  for (const orderNo of orderNos) {
-    const uses = await orderUses(q, orderNo, now);
-    if (uses) findings.push(orderRowFinding(uses));
-  }
+/** The suspect orders, usually none, audited one by one. */
+async function orderRowFindings(q: Queryable, orderNos: string[], now: Date): Promise<OrderRowFinding[]> {
+  const findings: OrderRowFinding[] = [];
+  for (const orderNo of orderNos) findings.push(...(await orderRowAudit(q, orderNo, now)));
   return findings;
 }
 
-/** ORDER_ROW_MISSING for one order, as its audit sees it now: none when its row is there or nothing names it. */
-export async function orderRowAudit(q: Queryable, orderNo: string, now: Date): Promise<OrderRowMissingFinding[]> {
-  const [row]: unknown[] = await q.query(`SELECT order_no FROM coupon_order WHERE order_no = ?`, [orderNo]);
-  const uses = row ? null : await orderUses(q, orderNo, now);
+/**
+ * The audit of one order's row, as it sees it now: ORDER_ROW_MISSING when the row is gone and
+ * something names the order, ORDER_NOT_REFUNDED when it says not refunded and a refund names the
+ * order, else none.
+ */
+export async function orderRowAudit(q: Queryable, orderNo: string, now: Date): Promise<OrderRowFinding[]> {
+  const [row]: { refunded: number }[] = await q.query(`SELECT refunded FROM coupon_order WHERE order_no = ?`, [orderNo]);
+  if (row) return Number(row.refunded) === 1 ? [] : notRefundedAudit(q, orderNo, now);
+  const uses = await orderUses(q, orderNo, now);
   return uses ? [orderRowFinding(uses)] : [];
+}
+
+/** A finding about an order's row names no coupon, user coupon or redemption of its own. */
+const aboutOrder = (orderNo: string) => ({ couponId: null, userCouponId: null, redemptionId: null, orderNo });
+
+/** How many of an order's refunds its ORDER_NOT_REFUNDED names: an order has one per coupon it carried, a few. */
+const REFUND_IDS_SHOWN = 10;
+
+/**
+ * ORDER_NOT_REFUNDED for an order whose row says not refunded, when a refund names it; with the
+ * coupons it took after its first refund, which a refunded order would have refused: the operator
+ * must know of them. Reads the (order_no, ...) keys of the three tables.
+ */
+async function notRefundedAudit(q: Queryable, orderNo: string, now: Date): Promise<OrderNotRefundedFinding[]> {
+  const [f]: { n: string; at: Date | null; ids: string | null; redemptions: string | null; holds: string | null }[] = await q.query(
+    `SELECT f.n, f.at, f.ids,
+            (SELECT GROUP_CONCAT(r.id ORDER BY r.id) FROM redemption r
+             WHERE r.order_no = ? AND BINARY r.status = 'USED' AND r.used_at > f.at) AS redemptions,
+            (SELECT GROUP_CONCAT(h.id ORDER BY h.id) FROM redemption_hold h
+             WHERE h.order_no = ? AND BINARY h.status = 'ACTIVE' AND h.expires_at > ? AND h.created_at > f.at) AS holds
+     FROM (SELECT COUNT(*) AS n, MIN(created_at) AS at, SUBSTRING_INDEX(GROUP_CONCAT(id ORDER BY id), ',', ${REFUND_IDS_SHOWN}) AS ids
+           FROM refund WHERE order_no = ?) f`,
+    [orderNo, orderNo, now, orderNo],
+  );
+  if (Number(f.n) === 0) return [];
+  const ids = (list: string | null) => (list === null ? [] : String(list).split(','));
+  const [redemptionIds, holdIds] = [ids(f.redemptions), ids(f.holds)];
+  const refundedAt = (f.at as Date).toISOString();
+  const refundCount = Number(f.n);
+  return [
+    {
+      type: 'ORDER_NOT_REFUNDED',
+      ...aboutOrder(orderNo),
+      details: {
+        orderNo,
+        refundIds: ids(f.ids),
+        refundCount,
+        refundedAt,
+        redemptionIds,
+        holdIds,
+        ...explained(
+          sentence('ORDER_NOT_REFUNDED', { orderNo, refundCount, refundedAt }),
+          sentence('MARK_ORDER_REFUNDED'),
+          ...(redemptionIds.length + holdIds.length === 0
+            ? []
+            : [sentence('TAKEN_AFTER_REFUND', { redemptionCount: redemptionIds.length, holdCount: holdIds.length })]),
+        ),
+      },
+      action: 'MARK_ORDER_REFUNDED',
+      params: { orderNo },
+    },
+  ];
 }
 
 /** The row comes back from what names the order; with only refunds left, no amount does, so an operator decides. */
@@ -318,10 +394,7 @@ function orderRowFinding(uses: OrderUses): OrderRowMissingFinding {
   const { orderNo, orderAmountCents, refunded } = uses;
   return {
     type: 'ORDER_ROW_MISSING',
-    couponId: null,
-    userCouponId: null,
-    redemptionId: null,
-    orderNo,
+    ...aboutOrder(orderNo),
     details: {
       orderNo,
       orderAmountCents,

@@ -35,7 +35,7 @@ const runDuration = histogram(
 /** What a finding is about: a coupon's stock, a user coupon (its LOCKED status, a hold of it, or its record), an order, or a redemption. */
 type Entity =
   | { kind: 'coupon'; id: string }
-  | { kind: 'order' | 'order-row'; id: string }
+  | { kind: 'order' | 'order-row' | 'order-refunded'; id: string }
   | { kind: 'limit'; id: string }
   | { kind: 'refund' | 'refund-redemption'; id: string }
   | { kind: 'redemption' | 'discount'; id: string }
@@ -54,6 +54,10 @@ function entityOf(f: Finding): Entity {
     case 'ORDER_ROW_MISSING':
       // Its own kind: an order under review for its discounts may lose its row too, repaired apart.
       return { kind: 'order-row', id: f.orderNo };
+    case 'ORDER_NOT_REFUNDED':
+      // Its own kind: an order under review for its discounts may say not refunded too, and a lost row put
+      // back unrefunded is found while its ORDER_ROW_MISSING, now out of date, may still be open.
+      return { kind: 'order-refunded', id: f.orderNo };
     case 'REFUND_REPLACEMENT_MISSING':
       return { kind: 'refund', id: f.params.refundId };
     case 'REFUND_REDEMPTION_MISSING':
@@ -90,7 +94,10 @@ function beyond(range: { min: bigint; max: bigint } | null): [bigint, bigint][] 
   ).filter(([lo, hi]) => lo <= hi);
 }
 
-/** `chunk` and, read in its snapshot, the orders that rows of `table` with ids in [lo, hi] name and that lost their row. */
+/**
+ * `chunk` and, read in its snapshot, the orders that rows of `table` with ids in [lo, hi] name and that
+ * lost their row, or (refunds) whose row says they are not refunded.
+ */
 async function withOrderRows(q: QueryRunner, table: OrderNaming, lo: bigint, hi: bigint, chunk: ChunkResult): Promise<ChunkResult> {
   return { ...chunk, findings: [...chunk.findings, ...(await orderRowChunk(q, table, lo, hi, new Date()))] };
 }
@@ -613,6 +620,7 @@ export class ReconciliationService implements BeforeApplicationShutdown {
       case 'limit':
         return null;
       case 'order-row':
+      case 'order-refunded':
         return orderRowAudit(em, e.id, new Date());
       case 'coupon':
         return (await this.audits.stockChunk(em, String(BigInt(e.id) - 1n), 1)).findings;
