@@ -703,7 +703,8 @@ describe('reconciliation of holds and orders', () => {
         explanationParts: [
           { key: 'ORDER_NOT_REFUNDED', params: { orderNo, refundCount: 1, refundedAt: refundedAt.toISOString() } },
           { key: 'MARK_ORDER_REFUNDED', params: {} },
-          { key: 'TAKEN_AFTER_REFUND', params: { redemptionCount: 1, holdCount: 1 } },
+          { key: 'TAKEN_AFTER_REFUND', params: { redemptionCount: 1 } },
+          { key: 'HOLDS_RELEASED_WITH_MARK', params: { holdCount: 1 } },
         ],
       }),
     );
@@ -711,12 +712,16 @@ describe('reconciliation of holds and orders', () => {
     const res = await decide(found[0].id);
     expect([res.status, res.body.result]).toEqual([
       200,
-      { done: 'MARK_ORDER_REFUNDED', orderNo, refundIds: [refundId], redemptionIds: [late.id], holdIds: [hold.holdId] },
+      { done: 'MARK_ORDER_REFUNDED', orderNo, refundIds: [refundId], redemptionIds: [late.id], releasedHoldIds: [hold.holdId] },
     ]);
     expect(await orderRow(orderNo)).toMatchObject({ refunded: 1 });
-    // The coupons it took are left for the operator: the redemption stays USED, the hold ACTIVE.
+    // The redemption is left for the operator (money already taken off); the hold is released, as a refund releases it.
     expect(await one(`SELECT status FROM redemption WHERE id = ?`, [late.id])).toEqual({ status: 'USED' });
-    expect(await one(`SELECT status FROM redemption_hold WHERE id = ?`, [hold.holdId])).toEqual({ status: 'ACTIVE' });
+    expect(await one(`SELECT status, release_reason FROM redemption_hold WHERE id = ?`, [hold.holdId])).toEqual({
+      status: 'RELEASED',
+      release_reason: 'CANCELLED',
+    });
+    expect(await one(`SELECT status FROM user_coupon WHERE id = ?`, [hold.ucId])).toEqual({ status: 'UNUSED' });
     const refused = await request(t.url)
       .post('/redemptions')
       .set(bearer(tokenFor('unrefunded')))

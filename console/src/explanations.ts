@@ -62,7 +62,8 @@ export const EXPLANATIONS_EN = {
     '{refundCount} refund(s) name order {orderNo}, the first made at {refundedAt}, but its order row says it is not refunded: it takes new coupons, which a refunded order refuses.',
   explain_MARK_ORDER_REFUNDED: 'Mark the order refunded, as its refunds did: from then on it takes no new coupon.',
   explain_TAKEN_AFTER_REFUND:
-    'After its first refund it took {redemptionCount} coupon(s) in redemptions and {holdCount} in live holds: discounts a refunded order should not have had. Approval leaves them as they are: an operator decides.',
+    'From its first refund on it took {redemptionCount} coupon(s) in redemptions: discounts a refunded order should not have had. Approval leaves them as they are: an operator decides.',
+  explain_HOLDS_RELEASED_WITH_MARK: '{holdCount} coupon(s) are held for it: approval releases them, as a refund does.',
 };
 
 export const EXPLANATIONS_ZH_CN: typeof EXPLANATIONS_EN = {
@@ -116,5 +117,6 @@ export const EXPLANATIONS_ZH_CN: typeof EXPLANATIONS_EN = {
     '{refundCount} 条退款记录指向订单 {orderNo}，最早一条退款于 {refundedAt}，但该订单的订单记录显示未退款：它仍会接受新的券，而已退款的订单应当拒绝。',
   explain_MARK_ORDER_REFUNDED: '建议将订单标记为已退款，与它的退款一致：此后它不再接受新的券。',
   explain_TAKEN_AFTER_REFUND:
-    '首次退款之后，该订单又核销了 {redemptionCount} 张券，另有 {holdCount} 张券仍锁定在它上面：这些是已退款订单本不应得到的优惠。批准不会改动它们：由运营人员决定。',
+    '自首次退款起，该订单又核销了 {redemptionCount} 张券：这些是已退款订单本不应得到的优惠。批准不会改动它们：由运营人员决定。',
+  explain_HOLDS_RELEASED_WITH_MARK: '仍有 {holdCount} 张券锁定在该订单上：批准时会像退款一样释放它们。',
 };

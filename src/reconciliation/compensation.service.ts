@@ -24,9 +24,10 @@ import {
   type HoldWithoutLockedFinding,
   type LockedWithoutHoldFinding,
   type OrderNotRefundedFinding,
+  type OrderRowFinding,
   type OrderRowMissingFinding,
 } from './hold-audit.js';
-import { closeHoldForReconciliation, releasedTo } from '../redemption/holds.js';
+import { closeHoldForReconciliation, releasedTo, releaseHoldsOfRefundedOrder } from '../redemption/holds.js';
 import { insertOrder, lockOrderStripe, setOrderRefunded } from '../redemption/order.js';
 
 const decided = counter('reconciliation_compensations_decided_total', 'Compensations decided by an admin', ['action', 'decision']);
@@ -120,7 +121,7 @@ export class CompensationService {
       case 'RECREATE_ORDER':
         return this.recreateOrder(em, JSON.parse(comp.params) as OrderRowMissingFinding['params']);
       case 'MARK_ORDER_REFUNDED':
-        return this.markOrderRefunded(em, JSON.parse(comp.params) as OrderNotRefundedFinding['params']);
+        return this.markOrderRefunded(em, comp, JSON.parse(comp.params) as OrderNotRefundedFinding['params']);
       case 'MANUAL_REVIEW':
         return { done: 'nothing: approved as reviewed; the data was not changed by this compensation' };
     }
@@ -309,16 +310,27 @@ export class CompensationService {
   }
 
   /**
-   * The order's lost row back as the operator approved it: under the order's lock, which each of its
-   * holds, redemptions and refunds takes first, so none changes meanwhile. The order's audit, read
-   * again, proposing another row (a hold timed out, a refund made), none (its row written since the
-   * run, nothing left with an amount), is a change since the run, as a stock row back is.
+   * An order's row repair takes the order's lock, which each of its holds, redemptions and refunds
+   * takes first, so none changes meanwhile; the order's audit, read again, must propose the same
+   * repair. Anything else (a hold timed out, a refund made, the row written, lost or set right since
+   * the run) is a change since the run, as a stock row back is.
    */
-  private async recreateOrder(em: EntityManager, p: OrderRowMissingFinding['params']): Promise<Record<string, unknown>> {
+  private async orderAuditedAgain(
+    em: EntityManager,
+    action: OrderRowFinding['action'],
+    p: OrderRowFinding['params'],
+  ): Promise<OrderRowFinding> {
     await lockOrderStripe(em, p.orderNo);
     const [again] = await orderRowAudit(em, p.orderNo, new Date());
-    if (again?.action !== 'RECREATE_ORDER' || !isDeepStrictEqual(again.params, p) || p.orderAmountCents === null)
+    if (again?.action !== action || !isDeepStrictEqual(again.params, p))
       throw changedSinceRun(`Order ${p.orderNo}`, again?.params ?? { orderNo: p.orderNo });
+    return again;
+  }
+
+  /** The order's lost row back as the operator approved it. */
+  private async recreateOrder(em: EntityManager, p: OrderRowMissingFinding['params']): Promise<Record<string, unknown>> {
+    await this.orderAuditedAgain(em, 'RECREATE_ORDER', p);
+    if (p.orderAmountCents === null) throw changedSinceRun(`Order ${p.orderNo}`, p);
     const row = { ...p, orderAmountCents: p.orderAmountCents, createdAt: new Date(p.orderCreatedAt) };
     // Written by another node of a cluster since (its stripe lock is local to that node).
     if (!(await insertOrder(em, row))) throw changedSinceRun(`The row of order ${p.orderNo}`, { orderNo: p.orderNo });
@@ -326,20 +338,21 @@ export class CompensationService {
   }
 
   /**
-   * The order marked refunded, as its refunds did, under its lock as for RECREATE_ORDER. The order's
-   * audit, read again, proposing anything else (its row set right or lost since the run) is a change
-   * since the run. The coupons it took after its refund are left: money already taken off, which
-   * the operator decides about; the result names them as read now.
+   * The order marked refunded, and its live holds released, as its refund did. Its redemptions since
+   * the refund are left: money already taken off, which the operator decides about; the result names
+   * them as read now.
    */
-  private async markOrderRefunded(em: EntityManager, p: OrderNotRefundedFinding['params']): Promise<Record<string, unknown>> {
-    await lockOrderStripe(em, p.orderNo);
-    const [again] = await orderRowAudit(em, p.orderNo, new Date());
-    if (again?.action !== 'MARK_ORDER_REFUNDED' || !isDeepStrictEqual(again.params, p))
-      throw changedSinceRun(`Order ${p.orderNo}`, again?.params ?? { orderNo: p.orderNo });
+  private async markOrderRefunded(
+    em: EntityManager,
+    comp: Compensation,
+    p: OrderNotRefundedFinding['params'],
+  ): Promise<Record<string, unknown>> {
+    const again = await this.orderAuditedAgain(em, 'MARK_ORDER_REFUNDED', p);
     // Deleted by another node of a cluster since (its stripe lock is local to that node).
     if (!(await setOrderRefunded(em, p.orderNo))) throw changedSinceRun(`The row of order ${p.orderNo}`, { orderNo: p.orderNo });
-    const { refundIds, redemptionIds, holdIds } = again.details;
-    return { done: 'MARK_ORDER_REFUNDED', orderNo: p.orderNo, refundIds, redemptionIds, holdIds };
+    const releasedHoldIds = await releaseHoldsOfRefundedOrder(em, this.stateMachine, p.orderNo, `compensation ${comp.id}`);
+    const { refundIds, redemptionIds } = (again as OrderNotRefundedFinding).details;
+    return { done: 'MARK_ORDER_REFUNDED', orderNo: p.orderNo, refundIds, redemptionIds, releasedHoldIds };
   }
 
   private async repair(em: EntityManager, comp: Compensation, p: RepairParams): Promise<Record<string, unknown>> {

@@ -88,9 +88,12 @@ const SENTENCES = {
     `${p.refundCount} refund(s) name order ${p.orderNo}, the first made at ${p.refundedAt}, but its order row says it is not refunded: it takes new coupons, which a refunded order refuses.`,
   /** Follows ORDER_NOT_REFUNDED. */
   MARK_ORDER_REFUNDED: () => 'Mark the order refunded, as its refunds did: from then on it takes no new coupon.',
-  /** Follows MARK_ORDER_REFUNDED, when the order took coupons after its first refund. */
-  TAKEN_AFTER_REFUND: (p: { redemptionCount: number; holdCount: number }) =>
-    `After its first refund it took ${p.redemptionCount} coupon(s) in redemptions and ${p.holdCount} in live holds: discounts a refunded order should not have had. Approval leaves them as they are: an operator decides.`,
+  /** Follows MARK_ORDER_REFUNDED, when the order took coupons in redemptions from its first refund on. */
+  TAKEN_AFTER_REFUND: (p: { redemptionCount: number }) =>
+    `From its first refund on it took ${p.redemptionCount} coupon(s) in redemptions: discounts a refunded order should not have had. Approval leaves them as they are: an operator decides.`,
+  /** Follows MARK_ORDER_REFUNDED, when coupons are held for the order. */
+  HOLDS_RELEASED_WITH_MARK: (p: { holdCount: number }) =>
+    `${p.holdCount} coupon(s) are held for it: approval releases them, as a refund does.`,
 } satisfies Record<string, (p: never) => string>;
 
 export type ExplanationKey = keyof typeof SENTENCES;

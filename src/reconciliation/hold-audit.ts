@@ -85,8 +85,9 @@ export interface OrderNotRefundedFinding {
     refundCount: number;
     /** When its first refund was made. */
     refundedAt: string;
-    /** The coupons it took after that: USED redemptions, and ACTIVE holds not timed out. */
+    /** USED redemptions from then on, by the clocks of the instances that wrote them (within their skew). */
     redemptionIds: string[];
+    /** Its ACTIVE holds not timed out, whenever made: a refund releases every one, so none should be left. */
     holdIds: string[];
   } & Explained;
   action: 'MARK_ORDER_REFUNDED';
@@ -345,16 +346,17 @@ const REFUND_IDS_SHOWN = 10;
 
 /**
  * ORDER_NOT_REFUNDED for an order whose row says not refunded, when a refund names it; with the
- * coupons it took after its first refund, which a refunded order would have refused: the operator
- * must know of them. Reads the (order_no, ...) keys of the three tables.
+ * coupons it took in redemptions from its first refund on, which a refunded order would have refused
+ * (the operator must know of them), and the coupons still held for it (approval releases them, as a
+ * refund does). Reads the (order_no, ...) keys of the three tables.
  */
 async function notRefundedAudit(q: Queryable, orderNo: string, now: Date): Promise<OrderNotRefundedFinding[]> {
   const [f]: { n: string; at: Date | null; ids: string | null; redemptions: string | null; holds: string | null }[] = await q.query(
     `SELECT f.n, f.at, f.ids,
             (SELECT GROUP_CONCAT(r.id ORDER BY r.id) FROM redemption r
-             WHERE r.order_no = ? AND BINARY r.status = 'USED' AND r.used_at > f.at) AS redemptions,
+             WHERE r.order_no = ? AND BINARY r.status = 'USED' AND r.used_at >= f.at) AS redemptions,
             (SELECT GROUP_CONCAT(h.id ORDER BY h.id) FROM redemption_hold h
-             WHERE h.order_no = ? AND BINARY h.status = 'ACTIVE' AND h.expires_at > ? AND h.created_at > f.at) AS holds
+             WHERE h.order_no = ? AND BINARY h.status = 'ACTIVE' AND h.expires_at > ?) AS holds
      FROM (SELECT COUNT(*) AS n, MIN(created_at) AS at, SUBSTRING_INDEX(GROUP_CONCAT(id ORDER BY id), ',', ${REFUND_IDS_SHOWN}) AS ids
            FROM refund WHERE order_no = ?) f`,
     [orderNo, orderNo, now, orderNo],
@@ -378,9 +380,8 @@ async function notRefundedAudit(q: Queryable, orderNo: string, now: Date): Promi
         ...explained(
           sentence('ORDER_NOT_REFUNDED', { orderNo, refundCount, refundedAt }),
           sentence('MARK_ORDER_REFUNDED'),
-          ...(redemptionIds.length + holdIds.length === 0
-            ? []
-            : [sentence('TAKEN_AFTER_REFUND', { redemptionCount: redemptionIds.length, holdCount: holdIds.length })]),
+          ...(redemptionIds.length === 0 ? [] : [sentence('TAKEN_AFTER_REFUND', { redemptionCount: redemptionIds.length })]),
+          ...(holdIds.length === 0 ? [] : [sentence('HOLDS_RELEASED_WITH_MARK', { holdCount: holdIds.length })]),
         ),
       },
       action: 'MARK_ORDER_REFUNDED',

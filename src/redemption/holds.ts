@@ -4,7 +4,8 @@ import type { UserCoupon } from '../ledger/user-coupon.entity.js';
 import { execute } from '../database/transaction.service.js';
 import { TxIds } from '../ledger/tx-id.js';
 import type { StateMachineService } from '../ledger/state-machine.service.js';
-import { Hold, HoldStatus, ReleaseReason } from './hold.entity.js';
+import { lockUserCoupon } from '../ledger/user-coupons.js';
+import { effectiveHold, Hold, HoldStatus, ReleaseReason } from './hold.entity.js';
 
 /** The hold of (orderNo, userCouponId), locked when `lock`: callers lock the user coupon row first. */
 export function findHold(em: EntityManager, orderNo: string, userCouponId: string, lock: boolean): Promise<Hold | null> {
@@ -40,6 +41,33 @@ export async function releaseHold(
   if (closed !== 1) throw new AppError('STATUS_CONFLICT', `Hold ${hold.id} is no longer active`, { holdId: hold.id });
   const logReason = `hold released: ${reason}${cause ? ` (${cause})` : ''}`;
   await stateMachine.transit(em, uc.id, 'LOCKED', releasedTo(uc, now), TxIds.hold(hold.orderNo), logReason, now);
+}
+
+/**
+ * A refunded order takes no coupon, so its holds could never be confirmed: their coupons go back now
+ * (hold CANCELLED, or TIMEOUT if its time had passed), not when the hold times out. For a refund, and
+ * for reconciliation marking an order refunded as its refund did (`cause` says which). The caller
+ * holds the order's lock; each coupon is locked before its hold, as a release does. A hold whose
+ * coupon is not LOCKED (a gap reconciliation reports as HOLD_WITHOUT_LOCKED, for an admin to settle)
+ * is left alone: the refund must not fail over another coupon's state. Answers the holds released.
+ */
+export async function releaseHoldsOfRefundedOrder(
+  em: EntityManager,
+  stateMachine: StateMachineService,
+  orderNo: string,
+  cause: string,
+): Promise<string[]> {
+  const released: string[] = [];
+  for (const { userCouponId } of await em.findBy(Hold, { orderNo, status: 'ACTIVE' })) {
+    const uc = await lockUserCoupon(em, userCouponId, 'exclusive');
+    const now = new Date();
+    const hold = uc && (await findHold(em, orderNo, uc.id, true));
+    if (!uc || uc.status !== 'LOCKED' || hold?.status !== 'ACTIVE') continue;
+    const reason = effectiveHold(hold, now).status === 'RELEASED' ? 'TIMEOUT' : 'CANCELLED';
+    await releaseHold(em, stateMachine, uc, hold, reason, now, `order refunded: ${cause}`);
+    released.push(String(hold.id));
+  }
+  return released;
 }
 
 /** How reconciliation closes an ACTIVE hold. */

@@ -16,7 +16,7 @@ import { StateMachineService } from '../ledger/state-machine.service.js';
 import { TxIds } from '../ledger/tx-id.js';
 import { orderActor, usableDiscount, userCouponNotFound } from './checks.js';
 import { effectiveHold, Hold } from './hold.entity.js';
-import { findHold, releaseHold, releaseTimedOutHold } from './holds.js';
+import { findHold, releaseHoldsOfRefundedOrder, releaseTimedOutHold } from './holds.js';
 import { lockOrder, markOrderRefunded, OrderRow, orderDiscount, refuseRefundedOrder } from './order.js';
 import { RedeemDto, RefundDto } from './redemption.dto.js';
 import { Redemption, Refund } from './redemption.entity.js';
@@ -241,27 +241,9 @@ export class RedemptionService {
       await em.insert(Refund, refund);
       refund.id = String(refund.id);
       await takeRefundNumber(em, dto.refundNo, refund.id);
-      await this.releaseHoldsOf(em, dto.orderNo, dto.refundNo);
+      await releaseHoldsOfRefundedOrder(em, this.stateMachine, dto.orderNo, `refund ${dto.refundNo}`);
       return { refund, replacement, replayed: false };
     });
-  }
-
-  /**
-   * A refunded order takes no coupon, so its other holds could never be confirmed: their coupons go
-   * back now (hold CANCELLED, or TIMEOUT if its time had passed), not when the hold times out. The
-   * caller holds the order's lock; each coupon is locked before its hold, as a release does. A hold
-   * whose coupon is not LOCKED (a gap reconciliation reports as HOLD_WITHOUT_LOCKED, for an admin to
-   * settle) is left alone: the refund must not fail over another coupon's state.
-   */
-  private async releaseHoldsOf(em: EntityManager, orderNo: string, refundNo: string): Promise<void> {
-    for (const { userCouponId } of await em.findBy(Hold, { orderNo, status: 'ACTIVE' })) {
-      const uc = await lockUserCoupon(em, userCouponId, 'exclusive');
-      const now = new Date();
-      const hold = uc && (await findHold(em, orderNo, uc.id, true));
-      if (!uc || uc.status !== 'LOCKED' || hold?.status !== 'ACTIVE') continue;
-      const reason = effectiveHold(hold, now).status === 'RELEASED' ? 'TIMEOUT' : 'CANCELLED';
-      await releaseHold(em, this.stateMachine, uc, hold, reason, now, `order refunded: refund ${refundNo}`);
-    }
   }
 
   /**
