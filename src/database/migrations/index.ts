@@ -19,6 +19,7 @@ import { RefundCouponIndex1765843200000 } from './1765843200000-refund-coupon-in
 import { RunTotals1765929600000 } from './1765929600000-run-totals.js';
 import { RefundFindingKeys1766016000000 } from './1766016000000-refund-finding-keys.js';
 import { RefundOrderIndex1766102400000 } from './1766102400000-refund-order-index.js';
+import { StateLogCoveringIndex1766188800000 } from './1766188800000-state-log-covering-index.js';
 
 /** Every migration, in order, each resumable where it stopped (resumable-migration.ts). The app, the CLI (ormconfig.ts) and the tests all use this list. */
 export const migrations = [
@@ -42,4 +43,5 @@ export const migrations = [
   RunTotals1765929600000,
   RefundFindingKeys1766016000000,
   RefundOrderIndex1766102400000,
+  StateLogCoveringIndex1766188800000,
 ].map(resumable);
