@@ -90,8 +90,8 @@ function benchConfig(): AppConfig {
  * Fills the database with `n` consistent user coupons (60% unused, 25% used and redeemed, 10% expired,
  * 5% void), their logs, redemptions, checkout holds, refunds and orders, as the service writes them,
  * then injects FAULTS of each kind. Of the used coupons, two in five went through a checkout hold
- * (CONFIRMED) and one in five was refunded, a replacement coupon returned for it; one in ten unused
- * coupons was held for a checkout that timed out (RELEASED).
+ * (CONFIRMED) and one in five was refunded, a replacement coupon returned for it; one coupon in ten
+ * was held for a checkout that timed out (RELEASED) and is unused again.
  */
 async function generate(
   config: AppConfig,
@@ -121,22 +121,25 @@ async function generate(
     const t0 = `UTC_TIMESTAMP(3) - INTERVAL 10 DAY`;
     await q(
       `INSERT INTO coupon (id, name, status, per_user_limit, grab_start_at, grab_end_at, validity_type, validity_days, threshold_cents, discount_cents, return_on_refund, created_at, updated_at)
-       SELECT n, CONCAT('bench ', n), 'ACTIVE', 1, ${t0}, ${t0} + INTERVAL 1 DAY, 'RELATIVE', 30, 10000, 1000, 0, ${t0}, ${t0} FROM bench_seq WHERE n <= ?`,
+       SELECT n, CONCAT('bench ', n), 'ACTIVE', 1, ${t0}, ${t0} + INTERVAL 1 DAY, 'RELATIVE', 30, 10000, 1000, 1, ${t0}, ${t0} FROM bench_seq WHERE n <= ?`,
       [coupons],
     );
     // n % 20: 0-11 UNUSED, 12-16 USED, 17-18 EXPIRED, 19 VOID; every 20th (n % 20 = 7) a stock-neutral reissue.
-    // Checkout: 14-15 used through a hold, 3-4 held by a checkout that timed out. Refunded: 16, its
-    // replacement the 8 of its twenty (issued on the refund, a day after the use).
+    // Checkout: 14-15 used through a hold, 3-4 held by a checkout that timed out. Refunded: 16, a day
+    // after its use; its returned coupon is the 8 of the next twenty (issued then, so a later id; the
+    // last twenty's refund returns none, as one past the template's validity).
     const status = `CASE WHEN n % 20 < 12 THEN 'UNUSED' WHEN n % 20 < 17 THEN 'USED' WHEN n % 20 < 19 THEN 'EXPIRED' ELSE 'VOID' END`;
-    const returned = `n % 20 = 8 AND n + 8 <= ${n}`;
+    const returned = `n % 20 = 8 AND n > 20`;
+    const refundedAt = `${t0} + INTERVAL 1 DAY`;
     await q(
-      `INSERT INTO user_coupon (id, coupon_id, user_id, status, source, from_stock, idempotency_key, replaces_user_coupon_id, reason, issued_at, valid_from, expires_at, used_at, updated_at)
-       SELECT n, (n - 1) DIV ${PER_COUPON} + 1, CONCAT('user-', IF(${returned}, n + 8, n)), ${status},
+      `INSERT INTO user_coupon (id, coupon_id, user_id, status, source, from_stock, idempotency_key, replaces_user_coupon_id, reason, issued_at, valid_from, expires_at, used_at, updated_at, locked_until)
+       SELECT n, (n - 1) DIV ${PER_COUPON} + 1, CONCAT('user-', IF(${returned}, n - 12, n)), ${status},
               CASE WHEN n % 20 = 7 THEN 'REISSUE' WHEN ${returned} THEN 'REFUND_RETURN' ELSE 'GRAB' END,
               n % 20 <> 7 AND NOT (${returned}), IF(n % 20 = 7 OR ${returned}, NULL, CONCAT('key-', n)),
-              IF(${returned}, n + 8, NULL), IF(${returned}, CONCAT('refund r-', n + 8), NULL),
-              IF(${returned}, ${t0} + INTERVAL 1 DAY, ${t0}), ${t0}, ${t0} + INTERVAL 30 DAY,
-              IF(n % 20 BETWEEN 12 AND 16, ${t0} + INTERVAL 1 HOUR, NULL), ${t0}
+              IF(${returned}, n - 12, NULL), IF(${returned}, CONCAT('refund r-', n - 12), NULL),
+              IF(${returned}, ${refundedAt}, ${t0}), IF(${returned}, ${refundedAt}, ${t0}), IF(${returned}, ${refundedAt}, ${t0}) + INTERVAL 30 DAY,
+              IF(n % 20 BETWEEN 12 AND 16, ${t0} + INTERVAL 1 HOUR, NULL), IF(${returned}, ${refundedAt}, ${t0}),
+              IF(n % 20 IN (3, 4, 14, 15), ${t0} + INTERVAL 65 MINUTE, NULL)
        FROM bench_seq`,
     );
     await q(
@@ -145,22 +148,25 @@ async function generate(
     );
     await q(
       `INSERT INTO user_coupon_state_log (user_coupon_id, from_status, to_status, tx_id, reason, created_at)
-       SELECT id, NULL, 'UNUSED', COALESCE(idempotency_key, CONCAT('refund:', SUBSTRING(reason, 8)), 'admin:reissue'), source, issued_at
+       SELECT id, NULL, 'UNUSED', COALESCE(CONCAT('grab:', idempotency_key), CONCAT('refund:', SUBSTRING(reason, 8)), CONCAT('admin:bench:reissue:', id)),
+              COALESCE(reason, source), issued_at
        FROM user_coupon ORDER BY id`,
     );
-    // The holds' LOCKED step, then every coupon's last move: a used one's from its hold when it had one.
+    // The holds' LOCKED step, then every coupon's last move: a used one's from its hold when it had one
+    // (confirmed at the use, an hour in), a timed-out hold's by the sweep at its end.
     const held = `id % 20 IN (3, 4, 14, 15)`;
     const holdOrder = `CONCAT(IF(id % 20 < 12, 'h-', 'o-'), id)`;
     await q(
       `INSERT INTO user_coupon_state_log (user_coupon_id, from_status, to_status, tx_id, reason, created_at)
-       SELECT id, 'UNUSED', 'LOCKED', CONCAT('hold:', ${holdOrder}), 'checkout', issued_at + INTERVAL 50 MINUTE
+       SELECT id, 'UNUSED', 'LOCKED', CONCAT('hold:', ${holdOrder}), 'held', issued_at + INTERVAL 50 MINUTE
        FROM user_coupon WHERE ${held} ORDER BY id`,
     );
     await q(
       `INSERT INTO user_coupon_state_log (user_coupon_id, from_status, to_status, tx_id, reason, created_at)
        SELECT id, IF(${held}, 'LOCKED', 'UNUSED'), status,
-              CASE WHEN status = 'USED' THEN CONCAT('order:o-', id) WHEN ${held} THEN CONCAT('hold:', ${holdOrder}) ELSE 'bench' END,
-              IF(${held} AND status = 'UNUSED', 'TIMEOUT', 'bench'), issued_at + INTERVAL 1 HOUR
+              CASE WHEN status = 'USED' THEN CONCAT('order:o-', id) WHEN ${held} THEN 'hold-sweep:bench' ELSE 'bench' END,
+              CASE WHEN status = 'USED' THEN IF(${held}, 'hold confirmed', 'redeemed') WHEN ${held} THEN 'hold released: TIMEOUT' ELSE 'bench' END,
+              issued_at + INTERVAL IF(${held} AND status = 'UNUSED', 65, 60) MINUTE
        FROM user_coupon WHERE status <> 'UNUSED' OR ${held} ORDER BY id`,
     );
     await q(
@@ -175,7 +181,7 @@ async function generate(
     );
     await q(
       `INSERT INTO refund (refund_no, redemption_id, user_coupon_id, order_no, replacement_user_coupon_id, created_at)
-       SELECT CONCAT('r-', user_coupon_id), id, user_coupon_id, order_no, user_coupon_id - 8, used_at + INTERVAL 1 DAY - INTERVAL 1 HOUR
+       SELECT CONCAT('r-', user_coupon_id), id, user_coupon_id, order_no, IF(user_coupon_id + 12 <= ${n}, user_coupon_id + 12, NULL), ${refundedAt}
        FROM redemption WHERE user_coupon_id % 20 = 16 ORDER BY id`,
     );
     await q(`INSERT INTO refund_number (refund_no, refund_id) SELECT refund_no, id FROM refund ORDER BY id`);
@@ -183,7 +189,9 @@ async function generate(
     await q(
       `INSERT INTO coupon_order (order_no, order_amount_cents, refunded, created_at)
        SELECT x.order_no, 20000, EXISTS (SELECT 1 FROM refund f WHERE f.order_no = x.order_no), x.created_at
-       FROM (SELECT order_no, used_at AS created_at FROM redemption UNION ALL SELECT order_no, created_at FROM redemption_hold WHERE status = 'RELEASED') x
+       FROM (SELECT r.order_no, COALESCE(h.created_at, r.used_at) AS created_at
+             FROM redemption r LEFT JOIN redemption_hold h ON h.order_no = r.order_no AND h.user_coupon_id = r.user_coupon_id
+             UNION ALL SELECT order_no, created_at FROM redemption_hold WHERE status = 'RELEASED') x
        ORDER BY x.order_no`,
     );
     // Faults spread over the whole id range, FAULTS of each kind.
@@ -191,10 +199,12 @@ async function generate(
     const spread = (offset: number) => Array.from({ length: FAULTS }, (_, i) => 20 * Math.floor(((i + 0.5) * n) / FAULTS / 20) + offset);
     const unused = spread(1);
     const used = spread(13);
+    const refunded = spread(16);
     const stockFaults = [...new Set(Array.from({ length: FAULTS }, (_, i) => 1 + Math.floor((i * coupons) / FAULTS)))];
     await q(`UPDATE coupon_stock SET stock = stock - 1 WHERE coupon_id IN (?)`, [stockFaults]);
     await q(`UPDATE user_coupon SET status = 'USED', used_at = UTC_TIMESTAMP(3) WHERE id IN (?)`, [unused]);
     await q(`DELETE FROM redemption WHERE user_coupon_id IN (?)`, [used]);
+    await q(`UPDATE coupon_order SET refunded = 0 WHERE order_no IN (?)`, [refunded.map((id) => `o-${id}`)]);
     await q(`DELETE FROM user_coupon_state_log WHERE user_coupon_id IN (?) AND to_status = 'UNUSED'`, [unused.map((id) => id + 1)]);
     for (const t of [
       'coupon',
@@ -215,7 +225,7 @@ async function generate(
       redemptions: await count('redemption'),
       holds: await count('redemption_hold'),
       refunds: await count('refund'),
-      injected: stockFaults.length + 3 * FAULTS,
+      injected: stockFaults.length + 4 * FAULTS,
     };
   } finally {
     await conn.end();
