@@ -345,8 +345,10 @@ export class AuditService {
       coupon_id: string;
       user_id: string;
     }[] = await q.query(
-      `SELECT f.id, f.refund_no, f.order_no, f.redemption_id, f.user_coupon_id, f.replacement_user_coupon_id, uc.coupon_id, uc.user_id
-       FROM refund f JOIN user_coupon uc ON uc.id = f.user_coupon_id LEFT JOIN user_coupon rep ON rep.id = f.replacement_user_coupon_id
+      // STRAIGHT_JOIN: the missing replacements first, then their refunded coupons, not every refund's coupon (at 500,000
+      // refunds a second read of user_coupon pages spread over the whole table).
+      `SELECT STRAIGHT_JOIN f.id, f.refund_no, f.order_no, f.redemption_id, f.user_coupon_id, f.replacement_user_coupon_id, uc.coupon_id, uc.user_id
+       FROM refund f LEFT JOIN user_coupon rep ON rep.id = f.replacement_user_coupon_id JOIN user_coupon uc ON uc.id = f.user_coupon_id
        WHERE f.id BETWEEN ? AND ? AND f.replacement_user_coupon_id IS NOT NULL AND rep.id IS NULL ORDER BY f.id`,
       range,
     );
@@ -396,12 +398,13 @@ export class AuditService {
       other_id: string | null;
       other_no: string | null;
     }[] = await q.query(
-      `SELECT f.id, f.refund_no, f.order_no, f.user_coupon_id, uc.coupon_id, f.redemption_id AS missing_id, r2.id AS redemption_id,
+      // STRAIGHT_JOIN: the refunds whose redemption is gone first, then the rest for those only (as above).
+      `SELECT STRAIGHT_JOIN f.id, f.refund_no, f.order_no, f.user_coupon_id, uc.coupon_id, f.redemption_id AS missing_id, r2.id AS redemption_id,
               o.id AS other_id, o.refund_no AS other_no
        FROM refund f
+       LEFT JOIN redemption r ON r.id = f.redemption_id
        JOIN user_coupon uc ON uc.id = f.user_coupon_id
        JOIN redemption r2 ON r2.order_no = f.order_no AND r2.user_coupon_id = f.user_coupon_id
-       LEFT JOIN redemption r ON r.id = f.redemption_id
        LEFT JOIN refund o ON o.redemption_id = r2.id
        WHERE f.id BETWEEN ? AND ? AND r.id IS NULL ORDER BY f.id`,
       range,
