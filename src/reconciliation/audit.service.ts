@@ -432,8 +432,8 @@ export class AuditService {
   }
 
   /**
-   * USED redemptions in [lo, hi] whose user coupon row is gone (the other half of
-   * REDEMPTION_WITHOUT_USED is in userCouponChunk), or that took more off than their template's
+   * USED redemptions with `by` (their id, or their user coupon's) in [lo, hi] whose user coupon row is
+   * gone (the other half of REDEMPTION_WITHOUT_USED is in userCouponChunk), or that took more off than their template's
    * rule gives on the amount they name (discount.ts's discountFor, in SQL, without the threshold: a
    * stacked coupon is cut below it, and a repair that did not know the amount records one under it).
    * Templates' rules never change once created. In DECIMAL: a percent of an amount edited near the
@@ -441,9 +441,16 @@ export class AuditService {
    * amount recorded, in earlier versions, a capped PERCENT's cap as both amount and discount, which is
    * above the rule on that amount: that signature is no finding (the discount is the rule's most).
    * Matched with <=>: an uncapped PERCENT's NULL cap made `=` NULL, and NOT NULL dropped all its rows.
+   * A run reads them by user coupon, with the user-coupon chunk whose rows it has just read: by
+   * redemption id, the lookups of their coupons read the user coupon table a second time, from disk
+   * once it outgrows the buffer pool (BENCHMARKS.md).
    */
-  async redemptionChunk(q: Queryable, lo: bigint, hi: bigint): Promise<ChunkResult> {
-    const range = [String(lo), String(hi)];
+  async redemptionFindings(
+    q: Queryable,
+    by: 'id' | 'user_coupon_id',
+    lo: bigint,
+    hi: bigint,
+  ): Promise<(OrphanRedemptionFinding | RedemptionDiscountFinding)[]> {
     const rows: {
       id: string;
       user_coupon_id: string;
@@ -462,26 +469,12 @@ export class AuditService {
                      ELSE LEAST(c.discount_cents, r.order_amount_cents) END AS rule_cents,
                 BINARY c.discount_type = 'PERCENT' AND r.discount_cents <=> c.max_discount_cents AND r.order_amount_cents <=> c.max_discount_cents AS old_repair
          FROM redemption r LEFT JOIN user_coupon uc ON uc.id = r.user_coupon_id LEFT JOIN coupon c ON c.id = uc.coupon_id
-         WHERE r.id BETWEEN ? AND ? AND r.status = 'USED'
+         WHERE r.${by} BETWEEN ? AND ? AND r.status = 'USED'
        ) x
        WHERE found IS NULL OR (discount_cents > rule_cents AND NOT old_repair) ORDER BY id`,
-      range,
+      [String(lo), String(hi)],
     );
-    const [sums]: { n: string; used: string; discount: string; refunded: string; refunded_discount: string }[] = await q.query(
-      `SELECT COUNT(*) AS n, COALESCE(SUM(BINARY r.status = 'USED'), 0) AS used,
-              COALESCE(SUM(CASE WHEN BINARY r.status = 'USED' THEN r.discount_cents END), 0) AS discount,
-              COALESCE(SUM(BINARY r.status = 'USED' AND f.id IS NOT NULL), 0) AS refunded,
-              COALESCE(SUM(CASE WHEN BINARY r.status = 'USED' AND f.id IS NOT NULL THEN r.discount_cents END), 0) AS refunded_discount
-       FROM redemption r LEFT JOIN refund f ON f.redemption_id = r.id WHERE r.id BETWEEN ? AND ?`,
-      range,
-    );
-    const uses: Uses = {
-      redemptions: Number(sums.used),
-      discountCents: Number(sums.discount),
-      refundedRedemptions: Number(sums.refunded),
-      refundedDiscountCents: Number(sums.refunded_discount),
-    };
-    const findings = rows.map((r): OrphanRedemptionFinding | RedemptionDiscountFinding => {
+    return rows.map((r): OrphanRedemptionFinding | RedemptionDiscountFinding => {
       const params = { redemptionId: r.id, userCouponId: r.user_coupon_id };
       if (r.found === null) {
         return {
@@ -514,6 +507,25 @@ export class AuditService {
         params,
       };
     });
-    return { checked: Number(sums.n), findings, uses };
+  }
+
+  /** The redemptions with ids in [lo, hi], counted and summed for the run's totals; their findings come by user coupon (redemptionFindings). */
+  async redemptionChunk(q: Queryable, lo: bigint, hi: bigint): Promise<ChunkResult> {
+    const range = [String(lo), String(hi)];
+    const [sums]: { n: string; used: string; discount: string; refunded: string; refunded_discount: string }[] = await q.query(
+      `SELECT COUNT(*) AS n, COALESCE(SUM(BINARY r.status = 'USED'), 0) AS used,
+              COALESCE(SUM(CASE WHEN BINARY r.status = 'USED' THEN r.discount_cents END), 0) AS discount,
+              COALESCE(SUM(BINARY r.status = 'USED' AND f.id IS NOT NULL), 0) AS refunded,
+              COALESCE(SUM(CASE WHEN BINARY r.status = 'USED' AND f.id IS NOT NULL THEN r.discount_cents END), 0) AS refunded_discount
+       FROM redemption r LEFT JOIN refund f ON f.redemption_id = r.id WHERE r.id BETWEEN ? AND ?`,
+      range,
+    );
+    const uses: Uses = {
+      redemptions: Number(sums.used),
+      discountCents: Number(sums.discount),
+      refundedRedemptions: Number(sums.refunded),
+      refundedDiscountCents: Number(sums.refunded_discount),
+    };
+    return { checked: Number(sums.n), findings: [], uses };
   }
 }

@@ -414,13 +414,24 @@ export class ReconciliationService implements BeforeApplicationShutdown {
       await this.byIdRange(q, userCoupons, async (cq, lo, hi) => {
         const chunk = await inSnapshot(cq, async () => {
           const audited = await this.audits.userCouponChunk(cq, lo, hi, since, recheck);
-          return { checked: audited.checked, findings: [...audited.findings, ...(await holdChunk(cq, lo, hi, new Date()))] };
+          return {
+            checked: audited.checked,
+            findings: [
+              ...audited.findings,
+              ...(await holdChunk(cq, lo, hi, new Date())),
+              ...(await this.audits.redemptionFindings(cq, 'user_coupon_id', lo, hi)),
+            ],
+          };
         });
         await step('user_coupon', chunk);
       });
-      // Holds naming user coupons past either end of the table's ids (rows gone) are in no chunk above.
+      // Holds and redemptions naming user coupons past either end of the table's ids (rows gone) are in no chunk above.
       for (const [lo, hi] of beyond(userCoupons)) {
         await step('hold', await inSnapshot(q, async () => ({ checked: 0, findings: await holdChunk(q, lo, hi, new Date()) })));
+        await step(
+          'redemption',
+          await inSnapshot(q, async () => ({ checked: 0, findings: await this.audits.redemptionFindings(q, 'user_coupon_id', lo, hi) })),
+        );
       }
       await this.byIdRange(q, await this.audits.idRange(q, 'redemption'), async (cq, lo, hi) =>
         step(
@@ -626,7 +637,7 @@ export class ReconciliationService implements BeforeApplicationShutdown {
         return (await this.audits.stockChunk(em, String(BigInt(e.id) - 1n), 1)).findings;
       case 'redemption':
       case 'discount':
-        return (await this.audits.redemptionChunk(em, BigInt(e.id), BigInt(e.id))).findings;
+        return this.audits.redemptionFindings(em, 'id', BigInt(e.id), BigInt(e.id));
       case 'refund':
       case 'refund-redemption':
         return (await this.audits.refundChunk(em, BigInt(e.id), BigInt(e.id))).findings;
