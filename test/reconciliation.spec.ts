@@ -875,6 +875,36 @@ describe('reconciliation', () => {
     await settleAll();
   });
 
+  it('a redemption naming a user coupon id past the table is found, just past its last id or chunks away', async () => {
+    await settleAll();
+    const uc = await grab(await coupon(), 'past1');
+    const red = await redeem(uc, 'past1');
+    const [{ hi }] = (await sql(`SELECT MAX(id) AS hi FROM user_coupon`)) as { hi: string }[];
+    // Just past the last id (inside the last user-coupon chunk's ids), and past every chunk (the redemptions' own pass).
+    const past = [String(BigInt(hi) + 1n), String(BigInt(hi) + 20_000n)];
+    const copies: string[] = [];
+    for (const id of past) {
+      const res = (await sql(
+        `INSERT INTO redemption (user_coupon_id, order_no, user_id, order_amount_cents, discount_cents, status, used_at)
+         SELECT ?, order_no, user_id, order_amount_cents, 0, status, used_at FROM redemption WHERE id = ?`,
+        [id, red],
+      )) as { insertId: number };
+      copies.push(String(res.insertId));
+    }
+    try {
+      const run = await svc.runNow('FULL', 'test');
+      const found = (await proposals(run.id)).map((p) => [p.discrepancy.type, p.discrepancy.userCouponId, p.discrepancy.redemptionId]);
+      expect(found).toEqual([
+        ['REDEMPTION_WITHOUT_USED', past[0], copies[0]],
+        ['REDEMPTION_WITHOUT_USED', past[1], copies[1]],
+      ]);
+      expect(run.discrepancies).toBe(2);
+    } finally {
+      await sql(`DELETE FROM redemption WHERE id IN (?)`, [copies]);
+    }
+    await settleAll();
+  });
+
   it('reads the user-coupon chunks several at once and finds the faults of every chunk, as one at a time does', async () => {
     await settleAll();
     const c = await coupon();

@@ -450,7 +450,10 @@ export class AuditService {
     by: 'id' | 'user_coupon_id',
     lo: bigint,
     hi: bigint,
+    /** Coupon ids whose chunks read these redemptions already: left out. */
+    readWith?: { min: bigint; max: bigint },
   ): Promise<(OrphanRedemptionFinding | RedemptionDiscountFinding)[]> {
+    const skip = readWith ? 'AND NOT (r.user_coupon_id BETWEEN ? AND ?)' : '';
     const rows: {
       id: string;
       user_coupon_id: string;
@@ -469,10 +472,10 @@ export class AuditService {
                      ELSE LEAST(c.discount_cents, r.order_amount_cents) END AS rule_cents,
                 BINARY c.discount_type = 'PERCENT' AND r.discount_cents <=> c.max_discount_cents AND r.order_amount_cents <=> c.max_discount_cents AS old_repair
          FROM redemption r LEFT JOIN user_coupon uc ON uc.id = r.user_coupon_id LEFT JOIN coupon c ON c.id = uc.coupon_id
-         WHERE r.${by} BETWEEN ? AND ? AND r.status = 'USED'
+         WHERE r.${by} BETWEEN ? AND ? AND r.status = 'USED' ${skip}
        ) x
        WHERE found IS NULL OR (discount_cents > rule_cents AND NOT old_repair) ORDER BY id`,
-      [String(lo), String(hi)],
+      [String(lo), String(hi), ...(readWith ? [String(readWith.min), String(readWith.max)] : [])],
     );
     return rows.map((r): OrphanRedemptionFinding | RedemptionDiscountFinding => {
       const params = { redemptionId: r.id, userCouponId: r.user_coupon_id };

@@ -83,6 +83,13 @@ function openKeyOf(f: Finding): string {
 
 const MAX_ID = 2n ** 64n - 1n;
 
+/** The ids that USER_COUPON_CHUNK-sized chunks from `range.min` read to cover `range` (the last chunk reaches past its max). */
+function chunkedSpan(range: { min: bigint; max: bigint } | null): { min: bigint; max: bigint } | null {
+  if (range === null) return null;
+  const size = BigInt(USER_COUPON_CHUNK);
+  return { min: range.min, max: range.min + ((range.max - range.min) / size + 1n) * size - 1n };
+}
+
 /** The id ranges outside `range` (all ids when there is none). */
 function beyond(range: { min: bigint; max: bigint } | null): [bigint, bigint][] {
   if (range === null) return [[0n, MAX_ID]];
@@ -425,20 +432,22 @@ export class ReconciliationService implements BeforeApplicationShutdown {
         });
         await step('user_coupon', chunk);
       });
-      // Holds and redemptions naming user coupons past either end of the table's ids (rows gone) are in no chunk above.
-      for (const [lo, hi] of beyond(userCoupons)) {
+      // Holds naming user coupons past the ids the chunks above read (rows gone) are in no chunk above.
+      const covered = chunkedSpan(userCoupons);
+      for (const [lo, hi] of beyond(covered)) {
         await step('hold', await inSnapshot(q, async () => ({ checked: 0, findings: await holdChunk(q, lo, hi, new Date()) })));
-        await step(
-          'redemption',
-          await inSnapshot(q, async () => ({ checked: 0, findings: await this.audits.redemptionFindings(q, 'user_coupon_id', lo, hi) })),
-        );
       }
+      // Redemptions likewise, read here by their own ids, 5,000 at a time, however many there are.
       await this.byIdRange(q, await this.audits.idRange(q, 'redemption'), async (cq, lo, hi) =>
         step(
           'redemption',
           await inSnapshot(cq, async () => {
             const chunk = await this.audits.redemptionChunk(cq, lo, hi);
-            return { ...chunk, findings: [...chunk.findings, ...(await orderChunk(cq, lo, hi, new Date()))] };
+            const findings = [
+              ...(await this.audits.redemptionFindings(cq, 'id', lo, hi, covered ?? undefined)),
+              ...(await orderChunk(cq, lo, hi, new Date())),
+            ];
+            return { ...chunk, findings };
           }),
         ),
       );
