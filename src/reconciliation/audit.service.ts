@@ -3,7 +3,7 @@ import type { EntityManager, QueryRunner } from 'typeorm';
 import { findLog } from '../ledger/state-log.js';
 import { TRANSITIONS, UserCouponStatus } from '../ledger/transitions.js';
 import { findReplacement } from '../ledger/user-coupons.js';
-import type { HoldFinding, OrderDiscountFinding, OrderRowFinding } from './hold-audit.js';
+import { type HoldFinding, idList, type OrderDiscountFinding, type OrderRowFinding } from './hold-audit.js';
 import {
   diagnoseMissingStock,
   diagnoseStock,
@@ -247,7 +247,7 @@ export class AuditService {
       [[...limits.keys()]],
     );
     const findings = rows.map((r): UserLimitFinding => {
-      const userCouponIds = String(r.ids).split(',');
+      const userCouponIds = idList(r.ids);
       const [couponId, userId, held] = [String(r.coupon_id), r.user_id, Number(r.held)];
       const perUserLimit = limits.get(couponId) as number;
       return {
@@ -451,7 +451,7 @@ export class AuditService {
     lo: bigint,
     hi: bigint,
     /** Coupon ids whose chunks read these redemptions already: left out. */
-    readWith?: { min: bigint; max: bigint },
+    readWith: { min: bigint; max: bigint } | null = null,
   ): Promise<(OrphanRedemptionFinding | RedemptionDiscountFinding)[]> {
     const skip = readWith ? 'AND NOT (r.user_coupon_id BETWEEN ? AND ?)' : '';
     const rows: {

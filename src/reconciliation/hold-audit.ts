@@ -99,6 +99,9 @@ export type OrderRowFinding = OrderRowMissingFinding | OrderNotRefundedFinding;
 
 export type HoldFinding = LockedWithoutHoldFinding | HoldWithoutLockedFinding | HoldLockUntilFinding;
 
+/** The ids a GROUP_CONCAT listed (none for NULL, which it gives for no row). */
+export const idList = (list: string | null): string[] => (list === null ? [] : String(list).split(','));
+
 /** The status the coupon `uc`'s state log ends in. */
 const LAST_LOGGED = `(SELECT l.to_status FROM user_coupon_state_log l WHERE l.user_coupon_id = uc.id ORDER BY l.id DESC LIMIT 1)`;
 
@@ -271,7 +274,7 @@ async function discountFindings(q: Queryable, orderNos: string[], lo: bigint, hi
     [orderNos, String(lo), String(hi)],
   );
   return sums.map((s): OrderDiscountFinding => {
-    const redemptionIds = String(s.ids).split(',');
+    const redemptionIds = idList(s.ids);
     return {
       type: 'ORDER_DISCOUNT_EXCEEDED',
       couponId: null,
@@ -365,8 +368,7 @@ async function notRefundedAudit(q: Queryable, orderNo: string, now: Date): Promi
     [orderNo, orderNo, now, orderNo],
   );
   if (Number(f.n) === 0) return [];
-  const ids = (list: string | null) => (list === null ? [] : String(list).split(','));
-  const [redemptionIds, holdIds] = [ids(f.redemptions), ids(f.holds)];
+  const [redemptionIds, holdIds] = [idList(f.redemptions), idList(f.holds)];
   const refundedAt = (f.at as Date).toISOString();
   const refundCount = Number(f.n);
   return [
@@ -375,7 +377,7 @@ async function notRefundedAudit(q: Queryable, orderNo: string, now: Date): Promi
       ...aboutOrder(orderNo),
       details: {
         orderNo,
-        refundIds: ids(f.ids),
+        refundIds: idList(f.ids),
         refundCount,
         refundedAt,
         redemptionIds,

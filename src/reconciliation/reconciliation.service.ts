@@ -444,7 +444,7 @@ export class ReconciliationService implements BeforeApplicationShutdown {
           await inSnapshot(cq, async () => {
             const chunk = await this.audits.redemptionChunk(cq, lo, hi);
             const findings = [
-              ...(await this.audits.redemptionFindings(cq, 'id', lo, hi, covered ?? undefined)),
+              ...(await this.audits.redemptionFindings(cq, 'id', lo, hi, covered)),
               ...(await orderChunk(cq, lo, hi, new Date())),
             ];
             return { ...chunk, findings };
