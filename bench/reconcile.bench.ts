@@ -2,11 +2,12 @@
 // fresh child process (so peak RSS is that run's alone) on a database of its own. Command and
 // reading of the figures: docs/reconciliation.md.
 import { execFileSync, spawn } from 'node:child_process';
-import { mkdirSync, writeFileSync } from 'node:fs';
+import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
 import { constants as perfConstants, PerformanceObserver } from 'node:perf_hooks';
 import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
+import type { INestApplication } from '@nestjs/common';
 import mysql from 'mysql2/promise';
 import { createApp } from '../src/app.factory.js';
 import { AppConfig, loadConfig } from '../src/config/app-config.js';
@@ -25,6 +26,9 @@ const { values: opt } = parseArgs({
     concurrency: { type: 'string', default: '1,2' },
     // Fewer for the largest sizes, where one run takes minutes.
     'settled-runs': { type: 'string', default: '3' },
+    // InnoDB's buffer pool for the whole benchmark (restored after): the server's default of
+    // 128 MiB makes every run disk-bound; a production server gives it a good part of its memory.
+    'buffer-pool-mib': { type: 'string' },
   },
 });
 const CONCURRENCY = (opt.concurrency ?? '').split(',').map((c) => Number.parseInt(c, 10));
@@ -68,6 +72,19 @@ interface SizeResult {
   tablesMiB: number;
   /** The machine's 1-minute load average when the settled full run started: other work on the 2 cores slows it. */
   loadAverageAtRun: number;
+  /** Every full run in order, the first one included, with what the disk and InnoDB did during it. */
+  runs: RunIo[];
+}
+
+interface RunIo {
+  seconds: number;
+  concurrency: number;
+  /** Read and written on the machine's disks by every process, MariaDB's included. */
+  diskReadMiB: number;
+  diskWrittenMiB: number;
+  /** Read and written by InnoDB alone: the disk's writes beyond these are someone else's. */
+  innodbReadMiB: number;
+  innodbWrittenMiB: number;
 }
 
 const MiB = (bytes: number) => Math.round((bytes / 1048576) * 10) / 10;
@@ -249,6 +266,50 @@ async function serverQuery<T>(config: AppConfig, sql: string, params: unknown[] 
 const poolReads = async (config: AppConfig) =>
   Number((await serverQuery<{ Value: string }>(config, `SHOW GLOBAL STATUS LIKE 'Innodb_buffer_pool_reads'`))[0].Value);
 
+/** Whole disks (not partitions) in /proc/diskstats: sectors read are field 6, written field 10. */
+const WHOLE_DISK = /^(?:[shv]d[a-z]+|xvd[a-z]+|nvme\d+n\d+)$/;
+
+async function ioCounters(config: AppConfig): Promise<Omit<RunIo, 'seconds' | 'concurrency'>> {
+  let sectorsRead = 0;
+  let sectorsWritten = 0;
+  for (const line of readFileSync('/proc/diskstats', 'utf8').split('\n')) {
+    const f = line.trim().split(/\s+/);
+    if (!WHOLE_DISK.test(f[2] ?? '')) continue;
+    sectorsRead += Number(f[5]);
+    sectorsWritten += Number(f[9]);
+  }
+  const innodb = Object.fromEntries(
+    (
+      await serverQuery<{ Variable_name: string; Value: string }>(
+        config,
+        `SHOW GLOBAL STATUS WHERE Variable_name IN ('Innodb_data_read', 'Innodb_data_written')`,
+      )
+    ).map((r) => [r.Variable_name, Number(r.Value)]),
+  );
+  return {
+    diskReadMiB: (sectorsRead * 512) / 1048576,
+    diskWrittenMiB: (sectorsWritten * 512) / 1048576,
+    innodbReadMiB: innodb.Innodb_data_read / 1048576,
+    innodbWrittenMiB: innodb.Innodb_data_written / 1048576,
+  };
+}
+
+/** A full run measured with the disk's and InnoDB's reads and writes during it. */
+async function timedRun(config: AppConfig, app: INestApplication, runs: RunIo[]) {
+  const before = await ioCounters(config);
+  const run = await measured(() => app.get(ReconciliationService).runNow('FULL', 'bench'));
+  const after = await ioCounters(config);
+  runs.push({
+    seconds: round(run.seconds),
+    concurrency: app.get(AppConfig).RECONCILE_CONCURRENCY,
+    diskReadMiB: Math.round(after.diskReadMiB - before.diskReadMiB),
+    diskWrittenMiB: Math.round(after.diskWrittenMiB - before.diskWrittenMiB),
+    innodbReadMiB: Math.round(after.innodbReadMiB - before.innodbReadMiB),
+    innodbWrittenMiB: Math.round(after.innodbWrittenMiB - before.innodbWrittenMiB),
+  });
+  return run;
+}
+
 async function tablesMiB(config: AppConfig): Promise<number> {
   const [row] = await serverQuery<{ bytes: string }>(
     config,
@@ -301,7 +362,8 @@ async function child(n: number): Promise<SizeResult> {
     const service = app.get(ReconciliationService);
     global.gc?.();
     const rssBefore = process.memoryUsage.rss();
-    const first = await measured(() => service.runNow('FULL', 'bench'));
+    const runs: RunIo[] = [];
+    const first = await timedRun(config, app, runs);
     if (first.value.status !== 'COMPLETED') throw new Error(`run failed: ${first.value.error}`);
     if (first.value.discrepancies !== gen.value.injected)
       throw new Error(`found ${first.value.discrepancies} discrepancies, injected ${gen.value.injected}`);
@@ -314,7 +376,7 @@ async function child(n: number): Promise<SizeResult> {
     for (let i = 0; i < SETTLED_RUNS; i++) {
       for (const concurrency of i % 2 === 0 ? CONCURRENCY : [...CONCURRENCY].reverse()) {
         appConfig.RECONCILE_CONCURRENCY = concurrency;
-        settled.push({ ...(await measured(() => service.runNow('FULL', 'bench'))), concurrency });
+        settled.push({ ...(await timedRun(config, app, runs)), concurrency });
       }
     }
     const fastest = (runs: typeof settled) => runs.reduce((a, b) => (b.seconds < a.seconds ? b : a));
@@ -352,6 +414,7 @@ async function child(n: number): Promise<SizeResult> {
       bufferPoolReadsDuringRun,
       tablesMiB: await tablesMiB(config),
       loadAverageAtRun,
+      runs,
     };
   } finally {
     await app.close();
@@ -396,11 +459,31 @@ async function parent(): Promise<void> {
     console.error('--sizes takes a comma-separated list of user coupon counts (100 to 10,000,000)');
     process.exit(2);
   }
+  const poolMiB = opt['buffer-pool-mib'] === undefined ? undefined : Number(opt['buffer-pool-mib']);
+  if (poolMiB !== undefined && !(Number.isInteger(poolMiB) && poolMiB >= 128)) {
+    console.error('--buffer-pool-mib takes a whole number of MiB, 128 or more');
+    process.exit(2);
+  }
+  const [{ bufferPool: poolBefore }] = await serverQuery<{ bufferPool: string }>(
+    benchConfig(),
+    `SELECT @@innodb_buffer_pool_size AS bufferPool`,
+  );
+  const setPool = (bytes: number) => serverQuery(benchConfig(), `SET GLOBAL innodb_buffer_pool_size = ?`, [bytes]);
   const results: SizeResult[] = [];
-  for (const n of sizes) {
-    console.error(`reconcile bench: generating and auditing ${n.toLocaleString('en')} user coupons...`);
-    results.push(await runChild(n));
-    console.error(JSON.stringify(results.at(-1)));
+  let server: { version: string; bufferPool: string };
+  try {
+    if (poolMiB !== undefined) await setPool(poolMiB * 1048576);
+    [server] = await serverQuery<{ version: string; bufferPool: string }>(
+      benchConfig(),
+      `SELECT VERSION() AS version, @@innodb_buffer_pool_size AS bufferPool`,
+    );
+    for (const n of sizes) {
+      console.error(`reconcile bench: generating and auditing ${n.toLocaleString('en')} user coupons...`);
+      results.push(await runChild(n));
+      console.error(JSON.stringify(results.at(-1)));
+    }
+  } finally {
+    if (poolMiB !== undefined) await setPool(Number(poolBefore));
   }
   const base = results[0];
   const growth = results.map((r) => ({
@@ -408,10 +491,6 @@ async function parent(): Promise<void> {
     sizeRatio: round(r.userCoupons / base.userCoupons),
     durationRatio: round(r.fullRunSeconds / base.fullRunSeconds),
   }));
-  const [server] = await serverQuery<{ version: string; bufferPool: string }>(
-    benchConfig(),
-    `SELECT VERSION() AS version, @@innodb_buffer_pool_size AS bufferPool`,
-  );
   const machine = {
     cpus: `${os.cpus().length} x ${os.cpus()[0]?.model ?? 'unknown'}`,
     memoryGiB: Math.round(os.totalmem() / 2 ** 30),
@@ -490,6 +569,34 @@ function toMarkdown(r: {
         x.bufferPoolReadsDuringRun,
         x.loadAverageAtRun,
       ]),
+    ),
+    '',
+    'Each full run in order (the first one right after the bulk load), with what the disk (every process) and InnoDB read and wrote during it:',
+    '',
+    row([
+      'user coupons',
+      'run',
+      'RECONCILE_CONCURRENCY',
+      'seconds',
+      'disk read (MiB)',
+      'disk written (MiB)',
+      'InnoDB read (MiB)',
+      'InnoDB written (MiB)',
+    ]),
+    row(Array(8).fill('---')),
+    ...r.results.flatMap((x) =>
+      x.runs.map((run, i) =>
+        row([
+          x.userCoupons.toLocaleString('en'),
+          i === 0 ? 'first' : i,
+          run.concurrency,
+          run.seconds,
+          run.diskReadMiB,
+          run.diskWrittenMiB,
+          run.innodbReadMiB,
+          run.innodbWrittenMiB,
+        ]),
+      ),
     ),
     '',
     `Growth of the full run against the first size: ${r.growth
