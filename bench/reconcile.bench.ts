@@ -48,8 +48,10 @@ interface SizeResult {
   holds: number;
   refunds: number;
   generateSeconds: number;
-  /** The first full run, right after the bulk load, while InnoDB is still writing the load back. */
+  /** The first full run, right after the bulk load, while InnoDB still purges it. */
   firstFullRunSeconds: number;
+  /** How long purge took to catch up with the load after the first run, before the settled runs. */
+  purgeWaitSeconds: number;
   /** The fastest of the full runs on the settled database: what a nightly run costs. */
   fullRunSeconds: number;
   settledRunSeconds: number[];
@@ -79,6 +81,8 @@ interface SizeResult {
 interface RunIo {
   seconds: number;
   concurrency: number;
+  /** InnoDB's history list length when the run started: purge still to do, competing with the run. */
+  historyAtStart: number;
   /** Read and written on the machine's disks by every process, MariaDB's included. */
   diskReadMiB: number;
   diskWrittenMiB: number;
@@ -266,10 +270,30 @@ async function serverQuery<T>(config: AppConfig, sql: string, params: unknown[] 
 const poolReads = async (config: AppConfig) =>
   Number((await serverQuery<{ Value: string }>(config, `SHOW GLOBAL STATUS LIKE 'Innodb_buffer_pool_reads'`))[0].Value);
 
+const AUDITED_TABLES = ['coupon_stock', 'user_coupon', 'user_coupon_state_log', 'redemption', 'redemption_hold', 'refund', 'coupon_order'];
+
+/**
+ * Undo logs InnoDB has yet to purge. MariaDB purges inserts too (it resets each new row's
+ * DB_TRX_ID), so after a bulk load purge reads and writes every page the load wrote, in the
+ * background, for minutes.
+ */
+const historyLength = async (config: AppConfig) =>
+  Number((await serverQuery<{ Value: string }>(config, `SHOW GLOBAL STATUS LIKE 'Innodb_history_list_length'`))[0].Value);
+
+/** Waits until purge has caught up with the load; answers the seconds waited. */
+async function purged(config: AppConfig): Promise<number> {
+  const start = Date.now();
+  while ((await historyLength(config)) > 0) {
+    if (Date.now() - start > 30 * 60_000) throw new Error('InnoDB purge still behind after 30 minutes');
+    await new Promise((r) => setTimeout(r, 1000));
+  }
+  return round((Date.now() - start) / 1000);
+}
+
 /** Whole disks (not partitions) in /proc/diskstats: sectors read are field 6, written field 10. */
 const WHOLE_DISK = /^(?:[shv]d[a-z]+|xvd[a-z]+|nvme\d+n\d+)$/;
 
-async function ioCounters(config: AppConfig): Promise<Omit<RunIo, 'seconds' | 'concurrency'>> {
+async function ioCounters(config: AppConfig): Promise<Omit<RunIo, 'seconds' | 'concurrency' | 'historyAtStart'>> {
   let sectorsRead = 0;
   let sectorsWritten = 0;
   for (const line of readFileSync('/proc/diskstats', 'utf8').split('\n')) {
@@ -296,12 +320,13 @@ async function ioCounters(config: AppConfig): Promise<Omit<RunIo, 'seconds' | 'c
 
 /** A full run measured with the disk's and InnoDB's reads and writes during it. */
 async function timedRun(config: AppConfig, app: INestApplication, runs: RunIo[]) {
-  const before = await ioCounters(config);
+  const [before, historyAtStart] = [await ioCounters(config), await historyLength(config)];
   const run = await measured(() => app.get(ReconciliationService).runNow('FULL', 'bench'));
   const after = await ioCounters(config);
   runs.push({
     seconds: round(run.seconds),
     concurrency: app.get(AppConfig).RECONCILE_CONCURRENCY,
+    historyAtStart,
     diskReadMiB: Math.round(after.diskReadMiB - before.diskReadMiB),
     diskWrittenMiB: Math.round(after.diskWrittenMiB - before.diskWrittenMiB),
     innodbReadMiB: Math.round(after.innodbReadMiB - before.innodbReadMiB),
@@ -313,8 +338,8 @@ async function timedRun(config: AppConfig, app: INestApplication, runs: RunIo[])
 async function tablesMiB(config: AppConfig): Promise<number> {
   const [row] = await serverQuery<{ bytes: string }>(
     config,
-    `SELECT SUM(data_length + index_length) AS bytes FROM information_schema.tables WHERE table_schema = ? AND table_name IN ('coupon_stock', 'user_coupon', 'user_coupon_state_log', 'redemption', 'redemption_hold', 'refund', 'coupon_order')`,
-    [config.DB_NAME],
+    `SELECT SUM(data_length + index_length) AS bytes FROM information_schema.tables WHERE table_schema = ? AND table_name IN (?)`,
+    [config.DB_NAME, AUDITED_TABLES],
   );
   return MiB(Number(row.bytes));
 }
@@ -368,7 +393,9 @@ async function child(n: number): Promise<SizeResult> {
     if (first.value.discrepancies !== gen.value.injected)
       throw new Error(`found ${first.value.discrepancies} discrepancies, injected ${gen.value.injected}`);
     // Its findings are still open, so the next runs do the same reading and record nothing new.
-    // The fastest of SETTLED_RUNS is the cost least disturbed by whatever else the machine runs.
+    // Settled: purge has caught up with the load, as it has long before a nightly run. The fastest
+    // of SETTLED_RUNS is the cost least disturbed by whatever else the machine runs.
+    const purgeWaitSeconds = await purged(config);
     const loadAverageAtRun = round(os.loadavg()[0]);
     const readsBefore = await poolReads(config);
     const settled: (Awaited<ReturnType<typeof measured<RunView>>> & { concurrency: number })[] = [];
@@ -398,6 +425,7 @@ async function child(n: number): Promise<SizeResult> {
       refunds: gen.value.refunds,
       generateSeconds: round(gen.seconds),
       firstFullRunSeconds: round(first.seconds),
+      purgeWaitSeconds,
       fullRunSeconds: round(full.seconds),
       settledRunSeconds: settled.map((r) => round(r.seconds)),
       fullRunSecondsByConcurrency,
@@ -582,8 +610,9 @@ function toMarkdown(r: {
       'disk written (MiB)',
       'InnoDB read (MiB)',
       'InnoDB written (MiB)',
+      'InnoDB history list at start',
     ]),
-    row(Array(8).fill('---')),
+    row(Array(9).fill('---')),
     ...r.results.flatMap((x) =>
       x.runs.map((run, i) =>
         row([
@@ -595,6 +624,7 @@ function toMarkdown(r: {
           run.diskWrittenMiB,
           run.innodbReadMiB,
           run.innodbWrittenMiB,
+          run.historyAtStart.toLocaleString('en'),
         ]),
       ),
     ),
@@ -604,7 +634,7 @@ function toMarkdown(r: {
       .map((g) => `${g.sizeRatio}x the user coupons took ${g.durationRatio}x the time`)
       .join('; ')}.`,
     '',
-    `Full run: the fastest of ${SETTLED_RUNS} full runs at the configured RECONCILE_CONCURRENCY on the settled database (a nightly run); each --concurrency value got ${SETTLED_RUNS} runs too, alternating with the others; the fastest is the least disturbed by other work on the machine (load average column). The first run, right after the bulk load, competes with InnoDB writing the load back.`,
+    `Full run: the fastest of ${SETTLED_RUNS} full runs at the configured RECONCILE_CONCURRENCY on the settled database (a nightly run); each --concurrency value got ${SETTLED_RUNS} runs too, alternating with the others; the fastest is the least disturbed by other work on the machine (load average column). The first run starts right after the bulk load, while InnoDB still purges it (MariaDB purges inserts too, resetting each new row's transaction id, so purge reads and writes the pages the load wrote: history list at start, below); the settled runs start once purge has caught up (${r.results.map((x) => `${x.purgeWaitSeconds} s after the first run at ${x.userCoupons.toLocaleString('en')}`).join(', ')}).`,
     'Peak RSS is the whole benchmark process: the Nest app, its pools, and the run. Peak heap counts garbage not yet collected; the heap right after a full GC is what the run keeps alive.',
     '',
   ].join('\n');
