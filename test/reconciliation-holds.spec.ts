@@ -712,7 +712,14 @@ describe('reconciliation of holds and orders', () => {
     const res = await decide(found[0].id);
     expect([res.status, res.body.result]).toEqual([
       200,
-      { done: 'MARK_ORDER_REFUNDED', orderNo, refundIds: [refundId], redemptionIds: [late.id], releasedHoldIds: [hold.holdId] },
+      {
+        done: 'MARK_ORDER_REFUNDED',
+        orderNo,
+        refundIds: [refundId],
+        redemptionIds: [late.id],
+        releasedHoldIds: [hold.holdId],
+        unreleasedHoldIds: [],
+      },
     ]);
     expect(await orderRow(orderNo)).toMatchObject({ refunded: 1 });
     // The redemption is left for the operator (money already taken off); the hold is released, as a refund releases it.
@@ -749,6 +756,38 @@ describe('reconciliation of holds and orders', () => {
       await sql(`UPDATE refund SET id = ? WHERE id = ?`, [refundIds[1], far]);
       await sql(`UPDATE coupon_order SET refunded = 1 WHERE order_no = ?`, [orderNo]);
     }
+    expect(await findings()).toEqual([]);
+  });
+
+  it('MARK_ORDER_REFUNDED releases the holds whose coupon is LOCKED and names those it leaves ACTIVE (their coupon moved on)', async () => {
+    const { orderNo } = await refundedOrder('unrefunded-gap');
+    await unrefund(orderNo);
+    const live = await held('unrefunded-gap', orderNo, stackable);
+    const gap = await held('unrefunded-gap', orderNo, stackable);
+    // The gap's coupon went back to UNUSED (logged) but its hold stayed ACTIVE: a HOLD_WITHOUT_LOCKED of its own.
+    await sql(`UPDATE user_coupon SET status = 'UNUSED' WHERE id = ?`, [gap.ucId]);
+    await sql(
+      `INSERT INTO user_coupon_state_log (user_coupon_id, from_status, to_status, tx_id, reason, created_at) VALUES (?, 'LOCKED', 'UNUSED', 'test', 'test', NOW(3))`,
+      [gap.ucId],
+    );
+    const found = await findings();
+    expect(found.map((p) => [p.discrepancy.type, p.action]).sort()).toEqual(
+      [
+        ['HOLD_WITHOUT_LOCKED', 'CLOSE_HOLD'],
+        ['ORDER_NOT_REFUNDED', 'MARK_ORDER_REFUNDED'],
+      ].sort(),
+    );
+    const mark = found.find((p) => p.action === 'MARK_ORDER_REFUNDED')!;
+    // The explanation counts the hold the approval releases, not the one it leaves.
+    expect([mark.discrepancy.details.holdIds, (mark.discrepancy.details.explanationParts as unknown[]).at(-1)]).toEqual([
+      [live.holdId],
+      { key: 'HOLDS_RELEASED_WITH_MARK', params: { holdCount: 1 } },
+    ]);
+    const res = await decide(mark.id);
+    expect([res.status, res.body.result.releasedHoldIds, res.body.result.unreleasedHoldIds]).toEqual([200, [live.holdId], [gap.holdId]]);
+    expect(await one(`SELECT status FROM redemption_hold WHERE id = ?`, [live.holdId])).toEqual({ status: 'RELEASED' });
+    expect(await one(`SELECT status FROM redemption_hold WHERE id = ?`, [gap.holdId])).toEqual({ status: 'ACTIVE' });
+    expect((await decide(found.find((p) => p.action === 'CLOSE_HOLD')!.id)).status).toBe(200);
     expect(await findings()).toEqual([]);
   });
 

@@ -340,7 +340,8 @@ export class CompensationService {
   /**
    * The order marked refunded, and its live holds released, as its refund did. Its redemptions since
    * the refund are left: money already taken off, which the operator decides about; the result names
-   * them as read now.
+   * them as read now, and the holds left ACTIVE because their coupon is not LOCKED (each its own
+   * HOLD_WITHOUT_LOCKED).
    */
   private async markOrderRefunded(
     em: EntityManager,
@@ -350,9 +351,16 @@ export class CompensationService {
     const again = await this.orderAuditedAgain(em, 'MARK_ORDER_REFUNDED', p);
     // Deleted by another node of a cluster since (its stripe lock is local to that node).
     if (!(await setOrderRefunded(em, p.orderNo))) throw changedSinceRun(`The row of order ${p.orderNo}`, { orderNo: p.orderNo });
-    const releasedHoldIds = await releaseHoldsOfRefundedOrder(em, this.stateMachine, p.orderNo, `compensation ${comp.id}`);
+    const holds = await releaseHoldsOfRefundedOrder(em, this.stateMachine, p.orderNo, `compensation ${comp.id}`);
     const { refundIds, redemptionIds } = (again as OrderNotRefundedFinding).details;
-    return { done: 'MARK_ORDER_REFUNDED', orderNo: p.orderNo, refundIds, redemptionIds, releasedHoldIds };
+    return {
+      done: 'MARK_ORDER_REFUNDED',
+      orderNo: p.orderNo,
+      refundIds,
+      redemptionIds,
+      releasedHoldIds: holds.released,
+      unreleasedHoldIds: holds.left,
+    };
   }
 
   private async repair(em: EntityManager, comp: Compensation, p: RepairParams): Promise<Record<string, unknown>> {

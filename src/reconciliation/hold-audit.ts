@@ -354,7 +354,8 @@ const REFUND_IDS_SHOWN = 10;
  * ORDER_NOT_REFUNDED for an order whose row says not refunded, when a refund names it; with the
  * coupons it took in redemptions from its first refund on, which a refunded order would have refused
  * (the operator must know of them), and the coupons still held for it (approval releases them, as a
- * refund does). Reads the (order_no, ...) keys of the three tables.
+ * refund does; a hold whose coupon is not LOCKED is a HOLD_WITHOUT_LOCKED of its own, left to that).
+ * Reads the (order_no, ...) keys of the three tables.
  */
 async function notRefundedAudit(q: Queryable, orderNo: string, now: Date): Promise<OrderNotRefundedFinding[]> {
   const [f]: { n: string; at: Date | null; ids: string | null; redemptions: string | null; holds: string | null }[] = await q.query(
@@ -362,6 +363,7 @@ async function notRefundedAudit(q: Queryable, orderNo: string, now: Date): Promi
             (SELECT GROUP_CONCAT(r.id ORDER BY r.id) FROM redemption r
              WHERE r.order_no = ? AND BINARY r.status = 'USED' AND r.used_at >= f.at) AS redemptions,
             (SELECT GROUP_CONCAT(h.id ORDER BY h.id) FROM redemption_hold h
+             JOIN user_coupon uc ON uc.id = h.user_coupon_id AND BINARY uc.status = 'LOCKED'
              WHERE h.order_no = ? AND BINARY h.status = 'ACTIVE' AND h.expires_at > ?) AS holds
      FROM (SELECT COUNT(*) AS n, MIN(created_at) AS at, SUBSTRING_INDEX(GROUP_CONCAT(id ORDER BY id), ',', ${REFUND_IDS_SHOWN}) AS ids
            FROM refund WHERE order_no = ?) f`,

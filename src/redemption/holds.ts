@@ -49,25 +49,31 @@ export async function releaseHold(
  * for reconciliation marking an order refunded as its refund did (`cause` says which). The caller
  * holds the order's lock; each coupon is locked before its hold, as a release does. A hold whose
  * coupon is not LOCKED (a gap reconciliation reports as HOLD_WITHOUT_LOCKED, for an admin to settle)
- * is left alone: the refund must not fail over another coupon's state. Answers the holds released.
+ * is left ACTIVE: the refund must not fail over another coupon's state. Answers the holds released
+ * and those left.
  */
 export async function releaseHoldsOfRefundedOrder(
   em: EntityManager,
   stateMachine: StateMachineService,
   orderNo: string,
   cause: string,
-): Promise<string[]> {
+): Promise<{ released: string[]; left: string[] }> {
   const released: string[] = [];
+  const left: string[] = [];
   for (const { userCouponId } of await em.findBy(Hold, { orderNo, status: 'ACTIVE' })) {
     const uc = await lockUserCoupon(em, userCouponId, 'exclusive');
     const now = new Date();
-    const hold = uc && (await findHold(em, orderNo, uc.id, true));
-    if (!uc || uc.status !== 'LOCKED' || hold?.status !== 'ACTIVE') continue;
+    const hold = await findHold(em, orderNo, userCouponId, true);
+    if (hold?.status !== 'ACTIVE') continue; // settled since it was listed
+    if (uc?.status !== 'LOCKED') {
+      left.push(String(hold.id));
+      continue;
+    }
     const reason = effectiveHold(hold, now).status === 'RELEASED' ? 'TIMEOUT' : 'CANCELLED';
     await releaseHold(em, stateMachine, uc, hold, reason, now, `order refunded: ${cause}`);
     released.push(String(hold.id));
   }
-  return released;
+  return { released, left };
 }
 
 /** How reconciliation closes an ACTIVE hold. */
