@@ -759,7 +759,7 @@ describe('reconciliation of holds and orders', () => {
     expect(await findings()).toEqual([]);
   });
 
-  it('MARK_ORDER_REFUNDED releases the holds whose coupon is LOCKED and names those it leaves ACTIVE (their coupon moved on)', async () => {
+  it('MARK_ORDER_REFUNDED releases the holds whose coupon is LOCKED and names those it leaves ACTIVE (their coupon moved on, or held for another order)', async () => {
     const { orderNo } = await refundedOrder('unrefunded-gap');
     await unrefund(orderNo);
     const live = await held('unrefunded-gap', orderNo, stackable);
@@ -770,11 +770,24 @@ describe('reconciliation of holds and orders', () => {
       `INSERT INTO user_coupon_state_log (user_coupon_id, from_status, to_status, tx_id, reason, created_at) VALUES (?, 'LOCKED', 'UNUSED', 'test', 'test', NOW(3))`,
       [gap.ucId],
     );
+    // Another order's live hold, and a second ACTIVE hold of its coupon naming this order: the
+    // coupon's lock is the other order's, which the mark must not take.
+    const other = await held('unrefunded-gap');
+    await sql(
+      `INSERT INTO redemption_hold (user_coupon_id, order_no, user_id, order_amount_cents, discount_cents, status, expires_at, created_at)
+       SELECT id, ?, user_id, 20000, 1000, 'ACTIVE', locked_until, NOW(3) FROM user_coupon WHERE id = ?`,
+      [orderNo, other.ucId],
+    );
+    const { id: dupId } = await one<{ id: string }>(`SELECT id FROM redemption_hold WHERE order_no = ? AND user_coupon_id = ?`, [
+      orderNo,
+      other.ucId,
+    ]);
     const found = await findings();
-    expect(found.map((p) => [p.discrepancy.type, p.action]).sort()).toEqual(
+    expect(found.map((p) => [p.discrepancy.type, p.action, p.params.holdId ?? null]).sort()).toEqual(
       [
-        ['HOLD_WITHOUT_LOCKED', 'CLOSE_HOLD'],
-        ['ORDER_NOT_REFUNDED', 'MARK_ORDER_REFUNDED'],
+        ['HOLD_WITHOUT_LOCKED', 'CLOSE_HOLD', gap.holdId],
+        ['HOLD_WITHOUT_LOCKED', 'CLOSE_HOLD', String(dupId)],
+        ['ORDER_NOT_REFUNDED', 'MARK_ORDER_REFUNDED', null],
       ].sort(),
     );
     const mark = found.find((p) => p.action === 'MARK_ORDER_REFUNDED')!;
@@ -784,10 +797,18 @@ describe('reconciliation of holds and orders', () => {
       { key: 'HOLDS_RELEASED_WITH_MARK', params: { holdCount: 1 } },
     ]);
     const res = await decide(mark.id);
-    expect([res.status, res.body.result.releasedHoldIds, res.body.result.unreleasedHoldIds]).toEqual([200, [live.holdId], [gap.holdId]]);
+    expect([res.status, res.body.result.releasedHoldIds, res.body.result.unreleasedHoldIds]).toEqual([
+      200,
+      [live.holdId],
+      [gap.holdId, String(dupId)],
+    ]);
     expect(await one(`SELECT status FROM redemption_hold WHERE id = ?`, [live.holdId])).toEqual({ status: 'RELEASED' });
-    expect(await one(`SELECT status FROM redemption_hold WHERE id = ?`, [gap.holdId])).toEqual({ status: 'ACTIVE' });
-    expect((await decide(found.find((p) => p.action === 'CLOSE_HOLD')!.id)).status).toBe(200);
+    expect(await one(`SELECT status FROM user_coupon WHERE id = ?`, [live.ucId])).toEqual({ status: 'UNUSED' });
+    for (const id of [gap.holdId, dupId, other.holdId])
+      expect(await one(`SELECT status FROM redemption_hold WHERE id = ?`, [id])).toEqual({ status: 'ACTIVE' });
+    expect(await one(`SELECT status FROM user_coupon WHERE id = ?`, [other.ucId])).toEqual({ status: 'LOCKED' });
+    for (const p of found.filter((p) => p.action === 'CLOSE_HOLD')) expect((await decide(p.id)).status).toBe(200);
+    expect(await one(`SELECT status FROM redemption_hold WHERE id = ?`, [other.holdId])).toEqual({ status: 'ACTIVE' });
     expect(await findings()).toEqual([]);
   });
 

@@ -354,7 +354,9 @@ const REFUND_IDS_SHOWN = 10;
  * ORDER_NOT_REFUNDED for an order whose row says not refunded, when a refund names it; with the
  * coupons it took in redemptions from its first refund on, which a refunded order would have refused
  * (the operator must know of them), and the coupons still held for it (approval releases them, as a
- * refund does; a hold whose coupon is not LOCKED is a HOLD_WITHOUT_LOCKED of its own, left to that).
+ * refund does; a hold whose coupon is not LOCKED, or is held by another ACTIVE hold too, is a
+ * HOLD_WITHOUT_LOCKED of its own, left to that). Timed-out holds are not counted: to every reader
+ * they are released already (approval stores them so, as TIMEOUT).
  * Reads the (order_no, ...) keys of the three tables.
  */
 async function notRefundedAudit(q: Queryable, orderNo: string, now: Date): Promise<OrderNotRefundedFinding[]> {
@@ -364,7 +366,9 @@ async function notRefundedAudit(q: Queryable, orderNo: string, now: Date): Promi
              WHERE r.order_no = ? AND BINARY r.status = 'USED' AND r.used_at >= f.at) AS redemptions,
             (SELECT GROUP_CONCAT(h.id ORDER BY h.id) FROM redemption_hold h
              JOIN user_coupon uc ON uc.id = h.user_coupon_id AND BINARY uc.status = 'LOCKED'
-             WHERE h.order_no = ? AND BINARY h.status = 'ACTIVE' AND h.expires_at > ?) AS holds
+             WHERE h.order_no = ? AND BINARY h.status = 'ACTIVE' AND h.expires_at > ?
+               AND NOT EXISTS (SELECT 1 FROM redemption_hold o
+                               WHERE o.user_coupon_id = h.user_coupon_id AND o.status = 'ACTIVE' AND o.id <> h.id)) AS holds
      FROM (SELECT COUNT(*) AS n, MIN(created_at) AS at, SUBSTRING_INDEX(GROUP_CONCAT(id ORDER BY id), ',', ${REFUND_IDS_SHOWN}) AS ids
            FROM refund WHERE order_no = ?) f`,
     [orderNo, orderNo, now, orderNo],

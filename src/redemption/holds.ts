@@ -48,9 +48,10 @@ export async function releaseHold(
  * (hold CANCELLED, or TIMEOUT if its time had passed), not when the hold times out. For a refund, and
  * for reconciliation marking an order refunded as its refund did (`cause` says which). The caller
  * holds the order's lock; each coupon is locked before its hold, as a release does. A hold whose
- * coupon is not LOCKED (a gap reconciliation reports as HOLD_WITHOUT_LOCKED, for an admin to settle)
- * is left ACTIVE: the refund must not fail over another coupon's state. Answers the holds released
- * and those left.
+ * coupon is not LOCKED, or is held by another ACTIVE hold too (gaps reconciliation reports as
+ * HOLD_WITHOUT_LOCKED, deciding which hold the lock is, for an admin to settle), is left ACTIVE: the
+ * refund must not fail over another coupon's state, nor take another order's lock. Answers the
+ * holds released and those left.
  */
 export async function releaseHoldsOfRefundedOrder(
   em: EntityManager,
@@ -65,7 +66,7 @@ export async function releaseHoldsOfRefundedOrder(
     const now = new Date();
     const hold = await findHold(em, orderNo, userCouponId, true);
     if (hold?.status !== 'ACTIVE') continue; // settled since it was listed
-    if (uc?.status !== 'LOCKED') {
+    if (uc?.status !== 'LOCKED' || (await otherActiveHold(em, hold))) {
       left.push(String(hold.id));
       continue;
     }
@@ -74,6 +75,15 @@ export async function releaseHoldsOfRefundedOrder(
     released.push(String(hold.id));
   }
   return { released, left };
+}
+
+/** Whether another ACTIVE hold names the hold's coupon (invariant 6 broken); the caller holds the coupon's lock. */
+async function otherActiveHold(em: EntityManager, hold: Pick<Hold, 'id' | 'userCouponId'>): Promise<boolean> {
+  const rows: unknown[] = await em.query(
+    `SELECT id FROM redemption_hold WHERE user_coupon_id = ? AND status = 'ACTIVE' AND id <> ? LIMIT 1`,
+    [hold.userCouponId, hold.id],
+  );
+  return rows.length > 0;
 }
 
 /** How reconciliation closes an ACTIVE hold. */
