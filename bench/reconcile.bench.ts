@@ -29,6 +29,8 @@ const { values: opt } = parseArgs({
     // InnoDB's buffer pool for the whole benchmark (restored after): the server's default of
     // 128 MiB makes every run disk-bound; a production server gives it a good part of its memory.
     'buffer-pool-mib': { type: 'string' },
+    // Wait for InnoDB's purge of the load before the first run too (the control for the settled runs' wait).
+    'purge-first': { type: 'boolean', default: false },
   },
 });
 const CONCURRENCY = (opt.concurrency ?? '').split(',').map((c) => Number.parseInt(c, 10));
@@ -52,6 +54,8 @@ interface SizeResult {
   firstFullRunSeconds: number;
   /** How long purge took to catch up with the load after the first run, before the settled runs (null: not in 10 minutes). */
   purgeWaitSeconds: number | null;
+  /** With --purge-first: the wait for purge right after the load, and the disk's and InnoDB's I/O during it. */
+  purgeBeforeFirst: Omit<RunIo, 'concurrency' | 'historyAtStart'> | null;
   /** The fastest of the full runs on the settled database: what a nightly run costs. */
   fullRunSeconds: number;
   settledRunSeconds: number[];
@@ -323,6 +327,21 @@ async function ioCounters(config: AppConfig): Promise<Omit<RunIo, 'seconds' | 'c
   };
 }
 
+/** The wait for purge, measured as a run is. */
+async function purgeWatched(config: AppConfig): Promise<Omit<RunIo, 'concurrency' | 'historyAtStart'>> {
+  const before = await ioCounters(config);
+  const start = Date.now();
+  await purged(config);
+  const after = await ioCounters(config);
+  return {
+    seconds: round((Date.now() - start) / 1000),
+    diskReadMiB: Math.round(after.diskReadMiB - before.diskReadMiB),
+    diskWrittenMiB: Math.round(after.diskWrittenMiB - before.diskWrittenMiB),
+    innodbReadMiB: Math.round(after.innodbReadMiB - before.innodbReadMiB),
+    innodbWrittenMiB: Math.round(after.innodbWrittenMiB - before.innodbWrittenMiB),
+  };
+}
+
 /** A full run measured with the disk's and InnoDB's reads and writes during it. */
 async function timedRun(config: AppConfig, app: INestApplication, runs: RunIo[]) {
   const [before, historyAtStart] = [await ioCounters(config), await historyLength(config)];
@@ -393,6 +412,7 @@ async function child(n: number): Promise<SizeResult> {
     global.gc?.();
     const rssBefore = process.memoryUsage.rss();
     const runs: RunIo[] = [];
+    const purgeBeforeFirst = opt['purge-first'] ? await purgeWatched(config) : null;
     const first = await timedRun(config, app, runs);
     if (first.value.status !== 'COMPLETED') throw new Error(`run failed: ${first.value.error}`);
     if (first.value.discrepancies !== gen.value.injected)
@@ -431,6 +451,7 @@ async function child(n: number): Promise<SizeResult> {
       generateSeconds: round(gen.seconds),
       firstFullRunSeconds: round(first.seconds),
       purgeWaitSeconds,
+      purgeBeforeFirst,
       fullRunSeconds: round(full.seconds),
       settledRunSeconds: settled.map((r) => round(r.seconds)),
       fullRunSecondsByConcurrency,
@@ -471,6 +492,7 @@ function runChild(n: number): Promise<SizeResult> {
         '--settled-runs',
         String(SETTLED_RUNS),
         ...(opt['keep-db'] ? ['--keep-db'] : []),
+        ...(opt['purge-first'] ? ['--purge-first'] : []),
       ],
       {
         stdio: ['ignore', 'pipe', 'inherit'],
@@ -658,6 +680,12 @@ function toMarkdown(r: {
         ]),
       ),
     ),
+    ...r.results
+      .filter((x) => x.purgeBeforeFirst)
+      .map(
+        (x) =>
+          `\nWith --purge-first, at ${x.userCoupons.toLocaleString('en')}: the first run waited ${x.purgeBeforeFirst?.seconds} s after the load for purge, while the disk read ${x.purgeBeforeFirst?.diskReadMiB} MiB and wrote ${x.purgeBeforeFirst?.diskWrittenMiB} MiB (InnoDB's data files ${x.purgeBeforeFirst?.innodbReadMiB} / ${x.purgeBeforeFirst?.innodbWrittenMiB} MiB).`,
+      ),
     '',
     `Growth of the full run against the first size: ${r.growth
       .slice(1)
