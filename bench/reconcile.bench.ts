@@ -29,8 +29,6 @@ const { values: opt } = parseArgs({
     // InnoDB's buffer pool for the whole benchmark (restored after): the server's default of
     // 128 MiB makes every run disk-bound; a production server gives it a good part of its memory.
     'buffer-pool-mib': { type: 'string' },
-    // Wait for InnoDB's purge of the load before the first run too (the control for the settled runs' wait).
-    'purge-first': { type: 'boolean', default: false },
   },
 });
 const CONCURRENCY = (opt.concurrency ?? '').split(',').map((c) => Number.parseInt(c, 10));
@@ -50,12 +48,8 @@ interface SizeResult {
   holds: number;
   refunds: number;
   generateSeconds: number;
-  /** The first full run, right after the bulk load, while InnoDB still purges it. */
+  /** The first full run, right after the bulk load: slower, reading more pages (BENCHMARKS.md). */
   firstFullRunSeconds: number;
-  /** How long purge took to catch up with the load after the first run, before the settled runs (null: not in 10 minutes). */
-  purgeWaitSeconds: number | null;
-  /** With --purge-first: the wait for purge right after the load, and the disk's and InnoDB's I/O during it. */
-  purgeBeforeFirst: Omit<RunIo, 'concurrency' | 'historyAtStart'> | null;
   /** The fastest of the full runs on the settled database: what a nightly run costs. */
   fullRunSeconds: number;
   settledRunSeconds: number[];
@@ -85,8 +79,6 @@ interface SizeResult {
 interface RunIo {
   seconds: number;
   concurrency: number;
-  /** InnoDB's history list length when the run started: transactions not yet purged (see historyLength). */
-  historyAtStart: number;
   /** Read and written on the machine's disks by every process, MariaDB's included. */
   diskReadMiB: number;
   diskWrittenMiB: number;
@@ -276,33 +268,10 @@ const poolReads = async (config: AppConfig) =>
 
 const AUDITED_TABLES = ['coupon_stock', 'user_coupon', 'user_coupon_state_log', 'redemption', 'redemption_hold', 'refund', 'coupon_order'];
 
-/**
- * Transactions whose undo logs InnoDB has yet to purge (a count of transactions, not of rows: a
- * load of millions of rows in a few transactions shows a few). MariaDB purges inserts too (it
- * resets each inserted row's DB_TRX_ID), so after a bulk load purge visits the rows the load wrote,
- * in the background, for minutes.
- */
-const historyLength = async (config: AppConfig) =>
-  Number((await serverQuery<{ Value: string }>(config, `SHOW GLOBAL STATUS LIKE 'Innodb_history_list_length'`))[0].Value);
-
-/**
- * Waits until purge has caught up with the load (the history list empty once: the app's own
- * background writes add a transaction now and then); answers the seconds waited, or null when it
- * did not within 10 minutes (other work on the database server), and the runs go on regardless.
- */
-async function purged(config: AppConfig): Promise<number | null> {
-  const start = Date.now();
-  while ((await historyLength(config)) > 0) {
-    if (Date.now() - start > 10 * 60_000) return null;
-    await new Promise((r) => setTimeout(r, 200));
-  }
-  return round((Date.now() - start) / 1000);
-}
-
 /** Whole disks (not partitions) in /proc/diskstats: sectors read are field 6, written field 10. */
 const WHOLE_DISK = /^(?:[shv]d[a-z]+|xvd[a-z]+|nvme\d+n\d+)$/;
 
-async function ioCounters(config: AppConfig): Promise<Omit<RunIo, 'seconds' | 'concurrency' | 'historyAtStart'>> {
+async function ioCounters(config: AppConfig): Promise<Omit<RunIo, 'seconds' | 'concurrency'>> {
   let sectorsRead = 0;
   let sectorsWritten = 0;
   for (const line of readFileSync('/proc/diskstats', 'utf8').split('\n')) {
@@ -327,30 +296,14 @@ async function ioCounters(config: AppConfig): Promise<Omit<RunIo, 'seconds' | 'c
   };
 }
 
-/** The wait for purge, measured as a run is. */
-async function purgeWatched(config: AppConfig): Promise<Omit<RunIo, 'concurrency' | 'historyAtStart'>> {
-  const before = await ioCounters(config);
-  const start = Date.now();
-  await purged(config);
-  const after = await ioCounters(config);
-  return {
-    seconds: round((Date.now() - start) / 1000),
-    diskReadMiB: Math.round(after.diskReadMiB - before.diskReadMiB),
-    diskWrittenMiB: Math.round(after.diskWrittenMiB - before.diskWrittenMiB),
-    innodbReadMiB: Math.round(after.innodbReadMiB - before.innodbReadMiB),
-    innodbWrittenMiB: Math.round(after.innodbWrittenMiB - before.innodbWrittenMiB),
-  };
-}
-
 /** A full run measured with the disk's and InnoDB's reads and writes during it. */
 async function timedRun(config: AppConfig, app: INestApplication, runs: RunIo[]) {
-  const [before, historyAtStart] = [await ioCounters(config), await historyLength(config)];
+  const before = await ioCounters(config);
   const run = await measured(() => app.get(ReconciliationService).runNow('FULL', 'bench'));
   const after = await ioCounters(config);
   runs.push({
     seconds: round(run.seconds),
     concurrency: app.get(AppConfig).RECONCILE_CONCURRENCY,
-    historyAtStart,
     diskReadMiB: Math.round(after.diskReadMiB - before.diskReadMiB),
     diskWrittenMiB: Math.round(after.diskWrittenMiB - before.diskWrittenMiB),
     innodbReadMiB: Math.round(after.innodbReadMiB - before.innodbReadMiB),
@@ -412,15 +365,12 @@ async function child(n: number): Promise<SizeResult> {
     global.gc?.();
     const rssBefore = process.memoryUsage.rss();
     const runs: RunIo[] = [];
-    const purgeBeforeFirst = opt['purge-first'] ? await purgeWatched(config) : null;
     const first = await timedRun(config, app, runs);
     if (first.value.status !== 'COMPLETED') throw new Error(`run failed: ${first.value.error}`);
     if (first.value.discrepancies !== gen.value.injected)
       throw new Error(`found ${first.value.discrepancies} discrepancies, injected ${gen.value.injected}`);
     // Its findings are still open, so the next runs do the same reading and record nothing new.
-    // Settled: purge has caught up with the load, as it has long before a nightly run. The fastest
-    // of SETTLED_RUNS is the cost least disturbed by whatever else the machine runs.
-    const purgeWaitSeconds = await purged(config);
+    // The fastest of SETTLED_RUNS is the cost least disturbed by whatever else the machine runs.
     const loadAverageAtRun = round(os.loadavg()[0]);
     const readsBefore = await poolReads(config);
     const settled: (Awaited<ReturnType<typeof measured<RunView>>> & { concurrency: number })[] = [];
@@ -450,8 +400,6 @@ async function child(n: number): Promise<SizeResult> {
       refunds: gen.value.refunds,
       generateSeconds: round(gen.seconds),
       firstFullRunSeconds: round(first.seconds),
-      purgeWaitSeconds,
-      purgeBeforeFirst,
       fullRunSeconds: round(full.seconds),
       settledRunSeconds: settled.map((r) => round(r.seconds)),
       fullRunSecondsByConcurrency,
@@ -492,7 +440,6 @@ function runChild(n: number): Promise<SizeResult> {
         '--settled-runs',
         String(SETTLED_RUNS),
         ...(opt['keep-db'] ? ['--keep-db'] : []),
-        ...(opt['purge-first'] ? ['--purge-first'] : []),
       ],
       {
         stdio: ['ignore', 'pipe', 'inherit'],
@@ -662,9 +609,8 @@ function toMarkdown(r: {
       'disk written (MiB)',
       'InnoDB read (MiB)',
       'InnoDB written (MiB)',
-      'InnoDB history list at start (transactions not yet purged)',
     ]),
-    row(Array(9).fill('---')),
+    row(Array(8).fill('---')),
     ...r.results.flatMap((x) =>
       x.runs.map((run, i) =>
         row([
@@ -676,23 +622,16 @@ function toMarkdown(r: {
           run.diskWrittenMiB,
           run.innodbReadMiB,
           run.innodbWrittenMiB,
-          run.historyAtStart.toLocaleString('en'),
         ]),
       ),
     ),
-    ...r.results
-      .filter((x) => x.purgeBeforeFirst)
-      .map(
-        (x) =>
-          `\nWith --purge-first, at ${x.userCoupons.toLocaleString('en')}: the first run waited ${x.purgeBeforeFirst?.seconds} s after the load for purge, while the disk read ${x.purgeBeforeFirst?.diskReadMiB} MiB and wrote ${x.purgeBeforeFirst?.diskWrittenMiB} MiB (InnoDB's data files ${x.purgeBeforeFirst?.innodbReadMiB} / ${x.purgeBeforeFirst?.innodbWrittenMiB} MiB).`,
-      ),
     '',
     `Growth of the full run against the first size: ${r.growth
       .slice(1)
       .map((g) => `${g.sizeRatio}x the user coupons took ${g.durationRatio}x the time`)
       .join('; ')}.`,
     '',
-    `Full run: the fastest of ${SETTLED_RUNS} full runs at the configured RECONCILE_CONCURRENCY on the settled database (a nightly run); each --concurrency value got ${SETTLED_RUNS} runs too, alternating with the others; the fastest is the least disturbed by other work on the machine (load average column). The first run starts right after the bulk load, while InnoDB still purges it (MariaDB purges inserts too, resetting each new row's transaction id, so purge visits the rows the load wrote: history list at start, above); the settled runs start once purge has caught up (${r.results.map((x) => `${x.purgeWaitSeconds === null ? 'not within 10 minutes' : `${x.purgeWaitSeconds} s`} after the first run at ${x.userCoupons.toLocaleString('en')}`).join(', ')}).`,
+    `Full run: the fastest of ${SETTLED_RUNS} full runs at the configured RECONCILE_CONCURRENCY on the settled database (a nightly run); each --concurrency value got ${SETTLED_RUNS} runs too, alternating with the others; the fastest is the least disturbed by other work on the machine (load average column). The first run starts right after the bulk load; the runs in the minutes after a load read more pages than later ones (the I/O table), for a reason not found (BENCHMARKS.md).`,
     'Peak RSS is the whole benchmark process: the Nest app, its pools, and the run. Peak heap counts garbage not yet collected; the heap right after a full GC is what the run keeps alive.',
     '',
   ].join('\n');
