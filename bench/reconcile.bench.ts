@@ -85,6 +85,10 @@ interface RunIo {
   /** InnoDB's own data file reads and writes (its redo log and the file system's journal not included). */
   innodbReadMiB: number;
   innodbWrittenMiB: number;
+  /** Of InnoDB's reads, the pages its linear read-ahead fetched (16 KiB each). */
+  readAheadMiB: number;
+  /** Undo log pages InnoDB's purge processed (innodb_metrics purge_undo_log_pages, enabled for the benchmark). */
+  purgedUndoPages: number;
 }
 
 const MiB = (bytes: number) => Math.round((bytes / 1048576) * 10) / 10;
@@ -284,15 +288,21 @@ async function ioCounters(config: AppConfig): Promise<Omit<RunIo, 'seconds' | 'c
     (
       await serverQuery<{ Variable_name: string; Value: string }>(
         config,
-        `SHOW GLOBAL STATUS WHERE Variable_name IN ('Innodb_data_read', 'Innodb_data_written')`,
+        `SHOW GLOBAL STATUS WHERE Variable_name IN ('Innodb_data_read', 'Innodb_data_written', 'Innodb_buffer_pool_read_ahead')`,
       )
     ).map((r) => [r.Variable_name, Number(r.Value)]),
+  );
+  const [purge] = await serverQuery<{ count: string }>(
+    config,
+    `SELECT count FROM information_schema.innodb_metrics WHERE name = 'purge_undo_log_pages'`,
   );
   return {
     diskReadMiB: (sectorsRead * 512) / 1048576,
     diskWrittenMiB: (sectorsWritten * 512) / 1048576,
     innodbReadMiB: innodb.Innodb_data_read / 1048576,
     innodbWrittenMiB: innodb.Innodb_data_written / 1048576,
+    readAheadMiB: (innodb.Innodb_buffer_pool_read_ahead * 16384) / 1048576,
+    purgedUndoPages: Number(purge?.count ?? 0),
   };
 }
 
@@ -301,14 +311,10 @@ async function timedRun(config: AppConfig, app: INestApplication, runs: RunIo[])
   const before = await ioCounters(config);
   const run = await measured(() => app.get(ReconciliationService).runNow('FULL', 'bench'));
   const after = await ioCounters(config);
-  runs.push({
-    seconds: round(run.seconds),
-    concurrency: app.get(AppConfig).RECONCILE_CONCURRENCY,
-    diskReadMiB: Math.round(after.diskReadMiB - before.diskReadMiB),
-    diskWrittenMiB: Math.round(after.diskWrittenMiB - before.diskWrittenMiB),
-    innodbReadMiB: Math.round(after.innodbReadMiB - before.innodbReadMiB),
-    innodbWrittenMiB: Math.round(after.innodbWrittenMiB - before.innodbWrittenMiB),
-  });
+  const during = Object.fromEntries(
+    Object.entries(after).map(([k, v]) => [k, Math.round(v - before[k as keyof typeof before])]),
+  ) as typeof after;
+  runs.push({ seconds: round(run.seconds), concurrency: app.get(AppConfig).RECONCILE_CONCURRENCY, ...during });
   return run;
 }
 
@@ -470,19 +476,25 @@ async function parent(): Promise<void> {
     benchConfig(),
     `SELECT @@innodb_buffer_pool_size AS bufferPool`,
   );
-  const restorePool = async () => {
-    if (poolMiB === undefined) return;
+  const [{ off: purgeMetricsOff }] = await serverQuery<{ off: number }>(
+    benchConfig(),
+    `SELECT COUNT(*) AS off FROM information_schema.innodb_metrics WHERE name = 'purge_undo_log_pages' AND enabled = 0`,
+  );
+  /** The server's settings as they were: the buffer pool, and the purge counters' collection. */
+  const restoreServer = async () => {
     try {
-      await setPool(Number(poolBefore));
+      if (Number(purgeMetricsOff)) await serverQuery(benchConfig(), `SET GLOBAL innodb_monitor_disable = 'module_purge'`);
+      if (poolMiB !== undefined) await setPool(Number(poolBefore));
     } catch (err) {
-      console.error(`could not set innodb_buffer_pool_size back to ${poolBefore}: ${String(err)}`);
+      console.error(`could not set the server back (innodb_buffer_pool_size ${poolBefore}, purge metrics): ${String(err)}`);
     }
   };
-  for (const signal of ['SIGINT', 'SIGTERM'] as const) process.once(signal, () => void restorePool().finally(() => process.exit(130)));
+  for (const signal of ['SIGINT', 'SIGTERM'] as const) process.once(signal, () => void restoreServer().finally(() => process.exit(130)));
   const results: SizeResult[] = [];
   let server: { version: string; bufferPool: string };
   try {
     if (poolMiB !== undefined) await setPool(poolMiB * 1048576);
+    await serverQuery(benchConfig(), `SET GLOBAL innodb_monitor_enable = 'module_purge'`);
     [server] = await serverQuery<{ version: string; bufferPool: string }>(
       benchConfig(),
       `SELECT VERSION() AS version, @@innodb_buffer_pool_size AS bufferPool`,
@@ -493,7 +505,7 @@ async function parent(): Promise<void> {
       console.error(JSON.stringify(results.at(-1)));
     }
   } finally {
-    await restorePool();
+    await restoreServer();
   }
   const base = results[0];
   const growth = results.map((r) => ({
@@ -609,8 +621,10 @@ function toMarkdown(r: {
       'disk written (MiB)',
       'InnoDB read (MiB)',
       'InnoDB written (MiB)',
+      'of which read ahead (MiB)',
+      'undo pages purged',
     ]),
-    row(Array(8).fill('---')),
+    row(Array(10).fill('---')),
     ...r.results.flatMap((x) =>
       x.runs.map((run, i) =>
         row([
@@ -622,6 +636,8 @@ function toMarkdown(r: {
           run.diskWrittenMiB,
           run.innodbReadMiB,
           run.innodbWrittenMiB,
+          run.readAheadMiB,
+          run.purgedUndoPages,
         ]),
       ),
     ),
