@@ -647,7 +647,7 @@ function toMarkdown(r: {
       .map((g) => `${g.sizeRatio}x the user coupons took ${g.durationRatio}x the time`)
       .join('; ')}.`,
     '',
-    `Full run: the fastest of ${SETTLED_RUNS} full runs at the configured RECONCILE_CONCURRENCY on the settled database (a nightly run); each --concurrency value got ${SETTLED_RUNS} runs too, alternating with the others; the fastest is the least disturbed by other work on the machine (load average column). The first run starts right after the bulk load; the runs in the minutes after a load read more pages than later ones (the I/O table), for a reason not found (BENCHMARKS.md).`,
+    `Full run: the fastest of ${SETTLED_RUNS} full runs at the configured RECONCILE_CONCURRENCY on the settled database (a nightly run); each --concurrency value got ${SETTLED_RUNS} runs too, alternating with the others; the fastest is the least disturbed by other work on the machine (load average column). The first run starts right after the bulk load; the runs in the minutes after a load read more pages than later ones while InnoDB's purge works through the load (undo pages purged, in the I/O table; BENCHMARKS.md).`,
     'Peak RSS is the whole benchmark process: the Nest app, its pools, and the run. Peak heap counts garbage not yet collected; the heap right after a full GC is what the run keeps alive.',
     '',
   ].join('\n');
