@@ -340,8 +340,8 @@ export class CompensationService {
   /**
    * The order marked refunded, and its live holds released, as its refund did. Its redemptions since
    * the refund are left: money already taken off, which the operator decides about; the result names
-   * them as read now, and the holds left ACTIVE because their coupon is not LOCKED (each its own
-   * HOLD_WITHOUT_LOCKED).
+   * them as read now, and the holds left ACTIVE because their coupon is not LOCKED for them alone
+   * (each its own HOLD_WITHOUT_LOCKED).
    */
   private async markOrderRefunded(
     em: EntityManager,
