@@ -29,6 +29,9 @@ const { values: opt } = parseArgs({
     // InnoDB's buffer pool for the whole benchmark (restored after): the server's default of
     // 128 MiB makes every run disk-bound; a production server gives it a good part of its memory.
     'buffer-pool-mib': { type: 'string' },
+    // Longest wait, after the first run, for InnoDB's purge of the load to go quiet before the
+    // settled runs (0: no wait).
+    'purge-wait-max-s': { type: 'string', default: '600' },
   },
 });
 const CONCURRENCY = (opt.concurrency ?? '').split(',').map((c) => Number.parseInt(c, 10));
@@ -39,6 +42,14 @@ const PER_COUPON = 1000;
 const SETTLED_RUNS = Number.parseInt(opt['settled-runs'] as string, 10);
 /** Faults injected per kind; the run must find exactly these. */
 const FAULTS = 5;
+const PURGE_WAIT_MAX_S = Number(opt['purge-wait-max-s']);
+/**
+ * Purge is quiet below this many undo pages a second over PURGE_QUIET_WINDOW_S. It never stops: the
+ * service's background writes give it work. The settled runs of 2026-12-07 18:38 saw 4 a second,
+ * the two runs in the minutes after the load 38 and 56.
+ */
+const PURGE_QUIET_PAGES_PER_S = 10;
+const PURGE_QUIET_WINDOW_S = 10;
 
 interface SizeResult {
   userCoupons: number;
@@ -74,6 +85,15 @@ interface SizeResult {
   loadAverageAtRun: number;
   /** Every full run in order, the first one included, with what the disk and InnoDB did during it. */
   runs: RunIo[];
+  /** The wait between the first run and the settled ones for InnoDB's purge to go quiet. */
+  purgeWait: PurgeWait;
+}
+
+interface PurgeWait {
+  seconds: number;
+  undoPagesPurged: number;
+  /** false: PURGE_WAIT_MAX_S ran out first (or the wait was switched off). */
+  quiet: boolean;
 }
 
 interface RunIo {
@@ -292,18 +312,48 @@ async function ioCounters(config: AppConfig): Promise<Omit<RunIo, 'seconds' | 'c
       )
     ).map((r) => [r.Variable_name, Number(r.Value)]),
   );
-  const [purge] = await serverQuery<{ count: string }>(
-    config,
-    `SELECT count FROM information_schema.innodb_metrics WHERE name = 'purge_undo_log_pages'`,
-  );
   return {
     diskReadMiB: (sectorsRead * 512) / 1048576,
     diskWrittenMiB: (sectorsWritten * 512) / 1048576,
     innodbReadMiB: innodb.Innodb_data_read / 1048576,
     innodbWrittenMiB: innodb.Innodb_data_written / 1048576,
     readAheadMiB: (innodb.Innodb_buffer_pool_read_ahead * 16384) / 1048576,
-    purgedUndoPages: Number(purge?.count ?? 0),
+    purgedUndoPages: await purgedUndoPages(config),
   };
+}
+
+const purgedUndoPages = async (config: AppConfig) =>
+  Number(
+    (
+      await serverQuery<{ count: string }>(
+        config,
+        `SELECT count FROM information_schema.innodb_metrics WHERE name = 'purge_undo_log_pages'`,
+      )
+    )[0]?.count ?? 0,
+  );
+
+/**
+ * Waits until purge has processed fewer than PURGE_QUIET_PAGES_PER_S undo pages a second over the
+ * last PURGE_QUIET_WINDOW_S, or PURGE_WAIT_MAX_S: the history list cannot tell (it counts
+ * transactions, and was empty while purge still visited the load's rows; BENCHMARKS.md).
+ */
+async function waitForQuietPurge(config: AppConfig): Promise<PurgeWait> {
+  const start = performance.now();
+  const first = await purgedUndoPages(config);
+  const samples = [{ at: start, pages: first }];
+  const elapsed = () => (performance.now() - start) / 1000;
+  while (elapsed() < PURGE_WAIT_MAX_S) {
+    await new Promise((resolve) => setTimeout(resolve, 1000));
+    const now = { at: performance.now(), pages: await purgedUndoPages(config) };
+    samples.push(now);
+    const from = samples.find((x) => now.at - x.at <= PURGE_QUIET_WINDOW_S * 1000)!;
+    if (now.at - samples[0].at < PURGE_QUIET_WINDOW_S * 1000) continue;
+    const rate = ((now.pages - from.pages) * 1000) / (now.at - from.at);
+    if (samples.length % 10 === 0)
+      console.error(`reconcile bench: purge at ${rate.toFixed(1)} undo pages/s after ${elapsed().toFixed(0)} s`);
+    if (rate < PURGE_QUIET_PAGES_PER_S) return { seconds: round(elapsed()), undoPagesPurged: now.pages - first, quiet: true };
+  }
+  return { seconds: round(elapsed()), undoPagesPurged: (await purgedUndoPages(config)) - first, quiet: false };
 }
 
 /** A full run measured with the disk's and InnoDB's reads and writes during it. */
@@ -375,6 +425,7 @@ async function child(n: number): Promise<SizeResult> {
     if (first.value.status !== 'COMPLETED') throw new Error(`run failed: ${first.value.error}`);
     if (first.value.discrepancies !== gen.value.injected)
       throw new Error(`found ${first.value.discrepancies} discrepancies, injected ${gen.value.injected}`);
+    const purgeWait = await waitForQuietPurge(config);
     // Its findings are still open, so the next runs do the same reading and record nothing new.
     // The fastest of SETTLED_RUNS is the cost least disturbed by whatever else the machine runs.
     const loadAverageAtRun = round(os.loadavg()[0]);
@@ -423,6 +474,7 @@ async function child(n: number): Promise<SizeResult> {
       tablesMiB: await tablesMiB(config),
       loadAverageAtRun,
       runs,
+      purgeWait,
     };
   } finally {
     await app.close();
@@ -445,6 +497,8 @@ function runChild(n: number): Promise<SizeResult> {
         CONCURRENCY.join(','),
         '--settled-runs',
         String(SETTLED_RUNS),
+        '--purge-wait-max-s',
+        String(PURGE_WAIT_MAX_S),
         ...(opt['keep-db'] ? ['--keep-db'] : []),
       ],
       {
@@ -470,6 +524,10 @@ async function parent(): Promise<void> {
   const poolMiB = opt['buffer-pool-mib'] === undefined ? undefined : Number(opt['buffer-pool-mib']);
   if (poolMiB !== undefined && !(Number.isInteger(poolMiB) && poolMiB >= 128)) {
     console.error('--buffer-pool-mib takes a whole number of MiB, 128 or more');
+    process.exit(2);
+  }
+  if (!(Number.isInteger(PURGE_WAIT_MAX_S) && PURGE_WAIT_MAX_S >= 0)) {
+    console.error('--purge-wait-max-s takes a whole number of seconds, 0 or more');
     process.exit(2);
   }
   const [{ bufferPool: poolBefore }] = await serverQuery<{ bufferPool: string }>(
@@ -640,6 +698,11 @@ function toMarkdown(r: {
           run.purgedUndoPages,
         ]),
       ),
+    ),
+    '',
+    ...r.results.map(
+      (x) =>
+        `${x.userCoupons.toLocaleString('en')}: between the first run and the settled ones, ${x.purgeWait.seconds} s waiting for InnoDB's purge to go quiet (under ${PURGE_QUIET_PAGES_PER_S} undo pages a second over ${PURGE_QUIET_WINDOW_S} s), ${x.purgeWait.undoPagesPurged.toLocaleString('en')} undo pages purged meanwhile; ${x.purgeWait.quiet ? 'quiet' : `not quiet after --purge-wait-max-s ${PURGE_WAIT_MAX_S}`}.`,
     ),
     '',
     `Growth of the full run against the first size: ${r.growth
