@@ -1722,10 +1722,16 @@ export interface components {
              * @description null while PENDING
              */
             decidedAt: string | null;
-            /** @description What the decision did */
-            result: {
+            /** @description What the decision did: `done`, and what the action wrote; null while PENDING */
+            result: ({
+                /**
+                 * @description The action performed, or a sentence for a decision that changed no data (a rejection, an approved MANUAL_REVIEW)
+                 * @enum {string}
+                 */
+                done: "RESTORE_STOCK" | "REMOVE_STOCK" | "ADOPT_ISSUED" | "RECREATE_STOCK" | "MARK_CONSISTENT" | "RELEASE_COUPON" | "CLOSE_HOLD" | "SET_LOCKED_UNTIL" | "REISSUE_REPLACEMENT" | "REPOINT_REFUND" | "RECREATE_ORDER" | "MARK_ORDER_REFUNDED" | "nothing: rejected" | "nothing: approved as reviewed; the data was not changed by this compensation";
+            } & {
                 [key: string]: unknown;
-            } | null;
+            }) | null;
             /** Format: date-time */
             createdAt: string;
             discrepancy: components["schemas"]["Discrepancy"];

@@ -2,7 +2,7 @@ import { CATALOGUES } from '../common/messages.js';
 import { PUBLIC_CURSOR } from '../coupon/coupon.dto.js';
 import { ERROR_STATUS } from '../common/errors.js';
 import { ID_PATTERN, IDEMPOTENCY_KEY_PATTERN, USER_ID_PATTERN } from '../common/validation.js';
-import { COMPENSATION_STATUSES } from '../reconciliation/compensation.entity.js';
+import { COMPENSATION_STATUSES, NOTHING_DONE } from '../reconciliation/compensation.entity.js';
 import { COMPENSATION_ACTIONS, DISCREPANCY_TYPES } from '../reconciliation/diagnosis.js';
 import { EXPLANATION_KEYS } from '../reconciliation/explanations.js';
 import { RUN_MODES } from '../reconciliation/reconciliation-run.entity.js';
@@ -317,7 +317,19 @@ export const RESPONSE_SCHEMAS: Record<string, JsonSchema> = {
     decidedBy: { type: ['string', 'null'] },
     decisionReason: { type: ['string', 'null'] },
     decidedAt: nullableDateTime('null while PENDING'),
-    result: { type: ['object', 'null'], additionalProperties: true, description: 'What the decision did' },
+    result: {
+      type: ['object', 'null'],
+      required: ['done'],
+      properties: {
+        done: {
+          type: 'string',
+          enum: [...COMPENSATION_ACTIONS.filter((a) => a !== 'MANUAL_REVIEW'), ...Object.values(NOTHING_DONE)],
+          description: 'The action performed, or a sentence for a decision that changed no data (a rejection, an approved MANUAL_REVIEW)',
+        },
+      },
+      additionalProperties: true,
+      description: 'What the decision did: `done`, and what the action wrote; null while PENDING',
+    },
     createdAt: dateTime(),
     discrepancy: ref('Discrepancy'),
   }),

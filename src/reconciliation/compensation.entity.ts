@@ -5,6 +5,12 @@ import { Discrepancy } from './discrepancy.entity.js';
 export const COMPENSATION_STATUSES = ['PENDING', 'DONE', 'REJECTED'] as const;
 export type CompensationStatus = (typeof COMPENSATION_STATUSES)[number];
 
+/** `result.done` of a decision that changed no data (an approval that did names its action there). */
+export const NOTHING_DONE = {
+  rejected: 'nothing: rejected',
+  reviewed: 'nothing: approved as reviewed; the data was not changed by this compensation',
+} as const;
+
 @Entity('compensation')
 export class Compensation {
   @PrimaryGeneratedColumn({ type: 'bigint', unsigned: true })

@@ -16,7 +16,7 @@ import { StockService } from '../ledger/stock.service.js';
 import { TxIds } from '../ledger/tx-id.js';
 import { countFromStock, findReplacement, lockUserCoupon, setLockedUntil, setStatus } from '../ledger/user-coupons.js';
 import { hadHistory, loadUserCouponFacts, type RefundRedemptionFinding, type RefundReplacementFinding } from './audit.service.js';
-import { Compensation, CompensationStatus, CompensationView, toCompensationView } from './compensation.entity.js';
+import { Compensation, CompensationStatus, CompensationView, NOTHING_DONE, toCompensationView } from './compensation.entity.js';
 import type { MissingStockFinding, RepairParams, RepairStep, StockFinding } from './diagnosis.js';
 import {
   orderRowAudit,
@@ -85,7 +85,7 @@ export class CompensationService {
         throw new AppError('COMPENSATION_ALREADY_DECIDED', `Compensation ${id} is already ${row.status}`, { id, status: row.status });
       }
       const comp = await em.getRepository(Compensation).findOneOrFail({ where: { id }, relations: { discrepancy: true } });
-      const result = approve ? await this.perform(em, comp) : { done: 'nothing: rejected' };
+      const result = approve ? await this.perform(em, comp) : { done: NOTHING_DONE.rejected };
       // Decided once performed: the action may have waited for its rows' locks.
       await em.query(`UPDATE compensation SET result = ?, decided_at = ? WHERE id = ?`, [JSON.stringify(result), new Date(), id]);
       // Decided either way: a later run may report the entity again if it is still (or again) inconsistent.
@@ -123,7 +123,7 @@ export class CompensationService {
       case 'MARK_ORDER_REFUNDED':
         return this.markOrderRefunded(em, comp, JSON.parse(comp.params) as OrderNotRefundedFinding['params']);
       case 'MANUAL_REVIEW':
-        return { done: 'nothing: approved as reviewed; the data was not changed by this compensation' };
+        return { done: NOTHING_DONE.reviewed };
     }
   }
 

@@ -15,15 +15,16 @@ const STATUS_COLOR = { PENDING: 'gold', DONE: 'green', REJECTED: 'default' } as 
 
 /** Keys whose values are the API's codes (statuses, operations), shown by their names. */
 const CODE_KEYS = new Set(['status', 'replayedStatus', 'targetStatus', 'releaseTo', 'closeAs', 'done', 'from', 'to', 'op']);
-/** What a decision that changed nothing says it did (the API writes it in English words, not as a code). */
-const DONE_NOTHING: Record<string, MessageKey> = {
+/** `result.done` of a decision that changed nothing: the API writes a sentence, held here to the OpenAPI document's list. */
+type Done = NonNullable<Compensation['result']>['done'];
+const DONE_NOTHING: Record<Extract<Done, `nothing: ${string}`>, MessageKey> = {
   'nothing: rejected': 'doneNothingRejected',
   'nothing: approved as reviewed; the data was not changed by this compensation': 'doneNothingReviewed',
 };
 /** A value of that JSON in words, as the rest of the console shows it: times in the operator's zone, amounts in yuan. */
 function scalarText(t: Translate, key: string, v: string | number | boolean): string {
   if (typeof v === 'boolean') return t(v ? 'yes' : 'no');
-  if (key === 'done' && typeof v === 'string' && Object.hasOwn(DONE_NOTHING, v)) return t(DONE_NOTHING[v]);
+  if (key === 'done' && typeof v === 'string' && Object.hasOwn(DONE_NOTHING, v)) return t(DONE_NOTHING[v as keyof typeof DONE_NOTHING]);
   return typeof v === 'string' && CODE_KEYS.has(key) ? label(t, v) : valueText(key, v);
 }
 
