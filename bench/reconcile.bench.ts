@@ -42,7 +42,7 @@ const PER_COUPON = 1000;
 const SETTLED_RUNS = Number.parseInt(opt['settled-runs'] as string, 10);
 /** Faults injected per kind; the run must find exactly these. */
 const FAULTS = 5;
-const PURGE_WAIT_MAX_S = Number(opt['purge-wait-max-s']);
+const PURGE_WAIT_MAX_S = /^\d+$/.test(opt['purge-wait-max-s'] as string) ? Number(opt['purge-wait-max-s']) : NaN;
 /**
  * Purge is quiet below this many undo pages a second over PURGE_QUIET_WINDOW_S. It never stops: the
  * service's background writes give it work. The settled runs of 2026-12-07 18:38 saw 4 a second,
@@ -346,8 +346,9 @@ async function waitForQuietPurge(config: AppConfig): Promise<PurgeWait> {
     await new Promise((resolve) => setTimeout(resolve, 1000));
     const now = { at: performance.now(), pages: await purgedUndoPages(config) };
     samples.push(now);
-    const from = samples.find((x) => now.at - x.at <= PURGE_QUIET_WINDOW_S * 1000)!;
-    if (now.at - samples[0].at < PURGE_QUIET_WINDOW_S * 1000) continue;
+    // The newest sample a whole window old: samples are a little over 1 s apart.
+    const from = samples.findLast((x) => now.at - x.at >= PURGE_QUIET_WINDOW_S * 1000);
+    if (!from) continue;
     const rate = ((now.pages - from.pages) * 1000) / (now.at - from.at);
     if (samples.length % 10 === 0)
       console.error(`reconcile bench: purge at ${rate.toFixed(1)} undo pages/s after ${elapsed().toFixed(0)} s`);
@@ -526,8 +527,8 @@ async function parent(): Promise<void> {
     console.error('--buffer-pool-mib takes a whole number of MiB, 128 or more');
     process.exit(2);
   }
-  if (!(Number.isInteger(PURGE_WAIT_MAX_S) && PURGE_WAIT_MAX_S >= 0)) {
-    console.error('--purge-wait-max-s takes a whole number of seconds, 0 or more');
+  if (!(PURGE_WAIT_MAX_S === 0 || PURGE_WAIT_MAX_S >= PURGE_QUIET_WINDOW_S)) {
+    console.error(`--purge-wait-max-s takes a whole number of seconds: 0 (no wait), or ${PURGE_QUIET_WINDOW_S} or more`);
     process.exit(2);
   }
   const [{ bufferPool: poolBefore }] = await serverQuery<{ bufferPool: string }>(
@@ -702,7 +703,11 @@ function toMarkdown(r: {
     '',
     ...r.results.map(
       (x) =>
-        `${x.userCoupons.toLocaleString('en')}: between the first run and the settled ones, ${x.purgeWait.seconds} s waiting for InnoDB's purge to go quiet (under ${PURGE_QUIET_PAGES_PER_S} undo pages a second over ${PURGE_QUIET_WINDOW_S} s), ${x.purgeWait.undoPagesPurged.toLocaleString('en')} undo pages purged meanwhile; ${x.purgeWait.quiet ? 'quiet' : `not quiet after --purge-wait-max-s ${PURGE_WAIT_MAX_S}`}.`,
+        `${x.userCoupons.toLocaleString('en')}: ${
+          PURGE_WAIT_MAX_S === 0
+            ? "no wait for InnoDB's purge between the first run and the settled ones (--purge-wait-max-s 0)"
+            : `between the first run and the settled ones, ${x.purgeWait.seconds} s waiting for InnoDB's purge to go quiet (under ${PURGE_QUIET_PAGES_PER_S} undo pages a second over ${PURGE_QUIET_WINDOW_S} s), ${x.purgeWait.undoPagesPurged.toLocaleString('en')} undo pages purged meanwhile; ${x.purgeWait.quiet ? 'quiet' : `not quiet after --purge-wait-max-s ${PURGE_WAIT_MAX_S}`}`
+        }.`,
     ),
     '',
     `Growth of the full run against the first size: ${r.growth

@@ -817,25 +817,35 @@ describe('reconciliation of holds and orders', () => {
     await unrefund(orderNo);
     const live = await held('unrefunded-gone', orderNo, stackable);
     const gone = await held('unrefunded-gone', orderNo, stackable);
+    const { coupon_id: goneCoupon } = await one<{ coupon_id: string }>(`SELECT coupon_id FROM user_coupon WHERE id = ?`, [gone.ucId]);
     await sql(`DELETE FROM user_coupon_state_log WHERE user_coupon_id = ?`, [gone.ucId]);
     await sql(`DELETE FROM user_coupon WHERE id = ?`, [gone.ucId]);
-    const found = await findings();
-    const mark = found.find((p) => p.action === 'MARK_ORDER_REFUNDED')!;
-    const close = found.find((p) => p.action === 'CLOSE_HOLD' && p.params.holdId === gone.holdId)!;
-    expect(found.map((p) => p.discrepancy.type).sort()).toEqual(['HOLD_WITHOUT_LOCKED', 'ORDER_NOT_REFUNDED', 'STOCK_MISMATCH']);
-    expect([mark.discrepancy.details.holdIds, close.discrepancy.details.explanationParts]).toEqual([
-      [live.holdId],
-      expect.arrayContaining([expect.objectContaining({ key: 'HOLD_COUPON_GONE' })]),
-    ]);
-    const res = await decide(mark.id);
-    expect([res.status, res.body.result.releasedHoldIds, res.body.result.unreleasedHoldIds]).toEqual([200, [live.holdId], [gone.holdId]]);
-    expect(await one(`SELECT status FROM redemption_hold WHERE id = ?`, [gone.holdId])).toEqual({ status: 'ACTIVE' });
-    expect(await one(`SELECT status FROM user_coupon WHERE id = ?`, [live.ucId])).toEqual({ status: 'UNUSED' });
-    for (const p of found.filter((p) => p.id !== mark.id)) expect((await decide(p.id)).status).toBe(200);
-    expect(await one(`SELECT status FROM redemption_hold WHERE id = ?`, [gone.holdId])).toEqual({ status: 'RELEASED' });
-    expect(await findings()).toEqual([]);
-    // A hold of no user coupon breaks the invariant checks, closed or not: planted here, removed here.
-    await sql(`DELETE FROM redemption_hold WHERE id = ?`, [gone.holdId]);
+    try {
+      const found = await findings();
+      const mark = found.find((p) => p.action === 'MARK_ORDER_REFUNDED')!;
+      const close = found.find((p) => p.action === 'CLOSE_HOLD' && p.params.holdId === gone.holdId)!;
+      expect(found.map((p) => p.discrepancy.type).sort()).toEqual(['HOLD_WITHOUT_LOCKED', 'ORDER_NOT_REFUNDED', 'STOCK_MISMATCH']);
+      expect([mark.discrepancy.details.holdIds, close.discrepancy.details.explanationParts]).toEqual([
+        [live.holdId],
+        expect.arrayContaining([expect.objectContaining({ key: 'HOLD_COUPON_GONE' })]),
+      ]);
+      const res = await decide(mark.id);
+      expect([res.status, res.body.result.releasedHoldIds, res.body.result.unreleasedHoldIds]).toEqual([200, [live.holdId], [gone.holdId]]);
+      expect(await one(`SELECT status FROM redemption_hold WHERE id = ?`, [gone.holdId])).toEqual({ status: 'ACTIVE' });
+      expect(await one(`SELECT status FROM user_coupon WHERE id = ?`, [live.ucId])).toEqual({ status: 'UNUSED' });
+      // Its CLOSE_HOLD, and the RESTORE_STOCK for the deleted coupon's unit.
+      for (const p of found.filter((p) => p.id !== mark.id)) expect((await decide(p.id)).status).toBe(200);
+      expect(await one(`SELECT status FROM redemption_hold WHERE id = ?`, [gone.holdId])).toEqual({ status: 'RELEASED' });
+      expect(await findings()).toEqual([]);
+    } finally {
+      // A hold of no user coupon breaks the invariant checks, closed or not, and so does the deleted
+      // coupon's unit until restored: planted here, removed here, whatever the test's outcome.
+      await sql(`DELETE FROM redemption_hold WHERE id = ?`, [gone.holdId]);
+      await sql(
+        `UPDATE coupon_stock s SET stock = init_stock - (SELECT COUNT(*) FROM user_coupon uc WHERE uc.coupon_id = s.coupon_id AND uc.from_stock = 1) WHERE coupon_id = ?`,
+        [goneCoupon],
+      );
+    }
   });
 
   it('an order marked refunded by hand since the run: approving the mark is refused 409 with nothing changed', async () => {
