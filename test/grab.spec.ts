@@ -59,6 +59,18 @@ describe.each(['grouped', 'per-request'])('grab (GRAB_STRATEGY=%s)', (strategy) 
     expect((await stockOf(coupon.id)).stock).toBe(String(100 - limit));
   });
 
+  it('a shopper holding the last coupon who grabs again is told SOLD_OUT, first time and after; with stock left, USER_LIMIT_REACHED', async () => {
+    const coupon = await createCoupon(t.url, { totalStock: 1, perUserLimit: 1 });
+    expect((await grab(coupon.id, 'last-one')).status).toBe(201);
+    // The first: no grab was refused SOLD_OUT yet, so the instance's memory does not know and the database decides.
+    expect((await grab(coupon.id, 'last-one')).body.code).toBe('SOLD_OUT');
+    expect((await grab(coupon.id, 'last-one-other')).body.code).toBe('SOLD_OUT');
+    expect((await grab(coupon.id, 'last-one')).body.code).toBe('SOLD_OUT');
+    const more = await createCoupon(t.url, { totalStock: 2, perUserLimit: 1 });
+    expect((await grab(more.id, 'not-last')).status).toBe(201);
+    expect((await grab(more.id, 'not-last')).body.code).toBe('USER_LIMIT_REACHED');
+  });
+
   it('30 concurrent grabs with one key issue one coupon; every answer is that coupon or 409', async () => {
     const coupon = await createCoupon(t.url, { totalStock: 10 });
     const key = newKey('dup');

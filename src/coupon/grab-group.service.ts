@@ -166,10 +166,12 @@ export class GrabGroupService {
         plan.push('REPLAY');
       } else if (ended) {
         plan.push(refused(grabEnded(coupon, now), true));
+      } else if (remaining === 0) {
+        // Stock before the limit, as a single grab and the memory path decide: a shopper holding the
+        // last coupon who clicks again is told SOLD_OUT however the click was grouped.
+        plan.push(refused(soldOutError(coupon.id), true));
       } else if ((held.get(r.userId) ?? 0) >= coupon.perUserLimit) {
         plan.push(refused(userLimitReached(coupon.perUserLimit), true));
-      } else if (remaining === 0) {
-        plan.push(refused(soldOutError(coupon.id), true));
       } else {
         plan.push('GRANT');
         granted.push(r);
