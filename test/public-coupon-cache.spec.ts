@@ -256,6 +256,13 @@ describe('public coupon page and list answered from memory ahead of the controll
     const notFound = await request(t.url).get('/coupons/987654321');
     expect([notFound.status, notFound.body.code]).toEqual([404, 'COUPON_NOT_FOUND']);
     expect((await request(t.url).get('/coupons/12x')).status).toBe(400);
+    // Each refusal says no-cache too, the ones of hooks before the controller included (a CDN that keeps errors kept those).
+    for (const res of [unknown, listQuery, withBody, head, notFound])
+      expect([res.status, res.headers['cache-control']]).toEqual([res.status, 'no-cache']);
+    for (const path of [`/coupons/${coupon.id}?%FF`, '/coupons?limit=5&limit=6', `/coupons/${coupon.id}?x=1&x=2`]) {
+      const res = await request(t.url).get(path);
+      expect([path, res.status, res.headers['cache-control']]).toEqual([path, 400, 'no-cache']);
+    }
   });
 });
 

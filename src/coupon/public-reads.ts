@@ -1,5 +1,5 @@
 import { parse as parseQuery } from 'fast-querystring';
-import type { FastifyInstance, FastifyRequest, onRequestHookHandler } from 'fastify';
+import type { FastifyInstance, FastifyRequest, onRequestHookHandler, onSendHookHandler } from 'fastify';
 import type { AheadRoute } from '../common/ahead-of-fastify.js';
 import { JSON_TYPE } from '../common/http-exception.filter.js';
 
@@ -50,9 +50,17 @@ export function servePublicReadsFromMemory(fastify: FastifyInstance, coupons: Co
     [LIST_ROUTE]: (req) => heldList(coupons, req.query),
     [PAGE_ROUTE]: (req) => (req.url.includes('?') ? undefined : heldPage(coupons, (req.params as { couponId: string }).couponId)),
   };
+  // Every answer of the two routes, a refusal by a hook before the controller's @Header too (a
+  // repeated or malformed query, a body): a CDN that keeps errors kept those.
+  const noCache: onSendHookHandler = (_req, reply, payload, done) => {
+    if (!reply.hasHeader('cache-control')) void reply.header('Cache-Control', PUBLIC_READ_CACHE_CONTROL);
+    done(null, payload);
+  };
   fastify.addHook('onRoute', (route) => {
     const held = Object.hasOwn(fromMemory, route.url) ? fromMemory[route.url] : undefined;
-    if (route.method !== 'GET' || !held) return;
+    if (!held || (route.method !== 'GET' && route.method !== 'HEAD')) return;
+    route.onSend = [...asList(route.onSend), noCache];
+    if (route.method !== 'GET') return;
     const hook: onRequestHookHandler = (req, reply, done) => {
       const json = req.method === 'GET' && !announcesBody(req) ? held(req) : undefined;
       if (!json) return done();
