@@ -648,6 +648,36 @@ describe('hardening', () => {
     expect((await post('application/json', 'identity', json.toString())).status).toBe(202);
   });
 
+  it('a JSON body that names a field twice is 400 naming it (escaped or not, at any depth), and nothing is written; a name in two objects is no repeat', async () => {
+    const { userCouponId } = await grab('twice');
+    const redeem = (body: string) =>
+      request(t.url).post('/redemptions').set(bearer(serviceToken())).set('Content-Type', 'application/json').send(body);
+    const fields = `"userCouponId":"${userCouponId}","orderAmountCents":20000,"userId":"twice"`;
+    const refused = (field: string) => [400, 'VALIDATION_FAILED', { fields: { [field]: [`${field} is given more than once`] } }];
+    // JSON.parse keeps the last: the coupon was used on the order the client did not mean.
+    for (const body of [`{${fields},"orderNo":"tw-1","orderNo":"tw-2"}`, `{${fields},"orderNo":"tw-1","\\u006frderNo":"tw-2"}`]) {
+      const res = await redeem(body);
+      expect([res.status, res.body.code, res.body.details]).toEqual(refused('orderNo'));
+    }
+    expect(await t.db.query(`SELECT id FROM redemption WHERE order_no IN ('tw-1', 'tw-2')`)).toEqual([]);
+    const used = await redeem(`{${fields},"orderNo":"tw-3"}`);
+    expect([used.status, used.body.orderNo]).toEqual([201, 'tw-3']);
+    const create = (text: string) =>
+      request(t.url)
+        .post('/admin/coupons')
+        .set(bearer(adminToken()))
+        .set('Idempotency-Key', newKey('tw'))
+        .set('Content-Type', 'application/json')
+        .send(text);
+    const body = JSON.stringify(
+      couponBody({ validity: { type: 'RELATIVE', days: 7 }, discount: { type: 'AMOUNT', thresholdCents: 10000, amountCents: 1000 } }),
+    );
+    const nested = await create(body.replace('"days":7', '"days":7,"days":30'));
+    expect([nested.status, nested.body.code, nested.body.details]).toEqual(refused('validity.days'));
+    // `type` in validity and in discount is two names, each said once in its object.
+    expect((await create(body)).status).toBe(201);
+  });
+
   it('a JSON body labelled with a charset other than UTF-8 is 415 UNSUPPORTED_MEDIA_TYPE, not read as UTF-8 whatever it is', async () => {
     const coupon = await createCoupon(t.url);
     const post = (type: string) =>

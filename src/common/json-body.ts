@@ -1,6 +1,7 @@
 import type { Readable } from 'node:stream';
 import { TextDecoder } from 'node:util';
 import { errorCodes, type FastifyInstance, type FastifyRequest } from 'fastify';
+import { visit } from 'jsonc-parser';
 import { AppError } from './errors.js';
 import { noteBodylessChunkedBytes, validationFailed } from './validation.js';
 
@@ -66,12 +67,53 @@ export function strictJsonBodies(fastify: FastifyInstance): void {
     } catch {
       return done(validationFailed({ body: ['must be UTF-8 text'] }, 'The body is not UTF-8 text'), undefined);
     }
+    let parsed: unknown;
     try {
-      done(null, JSON.parse(text));
+      parsed = JSON.parse(text);
     } catch (err) {
-      done(validationFailed({ body: [`is not valid JSON (${(err as Error).message})`] }, 'The body is not valid JSON'), undefined);
+      return done(validationFailed({ body: [`is not valid JSON (${(err as Error).message})`] }, 'The body is not valid JSON'), undefined);
     }
+    const repeated = repeatedMember(text);
+    if (repeated !== undefined)
+      return done(
+        validationFailed({ [repeated]: [`${repeated} is given more than once`] }, 'The body gives a field more than once'),
+        undefined,
+      );
+    done(null, parsed);
   });
+}
+
+/**
+ * The first member an object of the (valid) JSON text names twice, as its path (`validity.days`),
+ * names compared as decoded (`"a"` and `"\u0061"` are one). JSON.parse keeps the last value without
+ * a word, so a client whose serializer wrote `orderNo` twice used a coupon on the order it did not
+ * mean; a repeated query parameter is refused likewise. A second pass over the text: about 7 µs for
+ * an order's body, 8-28 ms for a bulk list's 1 MiB (JSON.parse: 1-2 ms), measured here.
+ */
+function repeatedMember(text: string): string | undefined {
+  const open: Set<string>[] = [];
+  let repeated: string | undefined;
+  try {
+    visit(text, {
+      onObjectBegin: () => {
+        open.push(new Set());
+      },
+      onObjectEnd: () => {
+        open.pop();
+      },
+      onObjectProperty: (name, _offset, _length, _line, _column, path) => {
+        const names = open[open.length - 1];
+        if (names.has(name)) repeated ??= [...path(), name].join('.');
+        names.add(name);
+      },
+    });
+  } catch (err) {
+    // The visitor recurses: a body nested thousands deep overflows the stack (JSON.parse does not).
+    // No route takes such a body; validation refuses it, naming its field.
+    if (err instanceof RangeError) return undefined;
+    throw err;
+  }
+  return repeated;
 }
 
 /**
