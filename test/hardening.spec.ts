@@ -659,6 +659,9 @@ describe('hardening', () => {
       const res = await redeem(body);
       expect([res.status, res.body.code, res.body.details]).toEqual(refused('orderNo'));
     }
+    // Found before a part nested too deep for the scan (it recurses): still named.
+    const deep = await redeem(`{${fields},"orderNo":"tw-1","orderNo":"tw-2","x":${'['.repeat(30_000)}${']'.repeat(30_000)}}`);
+    expect([deep.status, deep.body.code, deep.body.details]).toEqual(refused('orderNo'));
     expect(await t.db.query(`SELECT id FROM redemption WHERE order_no IN ('tw-1', 'tw-2')`)).toEqual([]);
     const used = await redeem(`{${fields},"orderNo":"tw-3"}`);
     expect([used.status, used.body.orderNo]).toEqual([201, 'tw-3']);

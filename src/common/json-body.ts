@@ -109,8 +109,8 @@ function repeatedMember(text: string): string | undefined {
     });
   } catch (err) {
     // The visitor recurses: a body nested thousands deep overflows the stack (JSON.parse does not).
-    // No route takes such a body; validation refuses it, naming its field.
-    if (err instanceof RangeError) return undefined;
+    // A repeat found before is named; else validation refuses the body for its depth.
+    if (err instanceof RangeError) return repeated;
     throw err;
   }
   return repeated;
