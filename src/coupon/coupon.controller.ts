@@ -16,7 +16,6 @@ import {
 import { CouponService, CouponView } from './coupon.service.js';
 import { GrabSeries, SERIES_SECONDS } from './grab-series.js';
 import { JSON_TYPE } from '../common/http-exception.filter.js';
-import { PUBLIC_READ_CACHE_CONTROL } from './public-reads.js';
 
 const OPTIONAL_KEY = {
   name: 'Idempotency-Key',
@@ -44,7 +43,6 @@ export class CouponController {
   @Get('coupons')
   @Public()
   @Header('Content-Type', JSON_TYPE)
-  @Header('Cache-Control', PUBLIC_READ_CACHE_CONTROL)
   async list(@Query() q: PublicCouponsQuery, @Res({ passthrough: true }) reply: FastifyReply): Promise<Buffer> {
     return (await this.coupons.liveCouponsJson(q.limit ?? DEFAULT_PAGE_LIMIT, q.cursor)).body(reply);
   }
@@ -52,7 +50,6 @@ export class CouponController {
   @Get('coupons/:couponId')
   @Public()
   @Header('Content-Type', JSON_TYPE)
-  @Header('Cache-Control', PUBLIC_READ_CACHE_CONTROL)
   async view(@Param('couponId', IdPipe) id: string, @Res({ passthrough: true }) reply: FastifyReply): Promise<Buffer> {
     return (await this.coupons.publicViewJson(id)).body(reply);
   }

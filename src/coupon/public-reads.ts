@@ -9,7 +9,7 @@ import { JSON_TYPE } from '../common/http-exception.filter.js';
  * default lifetime (CloudFront's is a day). A shop that accepts stock a moment older at its CDN
  * sets that there.
  */
-export const PUBLIC_READ_CACHE_CONTROL = 'no-cache';
+const PUBLIC_READ_CACHE_CONTROL = 'no-cache';
 import { DEFAULT_PAGE_LIMIT } from '../common/page.js';
 import { asList } from '../common/route-hooks.js';
 import type { SharedJson } from '../common/shared-json.js';
@@ -50,10 +50,10 @@ export function servePublicReadsFromMemory(fastify: FastifyInstance, coupons: Co
     [LIST_ROUTE]: (req) => heldList(coupons, req.query),
     [PAGE_ROUTE]: (req) => (req.url.includes('?') ? undefined : heldPage(coupons, (req.params as { couponId: string }).couponId)),
   };
-  // Every answer of the two routes, a refusal by a hook before the controller's @Header too (a
-  // repeated or malformed query, a body): a CDN that keeps errors kept those.
+  // Every answer of the two routes through Fastify: from memory, from the controller, and refused by
+  // a hook before either (a repeated or malformed query, a body), which a CDN that keeps errors kept.
   const noCache: onSendHookHandler = (_req, reply, payload, done) => {
-    if (!reply.hasHeader('cache-control')) void reply.header('Cache-Control', PUBLIC_READ_CACHE_CONTROL);
+    void reply.header('Cache-Control', PUBLIC_READ_CACHE_CONTROL);
     done(null, payload);
   };
   fastify.addHook('onRoute', (route) => {
@@ -64,7 +64,7 @@ export function servePublicReadsFromMemory(fastify: FastifyInstance, coupons: Co
     const hook: onRequestHookHandler = (req, reply, done) => {
       const json = req.method === 'GET' && !announcesBody(req) ? held(req) : undefined;
       if (!json) return done();
-      void reply.header('Content-Type', JSON_TYPE).header('Cache-Control', PUBLIC_READ_CACHE_CONTROL);
+      void reply.header('Content-Type', JSON_TYPE);
       void reply.send(json.body(reply));
     };
     route.onRequest = [...asList(route.onRequest), hook];
